@@ -1,0 +1,60 @@
+"""Say what kind of content changed: a timestamp, an id, a reordered or inserted tool, ..."""
+from __future__ import annotations
+
+import re
+
+from kvprobe.request.model import Block
+
+_PATTERNS = [
+    ("a timestamp", re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?|\d{1,2}:\d{2}:\d{2}")),
+    ("a date", re.compile(r"\d{4}-\d{2}-\d{2}|\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? ")),
+    ("a UUID", re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)),
+    ("an id", re.compile(r"\b[0-9a-f]{12,}\b|\b(run|req|session|msg|toolu|call)[_-][A-Za-z0-9]{4,}", re.I)),
+    ("a number", re.compile(r"\d+")),
+]
+
+
+def _window(text: str, offset: int, before: int = 40, after: int = 40) -> str:
+    return text[max(0, offset - before): offset + after]
+
+
+def classify_text_change(a: str, b: str, offset: int) -> str | None:
+    """Name the kind of token that changed around `offset`, if it looks volatile."""
+    wa, wb = _window(a, offset), _window(b, offset)
+    for label, pattern in _PATTERNS:
+        ma = [m for m in pattern.finditer(wa) if m.start() <= min(offset, 40) + 1 and m.end() >= min(offset, 40)]
+        mb = [m for m in pattern.finditer(wb) if m.start() <= min(offset, 40) + 1 and m.end() >= min(offset, 40)]
+        if ma or mb:
+            return label
+    return None
+
+
+def describe_change(a_blocks: list[Block], b_blocks: list[Block], index: int, offset: int) -> str:
+    """A sentence saying what changed at the first differing block."""
+    a = a_blocks[index] if index < len(a_blocks) else None
+    b = b_blocks[index] if index < len(b_blocks) else None
+    level = (b or a).level  # type: ignore[union-attr]
+    where = "near the start of" if offset < 200 else "inside"
+    if b is None:
+        return f"{a.path} and everything after it were removed"  # type: ignore[union-attr]
+    if a is None:
+        return f"{b.path} was added"
+    if level == "tools" and a.level == b.level == "tools":
+        a_tools = [x.text for x in a_blocks if x.level == "tools"]
+        b_tools = [x.text for x in b_blocks if x.level == "tools"]
+        if sorted(a_tools) == sorted(b_tools):
+            return "the tool definitions were reordered"
+        if a.text in b_tools[index + 1:]:
+            return f"a tool was inserted at {b.path}"
+        if b.text in a_tools[index + 1:]:
+            return f"the tool at {a.path} was removed"
+        return f"the definition of {b.path} changed"
+    if a.kind != b.kind:
+        return f"{b.path} changed from a {a.kind} block to a {b.kind} block"
+    if a.text == b.text:
+        return f"the attributes of {b.path} changed (not its text)"
+    label = classify_text_change(a.text, b.text, offset)
+    what = {"system": "the system prompt", "tools": "a tool definition"}.get(level, f"{b.path}")
+    if label:
+        return f"{label} {where} {what} changed"
+    return f"the text {where} {what} changed"

@@ -1,0 +1,20 @@
+"""The kvprobe command line: a thin layer over the library (one module per command)."""
+from __future__ import annotations
+
+import typer
+
+from kvprobe.cli import diff_cmd, providers_cmd
+
+app = typer.Typer(
+    name="kvprobe",
+    help="Profile and audit what AI agents pay for prompt caching.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("diff")(diff_cmd.diff)
+app.command("providers")(providers_cmd.providers)
+
+
+def main() -> None:
+    app()

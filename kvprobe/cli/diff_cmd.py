@@ -1,0 +1,108 @@
+"""`kvprobe diff A B`: where B's prefix first differs from A's, and what that costs B."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.text import Text
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.diff import DiffResult, diff_requests
+from kvprobe.inputs import load_request
+
+
+def diff(
+    a: Annotated[str, typer.Argument(help="Request A: body.json, record.json, trace.jsonl or trace.jsonl#ID")],
+    b: Annotated[str, typer.Argument(help="Request B, in the same forms")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the contract JSON (contracts.md §2)")] = False,
+    exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 1 when B cannot reuse all of A")] = False,
+    no_content: Annotated[bool, typer.Option("--no-content", help="Print no prompt content (snippets)")] = False,
+) -> None:
+    """Show the earliest change between two requests and what B would reuse if A was cached.
+
+    Example: kvprobe diff examples/request_a.json examples/request_b.json
+    """
+    with user_errors():
+        ra = load_request(a).render()
+        rb = load_request(b).render()
+        result = diff_requests(ra, rb)
+    if json_out:
+        data = result.to_json()
+        if no_content and data["first_change"]:
+            data["first_change"]["a_snippet"] = data["first_change"]["b_snippet"] = None
+        print_json(data)
+    else:
+        render(result, a, b, show_content=not no_content)
+    if exit_code and result.breaks_reuse:
+        raise typer.Exit(1)
+
+
+def _fmt_value(value: object) -> str:
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
+    line = Text(f"  {sign} ", style=style)
+    line.append(snippet[:mark], style="dim")
+    line.append(snippet[mark:], style=f"bold {style}")
+    return line
+
+
+def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
+    model = result.model or "unknown model"
+    flag = "" if result.rules.known_model else " (model not in the catalog: provider defaults)"
+    out.print(Text.assemble(("kvprobe diff ", "bold"), f"{Path(a.split('#')[0]).name} → "
+                            f"{Path(b.split('#')[0]).name}  ", (f"{result.provider} · {model}{flag}", "cyan")))
+    est = "exact" if result.tokens_exact else "estimated"
+    out.print(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})")
+    _render_change(result, show_content)
+    _render_params(result)
+    _render_breakpoints(result)
+    p = result.predicted
+    out.print(Text.assemble(("Predicted for B if A was cached: ", "bold"),
+                            (f"read {p.cache_read_tokens:,}", "green"), " · ",
+                            (f"write {p.cache_write_tokens:,}", "yellow"), " · ",
+                            (f"fresh {p.fresh_input_tokens:,}", "red"), " tokens"))
+    for warning in result.warnings:
+        out.print(Text(f"warning: {warning}", style="yellow"))
+
+
+def _render_change(result: DiffResult, show_content: bool) -> None:
+    fc = result.first_change
+    if result.identical:
+        out.print(Text("Identical: B reuses all of A.", style="green"))
+        return
+    if fc is None:
+        msg = "B extends A (append-only): A's whole prefix is reusable." if result.extends else \
+            "Content identical; only parameters changed."
+        out.print(Text(msg, style="green"))
+        return
+    approx = "" if fc.token_position_exact else "≈"
+    out.print(Text.assemble(("First change: ", "bold"), (fc.path, "bold magenta"),
+                            f"  char {fc.char_offset:,}  token {approx}{fc.token_position:,}"))
+    if show_content:
+        for sign, snippet, style in (("-", fc.a_snippet, "red"), ("+", fc.b_snippet, "green")):
+            out.print(_snippet_line(sign, snippet or "(nothing)", fc.snippet_mark if snippet else 0, style),
+                      no_wrap=True, overflow="ellipsis")
+    out.print(Text(f"  {fc.detail}", style="italic"))
+
+
+def _render_params(result: DiffResult) -> None:
+    for p in result.params_changed:
+        out.print(Text.assemble(("Parameter changed: ", "bold"), (p["name"], "magenta"),
+                                f" {_fmt_value(p['a'])} → {_fmt_value(p['b'])} ",
+                                (f"(invalidates {p['invalidates']})", "yellow")))
+
+
+def _render_breakpoints(result: DiffResult) -> None:
+    if not result.breakpoints:
+        out.print(Text("B has no cache breakpoints: nothing in it can be written or read from cache.",
+                       style="yellow") if result.provider == "anthropic" else "")
+        return
+    out.print(Text("Breakpoints in B:", style="bold"))
+    for bp in result.breakpoints:
+        mark = Text("reusable", style="green") if bp.reusable else Text("not reusable", style="red")
+        out.print(Text.assemble(f"  {bp.path} ({bp.ttl}) through {bp.prefix_tokens:,} tokens: ", mark))

@@ -1,0 +1,77 @@
+"""Load what a user names on the command line: a request body, a trace record, or `file.jsonl#ID`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.request import RenderedRequest, render_request
+from kvprobe.trace import TraceRecord, read_trace
+from kvprobe.trace.reader import record_from_json
+
+
+@dataclass(slots=True)
+class LoadedRequest:
+    label: str
+    body: dict[str, Any]
+    provider: str | None
+    endpoint: str | None
+    response: dict[str, Any] | None = None
+
+    def render(self) -> RenderedRequest:
+        try:
+            return render_request(self.body, self.provider, self.endpoint, self.response)
+        except InputError as exc:
+            raise InputError(exc.message, file=self.label, field=_request_field(exc.field)) from None
+
+
+def _request_field(field: str | None) -> str | None:
+    return field
+
+
+def _from_record(record: TraceRecord, label: str) -> LoadedRequest:
+    if record.request is None:
+        raise InputError("this record has usage only (no request body) and cannot be diffed",
+                         file=record.source, line=record.line, field="request")
+    return LoadedRequest(label, record.request, record.provider, record.endpoint, record.response)
+
+
+def _from_jsonl(path: Path, wanted: str | None) -> LoadedRequest:
+    for record in read_trace(path, check_duplicates=False):
+        if wanted is None or record.id == wanted:
+            return _from_record(record, f"{path}#{record.id}")
+    if wanted is None:
+        raise InputError("the trace holds no records", file=str(path))
+    raise InputError(f"no record with id {wanted!r}", file=str(path), field="id")
+
+
+def _from_json(path: Path) -> LoadedRequest:
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    if not isinstance(raw, dict):
+        raise InputError("expected a JSON object: a request body or a trace record", file=str(path))
+    if "kvprobe" in raw or isinstance(raw.get("request"), dict):
+        return _from_record(record_from_json(raw, str(path), 1), str(path))
+    if "messages" not in raw and "input" not in raw:
+        raise InputError("not a known request format: expected an Anthropic Messages or OpenAI Chat/"
+                         "Responses body ('messages' or 'input'), or a kvprobe trace record",
+                         file=str(path), field="messages")
+    return LoadedRequest(str(path), raw, None, None)
+
+
+def load_request(arg: str) -> LoadedRequest:
+    """`body.json`, `record.json`, `trace.jsonl` (first record) or `trace.jsonl#ID`."""
+    name, _, wanted = arg.partition("#")
+    path = Path(name)
+    if not path.exists():
+        raise InputError("file does not exist", file=name)
+    if not path.is_file():
+        raise InputError("not a file", file=name)
+    if path.suffix in (".jsonl", ".ndjson") or wanted:
+        return _from_jsonl(path, wanted or None)
+    return _from_json(path)

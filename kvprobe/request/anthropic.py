@@ -1,0 +1,147 @@
+"""Render an Anthropic Messages body into cacheable blocks: tools -> system -> messages."""
+from __future__ import annotations
+
+from typing import Any
+
+from kvprobe.catalog import ModelRules
+from kvprobe.errors import InputError
+from kvprobe.request.content import split_part
+from kvprobe.request.model import Block, IdentityParam, RenderedRequest, canonical_json, chain_hashes
+
+# Which field of a content block holds its diffable text.
+_TEXT_KEY = {"text": "text", "thinking": "thinking", "redacted_thinking": "data", "tool_result": "content",
+             "tool_use": "input", "server_tool_use": "input", "document": "source"}
+_NOT_CACHEABLE = {"thinking", "redacted_thinking"}
+
+
+def _ttl_of(marker: Any, where: str, default_ttl: str) -> str | None:
+    if marker is None:
+        return None
+    if not isinstance(marker, dict):
+        raise InputError("expected an object like {\"type\": \"ephemeral\"}", field=where)
+    return str(marker.get("ttl") or default_ttl)
+
+
+def _block(path: str, level: str, part: Any, role: str, msg_index: int | None, default_ttl: str) -> Block:
+    if isinstance(part, str):
+        return Block(path, level, "text", part, role=role, message_index=msg_index)
+    if not isinstance(part, dict):
+        raise InputError("expected a content block object or a string", field=path)
+    kind = str(part.get("type", "text"))
+    text, meta = split_part(part, _TEXT_KEY.get(kind))
+    if kind == "document" and isinstance(part.get("source"), dict) and isinstance(part["source"].get("data"), str):
+        src = part["source"]
+        if src.get("type") == "text":
+            text, meta = src["data"], canonical_json({k: v for k, v in part.items() if k not in ("source", "cache_control")})
+    ttl = _ttl_of(part.get("cache_control"), f"{path}.cache_control", default_ttl)
+    return Block(path, level, kind, text, meta, role, msg_index, breakpoint=ttl,
+                 breakpoint_source="explicit" if ttl else None)
+
+
+def _tool_blocks(tools: Any, default_ttl: str) -> list[Block]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InputError("expected a list of tool definitions", field="tools")
+    blocks = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise InputError("expected a tool definition object", field=f"tools[{i}]")
+        body = {k: v for k, v in tool.items() if k != "cache_control"}
+        ttl = _ttl_of(tool.get("cache_control"), f"tools[{i}].cache_control", default_ttl)
+        blocks.append(Block(f"tools[{i}]", "tools", "tool_definition", canonical_json(body),
+                            breakpoint=ttl, breakpoint_source="explicit" if ttl else None))
+    return blocks
+
+
+def _system_blocks(system: Any, default_ttl: str) -> list[Block]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [Block("system", "system", "text", system, role="system")]
+    if not isinstance(system, list):
+        raise InputError("expected a string or a list of text blocks", field="system")
+    return [_block(f"system[{i}]", "system", p, "system", None, default_ttl) for i, p in enumerate(system)]
+
+
+def _message_blocks(messages: Any, default_ttl: str) -> list[Block]:
+    if not isinstance(messages, list):
+        raise InputError("expected a list of messages", field="messages")
+    blocks: list[Block] = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or "role" not in msg:
+            raise InputError("expected a message object with 'role' and 'content'", field=f"messages[{i}]")
+        role, content = str(msg["role"]), msg.get("content")
+        if isinstance(content, str):
+            parts = [Block(f"messages[{i}]", "messages", "text", content, role=role, message_index=i)]
+        elif isinstance(content, list):
+            parts = [_block(f"messages[{i}].content[{j}]", "messages", p, role, i, default_ttl)
+                     for j, p in enumerate(content)]
+        else:
+            raise InputError("expected a string or a list of content blocks", field=f"messages[{i}].content")
+        if parts:
+            parts[0].first_in_message = True
+        blocks.extend(parts)
+    return blocks
+
+
+def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules) -> dict[str, IdentityParam]:
+    levels: dict[str, str] = rules.get("invalidation", {}) or {}
+    tools = body.get("tools") or []
+    values = {
+        "model": body.get("model"),
+        "tool_choice": body.get("tool_choice"),
+        "thinking": body.get("thinking"),
+        "images": sum(1 for b in blocks if b.level == "messages" and b.kind == "image"),
+        "web_search": any(isinstance(t, dict) and str(t.get("type", "")).startswith("web_search") for t in tools),
+        "citations": _citations_enabled(body.get("messages")),
+    }
+    return {name: IdentityParam(name, value, levels.get(name, "all")) for name, value in values.items()
+            if name in levels}
+
+
+def _citations_enabled(messages: Any) -> bool:
+    for msg in messages or []:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "document":
+                if isinstance(part.get("citations"), dict) and part["citations"].get("enabled"):
+                    return True
+    return False
+
+
+def _apply_automatic(body: dict[str, Any], blocks: list[Block], default_ttl: str) -> bool:
+    marker = body.get("cache_control")
+    if marker is None:
+        return False
+    ttl = _ttl_of(marker, "cache_control", default_ttl)
+    for block in reversed(blocks):
+        if block.kind not in _NOT_CACHEABLE and not (block.kind == "text" and not block.text):
+            if not block.breakpoint:
+                block.breakpoint, block.breakpoint_source = ttl, "automatic"
+            return True
+    return True
+
+
+def render_anthropic(body: dict[str, Any], rules: ModelRules) -> RenderedRequest:
+    if "messages" not in body:
+        raise InputError("expected an Anthropic Messages body with 'messages'", field="messages")
+    default_ttl = rules.get("default_ttl", "5m")
+    blocks = _tool_blocks(body.get("tools"), default_ttl) + _system_blocks(body.get("system"), default_ttl)
+    blocks += _message_blocks(body["messages"], default_ttl)
+    auto = _apply_automatic(body, blocks, default_ttl)
+    params = _params(body, blocks, rules)
+    chain_hashes(blocks, params)
+    req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, auto)
+    limit = rules.get("max_breakpoints", 4)
+    count = len(req.breakpoint_indices)
+    if count > limit:
+        req.warnings.append(f"{count} cache breakpoints; the API accepts at most {limit} (the request would fail)")
+    _check_ttl_order(req)
+    return req
+
+
+def _check_ttl_order(req: RenderedRequest) -> None:
+    ttls = [req.blocks[i].breakpoint for i in req.breakpoint_indices]
+    if "1h" in ttls and "5m" in ttls and ttls.index("5m") < len(ttls) - 1 - ttls[::-1].index("1h"):
+        req.warnings.append("a 1h breakpoint follows a 5m one; 1h entries must come before 5m entries")

@@ -1,0 +1,112 @@
+"""The provider-neutral request model: ordered cacheable blocks with chained hashes.
+
+A provider request body is rendered into the blocks the provider's cache sees, in prefix order. Each block
+carries two chained hashes (as vLLM chains KV block hashes, parent hash + this block's bytes):
+
+* ``content_hash`` — content only: two requests share a prefix exactly as far as these agree (``diff``);
+* ``cache_key`` — content plus the identity parameters of each cache level (model, tool_choice, ...),
+  mixed in where that level starts, so a parameter change invalidates exactly the levels it should.
+
+Cache markers (``cache_control``) are recorded as breakpoints and kept out of both hashes: moving a marker
+never changes a prefix's identity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import xxhash
+
+LEVELS = ("tools", "system", "messages")
+
+
+@dataclass(slots=True)
+class Block:
+    """One cacheable unit of a request: a tool, a system block, a message content block, ..."""
+
+    path: str  # tools[i] | system | system[i] | messages[i] | messages[i].content[j] | input[i] ...
+    level: str  # tools | system | messages
+    kind: str  # tool_definition, text, image, document, tool_use, tool_result, thinking, ...
+    text: str  # canonical content text: what char offsets index into
+    meta: str = ""  # other identity bytes: ids, media digests, non-text fields
+    role: str = ""
+    message_index: int | None = None
+    first_in_message: bool = False
+    breakpoint: str | None = None  # TTL of a cache breakpoint ending at this block ("5m", "1h")
+    breakpoint_source: str | None = None  # "explicit" | "automatic"
+    content_hash: int = 0
+    cache_key: int = 0
+    body_hash: int = 0  # this block alone (not chained): dedupes token counting across a session
+    tokens: int = 0  # tokens of this block (filled by a TokenCounter)
+    tokens_exact: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityParam:
+    name: str
+    value: Any
+    invalidates: str  # tools | system | messages | all
+
+
+@dataclass(slots=True)
+class RenderedRequest:
+    provider: str
+    api: str  # anthropic_messages | openai_chat | openai_responses
+    model: str | None
+    blocks: list[Block]
+    params: dict[str, IdentityParam]
+    automatic_breakpoint: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def breakpoint_indices(self) -> list[int]:
+        return [i for i, b in enumerate(self.blocks) if b.breakpoint]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(b.tokens for b in self.blocks)
+
+
+def canonical_json(value: Any) -> str:
+    """Stable text for structured content. Key order is kept: the provider renders what it was sent."""
+    return orjson.dumps(value, default=str).decode()
+
+
+def digest(data: str | bytes) -> str:
+    """Short content digest for media: identity without holding megabytes of base64."""
+    raw = data.encode() if isinstance(data, str) else data
+    return xxhash.xxh3_128_hexdigest(raw)
+
+
+def _level_rank(level: str) -> int:
+    return 0 if level == "all" else LEVELS.index(level)
+
+
+def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam]) -> None:
+    """Fill content_hash and cache_key of every block, chaining parent hash and block bytes."""
+    salts = _level_salts(params)
+    parent_content = parent_key = b"\0" * 16
+    seen_ranks: set[int] = set()
+    for block in blocks:
+        payload = (block.kind + "\0" + block.role + "\0" + block.meta + "\0" + block.text).encode(
+            "utf-8", "surrogatepass")
+        block.body_hash = xxhash.xxh3_64_intdigest(payload)
+        content = xxhash.xxh3_128_digest(parent_content + payload)
+        rank = _level_rank(block.level)
+        salt = b""
+        for r in range(rank + 1):  # mix each level's parameters in at the first block at or after it
+            if r not in seen_ranks:
+                seen_ranks.add(r)
+                salt += salts.get(r, b"")
+        key = xxhash.xxh3_128_digest(parent_key + salt + payload)
+        block.content_hash = int.from_bytes(content, "big")
+        block.cache_key = int.from_bytes(key, "big")
+        parent_content, parent_key = content, key
+
+
+def _level_salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
+    grouped: dict[int, list[tuple[str, Any]]] = {}
+    for p in params.values():
+        grouped.setdefault(_level_rank(p.invalidates), []).append((p.name, p.value))
+    return {rank: canonical_json(sorted(items, key=lambda kv: kv[0])).encode() for rank, items in grouped.items()}

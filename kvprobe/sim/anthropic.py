@@ -1,0 +1,126 @@
+"""Anthropic's prompt cache: explicit/automatic breakpoints, lookback, minimum length, TTL, readability.
+
+An entry is written per breakpoint, keyed by the chained cache key of everything through that block (so
+identity parameters invalidate the right levels, and models never share entries). A request reads the
+longest live, readable entry found at a block boundary within the lookback window of any of its breakpoints.
+TTLs run from the start of the request that wrote or last used the entry; every use refreshes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvprobe.catalog import ModelRules
+from kvprobe.request.model import RenderedRequest
+from kvprobe.sim.positions import cumulative_tokens, lookback_positions
+from kvprobe.sim.result import Evidence, Prediction
+
+
+@dataclass(slots=True)
+class Entry:
+    tokens: int
+    ttl: str
+    expires_at: float
+    readable_at: float
+    writer_id: str
+
+
+class AnthropicCache:
+    """One workspace's cache. Keys include the model, so one instance serves every model."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Entry] = {}
+
+    def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
+                readable_at: float) -> Prediction:
+        blocks = req.blocks
+        pred = Prediction()
+        if not blocks:
+            return pred
+        cum = cumulative_tokens(blocks)
+        total = cum[-1]
+        bps = req.breakpoint_indices
+        if not bps:
+            pred.fresh_input_tokens = total
+            return pred
+        ttl_seconds: dict[str, float] = rules.get("ttl_seconds", {"5m": 300, "1h": 3600})
+        hit = self._find_hit(req, rules, bps, start, pred)
+        read = cum[hit] if hit is not None else 0
+        if hit is not None:
+            entry = self.entries[blocks[hit].cache_key]
+            entry.expires_at = max(entry.expires_at, start + ttl_seconds.get(entry.ttl, 300))
+        pred.hit_block, pred.cache_read_tokens = hit, read
+        self._write(req, rules, bps, cum, hit, request_id, start, readable_at, ttl_seconds, pred)
+        pred.fresh_input_tokens = total - pred.cache_read_tokens - pred.cache_write_tokens
+        return pred
+
+    def _find_hit(self, req: RenderedRequest, rules: ModelRules, bps: list[int], start: float,
+                  pred: Prediction) -> int | None:
+        window = int(rules.get("lookback_positions", 20))
+        positions = lookback_positions(req.blocks, str(rules.get("lookback_counting", "blocks")))
+        best: int | None = None
+        for bp in bps:
+            for j in range(bp, -1, -1):
+                if positions[bp] - positions[j] >= window:
+                    break
+                entry = self.entries.get(req.blocks[j].cache_key)
+                if entry is None:
+                    continue
+                if start >= entry.expires_at:
+                    pred.evidence.append(Evidence("ttl_expired", f"the entry at {req.blocks[j].path} expired "
+                                                  f"{start - entry.expires_at:.0f}s before this request started",
+                                                  j, seconds_past=start - entry.expires_at))
+                    continue
+                if start < entry.readable_at:
+                    pred.evidence.append(Evidence("not_yet_readable", f"the entry at {req.blocks[j].path} was "
+                                                  f"still being written by {entry.writer_id}", j,
+                                                  writer_id=entry.writer_id))
+                    continue
+                best = j if best is None or j > best else best
+                break
+        if best is None or best < bps[-1]:
+            self._note_beyond_window(req, bps, positions, window, start, best, pred)
+        return best
+
+    def _note_beyond_window(self, req: RenderedRequest, bps: list[int], positions: list[int], window: int,
+                            start: float, best: int | None, pred: Prediction) -> None:
+        """A live entry that no breakpoint's window reaches: lookback exceeded."""
+        last = bps[-1]
+        for j in range(last, (best if best is not None else -1), -1):
+            if any(0 <= positions[bp] - positions[j] < window for bp in bps if bp >= j):
+                continue
+            entry = self.entries.get(req.blocks[j].cache_key)
+            if entry and start < entry.expires_at and start >= entry.readable_at:
+                back = positions[last] - positions[j] + 1
+                pred.evidence.append(Evidence("lookback_exceeded", f"a live entry at {req.blocks[j].path} is "
+                                              f"{back} positions back from the last breakpoint; the window is "
+                                              f"{window}", j, positions_back=back))
+                return
+
+    def _write(self, req: RenderedRequest, rules: ModelRules, bps: list[int], cum: list[int],
+               hit: int | None, request_id: str, start: float, readable_at: float,
+               ttl_seconds: dict[str, float], pred: Prediction) -> None:
+        minimum = int(rules.get("min_cacheable_tokens", 0))
+        prev = cum[hit] if hit is not None else 0
+        for bp in bps:
+            block = req.blocks[bp]
+            ttl = block.breakpoint if block.breakpoint in ttl_seconds else "5m"
+            if cum[bp] < minimum:
+                if bp == bps[-1]:
+                    pred.evidence.append(Evidence("below_minimum", f"the prefix through {block.path} is "
+                                                  f"{cum[bp]} tokens; the minimum for this model is {minimum}",
+                                                  bp, prefix_tokens=cum[bp], minimum_tokens=minimum))
+                continue
+            entry = self.entries.get(block.cache_key)
+            live = entry is not None and start < entry.expires_at
+            if live and start >= entry.readable_at and hit is not None and bp <= hit:
+                entry.expires_at = max(entry.expires_at, start + ttl_seconds[ttl])
+                continue
+            if hit is None or bp > hit:
+                span = cum[bp] - prev
+                if ttl == "1h":
+                    pred.cache_write_1h_tokens += span
+                else:
+                    pred.cache_write_5m_tokens += span
+                prev = cum[bp]
+            readable = min(entry.readable_at, readable_at) if live and entry else readable_at
+            self.entries[block.cache_key] = Entry(cum[bp], ttl, start + ttl_seconds[ttl], readable, request_id)

@@ -1,0 +1,84 @@
+"""Implicit token-prefix caches (OpenAI automatic caching, DeepSeek context cache, Gemini implicit).
+
+Every processed request stores its whole prefix (block by block, chained cache keys); a later request reads
+the longest stored prefix, rounded down to the provider's step (OpenAI 128 tokens, DeepSeek 64-token units),
+and only when it reaches the minimum length. Matching is at block granularity here; `diff` adds the partial
+block. Writes carry no fee.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvprobe.catalog import ModelRules
+from kvprobe.request.model import RenderedRequest
+from kvprobe.sim.positions import cumulative_tokens
+from kvprobe.sim.result import Evidence, Prediction
+
+
+@dataclass(slots=True)
+class PrefixEntry:
+    expires_at: float
+    readable_at: float
+    writer_id: str
+
+
+def round_cached(matched: int, rules: ModelRules, total: int) -> int:
+    """Tokens a provider reports as cached for a matched prefix of `matched` tokens."""
+    minimum = int(rules.get("min_cacheable_tokens", 0))
+    step = int(rules.get("cached_token_step", rules.get("unit_tokens", 1)) or 1)
+    matched = min(matched, max(total - 1, 0))  # the last token is always computed
+    if matched < minimum:
+        return 0
+    return matched // step * step
+
+
+def retention_seconds(rules: ModelRules) -> float:
+    value = rules.get("retention_seconds", 600)
+    if isinstance(value, dict):
+        return float(value.get(str(rules.get("default_retention", "in_memory")), min(value.values())))
+    return float(value)
+
+
+class PrefixCache:
+    def __init__(self) -> None:
+        self.entries: dict[int, PrefixEntry] = {}
+
+    def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
+                readable_at: float) -> Prediction:
+        pred = Prediction()
+        if not req.blocks:
+            return pred
+        cum = cumulative_tokens(req.blocks)
+        matched_block = self._longest_live(req, start, pred)
+        matched = cum[matched_block] if matched_block is not None else 0
+        pred.cache_read_tokens = round_cached(matched, rules, cum[-1])
+        if matched and not pred.cache_read_tokens:
+            pred.evidence.append(Evidence("below_minimum", f"the reusable prefix is {matched} tokens; the "
+                                          f"minimum is {rules.get('min_cacheable_tokens')}", matched_block,
+                                          prefix_tokens=matched, minimum_tokens=rules.get("min_cacheable_tokens")))
+        pred.hit_block = matched_block if pred.cache_read_tokens else None
+        pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens
+        keep = retention_seconds(rules)
+        for block in req.blocks:
+            old = self.entries.get(block.cache_key)
+            readable = min(old.readable_at, readable_at) if old and start < old.expires_at else readable_at
+            self.entries[block.cache_key] = PrefixEntry(start + keep, readable, request_id)
+        return pred
+
+    def _longest_live(self, req: RenderedRequest, start: float, pred: Prediction) -> int | None:
+        last = None
+        for i, block in enumerate(req.blocks):
+            entry = self.entries.get(block.cache_key)
+            if entry is None:
+                break
+            if start >= entry.expires_at:
+                pred.evidence.append(Evidence("ttl_expired", f"the prefix through {block.path} was last used "
+                                              f"{start - entry.expires_at:.0f}s past retention", i,
+                                              seconds_past=start - entry.expires_at))
+                break
+            if start < entry.readable_at:
+                pred.evidence.append(Evidence("not_yet_readable", f"the prefix through {block.path} was still "
+                                              f"being processed by {entry.writer_id}", i, writer_id=entry.writer_id))
+                break
+            last = i
+        return last

@@ -1,0 +1,120 @@
+"""Streaming JSONL reader: one record per line, validated, errors naming file, line and field."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
+
+PROVIDER_NAMES = ("anthropic", "openai", "deepseek", "gemini", "local")
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """What a read saw: records, blank lines, and malformed lines skipped (only with strict=False)."""
+
+    records: int = 0
+    blank_lines: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)  # first few skipped-line messages
+    bytes_read: int = 0
+
+
+def _optional_str(raw: dict[str, Any], key: str, where: dict[str, Any]) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError("expected a string", **where, field=key)
+    return value
+
+
+def _optional_time(raw: dict[str, Any], key: str, where: dict[str, Any]) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise InputError(f"expected an RFC 3339 timestamp, got {value!r}", **where, field=key) from exc
+
+
+def record_from_json(raw: Any, source: str | None = None, line: int | None = None) -> TraceRecord:
+    """Validate one decoded line and build its record."""
+    where = {"file": source, "line": line}
+    if not isinstance(raw, dict):
+        raise InputError("expected a JSON object (one trace record per line)", **where)
+    rid = raw.get("id")
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool) or rid == "":
+        raise InputError("expected a non-empty string id", **where, field="id")
+    request, response = raw.get("request"), raw.get("response")
+    if request is not None and not isinstance(request, dict):
+        raise InputError("expected the provider request body as an object", **where, field="request")
+    if response is not None and not isinstance(response, dict):
+        raise InputError("expected the provider response body as an object", **where, field="response")
+    if request is None and not (isinstance(response, dict) and ("usage" in response or "usageMetadata" in response)):
+        raise InputError("a record needs 'request' or 'response.usage'", **where, field="request")
+    provider = _optional_str(raw, "provider", where)
+    endpoint = _optional_str(raw, "endpoint", where)
+    if provider is not None and provider not in PROVIDER_NAMES:
+        raise InputError(f"expected one of {', '.join(PROVIDER_NAMES)}", **where, field="provider")
+    if provider is None:
+        provider = infer_provider(request, endpoint, response)
+    return TraceRecord(
+        id=str(rid), provider=provider, started_at=_optional_time(raw, "started_at", where),
+        request=request, response=response, session=_optional_str(raw, "session", where),
+        agent=_optional_str(raw, "agent", where), endpoint=endpoint,
+        first_token_at=_optional_time(raw, "first_token_at", where),
+        finished_at=_optional_time(raw, "finished_at", where),
+        error=None if raw.get("error") is None else str(raw.get("error")),
+        extra={k: v for k, v in raw.items() if k not in KNOWN_KEYS}, source=source, line=line)
+
+
+def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None = None,
+               check_duplicates: bool = True) -> Iterator[TraceRecord]:
+    """Yield the records of a JSONL trace one at a time (a 1 GB file never sits in memory).
+
+    strict=True raises InputError on the first malformed line; strict=False skips and counts it in `stats`.
+    """
+    path = Path(path)
+    stats = stats if stats is not None else ReadStats()
+    if not path.is_file():
+        raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
+    seen: dict[str, int] = {}
+    with path.open("rb") as fh:
+        for lineno, raw_line in enumerate(fh, start=1):
+            stats.bytes_read += len(raw_line)
+            if not raw_line.strip():
+                stats.blank_lines += 1
+                continue
+            try:
+                record = _parse_line(raw_line, str(path), lineno)
+                if check_duplicates:
+                    if record.id in seen:
+                        raise InputError(f"duplicate id {record.id!r} (first seen on line {seen[record.id]})",
+                                         file=str(path), line=lineno, field="id")
+                    seen[record.id] = lineno
+            except InputError as exc:
+                if strict:
+                    raise
+                stats.skipped += 1
+                if len(stats.errors) < 20:
+                    stats.errors.append(str(exc))
+                continue
+            stats.records += 1
+            yield record
+
+
+def _parse_line(raw_line: bytes, source: str, lineno: int) -> TraceRecord:
+    try:
+        raw = orjson.loads(raw_line)
+    except orjson.JSONDecodeError as exc:
+        hint = "truncated line" if not raw_line.rstrip().endswith(b"}") else "invalid JSON"
+        raise InputError(f"{hint}: {exc}", file=source, line=lineno) from None
+    return record_from_json(raw, source, lineno)

@@ -1,0 +1,84 @@
+"""One request of a trace, as stored in a JSON Lines file (contracts.md §1)."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+KNOWN_KEYS = ("kvprobe", "id", "session", "agent", "provider", "endpoint", "started_at", "first_token_at",
+              "finished_at", "request", "response", "error")
+
+
+@dataclass(slots=True)
+class TraceRecord:
+    id: str
+    provider: str | None
+    started_at: float | None  # seconds since the epoch (UTC)
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+    session: str | None = None
+    agent: str | None = None
+    endpoint: str | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys: kept, ignored
+    source: str | None = None  # file the record came from
+    line: int | None = None  # line number in that file
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        resp = self.response
+        if not isinstance(resp, dict):
+            return None
+        usage = resp.get("usage", resp.get("usageMetadata"))
+        return usage if isinstance(usage, dict) else None
+
+    @property
+    def model(self) -> str | None:
+        for holder in (self.request, self.response):
+            if isinstance(holder, dict) and isinstance(holder.get("model"), str):
+                return holder["model"]
+        return None
+
+    @property
+    def readable_at(self) -> float | None:
+        """When entries written by this request become readable: its response began."""
+        return self.first_token_at or self.finished_at
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kvprobe": FORMAT_VERSION, "id": self.id}
+        for key in ("session", "agent", "provider", "endpoint"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        for key in ("started_at", "first_token_at", "finished_at"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = format_time(value)
+        if self.request is not None:
+            out["request"] = self.request
+        if self.response is not None:
+            out["response"] = self.response
+        if self.error is not None:
+            out["error"] = self.error
+        out.update(self.extra)
+        return out
+
+
+def parse_time(value: Any) -> float:
+    """RFC 3339 text (or epoch seconds) to epoch seconds; ValueError when it is neither."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected an RFC 3339 timestamp string")
+    parsed = dt.datetime.fromisoformat(value.replace("z", "Z"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    stamp = dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")

@@ -1,0 +1,92 @@
+"""Shared fixtures: request bodies in each provider format, and a CLI runner."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvprobe.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, [str(a) for a in args])
+    return invoke
+
+
+@pytest.fixture
+def write_json(tmp_path):
+    def write(name: str, data) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return path
+    return write
+
+
+LONG_SYSTEM = "You are a careful coding agent. " * 200  # ~1,400 tokens: above every minimum
+
+
+def anthropic_body(**overrides) -> dict:
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "tools": [
+            {"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}},
+            {"name": "grep", "description": "Search", "input_schema": {"type": "object"}},
+        ],
+        "system": [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": "Fix the login bug."},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
+                {"type": "text", "text": "Reading the file."},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "def login(): pass",
+                 "cache_control": {"type": "ephemeral"}}]},
+        ],
+    }
+    body.update(overrides)
+    return copy.deepcopy(body)
+
+
+def openai_chat_body(**overrides) -> dict:
+    body = {
+        "model": "gpt-4o",
+        "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}],
+        "messages": [
+            {"role": "system", "content": LONG_SYSTEM},
+            {"role": "user", "content": [{"type": "text", "text": "What is in this image?"},
+                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 400}}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "file contents"},
+        ],
+    }
+    body.update(overrides)
+    return copy.deepcopy(body)
+
+
+def responses_body(**overrides) -> dict:
+    body = {
+        "model": "gpt-5",
+        "instructions": LONG_SYSTEM,
+        "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}],
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Summarise the file."},
+                                         {"type": "input_image", "image_url": "https://example.invalid/x.png"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
+        ],
+    }
+    body.update(overrides)
+    return copy.deepcopy(body)
