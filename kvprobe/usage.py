@@ -1,0 +1,91 @@
+"""Normalise provider usage into one shape: all input, cache read, 5m/1h write, fresh, output.
+
+Anthropic's `input_tokens` excludes cache tokens; OpenAI (Chat and Responses), DeepSeek and Gemini count
+cached tokens inside their input figure. `input_tokens` here always means all input tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0  # all input tokens, cached or not
+    cache_read_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    output_tokens: int = 0
+    miss_reason: str | None = None  # provider-reported cache miss reason, when present
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+    @property
+    def fresh_input_tokens(self) -> int:
+        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(self.input_tokens + other.input_tokens, self.cache_read_tokens + other.cache_read_tokens,
+                     self.cache_write_5m_tokens + other.cache_write_5m_tokens,
+                     self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+                     self.output_tokens + other.output_tokens)
+
+
+def _int(d: dict[str, Any] | None, *keys: str) -> int:
+    if not isinstance(d, dict):
+        return 0
+    for key in keys:
+        value = d.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+    return 0
+
+
+def _anthropic(u: dict[str, Any]) -> Usage:
+    fresh = _int(u, "input_tokens")
+    read = _int(u, "cache_read_input_tokens")
+    created = _int(u, "cache_creation_input_tokens")
+    split = u.get("cache_creation")
+    w1h = _int(split, "ephemeral_1h_input_tokens")
+    w5m = _int(split, "ephemeral_5m_input_tokens") if isinstance(split, dict) else created
+    if isinstance(split, dict) and w5m + w1h != created:  # trust the total; attribute the rest to 5m
+        w5m = max(created - w1h, 0)
+    reason = u.get("cache_miss_reason")
+    return Usage(fresh + read + created, read, w5m, w1h, _int(u, "output_tokens"),
+                 str(reason) if reason else None)
+
+
+def _openai(u: dict[str, Any]) -> Usage:
+    details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+    total = _int(u, "prompt_tokens", "input_tokens")
+    read = _int(details, "cached_tokens")
+    write = _int(details, "cache_write_tokens") or _int(u, "cache_write_tokens")
+    return Usage(total, read, write, 0, _int(u, "completion_tokens", "output_tokens"))
+
+
+def _deepseek(u: dict[str, Any]) -> Usage:
+    hit, miss = _int(u, "prompt_cache_hit_tokens"), _int(u, "prompt_cache_miss_tokens")
+    total = _int(u, "prompt_tokens") or hit + miss
+    return Usage(total, hit, 0, 0, _int(u, "completion_tokens"))
+
+
+def _gemini(u: dict[str, Any]) -> Usage:
+    return Usage(_int(u, "promptTokenCount", "prompt_token_count"),
+                 _int(u, "cachedContentTokenCount", "cached_content_token_count"), 0, 0,
+                 _int(u, "candidatesTokenCount", "candidates_token_count"))
+
+
+def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage | None:
+    """One provider usage object (as returned, streamed and reassembled, or logged) in the common shape."""
+    if not isinstance(usage, dict):
+        return None
+    anthropic_keys = "cache_creation_input_tokens" in usage or "cache_read_input_tokens" in usage
+    if anthropic_keys or (provider in ("anthropic", "local") and "prompt_tokens" not in usage):
+        return _anthropic(usage)
+    if "prompt_cache_hit_tokens" in usage or (provider == "deepseek" and "prompt_tokens_details" not in usage):
+        return _deepseek(usage)
+    if "promptTokenCount" in usage or "prompt_token_count" in usage:
+        return _gemini(usage)
+    return _openai(usage)
