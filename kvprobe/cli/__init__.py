@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from kvprobe.cli import diff_cmd, providers_cmd
+from kvprobe.cli import diff_cmd, providers_cmd, report_cmd
 
 app = typer.Typer(
     name="kvprobe",
@@ -14,6 +14,7 @@ app = typer.Typer(
 )
 app.command("diff")(diff_cmd.diff)
 app.command("providers")(providers_cmd.providers)
+app.command("report")(report_cmd.report)
 
 
 def main() -> None:

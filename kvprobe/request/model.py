@@ -58,10 +58,17 @@ class RenderedRequest:
     params: dict[str, IdentityParam]
     automatic_breakpoint: bool = False
     warnings: list[str] = field(default_factory=list)
+    # (block index, ttl) of each cache breakpoint. Held here, not only on blocks, because a session's
+    # requests share deduplicated block objects while each request places its own markers.
+    breakpoints: list[tuple[int, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.breakpoints:
+            self.breakpoints = [(i, b.breakpoint) for i, b in enumerate(self.blocks) if b.breakpoint]
 
     @property
     def breakpoint_indices(self) -> list[int]:
-        return [i for i, b in enumerate(self.blocks) if b.breakpoint]
+        return [i for i, _ in self.breakpoints]
 
     @property
     def total_tokens(self) -> int:

@@ -39,6 +39,7 @@ class AnthropicCache:
         cum = cumulative_tokens(blocks)
         total = cum[-1]
         bps = req.breakpoint_indices
+        ttl_of = dict(req.breakpoints)
         if not bps:
             pred.fresh_input_tokens = total
             return pred
@@ -49,7 +50,7 @@ class AnthropicCache:
             entry = self.entries[blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + ttl_seconds.get(entry.ttl, 300))
         pred.hit_block, pred.cache_read_tokens = hit, read
-        self._write(req, rules, bps, cum, hit, request_id, start, readable_at, ttl_seconds, pred)
+        self._write(req, rules, bps, ttl_of, cum, hit, request_id, start, readable_at, ttl_seconds, pred)
         pred.fresh_input_tokens = total - pred.cache_read_tokens - pred.cache_write_tokens
         return pred
 
@@ -96,14 +97,15 @@ class AnthropicCache:
                                               f"{window}", j, positions_back=back))
                 return
 
-    def _write(self, req: RenderedRequest, rules: ModelRules, bps: list[int], cum: list[int],
+    def _write(self, req: RenderedRequest, rules: ModelRules, bps: list[int], ttl_of: dict[int, str],
+               cum: list[int],
                hit: int | None, request_id: str, start: float, readable_at: float,
                ttl_seconds: dict[str, float], pred: Prediction) -> None:
         minimum = int(rules.get("min_cacheable_tokens", 0))
         prev = cum[hit] if hit is not None else 0
         for bp in bps:
             block = req.blocks[bp]
-            ttl = block.breakpoint if block.breakpoint in ttl_seconds else "5m"
+            ttl = ttl_of[bp] if ttl_of[bp] in ttl_seconds else str(rules.get("default_ttl", "5m"))
             if cum[bp] < minimum:
                 if bp == bps[-1]:
                     pred.evidence.append(Evidence("below_minimum", f"the prefix through {block.path} is "

@@ -89,12 +89,14 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
     seen: dict[str, int] = {}
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, start=1):
+            offset = stats.bytes_read
             stats.bytes_read += len(raw_line)
             if not raw_line.strip():
                 stats.blank_lines += 1
                 continue
             try:
                 record = _parse_line(raw_line, str(path), lineno)
+                record.offset = offset
                 if check_duplicates:
                     if record.id in seen:
                         raise InputError(f"duplicate id {record.id!r} (first seen on line {seen[record.id]})",
@@ -109,6 +111,13 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
                 continue
             stats.records += 1
             yield record
+
+
+def read_record_at(path: str | Path, offset: int, line: int | None = None) -> TraceRecord:
+    """Re-read one record by its byte offset (for details needed only for a few requests)."""
+    with Path(path).open("rb") as fh:
+        fh.seek(offset)
+        return _parse_line(fh.readline(), str(path), line or 0)
 
 
 def _parse_line(raw_line: bytes, source: str, lineno: int) -> TraceRecord:

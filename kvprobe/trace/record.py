@@ -26,6 +26,7 @@ class TraceRecord:
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys: kept, ignored
     source: str | None = None  # file the record came from
     line: int | None = None  # line number in that file
+    offset: int | None = None  # byte offset of that line (to re-read one record without a scan)
 
     @property
     def usage(self) -> dict[str, Any] | None:

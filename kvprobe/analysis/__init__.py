@@ -1,0 +1,1 @@
+"""Trace analysis: parse once into deduplicated skeletons, simulate in start order, diagnose, price."""

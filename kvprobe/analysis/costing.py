@@ -1,0 +1,44 @@
+"""Price each simulated request: USD (genai-prices) and input-token equivalents (provider multipliers)."""
+from __future__ import annotations
+
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.catalog import ModelRules
+from kvprobe.pricing import PriceBook
+from kvprobe.usage import Usage
+
+
+def input_equivalent(usage: Usage, rules: ModelRules) -> float:
+    """fresh x 1 + 5m writes x 1.25 + 1h writes x 2 + reads x read multiplier (from `providers/`)."""
+    writes = rules.get("write_multipliers", {}) or {}
+    w5m = float(writes.get("5m", writes.get("explicit", writes.get("implicit", 1.0))))
+    w1h = float(writes.get("1h", w5m))
+    read = float(rules.get("read_multiplier", 1.0))
+    return (usage.fresh_input_tokens + usage.cache_write_5m_tokens * w5m + usage.cache_write_1h_tokens * w1h
+            + usage.cache_read_tokens * read)
+
+
+def with_reads(usage: Usage, read: int) -> Usage:
+    """The same request had it read `read` tokens: extra reads come out of its writes first, then fresh."""
+    extra = max(read - usage.cache_read_tokens, 0)
+    from_1h = min(extra, usage.cache_write_1h_tokens)
+    from_5m = min(extra - from_1h, usage.cache_write_5m_tokens)
+    return Usage(usage.input_tokens, usage.cache_read_tokens + extra, usage.cache_write_5m_tokens - from_5m,
+                 usage.cache_write_1h_tokens - from_1h, usage.output_tokens)
+
+
+def price_results(results: list[RequestResult], book: PriceBook) -> None:
+    for r in results:
+        cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at)
+        r.cost_usd, r.cost_source = cost.usd, cost.source
+        r.input_equivalent = input_equivalent(r.usage, r.rules)
+
+
+def miss_cost(r: RequestResult, book: PriceBook) -> tuple[float, float | None]:
+    """(input equivalents, USD) this request paid above what an ideal cache would have charged."""
+    if r.missed_tokens <= 0:
+        return 0.0, 0.0
+    ideal = with_reads(r.usage, r.usage.cache_read_tokens + r.missed_tokens)
+    ie = r.input_equivalent - input_equivalent(ideal, r.rules)
+    ideal_cost = book.cost(r.sk.provider, r.sk.model, ideal, r.sk.started_at).usd
+    usd = None if r.cost_usd is None or ideal_cost is None else r.cost_usd - ideal_cost
+    return ie, usd

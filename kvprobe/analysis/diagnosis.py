@@ -1,0 +1,65 @@
+"""Why a request read less than an ideal prefix cache would have allowed (contracts.md §3 kinds)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+KINDS = ("prefix_changed", "params_changed", "ttl_expired", "lookback_exceeded", "below_minimum",
+         "not_yet_readable", "missing_breakpoint", "unexplained")
+
+# Provider-reported miss reasons (Anthropic cache diagnostics) mapped onto our kinds.
+_REASON_KINDS = {"model_changed": "params_changed", "system_changed": "prefix_changed",
+                 "tools_changed": "prefix_changed", "messages_changed": "prefix_changed",
+                 "previous_message_not_found": "prefix_changed", "ttl_expired": "ttl_expired",
+                 "expired": "ttl_expired"}
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    kind: str
+    detail: str
+    inferred: bool = True
+    path: str | None = None
+    token_position: int | None = None
+    char_offset: int | None = None
+    seconds_past: float | None = None
+    writer_id: str | None = None
+    positions_back: int | None = None
+    limit: int | None = None
+    prefix_tokens: int | None = None
+    minimum_tokens: int | None = None
+    param: str | None = None
+    a: Any = None
+    b: Any = None
+    invalidates: str | None = None
+    missed_tokens: int = 0  # tokens an ideal cache would have read that this request did not
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "kind" and (value is not None or f.name in ("path", "token_position")):
+                out[f.name] = round(value, 1) if isinstance(value, float) else value
+        return out
+
+    @property
+    def words(self) -> str:
+        return self.detail
+
+
+def from_provider_reason(reason: str) -> Diagnosis:
+    key = reason.strip().lower().replace(" ", "_")
+    return Diagnosis(_REASON_KINDS.get(key, "unexplained"), f"provider reported: {reason}", inferred=False)
+
+
+ADVICE = {
+    "prefix_changed": "keep the content before the last breakpoint byte-identical: move changing text "
+                      "(timestamps, ids, per-turn state) after it",
+    "params_changed": "keep identity parameters (tool_choice, thinking, model) fixed within a task",
+    "ttl_expired": "send a keep-alive before the entry expires, or use a 1h TTL for long pauses",
+    "lookback_exceeded": "add a breakpoint where the previous request ended, or merge many small blocks",
+    "below_minimum": "the prefix is shorter than the model's minimum: nothing is cached until it grows",
+    "not_yet_readable": "start parallel requests after the first one's response has begun",
+    "missing_breakpoint": "add a cache_control breakpoint at the end of the shared prefix",
+    "unexplained": "compare with the provider's cache diagnostics; eviction and routing are not predictable",
+}

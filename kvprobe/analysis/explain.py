@@ -1,0 +1,153 @@
+"""Evidence -> diagnoses: compare a request with the previous one of its stream and with the simulator."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kvprobe.analysis.diagnosis import Diagnosis
+from kvprobe.changes import describe_change
+from kvprobe.request import RenderedRequest
+from kvprobe.sim.implicit import retention_seconds
+from kvprobe.sim.positions import cumulative_tokens
+from kvprobe.tokens import count_text
+
+if TYPE_CHECKING:
+    from kvprobe.analysis.simulate import RequestResult
+
+Reread = Callable[..., RenderedRequest | None]
+
+
+def _tol(result: "RequestResult") -> int:
+    rules = result.rules
+    return int(rules.get("cached_token_step", rules.get("unit_tokens", 0)) or 0)
+
+
+def _param_changes(a: RenderedRequest, b: RenderedRequest) -> list[Diagnosis]:
+    out = []
+    for name, pb in b.params.items():
+        pa = a.params.get(name)
+        if pa is not None and pa.value != pb.value:
+            out.append(Diagnosis("params_changed", f"{name} changed from {pa.value!r} to {pb.value!r}; this "
+                                 f"invalidates {pb.invalidates}", param=name, a=pa.value, b=pb.value,
+                                 invalidates=pb.invalidates))
+    return out
+
+
+def _first_difference(a: RenderedRequest, b: RenderedRequest) -> int:
+    for i, (x, y) in enumerate(zip(a.blocks, b.blocks)):
+        if x.content_hash != y.content_hash:
+            return i
+    return min(len(a.blocks), len(b.blocks))
+
+
+def _cached_extent(req: RenderedRequest, provider: str) -> int:
+    """Blocks of a request that its cache entries cover (through the last breakpoint, or all)."""
+    if provider in ("anthropic", "local"):
+        return req.breakpoint_indices[-1] + 1 if req.breakpoints else 0
+    return len(req.blocks)
+
+
+def _prefix_change(prev: "RequestResult", result: "RequestResult", reread: Reread | None) -> Diagnosis | None:
+    a, b = prev.sk.request, result.sk.request
+    assert a is not None and b is not None
+    i = _first_difference(a, b)
+    if i >= len(a.blocks) or i >= _cached_extent(a, prev.sk.provider):
+        return None
+    cum = cumulative_tokens(b.blocks)
+    before = cum[i - 1] if i else 0
+    block = b.blocks[i] if i < len(b.blocks) else a.blocks[i]
+    diag = Diagnosis("prefix_changed", f"{block.path} changed since {prev.sk.id}", path=block.path,
+                     token_position=before)
+    full_a, full_b = (reread(prev.sk), reread(result.sk)) if reread else (None, None)
+    if full_a is not None and full_b is not None and i < len(full_b.blocks) and i < len(full_a.blocks):
+        ta, tb = full_a.blocks[i], full_b.blocks[i]
+        offset = len(os.path.commonprefix([ta.text, tb.text])) if ta.kind == tb.kind and ta.meta == tb.meta else 0
+        raw_all = count_text(tb.text)
+        if raw_all and i < len(b.blocks):
+            diag.token_position = before + round(b.blocks[i].tokens * count_text(tb.text[:offset]) / raw_all)
+        diag.char_offset = offset
+        diag.detail = describe_change(full_a.blocks, full_b.blocks, i, offset) + f" (since {prev.sk.id})"
+    return diag
+
+
+def _from_evidence(result: "RequestResult") -> list[Diagnosis]:
+    pred, req = result.predicted, result.sk.request
+    assert pred is not None and req is not None
+    out, seen = [], set()
+    for ev in pred.evidence:
+        if ev.kind in seen:
+            continue
+        seen.add(ev.kind)
+        path = req.blocks[ev.block_index].path if ev.block_index is not None else None
+        out.append(Diagnosis(ev.kind, ev.detail, path=path, seconds_past=ev.seconds_past, writer_id=ev.writer_id,
+                             positions_back=ev.positions_back,
+                             limit=int(result.rules.get("lookback_positions", 0)) if ev.positions_back else None,
+                             prefix_tokens=ev.prefix_tokens, minimum_tokens=ev.minimum_tokens))
+    return out
+
+
+def _missing_breakpoint(result: "RequestResult") -> Diagnosis:
+    req = result.sk.request
+    assert req is not None
+    if not req.breakpoints:
+        return Diagnosis("missing_breakpoint", f"no cache breakpoint in this request: the {result.ideal_read_tokens:,} "
+                         "reusable tokens cannot be read")
+    return Diagnosis("missing_breakpoint", f"{result.ideal_read_tokens:,} tokens were sent before but never written at "
+                     "a breakpoint, so no entry covers them; mark the end of the shared prefix")
+
+
+def _mismatch(result: "RequestResult") -> Diagnosis | None:
+    pred = result.predicted
+    if not result.observed or pred is None:
+        return None
+    obs, exp = result.usage.cache_read_tokens, pred.cache_read_tokens
+    if abs(obs - exp) <= _tol(result):
+        return None
+    if obs < exp:
+        why = "the provider read less than its rules allow (eviction, routing overflow or a provider-side change)"
+    else:
+        why = "the provider read more than kvprobe's rules predict (token estimate or a rule out of date)"
+    return Diagnosis("unexplained", f"observed read {obs:,} tokens, predicted {exp:,}: {why}")
+
+
+def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_content: int,
+                 reread: Reread | None) -> list[Diagnosis]:
+    req = result.sk.request
+    assert req is not None and result.predicted is not None
+    out: list[Diagnosis] = []
+    if prev is not None and prev.sk.request is not None:
+        out += _param_changes(prev.sk.request, req)
+        change = _prefix_change(prev, result, reread)
+        if change:
+            out.append(change)
+    out += _from_evidence(result)
+    short = result.usage.cache_read_tokens + _tol(result) < result.ideal_read_tokens
+    if not out and short and result.sk.provider in ("anthropic", "local") and \
+            result.predicted.cache_read_tokens + _tol(result) < result.ideal_read_tokens:
+        out.append(_missing_breakpoint(result))
+    mismatch = _mismatch(result)
+    if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):
+        out.append(mismatch)
+    if not out and short:
+        out.append(Diagnosis("unexplained", f"read {result.usage.cache_read_tokens:,} of "
+                             f"{result.ideal_read_tokens:,} reusable tokens and no rule explains it"))
+    return out
+
+
+def explain_usage_only(result: "RequestResult", prev: "RequestResult") -> list[Diagnosis]:
+    """Usage-only logs: a rebuild is a read that drops while the prompt grows; TTL gaps from timestamps."""
+    usage, before = result.usage, prev.usage
+    if usage.input_tokens < before.input_tokens or usage.cache_read_tokens + _tol(result) >= result.ideal_read_tokens:
+        return []
+    gap = result.sk.started_at - prev.sk.started_at
+    rules = result.rules
+    ttl_table = rules.get("ttl_seconds")
+    ttl = float(ttl_table.get(str(rules.get("default_ttl", "5m")), 300)) if isinstance(ttl_table, dict) \
+        else retention_seconds(rules)
+    if gap > ttl:
+        return [Diagnosis("ttl_expired", f"{gap:.0f}s since {prev.sk.id} started; the entry lives {ttl:.0f}s",
+                          seconds_past=gap - ttl)]
+    return [Diagnosis("unexplained", f"the prompt grew but the cache read dropped from "
+                      f"{before.cache_read_tokens + before.cache_write_tokens:,} to {usage.cache_read_tokens:,} "
+                      f"tokens {gap:.0f}s after {prev.sk.id}: the prefix changed or the entry was evicted")]

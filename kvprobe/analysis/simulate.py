@@ -1,0 +1,148 @@
+"""Replay skeletons in start order through each provider's cache rules; compare with observed usage.
+
+For every request this yields the prediction, the usage to report (observed when the provider gave it,
+predicted otherwise), what an ideal prefix cache could have read, and the diagnoses of any shortfall.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
+from kvprobe.analysis.explain import explain_miss, explain_usage_only
+from kvprobe.analysis.skeleton import BlockStore, Skeleton
+from kvprobe.analysis.sizing import BlockSizer
+from kvprobe.catalog import ModelRules, rules_for
+from kvprobe.request import RenderedRequest
+from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
+from kvprobe.sim.positions import cumulative_tokens
+from kvprobe.usage import Usage
+
+
+@dataclass(slots=True)
+class RequestResult:
+    sk: Skeleton
+    rules: ModelRules
+    usage: Usage  # observed when present, else predicted
+    observed: bool
+    predicted: Prediction | None
+    ideal_read_tokens: int
+    tokens_source: str  # observed | exact | estimated | usage-only
+    write_kind: str = "none"  # cold_start | rebuild | extension | none
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    cost_usd: float | None = None
+    cost_source: str = "unknown"
+    input_equivalent: float = 0.0
+    ideal_content_tokens: int = 0  # what an ideal cache would read had no identity parameter changed
+
+    @property
+    def missed_tokens(self) -> int:
+        ideal = max(self.ideal_read_tokens, self.ideal_content_tokens)
+        return max(min(ideal, self.usage.input_tokens) - self.usage.cache_read_tokens, 0)
+
+
+def tolerance(rules: ModelRules) -> int:
+    """Rounding the provider applies to reads (OpenAI 128-token steps, DeepSeek units)."""
+    return int(rules.get("cached_token_step", rules.get("unit_tokens", 0)) or 0)
+
+
+@dataclass(slots=True)
+class _Ideal:
+    """A perfect prefix cache: infinite memory, every prefix written. Per provider (keys carry the model)."""
+
+    by_key: dict[int, int] = field(default_factory=dict)
+    by_content: dict[int, int] = field(default_factory=dict)
+
+    def longest(self, req: RenderedRequest, attr: str) -> int:
+        table = self.by_key if attr == "cache_key" else self.by_content
+        best = 0
+        for block in req.blocks:
+            tokens = table.get(getattr(block, attr))
+            if tokens is None:
+                break
+            best = tokens
+        return best
+
+    def add(self, req: RenderedRequest, cum: list[int]) -> None:
+        for block, tokens in zip(req.blocks, cum):
+            self.by_key[block.cache_key] = tokens
+            self.by_content.setdefault(block.content_hash, tokens)
+
+
+class Simulator:
+    """Stateful replay: feed skeletons in start order with `step`."""
+
+    def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None) -> None:
+        self.caches: dict[str, AnthropicCache | PrefixCache] = {}
+        self.ideal: dict[str, _Ideal] = {}
+        self.sizer = BlockSizer()
+        self.store = BlockStore()
+        self.previous: dict[tuple[str, str], RequestResult] = {}
+        self.reread = reread
+
+    def step(self, sk: Skeleton) -> RequestResult:
+        rules = rules_for(sk.provider, sk.model)
+        if sk.request is None:
+            return self._usage_only(sk, rules)
+        req = sk.request
+        how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model))
+        cache = self.caches.setdefault(sk.provider, cache_for(sk.provider))
+        pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
+        ideal = self.ideal.setdefault(sk.provider, _Ideal())
+        ideal_key, ideal_content = ideal.longest(req, "cache_key"), ideal.longest(req, "content_hash")
+        ideal.add(req, cumulative_tokens(req.blocks))
+        usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
+                                     pred.cache_write_1h_tokens, 0)
+        result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
+                               ideal_content_tokens=ideal_content)
+        result.write_kind = _write_kind(usage, ideal_key, tolerance(rules))
+        prev = self.previous.get((sk.session, sk.agent))
+        result.diagnoses = self._diagnose(result, prev, ideal_content)
+        self.previous[(sk.session, sk.agent)] = result
+        return result
+
+    def _diagnose(self, result: RequestResult, prev: RequestResult | None, ideal_content: int) -> list[Diagnosis]:
+        sk, tol = result.sk, tolerance(result.rules)
+        reported = [from_provider_reason(sk.observed.miss_reason)] if sk.observed and sk.observed.miss_reason else []
+        short = result.usage.cache_read_tokens + tol < max(result.ideal_read_tokens, ideal_content)
+        mismatch = result.observed and result.predicted is not None and \
+            abs(result.usage.cache_read_tokens - result.predicted.cache_read_tokens) > tol
+        if not short and not mismatch and not reported:
+            return []
+        found = explain_miss(result, prev, ideal_content, self.reread) if (short or mismatch) else []
+        missed = result.missed_tokens
+        for d in found:
+            d.missed_tokens = missed
+        return reported + [d for d in found if not reported or d.kind != reported[0].kind]
+
+    def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
+        usage = sk.observed or Usage()
+        prev = self.previous.get((sk.session, sk.agent))
+        ideal = prev.usage.cache_read_tokens + prev.usage.cache_write_tokens if prev else 0
+        ideal = min(ideal, usage.input_tokens)
+        result = RequestResult(sk, rules, usage, sk.observed is not None, None, ideal, "usage-only")
+        result.write_kind = _write_kind(usage, ideal, tolerance(rules))
+        if sk.observed and sk.observed.miss_reason:
+            result.diagnoses.append(from_provider_reason(sk.observed.miss_reason))
+        elif prev is not None:
+            result.diagnoses = explain_usage_only(result, prev)
+        self.previous[(sk.session, sk.agent)] = result
+        return result
+
+
+def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
+    if not usage.cache_write_tokens:
+        return "none"
+    if ideal == 0:
+        return "cold_start"
+    return "rebuild" if usage.cache_read_tokens + tol < ideal else "extension"
+
+
+def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
+             store: BlockStore | None = None) -> list[RequestResult]:
+    """Simulate a whole trace (skeletons in any order: they are replayed by start time)."""
+    sim = Simulator(reread)
+    if store is not None:
+        sim.store = store
+    ordered = sorted(skeletons, key=lambda s: (s.started_at, s.order))
+    return [sim.step(sk) for sk in ordered]

@@ -1,0 +1,102 @@
+"""The parse pass: trace records -> light request skeletons whose blocks are shared across a session.
+
+Agents resend their whole history every turn, so a trace repeats the same blocks many times. Each unique
+block (by chained cache key) is kept once, with its text dropped and its raw token count computed once; a
+request keeps references to those shared blocks plus its own breakpoints. Memory grows with the number of
+new blocks, not with session length squared. Text needed later (diff snippets) is re-read from the file.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from kvprobe.catalog import rules_for
+from kvprobe.errors import InputError
+from kvprobe.request import RenderedRequest, render_request
+from kvprobe.request.model import Block
+from kvprobe.tokens import TokenCounter
+from kvprobe.trace import TraceRecord
+from kvprobe.usage import Usage, normalize_usage
+
+_READABLE_EPSILON = 0.001  # a request with no response timing is taken as readable right after it starts
+
+
+@dataclass(slots=True)
+class Skeleton:
+    """What the simulator needs of one request (no prompt text)."""
+
+    id: str
+    order: int  # position in the input, the tie-break for equal start times
+    session: str
+    agent: str
+    provider: str
+    model: str | None
+    started_at: float
+    readable_at: float
+    finished_at: float | None
+    observed: Usage | None
+    request: RenderedRequest | None  # None for usage-only records
+    raw_tokens: list[int] = field(default_factory=list)  # per block, before sizing
+    source: str | None = None
+    line: int | None = None
+    offset: int | None = None
+    error: str | None = None
+    task: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BlockStore:
+    """Deduplicates blocks by chained cache key and counts each unique block's tokens once."""
+
+    blocks: dict[int, Block] = field(default_factory=dict)
+    raw: dict[int, int] = field(default_factory=dict)  # cache_key -> raw token count
+    counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
+
+    def counter(self, provider: str, model: str | None) -> TokenCounter:
+        key = (provider, model)
+        if key not in self.counters:
+            self.counters[key] = TokenCounter(rules_for(provider, model))
+        return self.counters[key]
+
+    def intern(self, req: RenderedRequest, counter: TokenCounter) -> list[int]:
+        shared, raw_counts = [], []
+        for block in req.blocks:
+            known = self.blocks.get(block.cache_key)
+            if known is None:
+                raw = counter.raw_count(block.text) + (counter.raw_count(block.meta) if block.meta else 0)
+                block.text = block.meta = ""  # the text is not needed again here; memory stays flat
+                self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw
+                known = block
+            shared.append(known)
+            raw_counts.append(self.raw[block.cache_key])
+        req.blocks = shared
+        return raw_counts
+
+
+def _render(record: TraceRecord) -> RenderedRequest:
+    try:
+        return render_request(record.request, record.provider, record.endpoint, record.response)
+    except InputError as exc:
+        field = f"request.{exc.field}" if exc.field else "request"
+        raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
+
+
+def skeletons(records: Iterable[TraceRecord], store: BlockStore) -> Iterator[Skeleton]:
+    last_start = 0.0
+    for order, rec in enumerate(records):
+        start = rec.started_at if rec.started_at is not None else last_start + _READABLE_EPSILON
+        last_start = start
+        provider = rec.provider or "anthropic"
+        req, raw = None, []
+        if rec.request is not None:
+            req = _render(rec)
+            provider = req.provider
+            raw = store.intern(req, store.counter(provider, req.model))
+        readable = rec.readable_at or start + _READABLE_EPSILON
+        task = rec.extra.get("task")
+        yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
+                       req.model if req else rec.model, start, readable, rec.finished_at,
+                       normalize_usage(provider, rec.usage), req, raw, rec.source, rec.line, rec.offset, rec.error,
+                       str(task) if task is not None else None,
+                       {k: rec.extra[k] for k in ("task_passed",) if k in rec.extra})

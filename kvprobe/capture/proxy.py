@@ -1,0 +1,380 @@
+"""A recording reverse proxy: forwards provider traffic unchanged and appends one trace record per request.
+
+Clients reach it at a per-provider mount: ``http://127.0.0.1:PORT/anthropic`` (ANTHROPIC_BASE_URL),
+``/openai`` (OPENAI_BASE_URL) and ``/deepseek`` (DEEPSEEK_BASE_URL); a request outside any mount goes to
+Anthropic when it looks like one (``/v1/messages``, an ``anthropic-version`` header) and to OpenAI otherwise.
+
+Bodies pass byte for byte and responses stream through as they arrive (the raw framing is forwarded; a copy
+is decoded on the side). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
+headers, and Accept-Encoding narrowed to encodings the recorder can undo. The record is built after the
+client has the last byte, so recording adds no latency to the response.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import orjson
+
+from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
+from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head
+
+DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1",
+                     "deepseek": "https://api.deepseek.com"}
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+                        "transfer-encoding", "upgrade", "host", "content-length", "expect", "accept-encoding",
+                        SESSION_HEADER, AGENT_HEADER})
+DECODABLE = ("gzip", "deflate", "identity")
+READ_SIZE = 65536
+MAX_HEAD = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+    base_path: str  # e.g. /v1 for OpenAI: a mount's paths are appended to it
+
+    @classmethod
+    def parse(cls, url: str) -> "Upstream":
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http(s) URL, got {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+class UpstreamTimeout(Exception):
+    pass
+
+
+def _accept_encoding(value: str | None) -> str:
+    """Keep only codings the recorder can decode (br/zstd would be unreadable in the trace)."""
+    if not value:
+        return "identity"
+    kept = [t.strip() for t in value.split(",") if t.split(";")[0].strip().lower() in DECODABLE]
+    return ", ".join(kept) or "identity"
+
+
+class _Pool:
+    """Idle keep-alive connections per upstream."""
+
+    def __init__(self, limit: int = 512) -> None:
+        self._idle: dict[Upstream, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._limit = limit
+        self._ssl: ssl.SSLContext | None = None
+
+    async def get(self, up: Upstream) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        idle = self._idle.get(up)
+        while idle:
+            reader, writer = idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer, True
+            writer.close()
+        if up.scheme == "https" and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        reader, writer = await asyncio.open_connection(
+            up.host, up.port, ssl=self._ssl if up.scheme == "https" else None, limit=MAX_HEAD,
+            server_hostname=up.host if up.scheme == "https" else None)
+        return reader, writer, False
+
+    def put(self, up: Upstream, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        idle = self._idle.setdefault(up, [])
+        if len(idle) < self._limit:
+            idle.append(conn)
+        else:
+            conn[1].close()
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for _, writer in idle:
+                writer.close()
+        self._idle.clear()
+
+
+class ClientGone(Exception):
+    pass
+
+
+class CaptureProxy:
+    """Run with `await proxy.start()`, stop with `await proxy.stop()`; `recorder=None` forwards only."""
+
+    def __init__(self, recorder: Recorder | None, upstreams: dict[str, str] | None = None, *,
+                 host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0) -> None:
+        merged = {**DEFAULT_UPSTREAMS, **(upstreams or {})}
+        self.upstreams = {name: Upstream.parse(url) for name, url in merged.items()}
+        self.recorder = recorder
+        self.host, self.port = host, port
+        self.timeout = upstream_timeout
+        self._pool = _Pool()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._busy: set[asyncio.Task] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{self.port}"
+
+    def base_urls(self) -> dict[str, str]:
+        """Environment that points the official SDKs (and most agents) at this proxy."""
+        return {"ANTHROPIC_BASE_URL": f"{self.url}/anthropic", "OPENAI_BASE_URL": f"{self.url}/openai",
+                "DEEPSEEK_BASE_URL": f"{self.url}/deepseek"}
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve_client, self.host, self.port, limit=MAX_HEAD,
+                                                  backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting; let requests in flight finish for `grace` seconds, then cut and record them."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks - self._busy:  # idle keep-alive clients: nothing in flight to wait for
+            task.cancel()
+        busy = [t for t in self._busy if not t.done()]
+        if busy:
+            _, pending = await asyncio.wait(busy, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+        for task in list(self._tasks):
+            task.cancel()
+        self._pool.close()
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while True:
+                try:
+                    raw = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                except asyncio.LimitOverrunError:
+                    await _simple_response(writer, 431, "request head too large")
+                    return
+                self._busy.add(task)
+                try:
+                    keep = await self._handle(raw, reader, writer)
+                finally:
+                    self._busy.discard(task)
+                if not keep:
+                    return
+        except (asyncio.CancelledError, ConnectionError, ClientGone):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _handle(self, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        try:
+            head = parse_head(raw, request=True)
+            body = await _read_request_body(head, reader, writer)
+        except ProtocolError as exc:
+            await _simple_response(writer, 400, str(exc))
+            return False
+        method, target, version = head.start
+        provider, upstream, path = self._route(target, head)
+        lower = head.lower_dict()
+        ex = Exchange(method, path, lower, body, time.time(), provider_hint=provider)
+        keep = version == "HTTP/1.1" and "close" not in head.tokens("connection")
+        try:
+            keep = await self._forward(ex, head, upstream, writer) and keep
+        except asyncio.CancelledError:
+            ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
+            keep = False
+            raise
+        finally:
+            ex.finished_at = ex.finished_at or time.time()
+            if self.recorder is not None:
+                self.recorder.record(ex)
+        return keep
+
+    def _route(self, target: str, head: Head) -> tuple[str, Upstream, str]:
+        for name, up in self.upstreams.items():
+            mount = "/" + name
+            if target == mount or target.startswith((mount + "/", mount + "?")):
+                rest = target[len(mount):]
+                return name, up, up.base_path + (rest if rest.startswith("/") or not rest else "/" + rest)
+        anthropic = target.startswith("/v1/messages") or head.get("anthropic-version") is not None
+        name = "anthropic" if anthropic else "openai"
+        return name, self.upstreams[name], target
+
+    def _upstream_head(self, head: Head, up: Upstream, path: str, body: bytes) -> bytes:
+        lines = [f"{head.start[0]} {path} HTTP/1.1", f"Host: {up.host_header}"]
+        lines += [f"{k}: {v}" for k, v in head.headers if k.lower() not in HOP_BY_HOP]
+        lines.append(f"Accept-Encoding: {_accept_encoding(head.get('accept-encoding'))}")
+        if body or head.start[0] in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def _forward(self, ex: Exchange, head: Head, up: Upstream, writer: asyncio.StreamWriter) -> bool:
+        request = self._upstream_head(head, up, ex.path, ex.request_body) + ex.request_body
+        for attempt in (0, 1):
+            try:
+                ureader, uwriter, reused = await asyncio.wait_for(self._pool.get(up), self.timeout)
+            except (OSError, asyncio.TimeoutError) as exc:
+                ex.transport_error = f"could not connect to {up.host_header}: {exc or type(exc).__name__}"
+                await _simple_response(writer, 502, ex.transport_error)
+                return False
+            try:
+                uwriter.write(request)
+                raw = await asyncio.wait_for(ureader.readuntil(b"\r\n\r\n"), self.timeout)
+                break
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                uwriter.close()
+                if reused and attempt == 0:
+                    continue  # a keep-alive connection the upstream had closed: retry on a fresh one
+                ex.transport_error = f"upstream closed the connection before responding: {exc!r}"
+                await _simple_response(writer, 502, ex.transport_error)
+                return False
+            except asyncio.TimeoutError:
+                uwriter.close()
+                ex.transport_error = f"upstream timed out after {self.timeout:g}s before responding"
+                await _simple_response(writer, 504, ex.transport_error)
+                return False
+            except asyncio.LimitOverrunError:
+                uwriter.close()
+                ex.transport_error = "upstream response head too large"
+                await _simple_response(writer, 502, ex.transport_error)
+                return False
+        return await self._relay(ex, raw, (ureader, uwriter), up, writer)
+
+    async def _relay(self, ex: Exchange, raw_head: bytes, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                     up: Upstream, writer: asyncio.StreamWriter) -> bool:
+        ureader, uwriter = conn
+        try:
+            head = parse_head(raw_head, request=False)
+            length = content_length(head)
+        except ProtocolError as exc:
+            uwriter.close()
+            ex.transport_error = f"upstream sent a bad response: {exc}"
+            await _simple_response(writer, 502, ex.transport_error)
+            return False
+        ex.status = int(head.start[1])
+        ex.response_headers = head.lower_dict()
+        chunked = "chunked" in head.tokens("transfer-encoding")
+        no_body = ex.method == "HEAD" or ex.status in (204, 304) or 100 <= ex.status < 200
+        _send(writer, raw_head)
+        complete = no_body or (length == 0 and not chunked)
+        if not complete:
+            complete = await self._relay_body(ex, ureader, writer,
+                                              ChunkedDecoder(ex.response_body) if chunked else None,
+                                              None if chunked else length)
+        reusable = complete and (chunked or length is not None) and "close" not in head.tokens("connection")
+        if reusable:
+            self._pool.put(up, conn)
+        else:
+            uwriter.close()
+        if not complete:
+            raise ClientGone  # the response was cut: close the client connection so it sees the cut too
+        await _drain(writer)
+        return "close" not in head.tokens("connection")
+
+    async def _relay_body(self, ex: Exchange, ureader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          chunked: ChunkedDecoder | None, length: int | None) -> bool:
+        left = length
+        body = ex.response_body
+        while True:
+            try:
+                data = await asyncio.wait_for(ureader.read(READ_SIZE if left is None else min(left, READ_SIZE)),
+                                              self.timeout)
+            except asyncio.TimeoutError:
+                ex.transport_error = f"upstream timed out after {self.timeout:g}s mid-response"
+                return False
+            except ConnectionError as exc:
+                ex.transport_error = f"upstream connection lost mid-response: {exc!r}"
+                return False
+            if not data:
+                if chunked is None and left is None:
+                    return True  # body delimited by the connection closing
+                ex.transport_error = "upstream closed the connection mid-response"
+                return False
+            if ex.first_byte_at is None:
+                ex.first_byte_at = time.time()
+            if writer.is_closing():
+                ex.transport_error = "client disconnected before the response ended"
+                return False
+            writer.write(data)
+            if chunked is not None:
+                try:
+                    chunked.feed(data)
+                except ProtocolError as exc:
+                    ex.transport_error = f"upstream sent bad chunked framing: {exc}"
+                    return False
+                if chunked.done:
+                    return await _drain_ok(writer, ex)
+            else:
+                body += data
+                if left is not None:
+                    left -= len(data)
+                    if left <= 0:
+                        return await _drain_ok(writer, ex)
+            if writer.transport.get_write_buffer_size() > 1 << 20 and not await _drain_ok(writer, ex):
+                return False
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    if writer.is_closing():
+        raise ClientGone
+    writer.write(data)
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    try:
+        await writer.drain()
+    except ConnectionError:
+        raise ClientGone from None
+
+
+async def _drain_ok(writer: asyncio.StreamWriter, ex: Exchange) -> bool:
+    try:
+        await writer.drain()
+        return True
+    except ConnectionError:
+        ex.transport_error = "client disconnected before the response ended"
+        return False
+
+
+async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    if "100-continue" in head.tokens("expect"):
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    if "chunked" in head.tokens("transfer-encoding"):
+        decoder = ChunkedDecoder()
+        while not decoder.done:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise ProtocolError("client closed the connection inside a chunked body")
+            decoder.feed(data)
+        return bytes(decoder.body)
+    length = content_length(head)
+    if not length:
+        return b""
+    try:
+        return await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("client closed the connection before sending the whole body") from None
+
+
+async def _simple_response(writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    """An error from the proxy itself, shaped like a provider error so SDKs report it cleanly."""
+    reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
+               504: "Gateway Timeout"}
+    body = orjson.dumps({"type": "error", "error": {"type": "kvprobe_proxy_error", "message": message}})
+    head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        writer.write(head + body)
+        await writer.drain()

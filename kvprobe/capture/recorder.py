@@ -1,0 +1,151 @@
+"""Turn one observed HTTP exchange into a trace record and append it (one atomic line).
+
+Shared by the proxy and the in-process httpx hook. Only an allowlist of headers is ever kept, so API keys
+and auth headers cannot reach a trace; `redact` and `hash_only` scrub bodies before they are written.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.capture.assemble import assemble, decode_body
+from kvprobe.capture.redact import hash_only as hash_only_body, redact_secrets, redact_text
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import TraceRecord, TraceWriter
+
+SESSION_HEADER = "x-kvprobe-session"
+AGENT_HEADER = "x-kvprobe-agent"
+SESSION_ENV, AGENT_ENV = "KVPROBE_SESSION", "KVPROBE_AGENT"
+# Request headers worth keeping: they change what the provider caches or bills. Nothing else is stored.
+KEPT_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta")
+REQUEST_ID_HEADERS = ("request-id", "x-request-id")
+NOT_RECORDED_SUFFIXES = ("/count_tokens",)  # free estimates, not cache events
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What one request/response looked like on the wire."""
+
+    method: str
+    path: str  # upstream path, e.g. /v1/messages
+    request_headers: dict[str, str]  # lower-case names
+    request_body: bytes
+    started_at: float
+    provider_hint: str | None = None
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: bytearray = field(default_factory=bytearray)  # as received (content-encoded)
+    first_byte_at: float | None = None
+    finished_at: float | None = None
+    transport_error: str | None = None  # timeout, reset, client gone, interrupted
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    recorded: int = 0
+    not_recorded: int = 0  # not a JSON model request (GET /v1/models, count_tokens, ...)
+    errors: int = 0  # recorded with an error
+
+
+class Recorder:
+    """Appends one record per model request to a JSONL trace; thread-safe."""
+
+    def __init__(self, out: str | Path, *, session: str | None = None, agent: str | None = None,
+                 redact: bool = False, hash_only: bool = False) -> None:
+        self.path = Path(out)
+        self.session = session if session is not None else os.environ.get(SESSION_ENV) or None
+        self.agent = agent if agent is not None else os.environ.get(AGENT_ENV) or None
+        self.redact, self.hash_only = redact, hash_only
+        self.stats = CaptureStats()
+        self._run = secrets.token_hex(3)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._writer = TraceWriter(self.path)
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def next_id(self) -> str:
+        with self._lock:
+            return f"req_{self._run}_{next(self._ids):04d}"
+
+    def record(self, ex: Exchange) -> TraceRecord | None:
+        """Build the exchange's record and append it; None when it is not a model request."""
+        record = build_record(ex, self)
+        with self._lock:
+            if record is None:
+                self.stats.not_recorded += 1
+                return None
+            self.stats.recorded += 1
+            self.stats.errors += record.error is not None
+        self._writer.append(record)
+        return record
+
+
+def _request_json(ex: Exchange) -> dict[str, Any] | None:
+    if ex.method.upper() != "POST" or ex.path.split("?")[0].endswith(NOT_RECORDED_SUFFIXES):
+        return None
+    try:
+        body = orjson.loads(decode_body(ex.request_body, ex.request_headers.get("content-encoding")))
+    except (orjson.JSONDecodeError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _response_part(ex: Exchange) -> tuple[dict[str, Any] | None, str | None, bool]:
+    headers = ex.response_headers
+    try:
+        body = decode_body(bytes(ex.response_body), headers.get("content-encoding"))
+    except (ValueError, Exception) as exc:  # zlib.error on a cut gzip stream
+        return None, f"response body could not be decoded: {exc}", False
+    result = assemble(body, headers.get("content-type"), ex.status)
+    errors = []
+    if ex.status is not None and ex.status >= 400:
+        errors.append(f"HTTP {ex.status}" + (f": {result.error}" if result.error else ""))
+    elif result.error:
+        errors.append(result.error)
+    if ex.transport_error:
+        errors.append(ex.transport_error)
+    return result.response, "; ".join(errors) or None, result.stream
+
+
+def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
+    request = _request_json(ex)
+    if request is None:
+        return None
+    response, error, stream = _response_part(ex)
+    endpoint = ex.path.split("?")[0]
+    provider = infer_provider(request, endpoint, response) or ex.provider_hint
+    if ex.provider_hint == "deepseek" and provider == "openai":
+        provider = "deepseek"
+    model = request.get("model") if isinstance(request.get("model"), str) else None
+    if rec.redact:
+        request, response = redact_secrets(request), redact_secrets(response)
+        error = redact_text(error) if error else error
+    if rec.hash_only:
+        request = hash_only_body(request, provider, model)
+        response = hash_only_body(response, provider, model) if response is not None else None
+    if response is None:
+        response = {}
+    extra: dict[str, Any] = {"http_status": ex.status, "stream": stream}
+    kept = {k: ex.request_headers[k] for k in KEPT_REQUEST_HEADERS if k in ex.request_headers}
+    if kept:
+        extra["request_headers"] = kept
+    for name in REQUEST_ID_HEADERS:
+        if name in ex.response_headers:
+            extra["upstream_request_id"] = ex.response_headers[name]
+            break
+    if rec.hash_only or rec.redact:
+        extra["capture"] = {"hash_only": rec.hash_only, "redact": rec.redact}
+    return TraceRecord(
+        id=rec.next_id(), provider=provider, started_at=ex.started_at, request=request, response=response,
+        session=ex.request_headers.get(SESSION_HEADER) or rec.session,
+        agent=ex.request_headers.get(AGENT_HEADER) or rec.agent, endpoint=endpoint,
+        first_token_at=ex.first_byte_at, finished_at=ex.finished_at, error=error, extra=extra)

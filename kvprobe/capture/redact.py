@@ -1,0 +1,124 @@
+"""Keep secrets and, on request, all prompt text out of traces.
+
+* `redact_secrets` scrubs credentials that agents paste into prompts or tool output: provider API keys,
+  bearer tokens, cloud and VCS credentials, private keys. Equal secrets get equal placeholders, so cache
+  identity (what diff/report compare) is unchanged by redaction.
+* `hash_only` replaces every piece of text by a marker holding a digest of the text, padded with filler
+  tokens so that the marker counts as many tokens as the text did (with the counting encoding kvprobe uses
+  for that model). Prefix identity, block structure, cache markers and token positions survive, so diff,
+  report and what-if still work; the text does not.
+
+HTTP headers never reach a trace at all: the recorder keeps only an allowlist of harmless ones.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import xxhash
+
+from kvprobe.catalog import rules_for
+from kvprobe.tokens import counter_for
+
+_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("anthropic", re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}")),
+    ("openai", re.compile(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
+    ("aws-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b")),
+    ("aws-cred", re.compile(r"(?i)(aws_secret_access_key|aws_session_token)(\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{20,}")),
+    ("google", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
+    ("github", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
+    ("slack", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}\b")),
+    ("stripe", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b")),
+    ("private-key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    ("bearer", re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9_\-\.=~+/]{16,}")),
+    ("credential", re.compile(r"(?i)\b(password|passwd|api[_-]?key|secret|token)(\s*[=:]\s*[\"']?)[^\s\"',;]{8,}")),
+]
+_KEEP_GROUPS = {"aws-cred", "bearer", "credential"}  # keep the "name = " part, scrub the value
+_QUICK = re.compile(r"sk-|AKIA|ASIA|AGPA|AIDA|AROA|AIza|gh[pousr]_|github_pat_|xox|_live_|_test_|PRIVATE KEY|eyJ|"
+                    r"(?i:bearer|secret|passw|api.?key|token|aws_)")
+
+
+def _placeholder(kind: str, secret: str) -> str:
+    return f"[REDACTED:{kind}#{xxhash.xxh3_64_hexdigest(secret.encode('utf-8', 'surrogatepass'))[:8]}]"
+
+
+def _scrub(kind: str, match: re.Match[str]) -> str:
+    if kind in _KEEP_GROUPS:  # keep "password = " / "Bearer ", scrub what follows
+        keep = "".join(g or "" for g in match.groups())
+        return keep + _placeholder(kind, match.group(0)[len(keep):])
+    return _placeholder(kind, match.group(0))
+
+
+def redact_text(text: str) -> str:
+    """Scrub credentials from one string."""
+    if not _QUICK.search(text):
+        return text
+    for kind, pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m, k=kind: _scrub(k, m), text)
+    return text
+
+
+def redact_secrets(value: Any) -> Any:
+    """The same JSON value with credentials scrubbed from every string (keys included)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {redact_text(k) if isinstance(k, str) else k: redact_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_secrets(v) for v in value]
+    return value
+
+
+# Strings under these keys are structure, not text: they stay so requests still render and compare.
+STRUCTURAL_KEYS = frozenset({
+    "model", "role", "type", "id", "tool_use_id", "call_id", "tool_call_id", "name", "ttl", "media_type",
+    "stop_reason", "finish_reason", "stop_sequence", "object", "status", "format", "mode", "detail",
+    "tool_choice", "cache_control", "prompt_cache_breakpoint", "prompt_cache_key", "prompt_cache_retention",
+    "service_tier", "reasoning_effort", "effort", "budget_tokens", "encoding_format", "signature", "usage",
+    "stream_options", "response_format", "thinking", "metadata",
+})
+# Thinking text lives under "thinking" too, but as a string inside a content block, not the parameter.
+_TEXT_UNDER_STRUCTURAL = frozenset({"thinking"})
+_PAYLOAD_KEYS = frozenset({"data", "image_url", "file_data", "url"})
+MARKER_PREFIX = "#kvprobe-hash:"
+
+
+class HashOnly:
+    """Replaces text by digest markers with the same token count, for one provider and model."""
+
+    def __init__(self, provider: str | None, model: str | None) -> None:
+        self._counter = counter_for(rules_for(provider or "anthropic", model))
+        self._filler_cache: dict[str, str] = {}
+
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        marker = f"{MARKER_PREFIX}{xxhash.xxh3_64_hexdigest(text.encode('utf-8', 'surrogatepass'))}"
+        cached = self._filler_cache.get(text)
+        if cached is not None:
+            return cached
+        want = self._counter.raw_count(text)
+        have = self._counter.raw_count(marker)
+        out = marker + " x" * max(want - have, 0)  # " x" is one token per repeat in every BPE we use
+        if len(text) > 64:
+            self._filler_cache[text] = out
+        return out
+
+    def value(self, value: Any, key: str | None = None) -> Any:
+        if isinstance(value, str):
+            if key in _PAYLOAD_KEYS:
+                return f"{MARKER_PREFIX}{xxhash.xxh3_64_hexdigest(value)}"
+            return value if key in STRUCTURAL_KEYS and key not in _TEXT_UNDER_STRUCTURAL else self.text(value)
+        if isinstance(value, dict):
+            if key in STRUCTURAL_KEYS and key != "thinking":
+                return value
+            return {k: self.value(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v, key if key in ("content", "input", "system") else None) for v in value]
+        return value
+
+
+def hash_only(body: Any, provider: str | None, model: str | None) -> Any:
+    """A request or response body with every text replaced by a same-length-in-tokens digest marker."""
+    return HashOnly(provider, model).value(body)

@@ -1,0 +1,111 @@
+"""The little of HTTP/1.1 the proxy needs: message heads and chunked framing (RFC 9112)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ProtocolError(Exception):
+    """A peer sent something that is not HTTP/1.1."""
+
+
+@dataclass(slots=True)
+class Head:
+    start: list[str]  # request: method, target, version; response: version, status, reason
+    headers: list[tuple[str, str]]  # as sent (names keep their case)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return default
+
+    def lower_dict(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers}
+
+    def tokens(self, name: str) -> set[str]:
+        """Comma-separated values of a header, lower-cased (Connection, Transfer-Encoding)."""
+        found: set[str] = set()
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                found.update(t.strip().lower() for t in value.split(",") if t.strip())
+        return found
+
+
+def parse_head(raw: bytes, request: bool) -> Head:
+    text = raw.decode("latin-1")
+    lines = text.split("\r\n")
+    first = lines[0].split(" ", 2)
+    if request and (len(first) != 3 or not first[2].startswith("HTTP/1.")):
+        raise ProtocolError(f"bad request line {lines[0][:80]!r}")
+    if not request and (len(first) < 2 or not first[0].startswith("HTTP/1.") or not first[1].isdigit()):
+        raise ProtocolError(f"bad status line {lines[0][:80]!r}")
+    headers = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise ProtocolError(f"bad header line {line[:80]!r}")
+        headers.append((name, value.strip()))
+    return Head(first, headers)
+
+
+def content_length(head: Head) -> int | None:
+    value = head.get("content-length")
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise ProtocolError(f"bad Content-Length {value!r}")
+    return int(value)
+
+
+class ChunkedDecoder:
+    """Incremental decoder of a chunked body: feed raw bytes, collect the payload, know where it ends."""
+
+    __slots__ = ("_buf", "_remaining", "_state", "done", "body")
+
+    def __init__(self, body: bytearray | None = None) -> None:
+        self._buf = bytearray()
+        self._remaining = 0
+        self._state = "size"
+        self.done = False
+        self.body = body if body is not None else bytearray()  # the decoded payload is appended here
+
+    def feed(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        while not self.done:
+            if self._state == "data":
+                take = min(self._remaining, len(buf))
+                self.body += buf[:take]
+                del buf[:take]
+                self._remaining -= take
+                if self._remaining:
+                    return
+                self._state = "crlf"
+                continue
+            if self._state == "crlf":
+                if len(buf) < 2:
+                    return
+                if buf[:2] != b"\r\n":
+                    raise ProtocolError("chunk data not followed by CRLF")
+                del buf[:2]
+                self._state = "size"
+                continue
+            end = buf.find(b"\r\n")
+            if end < 0:
+                if len(buf) > 4096:
+                    raise ProtocolError("chunk size line too long")
+                return
+            line = bytes(buf[:end])
+            del buf[:end + 2]
+            if self._state == "trailer":
+                self.done = not line
+                continue
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise ProtocolError(f"bad chunk size {line[:40]!r}") from None
+            self._state, self._remaining = ("trailer", 0) if size == 0 else ("data", size)

@@ -1,0 +1,179 @@
+"""`report`: simulate traces, diagnose every miss, price the task (contracts.md §3)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kvprobe.analysis.costing import miss_cost, price_results
+from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.simulate import RequestResult, simulate
+from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
+from kvprobe.pricing import PriceBook
+from kvprobe.request import RenderedRequest, render_request
+from kvprobe.trace import ReadStats, TraceRecord, read_trace
+from kvprobe.trace.reader import read_record_at
+from kvprobe.trace.record import format_time
+from kvprobe.usage import Usage
+
+
+@dataclass(slots=True)
+class Filters:
+    session: str | None = None
+    agent: str | None = None
+    since: float | None = None
+
+    def keep(self, r: RequestResult) -> bool:
+        return ((self.session is None or r.sk.session == self.session)
+                and (self.agent is None or r.sk.agent == self.agent)
+                and (self.since is None or r.sk.started_at >= self.since))
+
+
+@dataclass(slots=True)
+class Miss:
+    result: RequestResult
+    input_equivalent: float
+    usd: float | None
+
+
+@dataclass(slots=True)
+class Report:
+    results: list[RequestResult]
+    misses: list[Miss]
+    stats: list[tuple[str, ReadStats]] = field(default_factory=list)
+    unknown_models: list[str] = field(default_factory=list)
+    unpriced_models: list[str] = field(default_factory=list)
+    fixes: list[dict[str, Any]] = field(default_factory=list)
+    with_all_fixes: dict[str, Any] | None = None
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        return summarize(self.results)
+
+    def groups(self, key: Callable[[RequestResult], str]) -> dict[str, dict[str, Any]]:
+        grouped: dict[str, list[RequestResult]] = {}
+        for r in self.results:
+            grouped.setdefault(key(r), []).append(r)
+        return {k: summarize(v) for k, v in grouped.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "totals": self.totals,
+            "requests": [request_json(r) for r in self.results],
+            "sessions": self.groups(lambda r: r.sk.session),
+            "agents": self.groups(lambda r: r.sk.agent),
+            "misses": [{"id": m.result.sk.id, "input_equivalent_tokens": round(m.input_equivalent, 1),
+                        "usd": _usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
+                        "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
+                        "what_to_do": ADVICE.get(m.result.diagnoses[0].kind, "") if m.result.diagnoses else ""}
+                       for m in self.misses],
+            "fixes": self.fixes,
+            "with_all_fixes": self.with_all_fixes,
+            "inputs": [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
+                       for name, s in self.stats],
+            "unknown_models": self.unknown_models,
+            "unpriced_models": self.unpriced_models,
+        }
+
+
+def _usd(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def summarize(results: list[RequestResult]) -> dict[str, Any]:
+    total = sum((r.usage for r in results), Usage())
+    costs = [r.cost_usd for r in results]
+    return {
+        "requests": len(results),
+        "input_tokens": total.input_tokens,
+        "cache_read_tokens": total.cache_read_tokens,
+        "cache_write_tokens": total.cache_write_tokens,
+        "cache_write_5m_tokens": total.cache_write_5m_tokens,
+        "cache_write_1h_tokens": total.cache_write_1h_tokens,
+        "fresh_input_tokens": total.fresh_input_tokens,
+        "output_tokens": total.output_tokens,
+        "token_hit_ratio": round(total.cache_read_tokens / total.input_tokens, 4) if total.input_tokens else 0.0,
+        "input_equivalent_tokens": round(sum(r.input_equivalent for r in results), 1),
+        "cost_usd": _usd(sum(c for c in costs if c is not None)),
+        "unpriced_requests": sum(c is None for c in costs),
+        "cold_start_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "cold_start"),
+        "rebuild_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "rebuild"),
+        "missed_read_tokens": sum(r.missed_tokens for r in results),
+    }
+
+
+def request_json(r: RequestResult) -> dict[str, Any]:
+    u, p = r.usage, r.predicted
+    return {
+        "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "started_at": format_time(r.sk.started_at),
+        "provider": r.sk.provider, "model": r.sk.model, "model_known": r.rules.known_model,
+        "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
+        "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
+        "output_tokens": u.output_tokens, "cost_usd": _usd(r.cost_usd), "cost_source": r.cost_source,
+        "input_equivalent_tokens": round(r.input_equivalent, 1), "observed": r.observed,
+        "tokens_source": r.tokens_source, "ideal_read_tokens": r.ideal_read_tokens,
+        "ideal_content_read_tokens": r.ideal_content_tokens, "missed_read_tokens": r.missed_tokens,
+        "write_kind": r.write_kind,
+        "predicted": None if p is None else {"cache_read_tokens": p.cache_read_tokens,
+                                             "cache_write_tokens": p.cache_write_tokens,
+                                             "fresh_input_tokens": p.fresh_input_tokens},
+        "diagnoses": [d.to_json() for d in r.diagnoses],
+    }
+
+
+def _reread_factory() -> Callable[[Skeleton], RenderedRequest | None]:
+    @lru_cache(maxsize=64)
+    def reread_at(source: str, offset: int) -> RenderedRequest | None:
+        rec = read_record_at(source, offset)
+        return render_request(rec.request, rec.provider, rec.endpoint, rec.response) if rec.request else None
+
+    def reread(sk: Skeleton) -> RenderedRequest | None:
+        if sk.source is None or sk.offset is None or not Path(sk.source).is_file():
+            return None
+        return reread_at(sk.source, sk.offset)
+    return reread
+
+
+def records_from(paths: Iterable[str | Path], stats_out: list[tuple[str, ReadStats]],
+                 progress: Callable[[int], None] | None = None) -> Iterator[TraceRecord]:
+    """Records of every input, ids made unique across files."""
+    seen: set[str] = set()
+    multi = len(list(paths)) > 1 if not isinstance(paths, Iterator) else True
+    for path in paths:
+        stats = ReadStats()
+        stats_out.append((str(path), stats))
+        last = 0
+        for rec in read_trace(path, stats=stats):
+            if multi and rec.id in seen:
+                rec.id = f"{Path(path).stem}:{rec.id}"
+            seen.add(rec.id)
+            if progress:
+                progress(stats.bytes_read - last)
+                last = stats.bytes_read
+            yield rec
+
+
+def build_report(paths: list[str | Path], *, filters: Filters | None = None, prices: PriceBook | None = None,
+                 progress: Callable[[int], None] | None = None, top: int = 10,
+                 records: Iterable[TraceRecord] | None = None) -> Report:
+    """Simulate, diagnose and price the traces at `paths` (or the given records)."""
+    prices = prices or PriceBook()
+    stats: list[tuple[str, ReadStats]] = []
+    store = BlockStore()
+    source = records if records is not None else records_from(paths, stats, progress)
+    sks = list(skeletons(source, store))
+    results = simulate(sks, _reread_factory(), store)
+    price_results(results, prices)
+    if filters:
+        results = [r for r in results if filters.keep(r)]
+    misses = []
+    for r in results:
+        if r.diagnoses and r.missed_tokens > 0:
+            ie, usd = miss_cost(r, prices)
+            misses.append(Miss(r, ie, usd))
+    misses.sort(key=lambda m: -m.input_equivalent)
+    unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
+    return Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models))
