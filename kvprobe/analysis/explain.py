@@ -91,9 +91,9 @@ def _missing_breakpoint(result: "RequestResult") -> Diagnosis:
     req = result.sk.request
     assert req is not None
     if not req.breakpoints:
-        return Diagnosis("missing_breakpoint", f"no cache breakpoint in this request: the {result.ideal_read_tokens:,} "
+        return Diagnosis("missing_breakpoint", f"no cache breakpoint in this request: the {result.reusable_tokens:,} "
                          "reusable tokens cannot be read")
-    return Diagnosis("missing_breakpoint", f"{result.ideal_read_tokens:,} tokens were sent before but never written at "
+    return Diagnosis("missing_breakpoint", f"{result.reusable_tokens:,} tokens were sent before but never written at "
                      "a breakpoint, so no entry covers them; mark the end of the shared prefix")
 
 
@@ -122,16 +122,16 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
         if change:
             out.append(change)
     out += _from_evidence(result)
-    short = result.usage.cache_read_tokens + _tol(result) < result.ideal_read_tokens
+    short = result.usage.cache_read_tokens + _tol(result) < result.reusable_tokens
     if not out and short and result.sk.provider in ("anthropic", "local") and \
-            result.predicted.cache_read_tokens + _tol(result) < result.ideal_read_tokens:
+            result.predicted.cache_read_tokens + _tol(result) < result.reusable_tokens:
         out.append(_missing_breakpoint(result))
     mismatch = _mismatch(result)
     if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):
         out.append(mismatch)
     if not out and short:
         out.append(Diagnosis("unexplained", f"read {result.usage.cache_read_tokens:,} of "
-                             f"{result.ideal_read_tokens:,} reusable tokens and no rule explains it"))
+                             f"{result.reusable_tokens:,} reusable tokens and no rule explains it"))
     return out
 
 

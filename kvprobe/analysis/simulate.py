@@ -34,11 +34,17 @@ class RequestResult:
     cost_source: str = "unknown"
     input_equivalent: float = 0.0
     ideal_content_tokens: int = 0  # what an ideal cache would read had no identity parameter changed
+    stream_tokens: int = 0  # what the previous request of this session/agent left cached, had nothing changed
+
+    @property
+    def reusable_tokens(self) -> int:
+        """The most this request could have read: the best of the three ideals."""
+        best = max(self.ideal_read_tokens, self.ideal_content_tokens, self.stream_tokens)
+        return min(best, self.usage.input_tokens)
 
     @property
     def missed_tokens(self) -> int:
-        ideal = max(self.ideal_read_tokens, self.ideal_content_tokens)
-        return max(min(ideal, self.usage.input_tokens) - self.usage.cache_read_tokens, 0)
+        return max(self.reusable_tokens - self.usage.cache_read_tokens, 0)
 
 
 def tolerance(rules: ModelRules) -> int:
@@ -95,8 +101,9 @@ class Simulator:
                                      pred.cache_write_1h_tokens, 0)
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
                                ideal_content_tokens=ideal_content)
-        result.write_kind = _write_kind(usage, ideal_key, tolerance(rules))
         prev = self.previous.get((sk.session, sk.agent))
+        result.stream_tokens = _stream_tokens(prev)
+        result.write_kind = _write_kind(usage, result.reusable_tokens, tolerance(rules))
         result.diagnoses = self._diagnose(result, prev, ideal_content)
         self.previous[(sk.session, sk.agent)] = result
         return result
@@ -104,7 +111,7 @@ class Simulator:
     def _diagnose(self, result: RequestResult, prev: RequestResult | None, ideal_content: int) -> list[Diagnosis]:
         sk, tol = result.sk, tolerance(result.rules)
         reported = [from_provider_reason(sk.observed.miss_reason)] if sk.observed and sk.observed.miss_reason else []
-        short = result.usage.cache_read_tokens + tol < max(result.ideal_read_tokens, ideal_content)
+        short = result.usage.cache_read_tokens + tol < result.reusable_tokens
         mismatch = result.observed and result.predicted is not None and \
             abs(result.usage.cache_read_tokens - result.predicted.cache_read_tokens) > tol
         if not short and not mismatch and not reported:
@@ -128,6 +135,18 @@ class Simulator:
             result.diagnoses = explain_usage_only(result, prev)
         self.previous[(sk.session, sk.agent)] = result
         return result
+
+
+def _stream_tokens(prev: RequestResult | None) -> int:
+    """Tokens the previous request of the stream left in cache (through its last breakpoint, or all)."""
+    if prev is None or prev.sk.request is None:
+        return 0
+    req = prev.sk.request
+    if prev.sk.provider in ("anthropic", "local"):
+        end = req.breakpoint_indices[-1] + 1 if req.breakpoints else 0
+    else:
+        end = len(req.blocks)
+    return sum(b.tokens for b in req.blocks[:end])
 
 
 def _write_kind(usage: Usage, ideal: int, tol: int) -> str:

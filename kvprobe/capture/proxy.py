@@ -156,6 +156,7 @@ class CaptureProxy:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        closed = asyncio.ensure_future(_closed(writer))  # resolves when the client goes away
         try:
             while True:
                 try:
@@ -167,7 +168,7 @@ class CaptureProxy:
                     return
                 self._busy.add(task)
                 try:
-                    keep = await self._handle(raw, reader, writer)
+                    keep = await self._handle(raw, reader, writer, closed)
                 finally:
                     self._busy.discard(task)
                 if not keep:
@@ -176,9 +177,11 @@ class CaptureProxy:
             pass
         finally:
             self._tasks.discard(task)
+            closed.cancel()
             writer.close()
 
-    async def _handle(self, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _handle(self, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      closed: asyncio.Future) -> bool:
         try:
             head = parse_head(raw, request=True)
             body = await _read_request_body(head, reader, writer)
@@ -187,14 +190,15 @@ class CaptureProxy:
             return False
         method, target, version = head.start
         provider, upstream, path = self._route(target, head)
-        lower = head.lower_dict()
-        ex = Exchange(method, path, lower, body, time.time(), provider_hint=provider)
+        ex = Exchange(method, path, head.lower_dict(), body, time.time(), provider_hint=provider)
         keep = version == "HTTP/1.1" and "close" not in head.tokens("connection")
         try:
-            keep = await self._forward(ex, head, upstream, writer) and keep
+            keep = await self._forward(ex, head, upstream, writer, closed) and keep
         except asyncio.CancelledError:
             ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
-            keep = False
+            raise
+        except (ClientGone, ConnectionError):
+            ex.transport_error = ex.transport_error or "client disconnected before the response ended"
             raise
         finally:
             ex.finished_at = ex.finished_at or time.time()
@@ -220,18 +224,22 @@ class CaptureProxy:
             lines.append(f"Content-Length: {len(body)}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    async def _forward(self, ex: Exchange, head: Head, up: Upstream, writer: asyncio.StreamWriter) -> bool:
+    async def _forward(self, ex: Exchange, head: Head, up: Upstream, writer: asyncio.StreamWriter,
+                       closed: asyncio.Future) -> bool:
         request = self._upstream_head(head, up, ex.path, ex.request_body) + ex.request_body
         for attempt in (0, 1):
             try:
-                ureader, uwriter, reused = await asyncio.wait_for(self._pool.get(up), self.timeout)
+                ureader, uwriter, reused = await _race(self._pool.get(up), closed, self.timeout)
             except (OSError, asyncio.TimeoutError) as exc:
                 ex.transport_error = f"could not connect to {up.host_header}: {exc or type(exc).__name__}"
                 await _simple_response(writer, 502, ex.transport_error)
                 return False
+            except ClientGone:
+                ex.transport_error = "client disconnected before the response began"
+                raise
             try:
                 uwriter.write(request)
-                raw = await asyncio.wait_for(ureader.readuntil(b"\r\n\r\n"), self.timeout)
+                raw = await _race(ureader.readuntil(b"\r\n\r\n"), closed, self.timeout)
                 break
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
                 uwriter.close()
@@ -250,10 +258,15 @@ class CaptureProxy:
                 ex.transport_error = "upstream response head too large"
                 await _simple_response(writer, 502, ex.transport_error)
                 return False
-        return await self._relay(ex, raw, (ureader, uwriter), up, writer)
+            except BaseException:  # the client left, or capture is stopping: the upstream call is abandoned
+                uwriter.close()
+                if ex.transport_error is None and closed.done():
+                    ex.transport_error = "client disconnected before the response began"
+                raise
+        return await self._relay(ex, raw, (ureader, uwriter), up, writer, closed)
 
     async def _relay(self, ex: Exchange, raw_head: bytes, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                     up: Upstream, writer: asyncio.StreamWriter) -> bool:
+                     up: Upstream, writer: asyncio.StreamWriter, closed: asyncio.Future) -> bool:
         ureader, uwriter = conn
         try:
             head = parse_head(raw_head, request=False)
@@ -267,35 +280,40 @@ class CaptureProxy:
         ex.response_headers = head.lower_dict()
         chunked = "chunked" in head.tokens("transfer-encoding")
         no_body = ex.method == "HEAD" or ex.status in (204, 304) or 100 <= ex.status < 200
-        _send(writer, raw_head)
-        complete = no_body or (length == 0 and not chunked)
-        if not complete:
-            complete = await self._relay_body(ex, ureader, writer,
-                                              ChunkedDecoder(ex.response_body) if chunked else None,
-                                              None if chunked else length)
-        reusable = complete and (chunked or length is not None) and "close" not in head.tokens("connection")
-        if reusable:
-            self._pool.put(up, conn)
-        else:
-            uwriter.close()
+        complete = False
+        try:
+            _send(writer, raw_head)
+            complete = no_body or (length == 0 and not chunked)
+            if not complete:
+                complete = await self._relay_body(ex, ureader, writer, closed,
+                                                  ChunkedDecoder(ex.response_body) if chunked else None,
+                                                  None if chunked else length)
+        finally:
+            if complete and (chunked or length is not None) and "close" not in head.tokens("connection"):
+                self._pool.put(up, conn)
+            else:
+                uwriter.close()
         if not complete:
             raise ClientGone  # the response was cut: close the client connection so it sees the cut too
         await _drain(writer)
         return "close" not in head.tokens("connection")
 
     async def _relay_body(self, ex: Exchange, ureader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          chunked: ChunkedDecoder | None, length: int | None) -> bool:
+                          closed: asyncio.Future, chunked: ChunkedDecoder | None, length: int | None) -> bool:
         left = length
         body = ex.response_body
         while True:
             try:
-                data = await asyncio.wait_for(ureader.read(READ_SIZE if left is None else min(left, READ_SIZE)),
-                                              self.timeout)
+                data = await _race(ureader.read(READ_SIZE if left is None else min(left, READ_SIZE)), closed,
+                                   self.timeout)
             except asyncio.TimeoutError:
                 ex.transport_error = f"upstream timed out after {self.timeout:g}s mid-response"
                 return False
             except ConnectionError as exc:
                 ex.transport_error = f"upstream connection lost mid-response: {exc!r}"
+                return False
+            except ClientGone:
+                ex.transport_error = "client disconnected before the response ended"
                 return False
             if not data:
                 if chunked is None and left is None:
@@ -324,6 +342,27 @@ class CaptureProxy:
                         return await _drain_ok(writer, ex)
             if writer.transport.get_write_buffer_size() > 1 << 20 and not await _drain_ok(writer, ex):
                 return False
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
+async def _race(aw, closed: asyncio.Future, timeout: float):
+    """Await `aw` unless the client goes away first (ClientGone) or `timeout` passes (TimeoutError)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait((task, closed), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    if closed in done:
+        raise ClientGone
+    raise asyncio.TimeoutError
 
 
 def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
