@@ -1,0 +1,57 @@
+"""The bundled SmolLM2-135M-Instruct (Q4_1 GGUF): known answers, tokenizer, and cache exactness in float32."""
+
+import pytest
+
+from localengine import Engine
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(model="smollm2-135m-instruct", device="cpu", dtype="float32")
+
+
+def test_capital_of_france_is_paris(engine):
+    # Guards the Q/K un-permutation: with it wrong the model answers with an immediate end token.
+    ids = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    result = engine.generate(ids, max_tokens=20)
+    assert "Paris" in result.text
+    assert result.finish_reason == "stop" and result.token_ids[-1] == engine.tokenizer.token_to_id("<|im_end|>")
+
+
+def test_cached_prefix_logits_match_uncached_in_float32(engine):
+    system = "You are a meticulous assistant. Answer in one short sentence and never use lists."
+    ids = engine.apply_chat_template(
+        [{"role": "user", "content": "Write a short story about a dragon who learns to bake bread."}], system=system
+    )
+    cold = engine.logits(ids, use_prefix_cache=False)
+    warm = engine.logits(ids)
+    assert warm.num_cached_tokens == (len(ids) - 1) // 16 * 16 > 0
+    assert (warm.logits - cold.logits).abs().max().item() <= 1e-4
+
+
+def test_chat_template_matches_smollm2_format(engine):
+    ids = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
+    text = engine.tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert ids.count(engine.tokenizer.token_to_id("<|im_start|>")) == 3
+
+
+def test_tokenizer_splits_digits_and_round_trips(engine):
+    tok = engine.tokenizer
+    assert len(tok.encode("2024")) == 4  # llama.cpp's "smollm" pre-tokenizer: one token per digit
+    assert tok.encode(" hello") == [tok.token_to_id("Ġhello")]
+    for text in ("Hello, world!", "naïve café — 漢字 ✓\n\tend", "x = 3.14159 * r**2"):
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_second_turn_reuses_the_first_turn(engine):
+    first_turn = [{"role": "user", "content": "Name a primary colour."}]
+    first = engine.generate(engine.apply_chat_template(first_turn), max_tokens=12)
+    conversation = first_turn + [
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And another one?"},
+    ]
+    second = engine.generate(engine.apply_chat_template(conversation), max_tokens=12)
+    assert second.num_cached_tokens >= 32
+    assert second.text.strip()
