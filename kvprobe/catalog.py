@@ -87,8 +87,11 @@ class ModelRules:
 def providers_dir() -> Path:
     """Where the rule files are: $KVPROBE_PROVIDERS_DIR, the wheel's copy, or the repository's."""
     env = os.environ.get("KVPROBE_PROVIDERS_DIR")
-    if env:
-        return Path(env)
+    return Path(env) if env else _default_providers_dir()
+
+
+@lru_cache(maxsize=1)
+def _default_providers_dir() -> Path:
     packaged = Path(__file__).parent / "_providers"
     if packaged.is_dir():
         return packaged
@@ -156,8 +159,12 @@ def load_catalog(directory: Path | None = None) -> dict[str, ProviderCatalog]:
 
 
 def rules_for(provider: str, model: str | None) -> ModelRules:
-    catalogs = load_catalog()
-    cat = catalogs.get(provider)
+    return _rules_for(str(providers_dir()), provider, model)
+
+
+@lru_cache(maxsize=1024)
+def _rules_for(directory: str, provider: str, model: str | None) -> ModelRules:
+    cat = _load_all(directory).get(provider)
     if cat is None:
         return ModelRules(provider, model, None, {})
     return cat.for_model(model)

@@ -30,7 +30,7 @@ class Cost:
 @dataclass(slots=True)
 class PriceBook:
     overrides: dict[str, dict[str, float]] = field(default_factory=dict)
-    _memo: dict[tuple, Cost] = field(default_factory=dict)
+    _memo: dict[tuple, Any] = field(default_factory=dict)
     unknown_models: set[str] = field(default_factory=set)
 
     @classmethod
@@ -42,32 +42,58 @@ class PriceBook:
             return Cost(0.0, "local")
         if model and model in self.overrides:
             return Cost(_override_cost(self.overrides[model], usage), "price-file")
-        key = (provider, model, usage.input_tokens, usage.cache_read_tokens, usage.cache_write_5m_tokens,
-               usage.cache_write_1h_tokens, usage.output_tokens, int(when // 86400) if when else None)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = self._dataset_cost(provider, model, usage, when)
-        return hit
-
-    def _dataset_cost(self, provider: str | None, model: str | None, usage: Usage, when: float | None) -> Cost:
-        from genai_prices import Usage as GUsage, calc_price  # imported lazily: ~0.15 s
-
         if not model:
             return Cost(None, "unknown")
-        kwargs: dict[str, Any] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                                  "cache_read_tokens": usage.cache_read_tokens}
-        if usage.cache_write_tokens:
-            kwargs["cache_write_tokens"] = usage.cache_write_tokens
-            if usage.cache_write_1h_tokens:
-                kwargs["cache_write_1h_tokens"] = usage.cache_write_1h_tokens
-        stamp = dt.datetime.fromtimestamp(when, dt.timezone.utc) if when else None
-        try:
-            price = calc_price(GUsage(**kwargs), model_ref=model, provider_id=_PROVIDER_IDS.get(provider or ""),
-                               genai_request_timestamp=stamp)
-        except (LookupError, ValueError):
-            self.unknown_models.add(model)
+        day = int(when // 86400) if when else None
+        units = self._unit_prices(provider, model, day, usage.input_tokens)
+        if units is None:
             return Cost(None, "unknown")
-        return Cost(float(price.total_price), "genai-prices")
+        total = (units["fresh"] * usage.fresh_input_tokens + units["read"] * usage.cache_read_tokens
+                 + units["write_5m"] * usage.cache_write_5m_tokens + units["write_1h"] * usage.cache_write_1h_tokens
+                 + units["output"] * usage.output_tokens)
+        return Cost(total, "genai-prices")
+
+    def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
+        """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
+        tiers = self._tier_starts(provider, model, day)
+        if tiers is None:
+            return None
+        tier = sum(1 for start in tiers if input_tokens > start)
+        key = (provider, model, day, tier)
+        if key not in self._memo:
+            n = max(input_tokens, 1)
+            calc = lambda **kw: self._calc(provider, model, day, n, kw)  # noqa: E731
+            base = calc()
+            self._memo[key] = {"fresh": base / n, "read": calc(cache_read_tokens=n) / n,
+                               "write_5m": calc(cache_write_tokens=n) / n,
+                               "write_1h": calc(cache_write_tokens=n, cache_write_1h_tokens=n) / n,
+                               "output": (calc(output_tokens=n) - base) / n}
+        return self._memo[key]
+
+    def _tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
+        key = (provider, model, day, "tiers")
+        if key not in self._memo:
+            from genai_prices.types import TieredPrices  # imported lazily: ~0.3 s
+            try:
+                price = self._price(provider, model, day, {"input_tokens": 1})
+            except (LookupError, ValueError):
+                self.unknown_models.add(model)
+                self._memo[key] = None
+                return None
+            self._memo[key] = sorted({t.start for v in vars(price.model_price).values()
+                                      if isinstance(v, TieredPrices) for t in v.tiers})
+        return self._memo[key]
+
+    def _calc(self, provider: str | None, model: str, day: int | None, n: int, kw: dict[str, int]) -> float:
+        return float(self._price(provider, model, day, {"input_tokens": n, **kw}).total_price)
+
+    @staticmethod
+    def _price(provider: str | None, model: str, day: int | None, usage: dict[str, Any]):
+        from genai_prices import Usage as GUsage, calc_price
+
+        stamp = dt.datetime.fromtimestamp(day * 86400 + 43200, dt.timezone.utc) if day is not None else None
+        return calc_price(GUsage(**usage), model_ref=model, provider_id=_PROVIDER_IDS.get(provider or ""),
+                          genai_request_timestamp=stamp)
 
 
 def _override_cost(prices: dict[str, float], usage: Usage) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from kvprobe.cli import diff_cmd, providers_cmd, report_cmd
+from kvprobe.cli import capture_cmd, import_cmd, usage_cmd
 
 app = typer.Typer(
     name="kvprobe",
@@ -15,6 +16,9 @@ app = typer.Typer(
 app.command("diff")(diff_cmd.diff)
 app.command("providers")(providers_cmd.providers)
 app.command("report")(report_cmd.report)
+app.command("capture", context_settings=capture_cmd.CONTEXT)(capture_cmd.capture)
+app.command("import")(import_cmd.import_)
+app.command("usage")(usage_cmd.usage)
 
 
 def main() -> None:

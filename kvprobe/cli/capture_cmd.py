@@ -1,0 +1,97 @@
+"""`kvprobe capture [OPTIONS] -- COMMAND...` and `kvprobe capture serve`: record an agent's provider calls."""
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from kvprobe.capture.proxy import CaptureProxy
+from kvprobe.capture.runner import make_proxy, run_command, serve
+from kvprobe.cli.common import err, fail, print_json, user_errors
+
+# Options end at the command: `kvprobe capture python agent.py --verbose` passes --verbose to the agent.
+CONTEXT = {"allow_interspersed_args": False}
+
+
+def _summary(proxy: CaptureProxy, out: str, exit_code: int | None) -> dict:
+    stats = proxy.recorder.stats if proxy.recorder else None
+    data = {"out": out, "url": proxy.url, "recorded": stats.recorded if stats else 0,
+            "with_error": stats.errors if stats else 0, "not_recorded": stats.not_recorded if stats else 0}
+    if exit_code is not None:
+        data["exit_code"] = exit_code
+    return data
+
+
+def capture(
+    command: Annotated[list[str] | None, typer.Argument(
+        help="The command to run under the proxy (after --), or 'serve' to run the proxy alone")] = None,
+    out: Annotated[str, typer.Option("--out", "-o", help="Trace file to append to (JSON Lines)")] = "trace.jsonl",
+    session: Annotated[str | None, typer.Option("--session", help="Session name for every record "
+                                                "(X-Kvprobe-Session header or KVPROBE_SESSION otherwise)")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Agent name for every record")] = None,
+    anthropic_upstream: Annotated[str | None, typer.Option(
+        "--anthropic-upstream", help="Anthropic API URL [default: $ANTHROPIC_BASE_URL or https://api.anthropic.com]")] = None,
+    openai_upstream: Annotated[str | None, typer.Option(
+        "--openai-upstream", help="OpenAI API URL [default: $OPENAI_BASE_URL or https://api.openai.com/v1]")] = None,
+    deepseek_upstream: Annotated[str | None, typer.Option(
+        "--deepseek-upstream", help="DeepSeek API URL [default: $DEEPSEEK_BASE_URL or https://api.deepseek.com]")] = None,
+    redact: Annotated[bool, typer.Option("--redact", help="Scrub API keys, tokens and cloud credentials "
+                                         "inside request and response bodies")] = False,
+    hash_only: Annotated[bool, typer.Option("--hash-only", help="Store digests and token counts instead of "
+                                            "prompt text (diff and report still work)")] = False,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback unless told otherwise)")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port)")] = 0,
+    upstream_timeout: Annotated[float, typer.Option("--upstream-timeout", help="Seconds without upstream "
+                                                    "progress before a request is cut")] = 600.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary (and, for serve, "
+                                           "a JSON line with the proxy's URLs when it is ready)")] = False,
+) -> None:
+    """Record every provider request an agent makes, through a local reverse proxy.
+
+    Runs COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and DEEPSEEK_BASE_URL pointed at the proxy, appends
+    one trace record per request to --out, and exits with COMMAND's exit code. API keys and auth headers
+    are never written.
+
+    Example: kvprobe capture --out trace.jsonl --session fix-login -- claude -p "fix the login bug"
+
+    Example: kvprobe capture serve --port 8787 --out trace.jsonl
+    """
+    args = list(command or [])
+    if not args:
+        fail("no command given: kvprobe capture [OPTIONS] -- COMMAND [ARGS...] (or: kvprobe capture serve)")
+    if port < 0 or port > 65535:
+        fail("field '--port': expected a port number between 0 and 65535")
+    upstreams = {"anthropic": anthropic_upstream, "openai": openai_upstream, "deepseek": deepseek_upstream}
+    with user_errors():
+        try:
+            proxy = make_proxy(out, session=session, agent=agent, redact=redact, hash_only=hash_only,
+                               upstreams=upstreams, host=host, port=port, timeout=upstream_timeout)
+        except ValueError as exc:
+            fail(f"field '--*-upstream': {exc}")
+        if args == ["serve"]:
+            serve(proxy, lambda p: _ready(p, out, json_out))
+            code = None
+        else:
+            code = run_command(args, proxy, session=session, agent=agent).exit_code
+    summary = _summary(proxy, out, code)
+    if json_out:
+        print_json(summary)
+    else:
+        err.print(f"kvprobe capture: {summary['recorded']} requests recorded to {out}"
+                  + (f" ({summary['with_error']} with errors)" if summary["with_error"] else ""))
+    if code:
+        raise typer.Exit(code)
+
+
+def _ready(proxy: CaptureProxy, out: str, json_out: bool) -> None:
+    env = proxy.base_urls()
+    if json_out:
+        print_json({"url": proxy.url, "out": out, "env": env})
+        sys.stdout.flush()
+        return
+    err.print(f"kvprobe capture: proxy on {proxy.url}, recording to {out}. Point your agent at it:")
+    for key, value in env.items():
+        err.print(f"  export {key}={value}", soft_wrap=True)
+    err.print("Ctrl-C stops it (requests in flight are recorded first).")

@@ -1,0 +1,144 @@
+"""What every importer shares: per-source counts of records, duplicates and skipped lines (with reasons)."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.trace.record import parse_time
+
+MAX_EXAMPLES = 5
+Progress = Callable[[int], None]  # called with bytes just read
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """One file read by one importer."""
+
+    path: str
+    format: str
+    lines: int = 0  # lines (or entries/spans) looked at
+    records: int = 0
+    duplicates: int = 0  # the same request seen again (repeated lines, resumed sessions, other files)
+    skipped: Counter = field(default_factory=Counter)  # reason -> count
+    examples: list[str] = field(default_factory=list)  # first few "path:line: reason (detail)"
+
+    def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
+        self.skipped[reason] += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            where = f"{self.path}:{line}" if line is not None else self.path
+            self.examples.append(f"{where}: {reason}" + (f" ({detail[:120]})" if detail else ""))
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
+                "duplicates": self.duplicates, "skipped": self.skipped_total,
+                "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """Everything `load_any` read: one entry per source file."""
+
+    sources: list[SourceStats] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.sources)
+
+    @property
+    def skipped(self) -> int:
+        return sum(s.skipped_total for s in self.sources)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(s.duplicates for s in self.sources)
+
+    def reasons(self) -> Counter:
+        total: Counter = Counter()
+        for s in self.sources:
+            total.update(s.skipped)
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "duplicates": self.duplicates, "skipped": self.skipped,
+                "skipped_reasons": dict(self.reasons().most_common()),
+                "sources": [s.to_json() for s in self.sources]}
+
+    def summary(self) -> list[str]:
+        """Human lines: what was read, and every kind of skip with its count."""
+        formats = Counter(s.format for s in self.sources)
+        lines = [f"read {self.records:,} requests from {len(self.sources)} file(s) "
+                 f"({', '.join(f'{n} {f}' for f, n in formats.most_common())})"]
+        if self.duplicates:
+            lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
+        for reason, count in self.reasons().most_common():
+            lines.append(f"skipped {count:,}: {reason}")
+        return lines
+
+
+def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, stripped bytes) of each non-blank line, reporting bytes read."""
+    with path.open("rb") as fh:
+        pending = 0
+        for lineno, raw in enumerate(fh, start=1):
+            pending += len(raw)
+            if progress is not None and pending > 1 << 20:
+                progress(pending)
+                pending = 0
+            raw = raw.strip()
+            if raw:
+                yield lineno, raw
+        if progress is not None and pending:
+            progress(pending)
+
+
+def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> Any:
+    """Decode one JSON line, counting a skip (None) when it is malformed."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        reason = "truncated JSON line" if not raw.endswith((b"}", b"]")) else "invalid JSON line"
+        stats.skip(reason, lineno, str(exc))
+        return None
+
+
+def time_or_none(value: Any) -> float | None:
+    """Epoch seconds from RFC 3339 text or epoch (s/ms/µs/ns guessed by size); None when unusable."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        v = float(value)
+        while v > 1e11:  # ms, µs or ns since the epoch
+            v /= 1000.0
+        return v if v > 0 else None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.replace(".", "", 1).isdigit():
+            return time_or_none(float(text))
+        try:
+            return parse_time(text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text)
+        except ValueError:
+            return None
+    return None
+
+
+def as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, (int, float)) and value == value and abs(value) < 1e15:
+        return max(int(value), 0)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return 0
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
