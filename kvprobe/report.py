@@ -47,6 +47,8 @@ class Report:
     unpriced_models: list[str] = field(default_factory=list)
     fixes: list[dict[str, Any]] = field(default_factory=list)
     with_all_fixes: dict[str, Any] | None = None
+    what_if: Any = None  # whatif.evaluate.WhatIf when fixes were computed
+    notes: list[str] = field(default_factory=list)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -75,6 +77,7 @@ class Report:
                        for name, s in self.stats],
             "unknown_models": self.unknown_models,
             "unpriced_models": self.unpriced_models,
+            "notes": self.notes,
         }
 
 
@@ -157,15 +160,32 @@ def records_from(paths: Iterable[str | Path], stats_out: list[tuple[str, ReadSta
             yield rec
 
 
+FIXES_AUTO_MAX_BYTES = 200_000_000  # what-if keeps whole records in memory: automatic only below this
+
+
 def build_report(paths: list[str | Path], *, filters: Filters | None = None, prices: PriceBook | None = None,
                  progress: Callable[[int], None] | None = None, top: int = 10,
-                 records: Iterable[TraceRecord] | None = None) -> Report:
-    """Simulate, diagnose and price the traces at `paths` (or the given records)."""
+                 records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
+                 predicted_only: bool = False) -> Report:
+    """Simulate, diagnose and price the traces at `paths` (or the given records).
+
+    fixes: True computes what-if fixes, False skips them, None decides by input size.
+    predicted_only: ignore logged usage and report the simulation (compare with a `kvprobe fix` output).
+    """
     prices = prices or PriceBook()
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
     source = records if records is not None else records_from(paths, stats, progress)
-    sks = list(skeletons(source, store))
+    notes = []
+    if fixes is None:
+        size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
+        fixes = size <= FIXES_AUTO_MAX_BYTES
+        if not fixes:
+            notes.append(f"what-if fixes skipped for {size / 1e6:,.0f} MB of input (use --what-if to force)")
+    kept: list[TraceRecord] | None = None
+    if fixes:
+        source = kept = list(source)
+    sks = list(skeletons(source, store, use_observed=not predicted_only))
     results = simulate(sks, _reread_factory(), store)
     price_results(results, prices)
     if filters:
@@ -177,4 +197,23 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
             misses.append(Miss(r, ie, usd))
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
-    return Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models))
+    rep = Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models),
+                 notes=notes)
+    if kept is not None:
+        _add_fixes(rep, kept, prices)
+    return rep
+
+
+def _add_fixes(rep: Report, records: list[TraceRecord], prices: PriceBook) -> None:
+    from kvprobe.whatif.evaluate import evaluate  # only what-if needs it
+
+    what_if = evaluate(records, prices)
+    rep.what_if = what_if
+    rep.fixes = [c.to_json() for c in what_if.fixes]
+    fixed = summarize(what_if.fixed)
+    rep.with_all_fixes = {k: fixed[k] for k in ("requests", "input_tokens", "cache_read_tokens",
+                                                 "cache_write_tokens", "fresh_input_tokens", "token_hit_ratio",
+                                                 "input_equivalent_tokens", "cost_usd")}
+    base = summarize(what_if.baseline)
+    rep.with_all_fixes["baseline_predicted"] = {k: base[k] for k in ("token_hit_ratio",
+                                                                     "input_equivalent_tokens", "cost_usd")}

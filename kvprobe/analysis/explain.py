@@ -97,6 +97,14 @@ def _missing_breakpoint(result: "RequestResult") -> Diagnosis:
                      "a breakpoint, so no entry covers them; mark the end of the shared prefix")
 
 
+def _worth_a_breakpoint(result: "RequestResult") -> bool:
+    """A breakpoint only pays for a sizeable unread span (tails after the last marker are normal)."""
+    assert result.predicted is not None
+    missed = result.reusable_tokens - result.predicted.cache_read_tokens
+    minimum = int(result.rules.get("min_cacheable_tokens", 0))
+    return missed > _tol(result) and (missed >= minimum or missed >= 0.05 * result.usage.input_tokens)
+
+
 def _mismatch(result: "RequestResult") -> Diagnosis | None:
     pred = result.predicted
     if not result.observed or pred is None:
@@ -123,8 +131,7 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
             out.append(change)
     out += _from_evidence(result)
     short = result.usage.cache_read_tokens + _tol(result) < result.reusable_tokens
-    if not out and short and result.sk.provider in ("anthropic", "local") and \
-            result.predicted.cache_read_tokens + _tol(result) < result.reusable_tokens:
+    if not out and short and result.sk.provider in ("anthropic", "local") and _worth_a_breakpoint(result):
         out.append(_missing_breakpoint(result))
     mismatch = _mismatch(result)
     if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):

@@ -98,7 +98,7 @@ class Simulator:
         ideal_key, ideal_content = ideal.longest(req, "cache_key"), ideal.longest(req, "content_hash")
         ideal.add(req, cumulative_tokens(req.blocks))
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
-                                     pred.cache_write_1h_tokens, 0)
+                                     pred.cache_write_1h_tokens, 1 if sk.extra.get("keep_alive") else 0)
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
                                ideal_content_tokens=ideal_content)
         prev = self.previous.get((sk.session, sk.agent))

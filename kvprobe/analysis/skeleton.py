@@ -82,7 +82,8 @@ def _render(record: TraceRecord) -> RenderedRequest:
         raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
 
 
-def skeletons(records: Iterable[TraceRecord], store: BlockStore) -> Iterator[Skeleton]:
+def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
+    """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
     last_start = 0.0
     for order, rec in enumerate(records):
         start = rec.started_at if rec.started_at is not None else last_start + _READABLE_EPSILON
@@ -97,6 +98,6 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore) -> Iterator[Ske
         task = rec.extra.get("task")
         yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
                        req.model if req else rec.model, start, readable, rec.finished_at,
-                       normalize_usage(provider, rec.usage), req, raw, rec.source, rec.line, rec.offset, rec.error,
+                       normalize_usage(provider, rec.usage) if use_observed else None, req, raw, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
-                       {k: rec.extra[k] for k in ("task_passed",) if k in rec.extra})
+                       {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra})

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from kvprobe.cli import diff_cmd, providers_cmd, report_cmd
-from kvprobe.cli import capture_cmd, import_cmd, usage_cmd
+from kvprobe.cli import diff_cmd, fix_cmd, providers_cmd, report_cmd
 
 app = typer.Typer(
     name="kvprobe",
@@ -16,9 +15,7 @@ app = typer.Typer(
 app.command("diff")(diff_cmd.diff)
 app.command("providers")(providers_cmd.providers)
 app.command("report")(report_cmd.report)
-app.command("capture", context_settings=capture_cmd.CONTEXT)(capture_cmd.capture)
-app.command("import")(import_cmd.import_)
-app.command("usage")(usage_cmd.usage)
+app.command("fix")(fix_cmd.fix)
 
 
 def main() -> None:

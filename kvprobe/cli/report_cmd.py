@@ -28,6 +28,10 @@ def report(
     since: Annotated[str | None, typer.Option("--since", help="Only requests started at/after (RFC 3339)")] = None,
     price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     top: Annotated[int, typer.Option("--top", help="How many costliest misses to list")] = 10,
+    what_if: Annotated[bool, typer.Option("--what-if", help="Show before/after with every fix applied "
+                                          "(forces fixes on large inputs)")] = False,
+    no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
+    predicted: Annotated[bool, typer.Option("--predicted", help="Ignore logged usage; report the simulation")] = False,
 ) -> None:
     """Simulate each provider's cache over a trace, compare with observed usage, explain every miss and
     price the task.
@@ -37,13 +41,17 @@ def report(
     with user_errors():
         filters = Filters(session, agent, _since(since))
         prices = PriceBook.from_file(price_file)
-        rep = _build(traces, filters, prices, top, show_progress=not json_out)
+        fixes = False if no_fixes else (True if what_if else None)
+        rep = _build(traces, filters, prices, top, not json_out, fixes, predicted)
     if json_out:
         print_json(rep.to_json())
     elif markdown:
         out.print(to_markdown(rep), markup=False, highlight=False, soft_wrap=True)
     else:
         render(rep)
+        render_fixes(rep)
+        if what_if:
+            render_what_if(rep)
 
 
 def _since(value: str | None) -> float | None:
@@ -55,15 +63,16 @@ def _since(value: str | None) -> float | None:
         raise InputError(f"expected an RFC 3339 time, got {value!r}", field="--since") from None
 
 
-def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool) -> Report:
+def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool,
+           fixes: bool | None, predicted: bool) -> Report:
     total = sum(p.stat().st_size for p in traces if p.is_file())
+    kwargs = {"filters": filters, "prices": prices, "top": top, "fixes": fixes, "predicted_only": predicted}
     if not show_progress or total < PROGRESS_MIN_BYTES:
-        return build_report(traces, filters=filters, prices=prices, top=top)
+        return build_report(traces, **kwargs)
     columns = (TextColumn("reading"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("read", total=total)
-        return build_report(traces, filters=filters, prices=prices, top=top,
-                            progress=lambda n: bar.advance(task, n))
+        return build_report(traces, progress=lambda n: bar.advance(task, n), **kwargs)
 
 
 def _money(v: float | None) -> str:
@@ -115,7 +124,42 @@ def _render_misses(rep: Report) -> None:
         out.print(Text(f"    what to do: {ADVICE.get(d.kind, '')}", style="cyan"))
 
 
+def render_fixes(rep: Report) -> None:
+    if not rep.fixes:
+        return
+    out.print(Text("Fixes (each priced by re-simulating the whole trace with only that change)", style="bold"))
+    for fix in rep.fixes:
+        out.print(Text.assemble("  ", (fix["kind"], "magenta"), f" ({', '.join(fix['requests'])}): saves ",
+                                (f"{_money(fix['saving_usd'])}", "bold green"),
+                                f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents)"))
+        out.print(Text(f"    {fix['detail']}", style="cyan"))
+    a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
+    out.print(Text.assemble(("With all fixes: ", "bold"), f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
+                            (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {_money(a['cost_usd'])} → ",
+                            (_money(b["cost_usd"]), "green"), " (predicted)"))
+
+
+def render_what_if(rep: Report) -> None:
+    if rep.what_if is None:
+        return
+    before = {r.sk.id: r for r in rep.what_if.baseline}
+    table = Table(title="What if: predicted before → after all fixes", title_justify="left")
+    for col in ("id", "read", "write", "fresh", "cost"):
+        table.add_column(col, justify="left" if col == "id" else "right")
+    for r in rep.what_if.fixed:
+        b = before.get(r.sk.id)
+        def pair(get) -> str:
+            return f"{get(b.usage):,} → {get(r.usage):,}" if b else f"+{get(r.usage):,}"
+        cost = f"{_money(b.cost_usd)} → {_money(r.cost_usd)}" if b else f"+{_money(r.cost_usd)}"
+        table.add_row(r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""),
+                      pair(lambda u: u.cache_read_tokens), pair(lambda u: u.cache_write_tokens),
+                      pair(lambda u: u.fresh_input_tokens), cost)
+    out.print(table)
+
+
 def _render_notes(rep: Report) -> None:
+    for note in rep.notes:
+        err.print(note)
     for name, stats in rep.stats:
         if stats.skipped:
             err.print(f"{name}: skipped {stats.skipped} malformed lines")

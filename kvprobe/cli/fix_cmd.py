@@ -1,0 +1,47 @@
+"""`kvprobe fix TRACE -o fixed.jsonl`: write the trace with the proposed fixes applied, to inspect or re-report."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.errors import InputError
+from kvprobe.pricing import PriceBook
+from kvprobe.report import records_from
+from kvprobe.trace import write_trace
+from kvprobe.whatif.evaluate import evaluate
+from kvprobe.whatif.proposals import APPLY_ORDER
+
+
+def fix(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the fixed trace")],
+    kind: Annotated[list[str] | None, typer.Option("--kind", help=f"Only these fix kinds: {', '.join(APPLY_ORDER)}")] = None,
+    price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
+) -> None:
+    """Apply every fix that pays (or only --kind ones) and write the transformed trace.
+
+    The output carries no logged usage: `kvprobe report FIXED` against `kvprobe report --predicted TRACE`
+    reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
+    """
+    with user_errors():
+        unknown = set(kind or ()) - set(APPLY_ORDER)
+        if unknown:
+            raise InputError(f"unknown fix kind {sorted(unknown)[0]!r}; expected one of {', '.join(APPLY_ORDER)}",
+                             field="--kind")
+        records = list(records_from([trace], []))
+        result = evaluate(records, PriceBook.from_file(price_file), set(kind) if kind else None)
+        count = write_trace(output, result.fixed_records)
+    base = sum(r.input_equivalent for r in result.baseline)
+    after = sum(r.input_equivalent for r in result.fixed)
+    summary = {"output": str(output), "records": count, "fixes": [c.to_json() for c in result.fixes],
+               "input_equivalent_tokens": {"before": round(base, 1), "after": round(after, 1)}}
+    if json_out:
+        print_json(summary)
+        return
+    for c in result.fixes:
+        out.print(f"[magenta]{c.kind}[/] ({', '.join(c.requests)}): {c.detail}")
+    out.print(f"wrote {count} records to {output}: {base:,.0f} → {after:,.0f} input-equivalents (predicted)")
