@@ -125,4 +125,5 @@ class AnthropicCache:
                     pred.cache_write_5m_tokens += span
                 prev = cum[bp]
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
-            self.entries[block.cache_key] = Entry(cum[bp], ttl, start + ttl_seconds[ttl], readable, request_id)
+            writer = entry.writer_id if live and entry else request_id  # the first writer of a live entry
+            self.entries[block.cache_key] = Entry(cum[bp], ttl, start + ttl_seconds[ttl], readable, writer)

@@ -10,7 +10,9 @@ from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.proposals import APPLY_ORDER, PROPOSERS, Candidate
 
-MIN_SAVING_TOKENS = 1.0  # a fix must save at least one input-token equivalent to be proposed
+# A fix must save more than token-estimate rounding (splitting a block re-rounds its estimate) to be proposed.
+MIN_SAVING_TOKENS = 16.0
+MIN_SAVING_FRACTION = 0.001
 
 
 @dataclass(slots=True)
@@ -34,8 +36,8 @@ def _totals(results: list[RequestResult]) -> tuple[float, float | None]:
     return ie, None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
 
-def _pays(c: Candidate) -> bool:
-    if c.saving_input_equivalent_tokens < MIN_SAVING_TOKENS:
+def _pays(c: Candidate, base_ie: float) -> bool:
+    if c.saving_input_equivalent_tokens < max(MIN_SAVING_TOKENS, MIN_SAVING_FRACTION * base_ie):
         return False
     return c.saving_usd is None or c.saving_usd > 0
 
@@ -51,7 +53,7 @@ def evaluate(records: list[TraceRecord], prices: PriceBook, kinds: set[str] | No
             ie, usd = _totals(simulate_predicted(cand.apply(records), prices))
             cand.saving_input_equivalent_tokens = base_ie - ie
             cand.saving_usd = None if usd is None or base_usd is None else base_usd - usd
-            if _pays(cand):
+            if _pays(cand, base_ie):
                 kept.append(cand)
     kept.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     fixed_records = records

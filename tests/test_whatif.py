@@ -1,0 +1,158 @@
+"""What-if fixes: each kind proposed where it pays, with its saving reproduced by re-reporting the fixed
+trace, and not proposed where it would not pay."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from test_simulator_rules import EPH, claude, sizes, words
+from kvprobe.pricing import PriceBook
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import TraceRecord, write_trace
+from kvprobe.whatif.evaluate import evaluate
+
+
+def rec(rid, start, body, first_token=None, session="s", agent="main"):
+    r = TraceRecord(id=rid, provider=None, started_at=start, request=copy.deepcopy(body),
+                    first_token_at=start + 1 if first_token is None else first_token, session=session, agent=agent)
+    r.provider = infer_provider(r.request)
+    return r
+
+
+def fixes_of(records, kind):
+    return [f for f in evaluate(records, PriceBook()).fixes if f.kind == kind]
+
+
+def reproduce(cli, tmp_path, records, kind):
+    """The saving of `kind`, checked the way a user would: fix the trace, report both, subtract."""
+    original = tmp_path / "trace.jsonl"
+    write_trace(original, records)
+    fixed = tmp_path / "fixed.jsonl"
+    summary = json.loads(cli("fix", original, "-o", fixed, "--kind", kind, "--json").stdout)
+    [fix] = [f for f in summary["fixes"] if f["kind"] == kind]
+    before = json.loads(cli("report", original, "--predicted", "--no-fixes", "--json").stdout)["totals"]
+    after = json.loads(cli("report", fixed, "--no-fixes", "--json").stdout)["totals"]
+    assert before["input_equivalent_tokens"] - after["input_equivalent_tokens"] == pytest.approx(
+        fix["saving_input_equivalent_tokens"], abs=0.2)
+    assert before["cost_usd"] - after["cost_usd"] == pytest.approx(fix["saving_usd"], abs=2e-6)
+    return fix
+
+
+def with_timestamp(stamp: str, turns: int = 1) -> dict:
+    body = claude(turns=turns)
+    body["system"][0]["text"] = f"Current time: {stamp}\n" + body["system"][0]["text"]
+    return body
+
+
+def test_stabilize_prefix_moves_the_timestamp_and_saves_exactly(cli, tmp_path):
+    records = [rec(f"r{i}", 30 * i, with_timestamp(f"10:0{i}:00", turns=2 * i + 1)) for i in range(4)]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2", "r3"] and "Current time: 10:03:00" in fix["detail"]
+    fixed = [json.loads(line) for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
+    assert not fixed[0]["request"]["system"][0]["text"].startswith("Current time")
+    assert fixed[3]["request"]["messages"][-1]["content"][-1]["text"] == "Current time: 10:03:00"  # moved, kept
+
+
+def test_stabilize_prefix_not_proposed_below_the_minimum():
+    records = []
+    for i in range(3):
+        body = claude(system_tokens=50)
+        body["system"][0]["text"] = f"Now: {i}\nShort prompt."
+        body["messages"][0]["content"][0]["text"] = "hi"
+        records.append(rec(f"r{i}", 30 * i, body))
+    assert fixes_of(records, "stabilize_prefix") == []
+
+
+def test_stable_params_saves_exactly(cli, tmp_path):
+    records = [rec("r0", 0, claude(turns=1)), rec("r1", 30, claude(turns=3, tool_choice={"type": "any"})),
+               rec("r2", 60, claude(turns=5))]
+    fix = reproduce(cli, tmp_path, records, "stable_params")
+    assert fix["requests"] == ["r1"] and "tool_choice" in fix["detail"]
+
+
+def test_stable_params_not_proposed_when_nothing_is_cacheable():
+    small = claude(system_tokens=20)
+    small["messages"][0]["content"][0]["text"] = "hi"
+    records = [rec("r0", 0, small), rec("r1", 30, {**small, "tool_choice": {"type": "any"}})]
+    assert fixes_of(records, "stable_params") == []
+
+
+def test_keep_alive_pays_for_a_seven_minute_pause(cli, tmp_path):
+    body = claude()
+    records = [rec("r0", 0, body), rec("r1", 420, body)]
+    fix = reproduce(cli, tmp_path, records, "keep_alive")
+    system, total = sizes(body)
+    # before: r1 rewrites everything (1.25 x); after: one ping reads it (0.1 x) and r1 reads it (0.1 x)
+    assert fix["saving_input_equivalent_tokens"] == pytest.approx(total * 1.25 - total * 0.1 - total * 0.1, abs=0.2)
+    assert fix["pings"] == 1
+
+
+def test_keep_alive_not_proposed_when_pings_cost_more_than_the_rebuild():
+    body = claude()
+    records = [rec("r0", 0, body), rec("r1", 55 * 60, body)]  # 12 pings at 0.1x > one 1.25x rewrite
+    assert fixes_of(records, "keep_alive") == []
+    assert fixes_of([rec("r0", 0, body), rec("r1", 2 * 3600, body)], "keep_alive") == []  # > 1 h: never
+
+
+def test_ttl_1h_pays_for_pauses_between_5_minutes_and_an_hour(cli, tmp_path):
+    records = [rec(f"r{i}", 900 * i, claude(turns=2 * i + 1)) for i in range(4)]  # 15-minute pauses
+    fix = reproduce(cli, tmp_path, records, "ttl_1h")
+    assert fix["requests"] == ["r1", "r2", "r3"]
+
+
+def test_ttl_1h_not_proposed_when_gaps_are_under_5_minutes():
+    records = [rec(f"r{i}", 240 * i, claude(turns=2 * i + 1)) for i in range(4)]
+    assert fixes_of(records, "ttl_1h") == [] and fixes_of(records, "keep_alive") == []
+
+
+def test_lookback_breakpoint_reaches_the_previous_entry(cli, tmp_path):
+    a, b = claude(), claude(extra_parts=24)
+    fix = reproduce(cli, tmp_path, [rec("a", 0, a), rec("b", 10, b)], "lookback_breakpoint")
+    assert fix["requests"] == ["b"] and "messages[0].content[0]" in fix["detail"]
+
+
+def test_lookback_breakpoint_not_proposed_when_the_limit_of_4_is_used():
+    a, b = claude(), claude(extra_parts=24)
+    for i in (3, 8, 14):
+        b["messages"][0]["content"][i]["cache_control"] = EPH  # with system and the last: 5 would be too many
+    b["messages"][0]["content"][3].pop("cache_control")
+    assert fixes_of([rec("a", 0, a), rec("b", 10, b)], "lookback_breakpoint") == []
+
+
+def siblings(task_words: int) -> list[TraceRecord]:
+    shared = claude(system_tokens=task_words)
+    shared["messages"][0]["content"][0]["text"] = "Review one module each."
+    out = []
+    for i in range(3):
+        body = copy.deepcopy(shared)
+        body["messages"][0]["content"].append({"type": "text", "text": words(50, f"sub{i}"),
+                                               "cache_control": EPH})
+        out.append(rec(f"sub{i}", 0.1 * i, body, first_token=3 + 0.1 * i, agent=f"sub{i}"))
+    return out
+
+
+def test_shared_breakpoint_marks_the_common_prefix_and_staggers_siblings(cli, tmp_path):
+    fix = reproduce(cli, tmp_path, siblings(3000), "shared_breakpoint")
+    assert fix["requests"] == ["sub1", "sub2"] and "start sub1, sub2 after sub0" in fix["detail"]
+    fixed = [json.loads(line) for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
+    assert fixed[1]["started_at"] > fixed[0]["first_token_at"]
+
+
+def test_shared_breakpoint_not_proposed_below_the_minimum():
+    assert fixes_of(siblings(200), "shared_breakpoint") == []
+
+
+def test_report_json_lists_fixes_and_with_all_fixes(cli):
+    from conftest import ROOT
+    data = json.loads(cli("report", ROOT / "traces" / "sample_session.jsonl", "--json").stdout)
+    kinds = [f["kind"] for f in data["fixes"]]
+    assert {"keep_alive", "stabilize_prefix", "stable_params"} <= set(kinds)
+    for f in data["fixes"]:
+        assert f["saving_input_equivalent_tokens"] > 0 and f["saving_usd"] > 0 and f["detail"]
+    w = data["with_all_fixes"]
+    assert w["token_hit_ratio"] > w["baseline_predicted"]["token_hit_ratio"]
+    # one simulation with everything applied, not a sum of savings
+    total_saving = w["baseline_predicted"]["input_equivalent_tokens"] - w["input_equivalent_tokens"]
+    assert total_saving != pytest.approx(sum(f["saving_input_equivalent_tokens"] for f in data["fixes"]), abs=1)
