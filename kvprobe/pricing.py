@@ -53,6 +53,22 @@ class PriceBook:
                  + units["output"] * usage.output_tokens)
         return Cost(total, "genai-prices")
 
+    def unit_prices(self, provider: str | None, model: str | None, when: float | None,
+                    input_tokens: int) -> dict[str, float] | None:
+        """USD per token of each class (fresh, read, write_5m, write_1h, output) for one request's tier."""
+        if provider == "local":
+            return dict.fromkeys(("fresh", "read", "write_5m", "write_1h", "output"), 0.0)
+        if model and model in self.overrides:
+            o, per = self.overrides[model], 1_000_000
+            base = o.get("input_mtok", 0.0)
+            return {"fresh": base / per, "read": o.get("cache_read_mtok", base) / per,
+                    "write_5m": o.get("cache_write_mtok", base) / per,
+                    "write_1h": o.get("cache_write_1h_mtok", o.get("cache_write_mtok", base)) / per,
+                    "output": o.get("output_mtok", 0.0) / per}
+        if not model:
+            return None
+        return self._unit_prices(provider, model, int(when // 86400) if when else None, input_tokens)
+
     def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
         """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
         tiers = self._tier_starts(provider, model, day)

@@ -11,6 +11,10 @@ from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.analysis.simulate import RequestResult, simulate
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
+from kvprobe.economics.attribution import attribute, top_blocks
+from kvprobe.economics.compaction import find_compactions
+from kvprobe.economics.tasks import Outcome, summarize_tasks
+from kvprobe.economics.tasks import overall as task_overall
 from kvprobe.pricing import PriceBook
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
@@ -49,6 +53,9 @@ class Report:
     with_all_fixes: dict[str, Any] | None = None
     what_if: Any = None  # whatif.evaluate.WhatIf when fixes were computed
     notes: list[str] = field(default_factory=list)
+    blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost, costliest first
+    compactions: list[Any] = field(default_factory=list)
+    tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -78,6 +85,10 @@ class Report:
             "unknown_models": self.unknown_models,
             "unpriced_models": self.unpriced_models,
             "notes": self.notes,
+            "blocks": [b.to_json() for b in self.blocks],
+            "compactions": [c.to_json() for c in self.compactions],
+            "tasks": [t.to_json() for t in self.tasks],
+            "task_totals": task_overall(self.tasks),
         }
 
 
@@ -166,7 +177,8 @@ FIXES_AUTO_MAX_BYTES = 200_000_000  # what-if keeps whole records in memory: aut
 def build_report(paths: list[str | Path], *, filters: Filters | None = None, prices: PriceBook | None = None,
                  progress: Callable[[int], None] | None = None, top: int = 10,
                  records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
-                 predicted_only: bool = False) -> Report:
+                 predicted_only: bool = False, outcomes: dict[str, Outcome] | None = None,
+                 top_block_count: int = 10) -> Report:
     """Simulate, diagnose and price the traces at `paths` (or the given records).
 
     fixes: True computes what-if fixes, False skips them, None decides by input size.
@@ -199,6 +211,9 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
     rep = Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models),
                  notes=notes)
+    rep.blocks = top_blocks(attribute(results, prices), top_block_count)
+    rep.compactions = find_compactions(results, prices)
+    rep.tasks = summarize_tasks(results, outcomes)
     if kept is not None:
         _add_fixes(rep, kept, prices)
     return rep

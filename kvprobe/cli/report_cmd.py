@@ -11,6 +11,7 @@ from rich.text import Text
 
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
@@ -32,6 +33,8 @@ def report(
                                           "(forces fixes on large inputs)")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
     predicted: Annotated[bool, typer.Option("--predicted", help="Ignore logged usage; report the simulation")] = False,
+    outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL "
+                                                  "({task, passed, duration_s?})")] = None,
 ) -> None:
     """Simulate each provider's cache over a trace, compare with observed usage, explain every miss and
     price the task.
@@ -42,13 +45,16 @@ def report(
         filters = Filters(session, agent, _since(since))
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)
-        rep = _build(traces, filters, prices, top, not json_out, fixes, predicted)
+        loaded = load_outcomes(outcomes) if outcomes else None
+        rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
     if json_out:
         print_json(rep.to_json())
     elif markdown:
         out.print(to_markdown(rep), markup=False, highlight=False, soft_wrap=True)
     else:
         render(rep)
+        render_blocks(rep)
+        render_tasks(rep)
         render_fixes(rep)
         if what_if:
             render_what_if(rep)
@@ -64,9 +70,10 @@ def _since(value: str | None) -> float | None:
 
 
 def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool,
-           fixes: bool | None, predicted: bool) -> Report:
+           fixes: bool | None, predicted: bool, outcomes: dict | None) -> Report:
     total = sum(p.stat().st_size for p in traces if p.is_file())
-    kwargs = {"filters": filters, "prices": prices, "top": top, "fixes": fixes, "predicted_only": predicted}
+    kwargs = {"filters": filters, "prices": prices, "top": top, "fixes": fixes, "predicted_only": predicted,
+              "outcomes": outcomes}
     if not show_progress or total < PROGRESS_MIN_BYTES:
         return build_report(traces, **kwargs)
     columns = (TextColumn("reading"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
@@ -122,6 +129,42 @@ def _render_misses(rep: Report) -> None:
                                 f" ({m.input_equivalent:,.0f} input-equivalents) ", (d.kind, "magenta")))
         out.print(Text(f"    why: {d.detail}"))
         out.print(Text(f"    what to do: {ADVICE.get(d.kind, '')}", style="cyan"))
+
+
+def render_blocks(rep: Report) -> None:
+    if not rep.blocks:
+        return
+    table = Table(title="Costliest blocks over the task", title_justify="left")
+    for col in ("block", "kind", "first", "tokens", "requests", "write", "reads", "fresh", "total"):
+        table.add_column(col, justify="right" if col in ("tokens", "requests", "write", "reads", "fresh", "total")
+                         else "left")
+    for b in rep.blocks[:5]:
+        table.add_row(b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), _money(b.write_usd),
+                      _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd))
+    out.print(table)
+    from kvprobe.economics.attribution import carry_note
+    for b in rep.blocks:
+        note = carry_note(b)
+        if note:
+            out.print(Text(f"  {note}", style="yellow"))
+    for c in rep.compactions:
+        j = c.to_json()
+        be = j["break_even_turns"]
+        out.print(Text(f"Compaction at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
+                       f"summary {_money(j['summary_cost_usd'])}, rebuild {_money(j['rebuild_cost_usd'])}; "
+                       + (f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
+                          if be else "never pays back"), style="cyan"))
+
+
+def render_tasks(rep: Report) -> None:
+    if len(rep.tasks) < 2 and not any(t.outcome.passed is not None for t in rep.tasks):
+        return
+    o = overall(rep.tasks)
+    rate = "n/a" if o["pass_rate"] is None else f"{100 * o['pass_rate']:.0f}%"
+    out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']} · pass rate {rate} · cost per accepted task ",
+                            (_money(o["cost_per_accepted_task_usd"]), "bold"),
+                            f" · median {o['median_duration_s']:.0f}s · slowest decile "
+                            f"{o['slowest_decile_duration_s']:.0f}s"))
 
 
 def render_fixes(rep: Report) -> None:

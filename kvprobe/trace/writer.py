@@ -51,3 +51,16 @@ def write_trace(path: str | Path, records: Iterable[TraceRecord]) -> int:
         os.unlink(tmp)
         raise
     return count
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write a whole file atomically: a reader never sees half of it, a failure leaves the old one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

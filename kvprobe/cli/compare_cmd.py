@@ -1,0 +1,62 @@
+"""`kvprobe compare BASE CANDIDATE`: the same tasks before and after a change, task by task."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.compare import compare, load_baseline, summary_of, to_markdown
+from kvprobe.economics.tasks import load_outcomes
+from kvprobe.report import build_report
+
+
+def summary_for(path: Path, outcomes: Path | None = None) -> dict:
+    """A baseline JSON file as is, or the summary of a trace."""
+    if path.suffix == ".json":
+        return load_baseline(path)
+    rep = build_report([path], fixes=False, outcomes=load_outcomes(outcomes) if outcomes else None)
+    return summary_of(rep)
+
+
+def compare_cmd(
+    base: Annotated[Path, typer.Argument(help="Base trace (JSONL) or baseline (JSON)")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate trace (JSONL) or baseline (JSON)")],
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment")] = False,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Relative change that counts as a regression")] = 0.05,
+    base_outcomes: Annotated[Path | None, typer.Option("--base-outcomes", help="Outcomes JSONL for BASE")] = None,
+    outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Outcomes JSONL for CANDIDATE")] = None,
+) -> None:
+    """Compare two trace sets of the same tasks: cost, input-equivalents, hit ratio, pass rate, duration.
+
+    Example: kvprobe compare before.jsonl after.jsonl --markdown
+    """
+    with user_errors():
+        result = compare(summary_for(base, base_outcomes), summary_for(candidate, outcomes), tolerance)
+    if json_out:
+        print_json(result.to_json())
+        return
+    if markdown:
+        out.print(to_markdown(result), markup=False, highlight=False, soft_wrap=True)
+        return
+    table = Table(title="Tasks: base → candidate", title_justify="left")
+    for col in ("task", "cost", "input-equiv.", "hit ratio", "passed", "worse", "new diagnoses"):
+        table.add_column(col)
+    for t in result.tasks:
+        row = t.to_json()
+        def cell(m: str, fmt: str) -> str:
+            a, b = row[m]["base"], row[m]["candidate"]
+            return f"{format(a, fmt) if a is not None else '–'} → {format(b, fmt) if b is not None else '–'}"
+        table.add_row(t.task, cell("cost_usd", ".4f"), cell("input_equivalent_tokens", ",.0f"),
+                      cell("token_hit_ratio", ".1%"), f"{row['passed']['base']} → {row['passed']['candidate']}",
+                      Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses))
+    out.print(table)
+    totals = result.totals()
+    cost = totals["cost_usd"]
+    out.print(f"Total cost: ${cost['base'] or 0:.4f} → ${cost['candidate'] or 0:.4f}; "
+              f"regressed: {', '.join(t.task for t in result.regressed) or 'none'}; "
+              f"cheaper: {', '.join(t.task for t in result.improved) or 'none'}")

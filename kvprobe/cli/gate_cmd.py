@@ -1,0 +1,91 @@
+"""`kvprobe gate TRACE` for CI, and `kvprobe baseline TRACE -o baseline.json` to compare against later."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.text import Text
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.compare import load_baseline, summary_of
+from kvprobe.economics.tasks import load_outcomes
+from kvprobe.gate.check import GateResult, run_gate, to_markdown
+from kvprobe.gate.config import Thresholds, load_thresholds, parse_fraction
+from kvprobe.report import build_report
+from kvprobe.trace.writer import write_atomic
+
+
+def gate(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL)")],
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Total cost limit")] = None,
+    max_cost_per_task: Annotated[float | None, typer.Option("--max-cost-per-task", help="Limit for any one task")] = None,
+    min_hit_ratio: Annotated[float | None, typer.Option("--min-hit-ratio", help="Token hit ratio floor (0-1)")] = None,
+    max_input_equivalent: Annotated[float | None, typer.Option("--max-input-equivalent",
+                                                               help="Input-token-equivalent limit")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="baseline.json from `kvprobe baseline`")] = None,
+    max_regression: Annotated[str | None, typer.Option("--max-regression", help="Allowed regression, e.g. 10%")] = None,
+    outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL")] = None,
+    predicted: Annotated[bool, typer.Option("--predicted", help="Gate on the simulation when no usage was logged")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown summary (also written to "
+                                                                "$GITHUB_STEP_SUMMARY when set)")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
+) -> None:
+    """Fail CI (exit 1) when cost or cache reuse crosses a threshold; exit 3 when it cannot decide.
+
+    Thresholds come from flags, else `kvprobe.toml` [gate] or `pyproject.toml` [tool.kvprobe.gate].
+    Example: kvprobe gate trace.jsonl --min-hit-ratio 0.8 --baseline baseline.json --max-regression 10%
+    """
+    with user_errors():
+        config, _ = load_thresholds(Path.cwd())
+        regression = parse_fraction(max_regression, "--max-regression") if max_regression else None
+        t = config.merged(max_cost_usd=max_cost_usd, max_cost_per_task=max_cost_per_task, min_hit_ratio=min_hit_ratio,
+                          max_input_equivalent=max_input_equivalent,
+                          baseline=str(baseline) if baseline else None, max_regression=regression)
+        base = load_baseline(Path(t.baseline)) if t.baseline else None
+        report = build_report([trace], outcomes=load_outcomes(outcomes) if outcomes else None,
+                              predicted_only=predicted)
+        result = run_gate(report, t, base, allow_predicted=predicted)
+        if t.empty and result.decidable:
+            result = GateResult([], decidable=False, reason="no thresholds: pass flags or set [tool.kvprobe.gate]")
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path and markdown:
+        with open(summary_path, "a", encoding="utf-8") as fh:
+            fh.write(to_markdown(result) + "\n")
+    if json_out:
+        print_json(result.to_json())
+    elif markdown:
+        out.print(to_markdown(result), markup=False, highlight=False, soft_wrap=True)
+    else:
+        _render(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _render(result: GateResult) -> None:
+    if not result.decidable:
+        out.print(Text(f"could not decide: {result.reason}", style="yellow"))
+        return
+    for c in result.checks:
+        out.print(Text.assemble(("PASS " if c.passed else "FAIL ", "green" if c.passed else "bold red"),
+                                (c.name, "bold"), f": {c.detail}"))
+    if not result.passed:
+        for cause in result.causes:
+            out.print(Text(f"  cause {cause['request']}: {cause['kind']} — {cause['why']}", style="yellow"))
+            out.print(Text(f"    fix: {cause['fix']}", style="cyan"))
+
+
+def baseline_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the baseline JSON")],
+    outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL")] = None,
+) -> None:
+    """Write a baseline (totals and per-task figures) for `gate --baseline` and `compare`.
+
+    Example: kvprobe baseline trace.jsonl -o baseline.json
+    """
+    with user_errors():
+        report = build_report([trace], fixes=False, outcomes=load_outcomes(outcomes) if outcomes else None)
+        write_atomic(output, orjson.dumps(summary_of(report), option=orjson.OPT_INDENT_2) + b"\n")
+    out.print(f"wrote baseline of {report.totals['requests']} requests, {len(report.tasks)} tasks to {output}")

@@ -1,0 +1,157 @@
+"""A/B comparison of two trace sets of the same tasks: per task and in total, with what regressed and why.
+
+Works on *summaries* (what `kvprobe baseline` writes), so a committed baseline file and a fresh trace compare
+the same way as two traces.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.report import Report
+
+BASELINE_VERSION = 1
+METRICS = ("cost_usd", "input_equivalent_tokens", "token_hit_ratio", "duration_s")
+LOWER_IS_BETTER = {"cost_usd": True, "input_equivalent_tokens": True, "token_hit_ratio": False, "duration_s": True}
+
+
+def summary_of(report: Report) -> dict[str, Any]:
+    """The comparable summary of a report: totals, task totals, and per task metrics and diagnosis kinds."""
+    totals = report.totals
+    tasks = {}
+    for t in report.tasks:
+        row = t.to_json()
+        row["diagnoses"] = sorted(t.diagnosis_kinds())
+        tasks[t.task] = row
+    return {"kvprobe_baseline": BASELINE_VERSION,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "totals": {**{k: totals[k] for k in ("requests", "input_tokens", "cache_read_tokens",
+                                                 "token_hit_ratio", "input_equivalent_tokens", "cost_usd")},
+                       **{k: v for k, v in _task_totals(report).items()}},
+            "tasks": tasks}
+
+
+def _task_totals(report: Report) -> dict[str, Any]:
+    from kvprobe.economics.tasks import overall
+    o = overall(report.tasks)
+    return {"tasks": o["tasks"], "pass_rate": o["pass_rate"], "cost_per_accepted_task_usd": o["cost_per_accepted_task_usd"],
+            "median_duration_s": o["median_duration_s"],
+            "max_task_cost_usd": max((t.cost_usd for t in report.tasks), default=0.0)}
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError("baseline file does not exist", file=str(path))
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc}", file=str(path)) from None
+    if not isinstance(data, dict) or data.get("kvprobe_baseline") != BASELINE_VERSION:
+        raise InputError("not a kvprobe baseline (write one with `kvprobe baseline TRACE -o FILE`)",
+                         file=str(path), field="kvprobe_baseline")
+    for key in ("totals", "tasks"):
+        if not isinstance(data.get(key), dict):
+            raise InputError("expected an object", file=str(path), field=key)
+    return data
+
+
+@dataclass(slots=True)
+class TaskDelta:
+    task: str
+    base: dict[str, Any] | None
+    cand: dict[str, Any] | None
+    regressed: list[str] = field(default_factory=list)  # metrics that got worse beyond the tolerance
+    new_diagnoses: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"task": self.task, "regressed": self.regressed, "new_diagnoses": self.new_diagnoses}
+        for m in METRICS:
+            a = self.base.get(m) if self.base else None
+            b = self.cand.get(m) if self.cand else None
+            out[m] = {"base": a, "candidate": b, "change": _rel(a, b)}
+        out["passed"] = {"base": self.base.get("passed") if self.base else None,
+                         "candidate": self.cand.get("passed") if self.cand else None}
+        return out
+
+
+def _rel(a: Any, b: Any) -> float | None:
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return None
+    if a == 0:
+        return None if b == 0 else float("inf") if b > 0 else float("-inf")
+    return round((b - a) / abs(a), 4)
+
+
+@dataclass(slots=True)
+class Comparison:
+    base: dict[str, Any]
+    cand: dict[str, Any]
+    tasks: list[TaskDelta]
+
+    @property
+    def regressed(self) -> list[TaskDelta]:
+        return [t for t in self.tasks if t.regressed]
+
+    @property
+    def improved(self) -> list[TaskDelta]:
+        return [t for t in self.tasks if not t.regressed and t.base and t.cand
+                and (t.cand.get("cost_usd") or 0) < (t.base.get("cost_usd") or 0)]
+
+    def totals(self) -> dict[str, Any]:
+        keys = ("cost_usd", "input_equivalent_tokens", "token_hit_ratio", "pass_rate", "cost_per_accepted_task_usd",
+                "median_duration_s")
+        return {k: {"base": self.base["totals"].get(k), "candidate": self.cand["totals"].get(k),
+                    "change": _rel(self.base["totals"].get(k), self.cand["totals"].get(k))} for k in keys}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"totals": self.totals(), "tasks": [t.to_json() for t in self.tasks],
+                "regressed": [t.task for t in self.regressed], "improved": [t.task for t in self.improved]}
+
+
+def _worse(metric: str, a: Any, b: Any, tolerance: float) -> bool:
+    change = _rel(a, b)
+    if change is None:
+        return False
+    return change > tolerance if LOWER_IS_BETTER[metric] else change < -tolerance
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], tolerance: float = 0.05) -> Comparison:
+    """Task by task (matched by task id); a metric regresses when it is worse by more than `tolerance`."""
+    deltas = []
+    for name in sorted(set(base["tasks"]) | set(cand["tasks"])):
+        a, b = base["tasks"].get(name), cand["tasks"].get(name)
+        delta = TaskDelta(name, a, b)
+        if a and b:
+            # hit ratio alone is no regression: a shorter task can read less and still cost less
+            delta.regressed = [m for m in ("cost_usd", "input_equivalent_tokens")
+                               if _worse(m, a.get(m), b.get(m), tolerance)]
+            if a.get("passed") is True and b.get("passed") is False:
+                delta.regressed.append("passed")
+            delta.new_diagnoses = sorted(set(b.get("diagnoses", [])) - set(a.get("diagnoses", [])))
+        deltas.append(delta)
+    return Comparison(base, cand, deltas)
+
+
+def to_markdown(c: Comparison) -> str:
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "–"
+        return f"{v:,.4f}" if isinstance(v, float) else f"{v:,}"
+
+    def pct(v: float | None) -> str:
+        return "–" if v is None or v in (float("inf"), float("-inf")) else f"{100 * v:+.1f}%"
+
+    lines = ["### kvprobe compare", "", "| metric | base | candidate | change |", "|---|---:|---:|---:|"]
+    for k, v in c.totals().items():
+        lines.append(f"| {k} | {fmt(v['base'])} | {fmt(v['candidate'])} | {pct(v['change'])} |")
+    if c.regressed:
+        lines += ["", "**Regressed tasks**", "", "| task | worse | new diagnoses |", "|---|---|---|"]
+        lines += [f"| {t.task} | {', '.join(t.regressed)} | {', '.join(t.new_diagnoses) or '–'} |" for t in c.regressed]
+    if c.improved:
+        lines += ["", f"Cheaper: {', '.join(t.task for t in c.improved)}"]
+    return "\n".join(lines)

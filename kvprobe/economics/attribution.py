@@ -1,0 +1,133 @@
+"""Cost attribution by block: each unique block's write, reads and fresh resends over the whole task.
+
+A request's input is ordered: the first `read` tokens were cache reads, the next ones cache writes (1h
+entries before 5m ones), the rest fresh. Each block's token span is cut at those boundaries and priced at
+that class's per-token price, so the blocks of a request add up exactly to its input cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.pricing import PriceBook
+
+UNATTRIBUTED = -1  # input tokens the provider counted beyond the blocks kvprobe sized (rare)
+LARGE_RESULT_TOKENS = 2000
+LONG_CARRY_REQUESTS = 3
+
+_KIND_LABELS = {"tool_definition": "tool definition", "tool_result": "tool result", "tool_use": "tool call",
+                "document": "file", "image": "image", "image_url": "image", "thinking": "thinking"}
+
+
+@dataclass(slots=True)
+class BlockCost:
+    key: int
+    path: str
+    kind: str
+    first_request: str
+    tokens: int
+    requests: int = 0
+    write_usd: float = 0.0
+    read_usd: float = 0.0
+    fresh_usd: float = 0.0
+    input_equivalent: float = 0.0
+    request_ids: list[str] = field(default_factory=list)
+
+    @property
+    def total_usd(self) -> float:
+        return self.write_usd + self.read_usd + self.fresh_usd
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hash": f"{self.key & (2**128 - 1):032x}" if self.key >= 0 else None, "path": self.path,
+                "kind": self.kind, "first_request": self.first_request, "tokens": self.tokens,
+                "requests": self.requests, "write_usd": round(self.write_usd, 6), "read_usd": round(self.read_usd, 6),
+                "fresh_usd": round(self.fresh_usd, 6), "total_usd": round(self.total_usd, 6),
+                "input_equivalent_tokens": round(self.input_equivalent, 1), "note": carry_note(self)}
+
+
+def _label(level: str, kind: str) -> str:
+    if level == "system" and kind == "text":
+        return "system text"
+    return _KIND_LABELS.get(kind, "message text" if kind == "text" else kind)
+
+
+def carry_note(b: BlockCost) -> str | None:
+    if b.kind != "tool result" or b.tokens < LARGE_RESULT_TOKENS or b.requests < LONG_CARRY_REQUESTS:
+        return None
+    per_turn = (b.read_usd + b.fresh_usd) / max(b.requests - 1, 1)
+    return (f"a {b.tokens:,}-token tool result from {b.first_request} is carried through {b.requests - 1} later "
+            f"requests: write ${b.write_usd:.4f} + reads ${b.read_usd:.4f} (about ${per_turn:.4f} per turn)")
+
+
+def _segments(r: RequestResult) -> list[tuple[int, int, str]]:
+    """(start, end, class) token spans of a request's input in prompt order."""
+    u = r.usage
+    bounds = [(u.cache_read_tokens, "read"), (u.cache_write_1h_tokens, "write_1h"),
+              (u.cache_write_5m_tokens, "write_5m"), (u.fresh_input_tokens, "fresh")]
+    out, pos = [], 0
+    for size, cls in bounds:
+        if size > 0:
+            out.append((pos, pos + size, cls))
+            pos += size
+    return out
+
+
+_IE_WEIGHT_KEYS = {"read": "read_multiplier"}
+
+
+def _weights(r: RequestResult) -> dict[str, float]:
+    writes = r.rules.get("write_multipliers", {}) or {}
+    w5m = float(writes.get("5m", writes.get("implicit", 1.0)))
+    return {"fresh": 1.0, "read": float(r.rules.get("read_multiplier", 1.0)), "write_5m": w5m,
+            "write_1h": float(writes.get("1h", w5m))}
+
+
+def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, BlockCost]:
+    """Every unique block's cost over the given requests (usage-only requests are skipped)."""
+    costs: dict[int, BlockCost] = {}
+    for r in results:
+        req = r.sk.request
+        if req is None:
+            continue
+        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, r.usage.input_tokens) or {}
+        weights = _weights(r)
+        spans, pos = [], 0
+        for block in req.blocks:
+            spans.append((block, pos, pos + block.tokens))
+            pos += block.tokens
+        segments = _segments(r)
+        for block, start, end in spans:
+            entry = costs.get(block.content_hash)
+            if entry is None:
+                entry = costs[block.content_hash] = BlockCost(block.content_hash, block.path,
+                                                              _label(block.level, block.kind), r.sk.id, block.tokens)
+            _charge(entry, start, end, segments, units, weights)
+            entry.requests += 1
+        if pos < r.usage.input_tokens:  # counted by the provider beyond the sized blocks
+            extra = costs.setdefault(UNATTRIBUTED, BlockCost(UNATTRIBUTED, "(unattributed)", "overhead",
+                                                             r.sk.id, 0))
+            extra.tokens += r.usage.input_tokens - pos
+            _charge(extra, pos, r.usage.input_tokens, segments, units, weights)
+            extra.requests += 1
+    return costs
+
+
+def _charge(entry: BlockCost, start: int, end: int, segments: list[tuple[int, int, str]],
+            units: dict[str, float], weights: dict[str, float]) -> None:
+    for s, e, cls in segments:
+        overlap = min(end, e) - max(start, s)
+        if overlap <= 0:
+            continue
+        usd = overlap * units.get(cls, 0.0)
+        if cls == "read":
+            entry.read_usd += usd
+        elif cls == "fresh":
+            entry.fresh_usd += usd
+        else:
+            entry.write_usd += usd
+        entry.input_equivalent += overlap * weights[cls]
+
+
+def top_blocks(costs: dict[int, BlockCost], n: int = 10) -> list[BlockCost]:
+    return sorted(costs.values(), key=lambda b: -b.total_usd)[:n]

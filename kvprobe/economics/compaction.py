@@ -1,0 +1,86 @@
+"""Compaction: a request whose history was replaced (by a summary or by dropping turns).
+
+Found where a request of a stream does not extend the previous one inside `messages` and is much smaller.
+Its economics: the summarising request (the one before), the rebuild (the first request after, which writes
+the new shorter prefix), and the break-even point — after how many later turns the cheaper per-turn input
+pays back the summary and the rebuild.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.pricing import PriceBook
+
+SHRINK_RATIO = 0.7  # the new prompt is at most this fraction of the previous one
+
+
+@dataclass(slots=True)
+class Compaction:
+    summary: RequestResult  # the request that produced the summary
+    rebuild: RequestResult  # the first request with the compacted history
+    later: list[RequestResult]
+    tokens_before: int
+    tokens_after: int
+    per_turn_saving_usd: float = 0.0  # each later turn reads the shorter history instead of the old one
+    overhead_usd: float = 0.0  # the summarising request + the rebuild's premium over a plain read
+
+    def break_even_turns(self) -> int | None:
+        if self.per_turn_saving_usd <= 0:
+            return None
+        return max(math.ceil(self.overhead_usd / self.per_turn_saving_usd), 1)
+
+    def to_json(self) -> dict[str, Any]:
+        be = self.break_even_turns()
+        return {"summary_request": self.summary.sk.id, "rebuild_request": self.rebuild.sk.id,
+                "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
+                "summary_cost_usd": _r(self.summary.cost_usd), "rebuild_cost_usd": _r(self.rebuild.cost_usd),
+                "later_requests": len(self.later),
+                "later_cost_usd": _r(sum(r.cost_usd or 0.0 for r in self.later)),
+                "per_turn_saving_usd": _r(self.per_turn_saving_usd), "overhead_usd": _r(self.overhead_usd),
+                "break_even_turns": be, "paid_off": be is not None and len(self.later) + 1 >= be}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
+def _price(c: Compaction, prices: PriceBook) -> None:
+    s, b = c.summary, c.rebuild
+    units = prices.unit_prices(s.sk.provider, s.sk.model, s.sk.started_at, s.usage.input_tokens)
+    if not units:
+        return
+    c.per_turn_saving_usd = (c.tokens_before - c.tokens_after) * units["read"]
+    u = b.usage
+    as_read = u.input_tokens * units["read"]
+    paid = (u.cache_read_tokens * units["read"] + u.cache_write_5m_tokens * units["write_5m"]
+            + u.cache_write_1h_tokens * units["write_1h"] + u.fresh_input_tokens * units["fresh"])
+    c.overhead_usd = (s.cost_usd or 0.0) + max(paid - as_read, 0.0)
+
+
+def _is_compaction(prev: RequestResult, cur: RequestResult) -> bool:
+    a, b = prev.sk.request, cur.sk.request
+    if a is None or b is None or cur.usage.input_tokens > SHRINK_RATIO * prev.usage.input_tokens:
+        return False
+    for x, y in zip(a.blocks, b.blocks):
+        if x.content_hash != y.content_hash:
+            return x.level == "messages" or y.level == "messages"
+    return len(b.blocks) < len(a.blocks)
+
+
+def find_compactions(results: list[RequestResult], prices: PriceBook) -> list[Compaction]:
+    streams: dict[tuple[str, str], list[RequestResult]] = {}
+    for r in results:
+        streams.setdefault((r.sk.session, r.sk.agent), []).append(r)
+    found = []
+    for stream in streams.values():
+        marks = [i for i in range(1, len(stream)) if _is_compaction(stream[i - 1], stream[i])]
+        for n, i in enumerate(marks):
+            end = marks[n + 1] if n + 1 < len(marks) else len(stream)
+            comp = Compaction(stream[i - 1], stream[i], stream[i + 1:end],
+                              stream[i - 1].usage.input_tokens, stream[i].usage.input_tokens)
+            _price(comp, prices)
+            found.append(comp)
+    return found

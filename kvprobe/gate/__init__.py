@@ -1,0 +1,1 @@
+"""CI cost gates: thresholds from flags or config, checked against a trace (and a baseline)."""

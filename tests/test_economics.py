@@ -1,0 +1,137 @@
+"""Task economics: block attribution, compaction, cost per accepted task, compare."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+from test_simulator_rules import EPH, ant_usage, claude, rec, sizes, words
+from kvprobe.economics.attribution import attribute
+from kvprobe.economics.tasks import Outcome
+from kvprobe.pricing import PriceBook
+from kvprobe.report import build_report
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import write_trace
+
+
+def run(records, **kw):
+    for r in records:
+        r.provider = infer_provider(r.request, None, r.response)
+    return build_report([], records=records, top=0, fixes=False, **kw)
+
+
+def growing_session(n: int, session: str = "s", start: float = 0.0, big_result: int = 0):
+    """An agent session whose history grows by a tool round trip per request (observed = rule usage)."""
+    records, prev_total = [], 0
+    body = claude(turns=1)
+    for i in range(n):
+        if i:
+            body = copy.deepcopy(body)
+            body["messages"][-1]["content"][-1].pop("cache_control")
+            size = big_result if (i == 1 and big_result) else 200
+            body["messages"] += [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "grep", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}",
+                                              "content": words(size, f"r{i}"), "cache_control": EPH}]}]
+        total = sizes(body)[1]
+        usage = ant_usage(read=prev_total, write=total - prev_total)
+        records.append(rec(f"{session}-{i}", start + 20 * i, body, usage, session=session))
+        prev_total = total
+    return records
+
+
+def test_block_attribution_sums_to_the_input_cost_exactly():
+    report = run(growing_session(6, big_result=3000))
+    prices = PriceBook()
+    costs = attribute(report.results, prices)
+    attributed = sum(b.total_usd for b in costs.values())
+    input_cost = 0.0
+    for r in report.results:
+        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, r.usage.input_tokens)
+        input_cost += r.cost_usd - r.usage.output_tokens * units["output"]
+    assert attributed == pytest.approx(input_cost, rel=1e-9)
+    big = next(b for b in costs.values() if b.kind == "tool result" and b.tokens > 2000)
+    assert big.requests == 5 and big.first_request == "s-1"
+    assert big.write_usd > 0 and big.read_usd > 0
+    data = report.to_json()
+    assert any(b["note"] and "carried through 4 later requests" in b["note"] for b in data["blocks"])
+
+
+def test_compaction_is_found_and_its_break_even_computed():
+    records = growing_session(8, big_result=6000)
+    last = records[-1].request
+    summary_request = copy.deepcopy(last)
+    summary_request["messages"][-1]["content"][-1].pop("cache_control")
+    summary_request["messages"].append({"role": "user", "content": [{"type": "text", "text": "Summarise the work so far.",
+                                                                     "cache_control": EPH}]})
+    s_total = sizes(summary_request)[1]
+    prev_total = sizes(last)[1]
+    records.append(rec("s-8", 200, summary_request, ant_usage(read=prev_total, write=s_total - prev_total)))
+    compacted = claude(turns=1)
+    compacted["messages"][0]["content"][0]["text"] = "Summary: " + words(150, "sum")
+    c_total = sizes(compacted)[1]
+    system = sizes(compacted)[0]
+    records.append(rec("s-9", 220, compacted, ant_usage(read=system, write=c_total - system)))
+    for k in range(3):
+        more = copy.deepcopy(compacted)
+        more["messages"][-1]["content"][-1].pop("cache_control")
+        more["messages"] += [{"role": "assistant", "content": f"step {k}"},
+                             {"role": "user", "content": [{"type": "text", "text": f"go {k}", "cache_control": EPH}]}]
+        compacted = more
+        total = sizes(more)[1]
+        records.append(rec(f"s-{10 + k}", 240 + 20 * k, more, ant_usage(read=c_total, write=total - c_total)))
+        c_total = total
+    report = run(records)
+    [comp] = report.compactions
+    j = comp.to_json()
+    assert (j["summary_request"], j["rebuild_request"]) == ("s-8", "s-9")
+    assert j["tokens_before"] == s_total and j["later_requests"] == 3
+    units = PriceBook().unit_prices("anthropic", "claude-sonnet-4-5", 0, s_total)
+    per_turn = (j["tokens_before"] - j["tokens_after"]) * units["read"]
+    assert j["per_turn_saving_usd"] == pytest.approx(per_turn, abs=1e-6)
+    assert j["break_even_turns"] == math.ceil(j["overhead_usd"] / j["per_turn_saving_usd"])
+
+
+def test_cost_per_accepted_task_counts_failed_tasks_in_the_numerator(tmp_path):
+    records = growing_session(3, "t1") + growing_session(3, "t2", 100) + growing_session(2, "t3", 200)
+    outcomes = {"t1": Outcome(True), "t2": Outcome(False), "t3": Outcome(True)}
+    data = run(records, outcomes=outcomes).to_json()
+    totals = data["task_totals"]
+    costs = {t["task"]: t["cost_usd"] for t in data["tasks"]}
+    assert totals["pass_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert totals["cost_per_accepted_task_usd"] == pytest.approx(sum(costs.values()) / 2, abs=1e-5)
+    assert totals["median_duration_s"] is not None
+
+
+def test_outcomes_file_and_bad_lines(cli, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, growing_session(2, "t1") + growing_session(2, "t2", 100))
+    outcomes = tmp_path / "o.jsonl"
+    outcomes.write_text('{"task": "t1", "passed": true}\n{"task": "t2", "passed": false, "duration_s": 30}\n')
+    data = json.loads(cli("report", trace, "--json", "--outcomes", outcomes).stdout)
+    assert data["task_totals"]["passed"] == 1
+    assert {t["task"]: t["duration_s"] for t in data["tasks"]}["t2"] == 30
+    outcomes.write_text('{"task": "t1", "passed": "yes"}\n')
+    res = cli("report", trace, "--outcomes", outcomes)
+    assert res.exit_code == 2 and "o.jsonl:1" in res.output and "passed" in res.output
+
+
+def test_compare_reports_a_cheaper_task_and_a_regressed_one(cli, tmp_path):
+    base = growing_session(4, "cheaper") + growing_session(4, "worse", 100)
+    cand_cheaper = growing_session(2, "cheaper")
+    cand_worse = growing_session(4, "worse", 100)
+    for r in cand_worse[1:]:  # the cache now misses every time: a timestamp crept into the system prompt
+        r.request["system"][0]["text"] = f"Now {r.id}\n" + r.request["system"][0]["text"]
+        total = sizes(r.request)[1]
+        r.response = {"usage": ant_usage(write=total)}
+    a, b = tmp_path / "base.jsonl", tmp_path / "cand.jsonl"
+    write_trace(a, base)
+    write_trace(b, cand_cheaper + cand_worse)
+    data = json.loads(cli("compare", a, b, "--json").stdout)
+    assert data["improved"] == ["cheaper"] and data["regressed"] == ["worse"]
+    worse = next(t for t in data["tasks"] if t["task"] == "worse")
+    assert "cost_usd" in worse["regressed"] and "prefix_changed" in worse["new_diagnoses"]
+    md = cli("compare", a, b, "--markdown").output
+    assert "**Regressed tasks**" in md and "| worse |" in md
