@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from kvprobe.cli import compare_cmd, diff_cmd, fix_cmd, gate_cmd, providers_cmd, report_cmd
+from kvprobe.cli import compare_cmd, diff_cmd, fix_cmd, gate_cmd, probe_cmd, providers_cmd, report_cmd
 
 app = typer.Typer(
     name="kvprobe",
@@ -19,6 +19,7 @@ app.command("fix")(fix_cmd.fix)
 app.command("compare")(compare_cmd.compare_cmd)
 app.command("gate")(gate_cmd.gate)
 app.command("baseline")(gate_cmd.baseline_cmd)
+app.command("run-probe")(probe_cmd.run_probe_cmd)
 
 
 def main() -> None:

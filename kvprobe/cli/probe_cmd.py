@@ -1,0 +1,118 @@
+"""`kvprobe run-probe DOCUMENT`: four requests that show how a provider's prompt cache really behaves."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.probe.cases import build_cases, new_run_id, read_document
+from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, estimate, run_probe
+from kvprobe.probe.verdict import usage_of
+
+
+def run_probe_cmd(
+    document: Annotated[Path, typer.Argument(help="A UTF-8 text long enough for the model's minimum")],
+    provider: Annotated[str, typer.Option("--provider", help="local | anthropic | openai | deepseek")] = "local",
+    model: Annotated[str | None, typer.Option("--model", help="Model id (default per provider)")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="API base URL (proxies, compatible APIs)")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write one JSONL line per request")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the four requests and their estimated cost")] = False,
+) -> None:
+    """Send four requests (prepare, confirm, new question, changed beginning) and show what the cache did.
+
+    With no key, `--provider local` runs them on the bundled engine behind the same SDK, in Anthropic emulation.
+    Example: kvprobe run-probe examples/public_notes.txt
+    """
+    with user_errors():
+        if dry_run:
+            _dry_run(document, provider, model, json_out)
+            return
+        if not json_out:
+            err.print(f"running 4 requests on {provider}" + (" (starting the local engine)" if provider == "local"
+                                                             else ""))
+        result = run_probe(document, provider, model, base_url, out_file,
+                           on_outcome=None if json_out else _progress)
+    if json_out:
+        print_json(_to_json(result))
+    else:
+        _render(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _progress(o) -> None:
+    status = "error" if o.error else "done"
+    err.print(f"  {o.case}: {status} in {o.request_s:.1f}s")
+
+
+def _dry_run(document: Path, provider: str, model: str | None, json_out: bool) -> None:
+    if provider not in PROVIDERS:
+        from kvprobe.errors import InputError
+        raise InputError(f"expected one of {', '.join(PROVIDERS)}", field="--provider")
+    model = model or PROVIDERS[provider]["model"]
+    cases = build_cases(read_document(document), provider, model, new_run_id())
+    est = estimate(cases, provider, model)
+    check_length(est, model, document)
+    rows = []
+    for case, pred, cost in zip(cases, est.predicted, est.costs):
+        body = case.body
+        prefix = body["system"][0]["text"] if "system" in body else body["messages"][0]["content"]
+        question = body["messages"][-1]["content"]
+        rows.append({"case": case.name, "model": body["model"], "max_tokens": body["max_tokens"],
+                     "prefix_start": prefix.split("\n")[1], "question": question, "predicted": pred,
+                     "estimated_cost_usd": None if cost is None else round(cost, 6)})
+    if json_out:
+        print_json({"provider": provider, "model": model, "prefix_tokens": est.prefix_tokens,
+                    "minimum_tokens": est.minimum, "requests": rows})
+        return
+    table = Table(title=f"Dry run: {provider} · {model} · document prefix ≈{est.prefix_tokens:,} tokens "
+                        f"(minimum {est.minimum:,})", title_justify="left")
+    for col in ("case", "prefix starts", "question", "read", "write", "fresh", "est. cost"):
+        table.add_column(col)
+    for r in rows:
+        p = r["predicted"]
+        cost = "n/a" if r["estimated_cost_usd"] is None else f"${r['estimated_cost_usd']:.4f}"
+        table.add_row(r["case"], r["prefix_start"], r["question"], f"{p['cache_read_tokens']:,}",
+                      f"{p['cache_write_tokens']:,}", f"{p['fresh_input_tokens']:,}", cost)
+    out.print(table)
+
+
+def _to_json(result: ProbeResult) -> dict:
+    v = result.verdict
+    return {"provider": result.provider, "model": result.model, "run_id": result.run_id,
+            "requests": [{"case": o.case, "requested_model": o.requested_model, "returned_model": o.returned_model,
+                          "usage": o.usage, "first_text_s": o.first_text_s, "request_s": o.request_s,
+                          "stop_reason": o.stop_reason, "complete": o.complete, "error": o.error,
+                          "cost_usd": c} for o, c in zip(result.outcomes, result.costs)],
+            "confirmed": v.confirmed if v else False, "supports": v.supports if v else [],
+            "not_shown": v.not_shown if v else [], "advice": v.advice if v else None, "stopped": result.stopped}
+
+
+def _render(result: ProbeResult) -> None:
+    emulated = " (local engine, Anthropic emulation; prices as if on the API)" if result.provider == "local" else ""
+    table = Table(title=f"run-probe {result.run_id}: {result.provider} · {result.model}{emulated}", title_justify="left")
+    for col in ("#", "case", "read", "write", "fresh", "output", "first text", "total", "cost", "stop"):
+        table.add_column(col, justify="left" if col in ("case", "stop") else "right")
+    for i, (o, cost) in enumerate(zip(result.outcomes, result.costs), start=1):
+        u = usage_of(result.provider, o)
+        cells = [f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}",
+                 f"{u.output_tokens:,}"] if u else ["–"] * 4
+        table.add_row(str(i), o.case, *cells,
+                      "–" if o.first_text_s is None else f"{o.first_text_s:.2f}s",
+                      "–" if o.request_s is None else f"{o.request_s:.2f}s",
+                      "–" if cost is None else f"${cost:.4f}", o.stop_reason or (o.error or "–")[:40])
+    out.print(table)
+    v = result.verdict
+    if result.stopped:
+        out.print(Text(f"stopped: {result.stopped}", style="bold red"))
+    if v and v.advice:
+        out.print(Text(v.advice, style="yellow"))
+    if v and v.supports:
+        out.print(Text("This run supports:", style="bold"))
+        for line in v.supports:
+            out.print(Text(f"  • {line}", style="green"))
+        out.print(Text(f"It does not show: {'; '.join(v.not_shown)}.", style="dim"))

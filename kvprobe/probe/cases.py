@@ -1,0 +1,69 @@
+"""The four probe requests. Identical model and settings; each differs from its reference in one place only.
+
+1 prepare         the document as a cached prefix, a unique run id and "Document version: A" at its start
+2 confirm         exactly request 1
+3 new question    request 1 with only the final question changed
+4 changed start   request 1 with only the version marker changed from A to B
+"""
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvprobe.errors import InputError
+
+MAX_OUTPUT_TOKENS = 96
+SUMMARY_QUESTION = "Summarise the document above in one sentence."
+OTHER_QUESTION = "Name the document's main topic in at most six words."
+CASE_NAMES = ("prepare", "confirm", "new_question", "changed_beginning")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeCase:
+    name: str
+    body: dict[str, Any]
+
+
+def read_document(path: Path) -> str:
+    if not path.exists():
+        raise InputError("file does not exist", file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
+    if not text.strip():
+        raise InputError("the document is empty", file=str(path))
+    return text
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _prefix(run_id: str, version: str, document: str) -> str:
+    return f"Probe run {run_id}\nDocument version: {version}\n\n{document}"
+
+
+def _anthropic(model: str, prefix: str, question: str) -> dict[str, Any]:
+    return {"model": model, "max_tokens": MAX_OUTPUT_TOKENS, "stream": True,
+            "system": [{"type": "text", "text": prefix, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": question}]}
+
+
+def _openai(model: str, prefix: str, question: str) -> dict[str, Any]:
+    # implicit prefix caching: the long document first, the question last
+    return {"model": model, "max_tokens": MAX_OUTPUT_TOKENS, "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "system", "content": prefix}, {"role": "user", "content": question}]}
+
+
+def build_cases(document: str, provider: str, model: str, run_id: str) -> list[ProbeCase]:
+    make = _anthropic if provider in ("anthropic", "local") else _openai
+    prepare = make(model, _prefix(run_id, "A", document), SUMMARY_QUESTION)
+    return [ProbeCase("prepare", prepare),
+            ProbeCase("confirm", copy.deepcopy(prepare)),
+            ProbeCase("new_question", make(model, _prefix(run_id, "A", document), OTHER_QUESTION)),
+            ProbeCase("changed_beginning", make(model, _prefix(run_id, "B", document), SUMMARY_QUESTION))]

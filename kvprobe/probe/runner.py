@@ -1,0 +1,192 @@
+"""Run the four probe requests against a provider (or the bundled engine) and log each as it finishes."""
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvprobe.catalog import rules_for
+from kvprobe.errors import InputError
+from kvprobe.pricing import PriceBook
+from kvprobe.probe.cases import ProbeCase, build_cases, new_run_id, read_document
+from kvprobe.probe.client import Outcome, run_anthropic, run_openai
+from kvprobe.probe.verdict import Verdict, judge, usage_of
+from kvprobe.request import render_request
+from kvprobe.sim import cache_for
+from kvprobe.tokens import TokenCounter
+from kvprobe.trace import TraceRecord, TraceWriter
+
+# How to reach each provider: the key's environment variable and the SDK that speaks its API.
+PROVIDERS: dict[str, dict[str, Any]] = {
+    "local": {"sdk": "anthropic", "env": None, "model": "claude-sonnet-5"},
+    "anthropic": {"sdk": "anthropic", "env": "ANTHROPIC_API_KEY", "model": "claude-sonnet-5"},
+    "openai": {"sdk": "openai", "env": "OPENAI_API_KEY", "model": "gpt-4o-mini"},
+    "deepseek": {"sdk": "openai", "env": "DEEPSEEK_API_KEY", "model": "deepseek-chat",
+                 "base_url": "https://api.deepseek.com"},
+}
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    provider: str
+    model: str
+    run_id: str
+    cases: list[ProbeCase]
+    outcomes: list[Outcome] = field(default_factory=list)
+    verdict: Verdict | None = None
+    costs: list[float | None] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped early
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict and self.verdict.confirmed and not self.stopped else 1
+
+
+@dataclass(slots=True)
+class Estimate:
+    prefix_tokens: int
+    minimum: int
+    exact: bool
+    predicted: list[dict[str, int]]
+    costs: list[float | None]
+
+
+def api_key(provider: str, prompt: Callable[[str], str] | None = None) -> str | None:
+    env = PROVIDERS[provider]["env"]
+    if env is None:
+        return None
+    key = os.environ.get(env)
+    if key:
+        return key
+    if prompt is None and sys.stdin.isatty():
+        prompt = getpass.getpass  # never echoes
+    if prompt is None:
+        raise InputError(f"no API key: set {env} (it is never printed or written)", field=env)
+    key = prompt(f"{env}: ")
+    if not key:
+        raise InputError(f"no API key given for {provider}", field=env)
+    return key
+
+
+def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
+    """Predicted usage and cost of the four requests under the provider's rules, one second apart."""
+    sim_provider = "anthropic" if provider == "local" else provider
+    rules = rules_for(sim_provider, model)
+    counter = TokenCounter(rules)
+    cache = cache_for(sim_provider)
+    predicted, costs, prefix = [], [], 0
+    book = PriceBook()
+    for i, case in enumerate(cases):
+        req = render_request({k: v for k, v in case.body.items() if k not in ("stream", "stream_options")},
+                             sim_provider)
+        counter.count_request(req)
+        prefix = prefix or req.blocks[0].tokens
+        p = cache.process(req, rules, case.name, float(i), float(i) + 0.5)
+        predicted.append(p.as_dict())
+        from kvprobe.usage import Usage
+        costs.append(book.cost(sim_provider, model, Usage(p.input_tokens, p.cache_read_tokens,
+                                                          p.cache_write_5m_tokens, p.cache_write_1h_tokens, 96),
+                               None).usd)
+    return Estimate(prefix, int(rules.get("min_cacheable_tokens", 0)), counter.exact, predicted, costs)
+
+
+def check_length(est: Estimate, model: str, document: Path) -> None:
+    if est.prefix_tokens < est.minimum:
+        approx = "" if est.exact else "about "
+        raise InputError(f"the document is {approx}{est.prefix_tokens:,} tokens; {model} caches nothing under "
+                         f"{est.minimum:,} tokens. Use a longer document", file=str(document))
+
+
+@contextlib.contextmanager
+def _local_server(model: str) -> Iterator[str]:
+    from kvprobe.serve import start_server  # needs the engine extra (torch)
+
+    with start_server(cache="emulate", emulate=f"anthropic/{model}", port=0) as handle:
+        yield handle.base_url
+
+
+def _client(provider: str, base_url: str | None, key: str | None, options: dict[str, Any]) -> Any:
+    sdk = PROVIDERS[provider]["sdk"]
+    if sdk == "anthropic":
+        import anthropic
+        return anthropic.Anthropic(api_key=key or "local", base_url=base_url, max_retries=0, **options)
+    import openai
+    url = base_url or PROVIDERS[provider].get("base_url")
+    return openai.OpenAI(api_key=key, base_url=url, max_retries=0, **options)
+
+
+def _record(result: ProbeResult, index: int, outcome: Outcome) -> TraceRecord:
+    case = result.cases[index]
+    provider = "anthropic" if result.provider == "local" else result.provider
+    probe = {"case": outcome.case, "requested_model": outcome.requested_model,
+             "returned_model": outcome.returned_model, "usage": outcome.usage, "first_text_s": outcome.first_text_s,
+             "request_s": outcome.request_s, "stop_reason": outcome.stop_reason, "complete": outcome.complete,
+             "error": outcome.error, "run_id": result.run_id, "probe_provider": result.provider}
+    return TraceRecord(id=f"{result.run_id}-{index + 1}", provider=provider, started_at=outcome.started_at,
+                       first_token_at=outcome.first_token_at, finished_at=outcome.finished_at,
+                       request=case.body, response={"model": outcome.returned_model, "usage": outcome.usage},
+                       session=f"probe-{result.run_id}", agent="probe", error=outcome.error,
+                       endpoint="/v1/messages" if PROVIDERS[result.provider]["sdk"] == "anthropic"
+                       else "/v1/chat/completions", extra={k: v for k, v in probe.items() if k != "error"})
+
+
+def run_probe(document: Path, provider: str = "local", model: str | None = None, base_url: str | None = None,
+              out: Path | None = None, key_prompt: Callable[[str], str] | None = None,
+              client_options: dict[str, Any] | None = None,
+              on_outcome: Callable[[Outcome], None] | None = None) -> ProbeResult:
+    """The four requests, sequentially; stops at the first error or an unconfirmed hit after request 2."""
+    if provider not in PROVIDERS:
+        raise InputError(f"expected one of {', '.join(PROVIDERS)}", field="--provider")
+    model = model or PROVIDERS[provider]["model"]
+    text = read_document(document)
+    result = ProbeResult(provider, model, new_run_id(), [])
+    result.cases = build_cases(text, provider, model, result.run_id)
+    est = estimate(result.cases, provider, model)
+    check_length(est, model, document)
+    key = api_key(provider, key_prompt)
+    writer = _open_log(out)
+    try:
+        with (_local_server(model) if provider == "local" and base_url is None
+              else contextlib.nullcontext(base_url)) as url:
+            client = _client(provider, url, key, client_options or {})
+            _run_cases(result, client, key, writer, on_outcome)
+    finally:
+        if writer:
+            writer.close()
+    price_provider = "anthropic" if provider == "local" else provider
+    book = PriceBook()
+    result.costs = [book.cost(price_provider, model, u, None).usd if u else None
+                    for u in (usage_of(provider, o) for o in result.outcomes)]
+    result.verdict = judge(provider, result.outcomes, est.minimum)
+    return result
+
+
+def _open_log(out: Path | None) -> TraceWriter | None:
+    if out is None:
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(b"")
+    return TraceWriter(out)
+
+
+def _run_cases(result: ProbeResult, client: Any, key: str | None, writer: TraceWriter | None,
+               on_outcome: Callable[[Outcome], None] | None) -> None:
+    run = run_anthropic if PROVIDERS[result.provider]["sdk"] == "anthropic" else run_openai
+    for i, case in enumerate(result.cases):
+        outcome = run(client, case.name, case.body, key)
+        result.outcomes.append(outcome)
+        if writer:
+            writer.append(_record(result, i, outcome))
+        if on_outcome:
+            on_outcome(outcome)
+        if outcome.error:
+            result.stopped = f"request {i + 1} ({case.name}) failed: {outcome.error}"
+            return
+        if i == 1 and not judge(result.provider, result.outcomes, None).confirmed:
+            result.stopped = "request 2 showed no cache read"
+            return

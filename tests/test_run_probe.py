@@ -1,0 +1,125 @@
+"""`kvprobe run-probe`: the four requests, their log, the stop rules, keys, against local wire-level servers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from kvprobe.capture.testing import FakeProvider
+from kvprobe.diff import diff_requests
+from kvprobe.errors import InputError
+from kvprobe.probe.cases import build_cases
+from kvprobe.probe.runner import run_probe
+from kvprobe.request import render_request
+
+NOTES = ROOT / "examples" / "public_notes.txt"
+SECRET = "sk-ant-test-0123456789abcdefSECRET"
+
+
+@pytest.fixture
+def fake():
+    server = FakeProvider()
+    server.start()
+    yield server
+    server.stop()
+
+
+def _render(case):
+    return render_request({k: v for k, v in case.body.items() if k not in ("stream", "stream_options")})
+
+
+@pytest.mark.parametrize("provider, model", [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o-mini")])
+def test_the_four_requests_differ_exactly_as_described(provider, model):
+    cases = build_cases(NOTES.read_text(), provider, model, "run123")
+    assert [c.name for c in cases] == ["prepare", "confirm", "new_question", "changed_beginning"]
+    prepare, confirm, question, changed = map(_render, cases)
+    assert diff_requests(prepare, confirm).identical
+    d3 = diff_requests(prepare, question)
+    assert d3.first_change.path.startswith("messages[") and d3.first_change.block_index == len(prepare.blocks) - 1
+    d4 = diff_requests(prepare, changed)
+    first = d4.first_change
+    assert first.block_index == 0 and first.char_offset == len("Probe run run123\nDocument version: ")
+    assert "version: A" in first.a_snippet and "version: B" in first.b_snippet
+    assert d4.b_tokens == d4.a_tokens and not d4.params_changed
+    for case in cases:
+        assert case.body["model"] == model and case.body["max_tokens"] == 96 and case.body["stream"] is True
+    if provider == "anthropic":
+        assert prepare.breakpoints == [(0, "5m")]  # cache_control at the end of the document block
+
+
+def test_anthropic_run_logs_every_request_and_never_the_key(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    log = tmp_path / "probe.jsonl"
+    result = run_probe(NOTES, "anthropic", base_url=fake.url, out=log)
+    assert result.exit_code == 0 and result.verdict.confirmed
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["case"] for line in lines] == ["prepare", "confirm", "new_question", "changed_beginning"]
+    first = lines[0]
+    assert first["usage"]["cache_read_input_tokens"] == 2048 and first["returned_model"] == "claude-sonnet-5"
+    assert first["complete"] is True and first["stop_reason"] and first["request_s"] > 0
+    assert first["first_text_s"] is not None
+    assert SECRET not in log.read_text()
+    sent = fake.requests[0]
+    auth = sent["headers"].get("x-api-key") or sent["headers"].get("authorization", "")
+    assert auth.endswith(SECRET)  # the key went to the provider, and only there
+    assert json.loads(sent["body"])["system"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_openai_path_uses_the_chat_api_with_usage_in_the_stream(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    result = run_probe(NOTES, "openai", base_url=fake.url + "/v1", out=tmp_path / "p.jsonl")
+    assert result.exit_code == 0
+    body = json.loads(fake.requests[0]["body"])
+    assert body["stream_options"] == {"include_usage": True}
+    assert result.outcomes[1].usage["prompt_tokens_details"]["cached_tokens"] == 2048
+
+
+def test_unconfirmed_hit_stops_after_request_2_with_exit_1(cli, fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    result = run_probe(NOTES, "anthropic", base_url=fake.url,
+                       client_options={"default_headers": {"x-fake-usage": '{"cache_read_input_tokens": 0}'}})
+    assert len(result.outcomes) == 2 and result.exit_code == 1
+    assert "minimum cacheable length" in result.verdict.advice and "TTL" in result.verdict.advice
+
+
+def test_http_error_stops_and_keeps_what_arrived(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    log = tmp_path / "p.jsonl"
+    result = run_probe(NOTES, "anthropic", base_url=fake.url, out=log,
+                       client_options={"default_headers": {"x-fake": "status=529"}})
+    assert len(result.outcomes) == 1 and result.exit_code == 1 and "529" in result.stopped
+    line = json.loads(log.read_text())
+    assert line["complete"] is False and line["usage"] is None and line["stop_reason"] is None
+    assert SECRET not in log.read_text()
+
+
+def test_broken_stream_keeps_the_partial_usage(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    result = run_probe(NOTES, "anthropic", base_url=fake.url,
+                       client_options={"default_headers": {"x-fake": "reset-after=2"}})
+    [outcome] = result.outcomes
+    assert outcome.error and not outcome.complete
+    assert outcome.usage["cache_read_input_tokens"] == 2048  # message_start had arrived
+
+
+def test_short_document_is_refused_with_the_numbers(cli, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("Too short to cache.")
+    res = cli("run-probe", short, "--provider", "anthropic", "--dry-run")
+    assert res.exit_code == 2 and "short.txt" in res.output and "caches nothing under 1,024 tokens" in res.output
+
+
+def test_missing_key_without_a_terminal_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(InputError, match="set OPENAI_API_KEY"):
+        run_probe(NOTES, "openai", base_url="http://127.0.0.1:9")
+
+
+def test_dry_run_shows_the_four_requests_and_costs(cli):
+    res = cli("run-probe", NOTES, "--provider", "anthropic", "--dry-run", "--json")
+    data = json.loads(res.stdout)
+    assert [r["case"] for r in data["requests"]] == ["prepare", "confirm", "new_question", "changed_beginning"]
+    reads = [r["predicted"]["cache_read_tokens"] for r in data["requests"]]
+    assert reads[0] == 0 and reads[1] == reads[2] > 4000 and reads[3] == 0
+    assert all(r["estimated_cost_usd"] > 0 for r in data["requests"])
