@@ -133,10 +133,10 @@ def _params_changed(a: RenderedRequest, b: RenderedRequest) -> list[dict[str, An
 
 def _predict(a: RenderedRequest, b: RenderedRequest, ra: ModelRules, rb: ModelRules,
              common_keys: int, partial_tokens: int) -> Prediction:
-    cache = cache_for(b.provider)
+    cache = cache_for(b.provider, b.cache_mode)
     cache.process(a, ra, "A", start=0.0, readable_at=0.0)
     pred = cache.process(b, rb, "B", start=1.0, readable_at=1.0)
-    if b.provider not in ("anthropic", "local") and partial_tokens and b.blocks:
+    if b.cache_mode == "implicit" and partial_tokens and b.blocks:
         # implicit caches match tokens, not blocks: add the unchanged part of the first changed block
         cum = cumulative_tokens(b.blocks)
         matched = (cum[common_keys - 1] if common_keys else 0) + partial_tokens

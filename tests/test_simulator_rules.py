@@ -247,3 +247,32 @@ def test_provider_reported_reason_wins():
     report = run([rec("a", 0, body, ant_usage(write=4000)), rec("b", 10, body, usage)])
     d = by_id(report)["b"].diagnoses[0]
     assert d.kind == "prefix_changed" and d.inferred is False
+
+
+def test_gemini_bodies_render_and_reuse_implicitly():
+    def gem(extra: str = "") -> dict:
+        return {"systemInstruction": {"parts": [{"text": words(1500)}]},
+                "contents": [{"role": "user", "parts": [{"text": "Summarise." + extra}]}]}
+    a, b = gem(), gem(" Briefly.")
+    report = run([TraceRecord(id="g1", provider="gemini", started_at=0, request=a,
+                              endpoint="/v1beta/models/gemini-2.5-flash:generateContent"),
+                  TraceRecord(id="g2", provider="gemini", started_at=10, request=b,
+                              endpoint="/v1beta/models/gemini-2.5-flash:generateContent")])
+    g1, g2 = report.results
+    assert g1.sk.model == "gemini-2.5-flash" and g1.sk.request.blocks[0].path == "systemInstruction.parts[0]"
+    assert g2.predicted.cache_read_tokens == g1.sk.request.blocks[0].tokens  # the system part, not the question
+
+
+def test_openai_explicit_mode_caches_only_at_breakpoints():
+    def body(question: str) -> dict:
+        return {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"},
+                "messages": [{"role": "system", "content": [{"type": "text", "text": words(2000),
+                                                             "prompt_cache_breakpoint": {}}]},
+                             {"role": "user", "content": question}]}
+    report = run([rec("e1", 0, body("one?"), {"input_tokens": 10}), rec("e2", 60, body("two?"), {"input_tokens": 10}),
+                  rec("e3", 60 + 1801, body("three?"), {"input_tokens": 10})])
+    e1, e2, e3 = report.results
+    system = e1.sk.request.blocks[0].tokens
+    assert e1.predicted.cache_write_tokens == system and e1.predicted.cache_read_tokens == 0
+    assert e2.predicted.cache_read_tokens == system  # exact, no 128-token rounding at a breakpoint
+    assert e3.predicted.cache_read_tokens == 0  # 30 minutes after the last use: expired

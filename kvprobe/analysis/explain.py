@@ -43,7 +43,7 @@ def _first_difference(a: RenderedRequest, b: RenderedRequest) -> int:
 
 def _cached_extent(req: RenderedRequest, provider: str) -> int:
     """Blocks of a request that its cache entries cover (through the last breakpoint, or all)."""
-    if provider in ("anthropic", "local"):
+    if req.cache_mode != "implicit":
         return req.breakpoint_indices[-1] + 1 if req.breakpoints else 0
     return len(req.blocks)
 
@@ -131,7 +131,7 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
             out.append(change)
     out += _from_evidence(result)
     short = result.usage.cache_read_tokens + _tol(result) < result.reusable_tokens
-    if not out and short and result.sk.provider in ("anthropic", "local") and _worth_a_breakpoint(result):
+    if not out and short and req.cache_mode != "implicit" and _worth_a_breakpoint(result):
         out.append(_missing_breakpoint(result))
     mismatch = _mismatch(result)
     if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):
@@ -150,8 +150,8 @@ def explain_usage_only(result: "RequestResult", prev: "RequestResult") -> list[D
     gap = result.sk.started_at - prev.sk.started_at
     rules = result.rules
     ttl_table = rules.get("ttl_seconds")
-    ttl = float(ttl_table.get(str(rules.get("default_ttl", "5m")), 300)) if isinstance(ttl_table, dict) \
-        else retention_seconds(rules)
+    ttl = float(ttl_table.get(str(rules.get("default_ttl", "5m")), 300)) \
+        if isinstance(ttl_table, dict) and result.sk.provider in ("anthropic", "local") else retention_seconds(rules)
     if gap > ttl:
         return [Diagnosis("ttl_expired", f"{gap:.0f}s since {prev.sk.id} started; the entry lives {ttl:.0f}s",
                           seconds_past=gap - ttl)]

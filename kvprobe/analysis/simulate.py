@@ -92,7 +92,8 @@ class Simulator:
             return self._usage_only(sk, rules)
         req = sk.request
         how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model))
-        cache = self.caches.setdefault(sk.provider, cache_for(sk.provider))
+        cache_name = f"{sk.provider}/{req.cache_mode}"
+        cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
         pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         ideal = self.ideal.setdefault(sk.provider, _Ideal())
         ideal_key, ideal_content = ideal.longest(req, "cache_key"), ideal.longest(req, "content_hash")
@@ -142,7 +143,7 @@ def _stream_tokens(prev: RequestResult | None) -> int:
     if prev is None or prev.sk.request is None:
         return 0
     req = prev.sk.request
-    if prev.sk.provider in ("anthropic", "local"):
+    if req.cache_mode != "implicit":
         end = req.breakpoint_indices[-1] + 1 if req.breakpoints else 0
     else:
         end = len(req.blocks)

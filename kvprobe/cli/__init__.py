@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from kvprobe.cli import compare_cmd, diff_cmd, fix_cmd, gate_cmd, probe_cmd, providers_cmd, report_cmd
+from kvprobe.cli import db_cmd, html_cmd, plot_cmd
 
 app = typer.Typer(
     name="kvprobe",
@@ -20,6 +21,10 @@ app.command("compare")(compare_cmd.compare_cmd)
 app.command("gate")(gate_cmd.gate)
 app.command("baseline")(gate_cmd.baseline_cmd)
 app.command("run-probe")(probe_cmd.run_probe_cmd)
+app.command("html")(html_cmd.html)
+app.command("plot")(plot_cmd.plot)
+app.add_typer(db_cmd.app, name="db")
+app.command("sql")(db_cmd.sql)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
 from kvprobe.request.anthropic import render_anthropic
 from kvprobe.request.detect import infer_api, infer_provider
+from kvprobe.request.gemini import render_gemini
 from kvprobe.request.model import LEVELS, Block, IdentityParam, RenderedRequest
 from kvprobe.request.openai_chat import render_openai_chat
 from kvprobe.request.openai_responses import render_openai_responses
@@ -23,14 +24,21 @@ def render_request(body: Any, provider: str | None = None, endpoint: str | None 
     if provider is None:
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat "
                          "Completions, OpenAI Responses or DeepSeek body ('messages' or 'input')")
-    rules = rules_for(provider, body.get("model"))
+    rules = rules_for(provider, body.get("model") or _model_from_endpoint(endpoint))
     if provider in ("anthropic", "local") and "input" not in body:
         req = render_anthropic(body, rules)
         req.provider = provider
         return req
     if provider == "gemini":
-        raise InputError("Gemini request bodies are not rendered yet; usage-only Gemini records are supported")
+        return render_gemini(body, rules, body.get("model") or _model_from_endpoint(endpoint))
     api = infer_api(body, provider, endpoint)
     if api == "openai_responses":
         return render_openai_responses(body, rules)
     return render_openai_chat(body, rules, provider)
+
+
+def _model_from_endpoint(endpoint: str | None) -> str | None:
+    """Gemini names the model in the URL: /v1beta/models/gemini-2.5-pro:generateContent."""
+    if endpoint and "/models/" in endpoint:
+        return endpoint.split("/models/", 1)[1].split(":", 1)[0]
+    return None

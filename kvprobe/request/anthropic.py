@@ -132,7 +132,8 @@ def render_anthropic(body: dict[str, Any], rules: ModelRules) -> RenderedRequest
     auto = _apply_automatic(body, blocks, default_ttl)
     params = _params(body, blocks, rules)
     chain_hashes(blocks, params)
-    req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, auto)
+    req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, auto,
+                          cache_mode="breakpoints")
     limit = rules.get("max_breakpoints", 4)
     count = len(req.breakpoint_indices)
     if count > limit:

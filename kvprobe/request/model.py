@@ -61,6 +61,7 @@ class RenderedRequest:
     # (block index, ttl) of each cache breakpoint. Held here, not only on blocks, because a session's
     # requests share deduplicated block objects while each request places its own markers.
     breakpoints: list[tuple[int, str]] = field(default_factory=list)
+    cache_mode: str = "implicit"  # "breakpoints" (Anthropic), "explicit" (OpenAI 5.6+ explicit) or "implicit"
 
     def __post_init__(self) -> None:
         if not self.breakpoints:

@@ -22,15 +22,13 @@ def _part_block(path: str, part: Any, role: str, i: int) -> Block:
         raise InputError("expected a content part object", field=path)
     kind = str(part.get("type", "text"))
     text, meta = split_part(part, _TEXT_KEY.get(kind))
-    bp = part.get("prompt_cache_breakpoint")
+    bp = "prompt_cache_breakpoint" in part and part["prompt_cache_breakpoint"] is not False
     return Block(path, "messages", kind, text, meta, role, i,
                  breakpoint=_bp_ttl(bp), breakpoint_source="explicit" if bp else None)
 
 
-def _bp_ttl(marker: Any) -> str | None:
-    if not marker:
-        return None
-    return "explicit"
+def _bp_ttl(marker: bool) -> str | None:
+    return "explicit" if marker else None
 
 
 def _message_blocks(i: int, msg: Any) -> list[Block]:
@@ -69,6 +67,13 @@ def openai_params(body: dict[str, Any], rules: ModelRules) -> dict[str, Identity
     return {n: IdentityParam(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
 
 
+def explicit_mode(body: dict[str, Any], rules: ModelRules) -> str:
+    """GPT-5.6+ with prompt_cache_options.mode == "explicit" caches at marked breakpoints only."""
+    options = body.get("prompt_cache_options")
+    mode = options.get("mode") if isinstance(options, dict) else None
+    return "explicit" if mode == "explicit" and rules.get("explicit_breakpoints", False) else "implicit"
+
+
 def render_openai_chat(body: dict[str, Any], rules: ModelRules, provider: str = "openai") -> RenderedRequest:
     if "messages" not in body:
         raise InputError("expected a Chat Completions body with 'messages'", field="messages")
@@ -79,4 +84,5 @@ def render_openai_chat(body: dict[str, Any], rules: ModelRules, provider: str = 
         blocks += _message_blocks(i, msg)
     params = openai_params(body, rules)
     chain_hashes(blocks, params)
-    return RenderedRequest(provider, "openai_chat", body.get("model"), blocks, params)
+    return RenderedRequest(provider, "openai_chat", body.get("model"), blocks, params,
+                           cache_mode=explicit_mode(body, rules))

@@ -7,7 +7,7 @@ from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
-from kvprobe.request.openai_chat import openai_params
+from kvprobe.request.openai_chat import explicit_mode, openai_params
 
 _TEXT_KEY = {"input_text": "text", "output_text": "text", "text": "text", "function_call_output": "output",
              "reasoning": "summary"}
@@ -20,7 +20,7 @@ def _part(path: str, part: Any, role: str, i: int) -> Block:
         raise InputError("expected a content part object", field=path)
     kind = str(part.get("type", "input_text"))
     text, meta = split_part(part, _TEXT_KEY.get(kind))
-    bp = part.get("prompt_cache_breakpoint")
+    bp = "prompt_cache_breakpoint" in part and part["prompt_cache_breakpoint"] is not False
     return Block(path, "messages", _KIND.get(kind, kind), text, meta, role, i,
                  breakpoint="explicit" if bp else None, breakpoint_source="explicit" if bp else None)
 
@@ -63,4 +63,5 @@ def render_openai_responses(body: dict[str, Any], rules: ModelRules) -> Rendered
         blocks += _item_blocks(i, item)
     params = openai_params(body, rules)
     chain_hashes(blocks, params)
-    return RenderedRequest("openai", "openai_responses", body.get("model"), blocks, params)
+    return RenderedRequest("openai", "openai_responses", body.get("model"), blocks, params,
+                           cache_mode=explicit_mode(body, rules))

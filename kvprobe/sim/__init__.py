@@ -8,6 +8,9 @@ from kvprobe.sim.result import Evidence, Prediction
 __all__ = ["AnthropicCache", "PrefixCache", "Evidence", "Prediction", "cache_for"]
 
 
-def cache_for(provider: str) -> AnthropicCache | PrefixCache:
-    """The cache model a provider uses (Anthropic-style breakpoints, or an implicit prefix cache)."""
-    return AnthropicCache() if provider in ("anthropic", "local") else PrefixCache()
+def cache_for(provider: str, mode: str = "implicit") -> AnthropicCache | PrefixCache:
+    """The cache model a request uses: entries at breakpoints (Anthropic, OpenAI explicit mode) or an
+    implicit prefix cache (OpenAI, DeepSeek, Gemini)."""
+    if provider in ("anthropic", "local") or mode in ("breakpoints", "explicit"):
+        return AnthropicCache()
+    return PrefixCache()

@@ -43,7 +43,7 @@ class AnthropicCache:
         if not bps:
             pred.fresh_input_tokens = total
             return pred
-        ttl_seconds: dict[str, float] = rules.get("ttl_seconds", {"5m": 300, "1h": 3600})
+        ttl_seconds: dict[str, float] = rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}
         hit = self._find_hit(req, rules, bps, start, pred)
         read = cum[hit] if hit is not None else 0
         if hit is not None:
@@ -56,7 +56,7 @@ class AnthropicCache:
 
     def _find_hit(self, req: RenderedRequest, rules: ModelRules, bps: list[int], start: float,
                   pred: Prediction) -> int | None:
-        window = int(rules.get("lookback_positions", 20))
+        window = int(rules.get("lookback_positions", len(req.blocks) + 1))  # no rule: no window
         positions = lookback_positions(req.blocks, str(rules.get("lookback_counting", "blocks")))
         best: int | None = None
         for bp in bps:

@@ -1,0 +1,84 @@
+"""A report as table rows (schema.py): pure, no DuckDB and no pandas here."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.report import Report
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+def _hex(value: int) -> str:
+    return f"{value:032x}"
+
+
+def request_row(trace_id: str, seq: int, r: RequestResult) -> dict[str, Any]:
+    u, p, sk = r.usage, r.predicted, r.sk
+    req = sk.request
+    return {
+        "trace_id": trace_id, "request_id": sk.id, "seq": seq, "line": sk.line, "session": sk.session,
+        "agent": sk.agent, "provider": sk.provider, "model": sk.model, "model_known": r.rules.known_model,
+        "started_at": sk.started_at, "readable_at": sk.readable_at, "finished_at": sk.finished_at,
+        "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
+        "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
+        "output_tokens": u.output_tokens,
+        "hit_ratio": u.cache_read_tokens / u.input_tokens if u.input_tokens else None,
+        "cost_usd": r.cost_usd, "cost_source": r.cost_source, "input_equivalent_tokens": r.input_equivalent,
+        "observed": r.observed, "tokens_source": r.tokens_source, "write_kind": r.write_kind,
+        "reusable_tokens": r.reusable_tokens, "missed_read_tokens": r.missed_tokens,
+        "predicted_cache_read_tokens": p.cache_read_tokens if p else None,
+        "predicted_cache_write_tokens": p.cache_write_tokens if p else None,
+        "predicted_fresh_input_tokens": p.fresh_input_tokens if p else None,
+        "miss_kind": r.diagnoses[0].kind if r.diagnoses else None,
+        "n_blocks": len(req.blocks) if req else None, "n_breakpoints": len(req.breakpoints) if req else None,
+        "error": sk.error,
+    }
+
+
+def block_rows(trace_id: str, r: RequestResult) -> list[dict[str, Any]]:
+    req = r.sk.request
+    if req is None:
+        return []
+    ttl = dict(req.breakpoints)  # block index -> TTL: this request's own markers (blocks are shared)
+    rows, start = [], 0
+    for i, b in enumerate(req.blocks):
+        rows.append({"trace_id": trace_id, "request_id": r.sk.id, "block_index": i, "path": b.path,
+                     "level": b.level, "kind": b.kind, "role": b.role, "tokens": b.tokens, "start_token": start,
+                     "content_hash": _hex(b.content_hash), "cache_key": _hex(b.cache_key),
+                     "breakpoint_ttl": ttl.get(i)})
+        start += b.tokens
+    return rows
+
+
+def diagnosis_rows(trace_id: str, r: RequestResult) -> list[dict[str, Any]]:
+    rows = []
+    for i, d in enumerate(r.diagnoses):
+        rows.append({"trace_id": trace_id, "request_id": r.sk.id, "diagnosis_index": i, "kind": d.kind,
+                     "inferred": d.inferred, "detail": d.detail, "advice": ADVICE.get(d.kind, ""), "path": d.path,
+                     "token_position": d.token_position, "seconds_past": d.seconds_past, "writer_id": d.writer_id,
+                     "param": d.param, "missed_tokens": d.missed_tokens,
+                     "details": orjson.dumps(d.to_json(), default=str).decode()})
+    return rows
+
+
+def fix_rows(trace_id: str, fixes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ordered = sorted(fixes, key=lambda f: -(f.get("saving_input_equivalent_tokens") or 0))
+    return [{"trace_id": trace_id, "fix_index": i, "kind": f["kind"], "requests": [str(x) for x in f["requests"]],
+             "saving_input_equivalent_tokens": f.get("saving_input_equivalent_tokens"),
+             "saving_usd": f.get("saving_usd"), "detail": f.get("detail", "")} for i, f in enumerate(ordered)]
+
+
+def report_rows(trace_id: str, rep: Report) -> Rows:
+    """Rows of requests, blocks, diagnoses and fixes for one trace's report."""
+    ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
+    rows: Rows = {"requests": [], "blocks": [], "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes)}
+    for seq, r in enumerate(ordered):
+        rows["requests"].append(request_row(trace_id, seq, r))
+        rows["blocks"] += block_rows(trace_id, r)
+        rows["diagnoses"] += diagnosis_rows(trace_id, r)
+    return rows

@@ -1,0 +1,205 @@
+"""What the timeline chart shows, as plain data: one bar per request, the marks around it.
+
+Pure: simulated results in, a `Timeline` out. Drawing lives in `svg.py`; this module decides *what* is worth
+showing (misses and their causes, idle gaps, TTL expiries, concurrent starts) so the HTML page, the PNG and
+the tests all agree on one model.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvprobe.analysis.simulate import RequestResult
+
+IDLE_GAP_SECONDS = 60.0  # a pause at least this long between two starts gets a marked gap on the chart
+MAX_SLOTS = 2500  # beyond this many requests, consecutive requests share a slot (one summed bar per agent)
+
+# Diagnosis kind -> (glyph drawn on the marker, short label, colour). Order is the legend order.
+MISS_KINDS: dict[str, tuple[str, str, str]] = {
+    "prefix_changed": ("P", "prefix changed", "#d62828"),
+    "params_changed": ("A", "params changed", "#7b2cbf"),
+    "ttl_expired": ("T", "TTL expired", "#b45309"),
+    "lookback_exceeded": ("L", "lookback exceeded", "#0369a1"),
+    "below_minimum": ("M", "below minimum", "#4d7c0f"),
+    "not_yet_readable": ("C", "concurrent start", "#db2777"),
+    "missing_breakpoint": ("B", "missing breakpoint", "#0f766e"),
+    "unexplained": ("?", "unexplained", "#475569"),
+}
+
+
+@dataclass(slots=True)
+class Mark:
+    """A miss cause drawn above a bar."""
+
+    kind: str
+    detail: str
+
+
+@dataclass(slots=True)
+class Bar:
+    index: int  # the bar's slot on the x axis (the request's position in start order, unless aggregated)
+    id: str
+    session: str
+    agent: str
+    model: str | None
+    started_at: float
+    readable_at: float
+    read: int
+    write_5m: int
+    write_1h: int
+    fresh: int
+    output: int
+    missed: int  # tokens an ideal prefix cache would have read that this request did not
+    cost_usd: float | None
+    input_equivalent: float
+    write_kind: str
+    marks: list[Mark] = field(default_factory=list)
+    first: int = 0  # position in start order of the (first) request drawn by this bar
+    count: int = 1  # requests summed into this bar
+
+    @property
+    def input_tokens(self) -> int:
+        return self.read + self.write_5m + self.write_1h + self.fresh
+
+
+@dataclass(slots=True)
+class Gap:
+    """An idle pause before bar `before` (between slots before-1 and before)."""
+
+    before: int
+    seconds: float
+    ttl_expired: bool  # a request after this pause found its cache entry expired
+
+
+@dataclass(slots=True)
+class Expiry:
+    """A cache entry that ran out before bar `index` started (its `ttl_expired` diagnosis)."""
+
+    index: int
+    agent: str
+    seconds_past: float | None
+    detail: str
+
+
+@dataclass(slots=True)
+class Overlap:
+    """Bar `index` started while bar `writer` was still in flight (no response yet, so nothing readable)."""
+
+    writer: int
+    index: int
+    seconds_after: float
+    writer_id: str
+    id: str
+
+
+@dataclass(slots=True)
+class Timeline:
+    bars: list[Bar]
+    lanes: list[str]  # agents, in order of first appearance
+    gaps: list[Gap]
+    expiries: list[Expiry]
+    overlaps: list[Overlap]
+    sessions: list[tuple[str, int, int]]  # (session, first slot, last slot) for each contiguous run
+    per_slot: int = 1  # requests per slot (1: a bar per request)
+    requests: int = 0
+
+    @property
+    def slots(self) -> int:
+        return max((b.index for b in self.bars), default=-1) + 1
+
+    @property
+    def kinds(self) -> list[str]:
+        present = {m.kind for b in self.bars for m in b.marks}
+        return [k for k in MISS_KINDS if k in present]
+
+
+def _bar(index: int, r: RequestResult) -> Bar:
+    u = r.usage
+    marks = [Mark(d.kind if d.kind in MISS_KINDS else "unexplained", d.detail) for d in r.diagnoses]
+    return Bar(index, r.sk.id, r.sk.session, r.sk.agent, r.sk.model, r.sk.started_at, r.sk.readable_at,
+               u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens,
+               max(u.fresh_input_tokens, 0), u.output_tokens, r.missed_tokens, r.cost_usd, r.input_equivalent,
+               r.write_kind, marks, first=index)
+
+
+def _overlaps(results: list[RequestResult]) -> list[Overlap]:
+    """For each request, the earliest same-provider request still in flight when it started."""
+    found: list[Overlap] = []
+    in_flight: list[int] = []
+    for i, r in enumerate(results):
+        start = r.sk.started_at
+        in_flight = [w for w in in_flight if results[w].sk.readable_at > start]
+        writer = next((w for w in in_flight if results[w].sk.provider == r.sk.provider), None)
+        named = next((d.writer_id for d in r.diagnoses if d.kind == "not_yet_readable" and d.writer_id), None)
+        if named is not None:
+            writer = next((w for w in range(i) if results[w].sk.id == named), writer)
+        if writer is not None:
+            found.append(Overlap(writer, i, start - results[writer].sk.started_at, results[writer].sk.id, r.sk.id))
+        in_flight.append(i)
+    return found
+
+
+def _sessions(bars: list[Bar]) -> list[tuple[str, int, int]]:
+    runs: list[tuple[str, int, int]] = []
+    for b in bars:
+        if runs and runs[-1][0] == b.session:
+            runs[-1] = (b.session, runs[-1][1], b.index)
+        else:
+            runs.append((b.session, b.index, b.index))
+    return runs
+
+
+def build_timeline(results: list[RequestResult], max_slots: int = MAX_SLOTS) -> Timeline:
+    """The chart model of simulated results (any order: bars follow start time, then input order)."""
+    ordered = sorted(results, key=lambda r: (r.sk.started_at, r.sk.order))
+    bars = [_bar(i, r) for i, r in enumerate(ordered)]
+    lanes = list(dict.fromkeys(b.agent for b in bars))
+    expiries = [Expiry(i, r.sk.agent, d.seconds_past, d.detail) for i, r in enumerate(ordered)
+                for d in r.diagnoses if d.kind == "ttl_expired"]
+    expired = {e.index for e in expiries}
+    gaps = [Gap(i, bars[i].started_at - bars[i - 1].started_at, i in expired) for i in range(1, len(bars))
+            if bars[i].started_at - bars[i - 1].started_at >= IDLE_GAP_SECONDS]
+    tl = Timeline(bars, lanes, gaps, expiries, _overlaps(ordered), _sessions(bars), 1, len(bars))
+    return tl if len(bars) <= max_slots else _aggregate(tl, math.ceil(len(bars) / max_slots))
+
+
+def _sum(slot: int, group: list[Bar]) -> Bar:
+    a, z = group[0], group[-1]
+    costs = [b.cost_usd for b in group]
+    marks = list({m.kind: m for b in group for m in b.marks}.values())
+    return Bar(slot, f"{a.id} … {z.id}" if len(group) > 1 else a.id, a.session, a.agent, a.model, a.started_at,
+               z.readable_at, sum(b.read for b in group), sum(b.write_5m for b in group),
+               sum(b.write_1h for b in group), sum(b.fresh for b in group), sum(b.output for b in group),
+               sum(b.missed for b in group), None if None in costs else sum(costs),
+               sum(b.input_equivalent for b in group), a.write_kind, marks, first=a.first, count=len(group))
+
+
+def _aggregate(tl: Timeline, k: int) -> Timeline:
+    """Sum each run of k consecutive requests into one slot (a bar per agent in it), so huge traces stay
+    drawable; every mark moves to the slot of its request."""
+    groups: dict[tuple[int, str], list[Bar]] = {}
+    for b in tl.bars:
+        groups.setdefault((b.index // k, b.agent), []).append(b)
+    bars = [_sum(slot, group) for (slot, _), group in groups.items()]
+    gaps: dict[int, Gap] = {}
+    for g in tl.gaps:
+        old = gaps.get(g.before // k)
+        gaps[g.before // k] = Gap(g.before // k, max(g.seconds, old.seconds if old else 0),
+                                  g.ttl_expired or bool(old and old.ttl_expired))
+    expiries = list({(e.index // k, e.agent): Expiry(e.index // k, e.agent, e.seconds_past, e.detail)
+                     for e in tl.expiries}.values())
+    overlaps = list({(o.writer // k, o.index // k): Overlap(o.writer // k, o.index // k, o.seconds_after,
+                                                             o.writer_id, o.id)
+                     for o in tl.overlaps if o.writer // k != o.index // k}.values())
+    sessions = [(name, a // k, z // k) for name, a, z in tl.sessions]
+    return Timeline(bars, tl.lanes, list(gaps.values()), expiries, overlaps, sessions, k, tl.requests)
+
+
+def duration(seconds: float) -> str:
+    """Short human duration: 45s, 7m00s, 2h05m."""
+    s = int(round(abs(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,231 @@
+"""The HTML report: one self-contained file (inline CSS, JS and SVG; nothing fetched) for a `Report`.
+
+Sections: totals, the timeline chart, the fixes with their savings, the costliest misses, every request, and
+notes. All trace-derived text is escaped; a Content-Security-Policy forbids any network access and allows only
+this module's own script (by hash), so even a markup slip could not run injected code.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from kvprobe import __version__
+from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
+from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
+from kvprobe.report import Report
+from kvprobe.trace.record import format_time
+
+
+def _asset(name: str) -> str:
+    return files("kvprobe.render").joinpath(name).read_text(encoding="utf-8")
+
+
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    return (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; "
+            "base-uri 'none'; form-action 'none'")
+
+
+def money(v: float | None) -> str:
+    return "n/a" if v is None else f"${v:,.4f}"
+
+
+def _pct(ratio: float) -> str:
+    return f"{100 * ratio:.1f}%"
+
+
+def _card(key: str, label: str, value: str, raw: Any, cls: str = "") -> str:
+    return (f'<div class="card" data-key="{esc(key)}" data-value="{esc(raw)}"><div class="label">{esc(label)}</div>'
+            f'<div class="value {cls}">{esc(value)}</div></div>')
+
+
+def _totals(rep: Report) -> str:
+    t = rep.totals
+    cards = [
+        _card("requests", "Requests", f"{t['requests']:,}", t["requests"]),
+        _card("input_tokens", "Input tokens", f"{t['input_tokens']:,}", t["input_tokens"]),
+        _card("token_hit_ratio", "Hit ratio", _pct(t["token_hit_ratio"]), t["token_hit_ratio"], "good"),
+        _card("input_equivalent_tokens", "Input-equivalents", f"{t['input_equivalent_tokens']:,.0f}",
+              t["input_equivalent_tokens"]),
+        _card("cost_usd", "Cost", money(t["cost_usd"]), t["cost_usd"]),
+        _card("missed_read_tokens", "Missed reads", f"{t['missed_read_tokens']:,} tokens", t["missed_read_tokens"],
+              "bad" if t["missed_read_tokens"] else ""),
+    ]
+    w = rep.with_all_fixes
+    if w:
+        base = w.get("baseline_predicted", {})
+        cards.append(
+            f'<div class="card fixes" data-key="with_all_fixes" data-value="{esc(w["cost_usd"])}">'
+            f'<div class="label">With all fixes (predicted)</div><div class="value good">'
+            f'{esc(_pct(base.get("token_hit_ratio", 0)))} → {esc(_pct(w["token_hit_ratio"]))}</div>'
+            f'<div>{esc(money(base.get("cost_usd")))} → <b>{esc(money(w["cost_usd"]))}</b></div></div>')
+    return f'<section id="totals"><div class="cards">{"".join(cards)}</div></section>'
+
+
+def _chips(kinds: list[str]) -> str:
+    return "".join(f'<span class="chip" style="background:{MISS_KINDS.get(k, MISS_KINDS["unexplained"])[2]}">'
+                   f'{esc(k)}</span>' for k in kinds)
+
+
+def _fixes(rep: Report) -> str:
+    if not rep.fixes:
+        why = "no fix pays for itself on this trace" if rep.what_if is not None else \
+            "fixes were not computed (use --what-if to force them on large inputs)"
+        return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
+    total = rep.totals["input_equivalent_tokens"] or 1
+    rows = []
+    for f in sorted(rep.fixes, key=lambda f: -(f.get("saving_input_equivalent_tokens") or 0)):
+        share = min(100.0, 100 * (f.get("saving_input_equivalent_tokens") or 0) / total)
+        rows.append(
+            f'<tr data-kind="{esc(f["kind"])}"><td><code>{esc(f["kind"])}</code></td>'
+            f'<td>{esc(", ".join(map(str, f.get("requests", []))))}</td>'
+            f'<td class="num saving" data-v="{esc(f.get("saving_usd"))}">{esc(money(f.get("saving_usd")))}</td>'
+            f'<td class="num" data-v="{esc(f.get("saving_input_equivalent_tokens"))}">'
+            f'{f.get("saving_input_equivalent_tokens") or 0:,.0f}</td>'
+            f'<td class="num"><span class="meter"><span style="width:{share:.1f}%"></span></span> {share:.1f}%</td>'
+            f'<td>{esc(f.get("detail", ""))}</td></tr>')
+    head = ("<tr><th>fix</th><th>requests</th><th class=num>saves</th><th class=num>input-equivalents</th>"
+            "<th class=num>of total</th><th>what to change</th></tr>")
+    note = ("Each saving comes from re-simulating the whole trace with only that change.")
+    return (f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(note)}</p>'
+            f'<table id="kv-fixes"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def _misses(rep: Report) -> str:
+    if not rep.misses:
+        return ('<section id="misses"><h2>Costliest misses</h2><p class="hint">No misses: every request read '
+                'what an ideal prefix cache would have.</p></section>')
+    rows = []
+    for m in rep.misses:
+        d = m.result.diagnoses[0]
+        rows.append(f'<tr><td><code>{esc(m.result.sk.id)}</code></td><td class="num">{esc(money(m.usd))}</td>'
+                    f'<td class="num">{m.input_equivalent:,.0f}</td><td>{_chips([d.kind])}</td>'
+                    f'<td>{esc(d.detail)}</td><td class="advice">{esc(ADVICE.get(d.kind, ""))}</td></tr>')
+    head = ("<tr><th>request</th><th class=num>cost of miss</th><th class=num>input-equivalents</th>"
+            "<th>cause</th><th>why</th><th>what to do</th></tr>")
+    return (f'<section id="misses"><h2>Costliest misses</h2><table id="kv-misses"><thead>{head}</thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+_COLUMNS = (("#", "num"), ("time (UTC)", "text"), ("id", "text"), ("session", "text"), ("agent", "text"),
+            ("model", "text"), ("input", "num"), ("read", "num"), ("write", "num"), ("fresh", "num"),
+            ("hit %", "num"), ("missed", "num"), ("cost", "num"), ("why", "text"))
+
+
+def _num(v: float | int | None, text: str) -> str:
+    return f'<td class="num" data-v="{"" if v is None else v}">{esc(text)}</td>'
+
+
+MAX_TABLE_ROWS = 5000  # beyond this, the table keeps the requests with the costliest misses, then the costliest
+
+
+def _shown(ordered: list[RequestResult], limit: int) -> list[int]:
+    if len(ordered) <= limit:
+        return list(range(len(ordered)))
+    rank = sorted(range(len(ordered)), key=lambda i: (-ordered[i].missed_tokens, -(ordered[i].cost_usd or 0)))
+    return sorted(rank[:limit])
+
+
+def _row(i: int, r: RequestResult, tl: Timeline, lanes: dict[str, int]) -> str:
+    u, sk = r.usage, r.sk
+    fresh = max(u.fresh_input_tokens, 0)
+    hit = u.cache_read_tokens / u.input_tokens if u.input_tokens else None
+    kinds = [d.kind for d in r.diagnoses]
+    why = "; ".join(d.detail for d in r.diagnoses) or ("cold start" if r.write_kind == "cold_start" else "")
+    lane = lanes[sk.agent]
+    colour = AGENT_COLOURS[lane % len(AGENT_COLOURS)]
+    return (
+        f'<tr id="row-{i}" data-i="{i}" data-bar="bar-{i // tl.per_slot}-{lane}" data-id="{esc(sk.id)}"'
+        f'{" class=missed" if kinds else ""}>{_num(i + 1, str(i + 1))}'
+        f'<td data-v="{sk.started_at}">{esc(format_time(sk.started_at)[11:23])}</td>'
+        f'<td data-v="{esc(sk.id)}"><code>{esc(sk.id)}</code></td>'
+        f'<td class="name" data-v="{esc(sk.session)}">{esc(sk.session)}</td>'
+        f'<td class="name" data-v="{esc(sk.agent)}"><span class="agent" style="background:{colour}"></span>'
+        f'{esc(sk.agent)}</td>'
+        f'<td class="name" data-v="{esc(sk.model or "")}">{esc(sk.model or "")}</td>'
+        f'{_num(u.input_tokens, f"{u.input_tokens:,}")}{_num(u.cache_read_tokens, f"{u.cache_read_tokens:,}")}'
+        f'{_num(u.cache_write_tokens, f"{u.cache_write_tokens:,}")}{_num(fresh, f"{fresh:,}")}'
+        f'{_num(None if hit is None else round(hit, 4), "-" if hit is None else f"{100 * hit:.0f}")}'
+        f'{_num(r.missed_tokens, f"{r.missed_tokens:,}" if r.missed_tokens else "")}'
+        f'{_num(r.cost_usd, money(r.cost_usd))}'
+        f'<td class="why" data-v="{esc(" ".join(kinds))}">{_chips(kinds)}{esc(why)}</td></tr>')
+
+
+def _requests(tl: Timeline, rep: Report, limit: int = MAX_TABLE_ROWS) -> str:
+    ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
+    lanes = {agent: i for i, agent in enumerate(tl.lanes)}
+    shown = _shown(ordered, limit)
+    rows = "".join(_row(i, ordered[i], tl, lanes) for i in shown)
+    note = ""
+    if len(shown) < len(ordered):
+        note = (f'<p class="hint">Showing {len(shown):,} of {len(ordered):,} requests: those with the largest '
+                "missed reads, then the costliest. For all of them: kvprobe db load, then kvprobe sql.</p>")
+    head = "".join(f'<th data-type="{t}"{" class=num" if t == "num" else ""}>{esc(c)}</th>' for c, t in _COLUMNS)
+    return ('<section id="requests"><h2>Requests</h2>'
+            '<input id="kv-filter" type="search" placeholder="filter: id, agent, session, cause…" '
+            f'aria-label="filter requests">{note}'
+            f'<div class="table-wrap"><table id="kv-requests"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
+            "</table></div></section>")
+
+
+def _notes(rep: Report) -> str:
+    items = [f"{name}: {s.records:,} records" + (f", {s.skipped:,} malformed lines skipped" if s.skipped else "")
+             for name, s in rep.stats]
+    items += list(rep.notes)
+    if rep.unknown_models:
+        items.append("models not in the catalog (provider defaults used): " + ", ".join(rep.unknown_models))
+    if rep.unpriced_models:
+        items.append("no price for: " + ", ".join(rep.unpriced_models))
+    lis = "".join(f"<li>{esc(i)}</li>" for i in items)
+    return f'<section id="notes"><h2>Inputs and notes</h2><ul class="notes">{lis}</ul></section>'
+
+
+def render_html(rep: Report, *, title: str | None = None) -> str:
+    """The whole report page as one string."""
+    tl = build_timeline(rep.results)
+    sources = ", ".join(Path(name).name for name, _ in rep.stats) or "records"
+    title = title or f"kvprobe report: {sources}"
+    svg, _, _ = render_svg(tl)
+    script, style = _asset("report.js"), _asset("report.css")
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    starts = [r.sk.started_at for r in rep.results]
+    span = f" · {format_time(min(starts))} → {format_time(max(starts))}" if starts else ""
+    per_slot = f" (each bar sums {tl.per_slot} consecutive requests)" if tl.per_slot > 1 else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(_csp(script))}">'
+        '<meta name="referrer" content="no-referrer"><meta name="viewport" content="width=device-width">'
+        f"<title>{esc(title)}</title><style>{style}</style></head><body>"
+        f"<header><h1>{esc(title)}</h1><p class=\"sub\">{tl.requests:,} requests · {len(tl.lanes)} agent(s)"
+        f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p></header>"
+        f"{_totals(rep)}"
+        '<section id="timeline"><h2>Timeline</h2><div class="chart-wrap">'
+        f"{svg}</div><p class=\"hint\">One bar per request in start order{esc(per_slot)}, a lane per agent.</p>"
+        "<p class=\"hint\" id=\"kv-js-summary\">Hover a bar for details.</p></section>"
+        f"{_fixes(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
+        "<footer>Self-contained report: no network access, no external files.</footer>"
+        f'<div id="kv-tip" hidden></div><script>{script}</script></body></html>\n')
+
+
+def chart_title(rep: Report) -> str:
+    """A one-line caption for a standalone chart: sources and the totals that matter."""
+    t = rep.totals
+    sources = ", ".join(Path(name).name for name, _ in rep.stats) or "trace"
+    return (f"{sources} · {t['requests']:,} requests · hit ratio {_pct(t['token_hit_ratio'])} · "
+            f"{t['missed_read_tokens']:,} missed read tokens · {money(t['cost_usd'])}")
+
+
+def render_chart_page(rep: Report, *, title: str | None = None) -> tuple[str, int, int]:
+    """A page holding only the chart, sized to it (what `kvprobe plot` screenshots)."""
+    svg, width, height = render_svg(build_timeline(rep.results), title=title)
+    page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            "<style>html,body{margin:0;padding:0;background:#fff;overflow:hidden}svg{display:block}</style>"
+            f"</head><body>{svg}</body></html>\n")
+    return page, width, height

@@ -1,0 +1,65 @@
+"""Write reports to disk atomically: a temp file in the target folder, renamed over the target when complete."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from kvprobe.errors import InputError
+from kvprobe.render.browser import screenshot
+from kvprobe.render.chart import build_timeline
+from kvprobe.render.page import render_chart_page, render_html
+from kvprobe.render.svg import render_svg
+from kvprobe.report import Report
+
+CHART_SUFFIXES = (".png", ".svg")
+
+
+def _check_target(path: Path, field: str) -> None:
+    if path.is_dir():
+        raise InputError("is a folder; expected a file name", file=str(path), field=field)
+    if not path.parent.exists():
+        raise InputError("its folder does not exist", file=str(path), field=field)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_html(rep: Report, path: Path, title: str | None = None) -> int:
+    """Write the self-contained HTML report; returns its size in bytes."""
+    _check_target(path, "--output")
+    data = render_html(rep, title=title).encode("utf-8")
+    atomic_write(path, data)
+    return len(data)
+
+
+def write_chart(rep: Report, path: Path, *, title: str | None = None, scale: float = 2.0) -> tuple[int, int]:
+    """Write the timeline chart as PNG (drawn by headless Chromium) or SVG, by the file's suffix.
+
+    Returns the chart's (width, height) in CSS pixels."""
+    _check_target(path, "--output")
+    suffix = path.suffix.lower()
+    if suffix not in CHART_SUFFIXES:
+        raise InputError(f"expected a .png or .svg file name, got {path.suffix or 'no suffix'!r}",
+                         file=str(path), field="--output")
+    if suffix == ".svg":
+        svg, width, height = render_svg(build_timeline(rep.results), title=title)
+        atomic_write(path, b'<?xml version="1.0" encoding="UTF-8"?>\n' + svg.encode("utf-8") + b"\n")
+        return width, height
+    page, width, height = render_chart_page(rep, title=title)
+    with tempfile.TemporaryDirectory(prefix="kvprobe-plot-") as tmp:
+        html = Path(tmp) / "chart.html"
+        html.write_text(page, encoding="utf-8")
+        png = Path(tmp) / "chart.png"
+        screenshot(html, png, width, height, scale)
+        atomic_write(path, png.read_bytes())
+    return width, height
