@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -94,17 +95,18 @@ def _to_json(result: ProbeResult) -> dict:
 
 def _render(result: ProbeResult) -> None:
     emulated = " (local engine, Anthropic emulation; prices as if on the API)" if result.provider == "local" else ""
-    table = Table(title=f"run-probe {result.run_id}: {result.provider} · {result.model}{emulated}", title_justify="left")
-    for col in ("#", "case", "read", "write", "fresh", "output", "first text", "total", "cost", "stop"):
-        table.add_column(col, justify="left" if col in ("case", "stop") else "right")
+    out.print(Text(f"run-probe {result.run_id}: {result.provider} · {result.model}{emulated}", style="bold"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
+    for col in ("request", "read", "write", "fresh", "out", "1st text", "total", "cost", "stop"):
+        table.add_column(col, justify="left" if col in ("request", "stop") else "right", no_wrap=True)
     for i, (o, cost) in enumerate(zip(result.outcomes, result.costs), start=1):
         u = usage_of(result.provider, o)
         cells = [f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}",
                  f"{u.output_tokens:,}"] if u else ["–"] * 4
-        table.add_row(str(i), o.case, *cells,
-                      "–" if o.first_text_s is None else f"{o.first_text_s:.2f}s",
-                      "–" if o.request_s is None else f"{o.request_s:.2f}s",
-                      "–" if cost is None else f"${cost:.4f}", o.stop_reason or (o.error or "–")[:40])
+        table.add_row(f"{i} {o.case.replace('_', ' ').replace('beginning', 'start')}", *cells,
+                      "–" if o.first_text_s is None else f"{o.first_text_s:.1f}s",
+                      "–" if o.request_s is None else f"{o.request_s:.1f}s",
+                      "–" if cost is None else f"${cost:.4f}", (o.stop_reason or ("error" if o.error else "–")).replace("_", " "))
     out.print(table)
     v = result.verdict
     if result.stopped:
