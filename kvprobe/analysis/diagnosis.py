@@ -43,8 +43,21 @@ class Diagnosis:
         return out
 
     @property
-    def words(self) -> str:
-        return self.detail
+    def short(self) -> str:
+        """A few words for a table cell."""
+        if self.kind == "prefix_changed":
+            return f"prefix changed at {self.path}" if self.path else "prefix changed"
+        if self.kind == "params_changed":
+            return f"{self.param} changed" if self.param else "parameters changed"
+        if self.kind == "ttl_expired":
+            return f"TTL expired (+{self.seconds_past:.0f}s)" if self.seconds_past is not None else "TTL expired"
+        if self.kind == "not_yet_readable":
+            return f"started before {self.writer_id} could be read" if self.writer_id else "not yet readable"
+        if self.kind == "lookback_exceeded":
+            return f"lookback {self.positions_back} > {self.limit}" if self.positions_back else "lookback exceeded"
+        if self.kind == "below_minimum" and self.prefix_tokens is not None:
+            return f"below minimum ({self.prefix_tokens:,} < {self.minimum_tokens:,})"
+        return self.kind.replace("_", " ")
 
 
 def from_provider_reason(reason: str) -> Diagnosis:

@@ -87,7 +87,7 @@ def _money(v: float | None) -> str:
 
 
 def _diag_words(r) -> str:
-    return "; ".join(d.detail for d in r.diagnoses)
+    return "; ".join(d.short for d in r.diagnoses)
 
 
 def render(rep: Report) -> None:
