@@ -1,0 +1,196 @@
+"""Drive one `localengine.Engine` from a single thread and hand its updates to asyncio clients.
+
+The engine is not thread-safe: every call into it (add, abort, step, cache ops) happens on the loop thread.
+Clients submit work through an inbox; each request's updates go to a sink the client registered (for the
+HTTP server: `call_soon_threadsafe` into an asyncio queue). A forward pass that raises fails only the
+requests in flight at that moment; the loop keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+_IDLE_SLEEP = 0.0005  # a step that scheduled nothing (a prompt waiting on a shared prefix): yield the CPU
+
+
+@dataclass(slots=True)
+class Prefilled:
+    """The prompt was computed; the first tokens (if any) follow in the same update."""
+
+    cached_tokens: int  # prompt tokens whose K/V came from the prefix cache (ground truth)
+    at: float  # perf_counter when the prefill finished
+
+
+@dataclass(slots=True)
+class Tokens:
+    token_ids: list[int]
+
+
+@dataclass(slots=True)
+class Finished:
+    result: Any  # localengine.GenerationResult
+
+
+@dataclass(slots=True)
+class Failed:
+    error: BaseException
+
+
+Event = Prefilled | Tokens | Finished | Failed
+Sink = Callable[[Event], None]
+
+
+def _cached_tokens(engine: Any, request_id: int) -> int:
+    # The engine reports cached tokens only in the final GenerationResult; a streamed response needs them
+    # at the first token. Read the sequence's counter here, on the engine thread (engine change requested:
+    # carry num_cached_tokens on the first RequestUpdate).
+    seq = getattr(engine, "_requests", {}).get(request_id)
+    return int(getattr(seq, "num_cached_tokens", 0) or 0)
+
+
+class EngineLoop:
+    """The engine's single owner thread."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._inbox: list[Callable[[], None]] = []
+        self._sinks: dict[int, Sink] = {}
+        self._started: set[int] = set()
+        self._stopping = False
+        self.step_failures = 0
+        self._thread = threading.Thread(target=self._run, name="kvprobe-engine", daemon=True)
+        self._thread.start()
+
+    # -- client side (any thread) ---------------------------------------------------------------------
+    def call(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
+        """Run `fn(engine)` on the loop thread between steps; its result or exception lands in the future."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def op() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(self.engine))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+        self._post(op)
+        return fut
+
+    def submit(self, prompt_ids: list[int], sink: Sink, **params: Any) -> concurrent.futures.Future:
+        """Queue a request; the future resolves to its request id (or raises the engine's ValueError)."""
+        def add(engine: Any) -> int:
+            request_id = engine.add_request(prompt_ids, **params)
+            self._sinks[request_id] = sink
+            return request_id
+        return self.call(add)
+
+    def abort(self, request_id: int) -> None:
+        def drop(engine: Any) -> None:
+            self._sinks.pop(request_id, None)
+            self._started.discard(request_id)
+            engine.abort_request(request_id)
+        try:
+            self.call(drop)
+        except RuntimeError:  # stopped: nothing left to abort
+            pass
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _post(self, op: Callable[[], None]) -> None:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the engine loop has stopped")
+            self._inbox.append(op)
+            self._cond.notify_all()
+
+    # -- the loop thread --------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self._stopping and not self.engine.has_unfinished_requests():
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                ops, self._inbox = self._inbox, []
+            for op in ops:
+                op()
+            if self.engine.has_unfinished_requests():
+                self._step()
+        self._fail_all(RuntimeError("the server is shutting down"))
+
+    def _step(self) -> None:
+        try:
+            updates = self.engine.step()
+        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the server
+            self.step_failures += 1
+            self._fail_all(exc)
+            return
+        if not updates:
+            time.sleep(_IDLE_SLEEP)
+            return
+        now = time.perf_counter()
+        for update in updates:
+            sink = self._sinks.get(update.request_id)
+            if sink is None:
+                continue
+            if update.request_id not in self._started:
+                self._started.add(update.request_id)
+                result = update.result
+                cached = result.num_cached_tokens if result else _cached_tokens(self.engine, update.request_id)
+                sink(Prefilled(cached, now))
+            if update.new_token_ids:
+                sink(Tokens(list(update.new_token_ids)))
+            if update.finished:
+                self._sinks.pop(update.request_id, None)
+                self._started.discard(update.request_id)
+                sink(Finished(update.result))
+
+    def _fail_all(self, exc: BaseException) -> None:
+        sinks, self._sinks = self._sinks, {}
+        self._started.clear()
+        for request_id, sink in sinks.items():
+            try:
+                self.engine.abort_request(request_id)
+            except Exception:  # noqa: BLE001 - the engine is already in trouble; the client hears below
+                pass
+            sink(Failed(exc))
+
+
+async def stream(loop: EngineLoop, prompt_ids: list[int], **params: Any) -> AsyncIterator[Event]:
+    """Submit a request and yield its events on the caller's event loop; closing the iterator aborts it."""
+    aloop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    def sink(event: Event) -> None:
+        try:
+            aloop.call_soon_threadsafe(queue.put_nowait, event)
+        except RuntimeError:  # the client's loop is gone
+            pass
+    submitted = loop.submit(prompt_ids, sink, **params)
+    try:
+        request_id = await asyncio.wrap_future(submitted)
+    except asyncio.CancelledError:  # the client left while the request was being queued
+        submitted.add_done_callback(lambda f: None if f.cancelled() or f.exception() else loop.abort(f.result()))
+        raise
+    done = False
+    try:
+        while True:
+            event = await queue.get()
+            if isinstance(event, (Finished, Failed)):
+                done = True
+            yield event
+            if done:
+                return
+    finally:
+        if not done:
+            loop.abort(request_id)

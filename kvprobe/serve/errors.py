@@ -1,0 +1,38 @@
+"""API errors in each provider's shape and status code, so SDKs raise their usual exception classes."""
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+                 405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+                 500: "server_error", 503: "server_error"}
+
+
+class ApiError(Exception):
+    """An error answered to the client (never a crash of the server)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def anthropic_body(self) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(self.status, "api_error"),
+                                           "message": self.message}}
+
+    def openai_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": _OPENAI_TYPES.get(self.status, "server_error"),
+                          "param": self.param, "code": self.code}}
+
+    def response(self, api: str, request_id: str | None = None) -> JSONResponse:
+        body = self.anthropic_body() if api == "anthropic" else self.openai_body()
+        headers = {"request-id": request_id, "x-request-id": request_id} if request_id else None
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def invalid(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param)

@@ -1,0 +1,274 @@
+"""The server's state and one request's life: prompt -> engine -> usage (ground truth or emulated) -> text.
+
+Both HTTP APIs (Anthropic Messages, OpenAI Chat Completions) parse their body into a `Job` and consume
+`generate(job)`: a `Began` event once the prompt is computed (usage is known), `Delta`s of text, and `Done`.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvprobe.request.model import RenderedRequest
+from kvprobe.serve import engine_loop as el
+from kvprobe.serve.diagnostics import CacheDiagnostics
+from kvprobe.serve.emulation import CacheEmulator, EmulateSpec
+from kvprobe.serve.errors import ApiError, invalid
+from kvprobe.serve.prompt import Prompt, PromptError, build_prompt
+from kvprobe.serve.text import TextStream
+from kvprobe.sim import Prediction
+from kvprobe.trace import TraceRecord, TraceWriter
+
+CLOCK_HEADER = "x-kvprobe-clock"
+
+
+@dataclass(slots=True)
+class UsageFacts:
+    """Token counts of one request in provider-neutral terms (prompt tokens of the served prompt)."""
+
+    prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    output_tokens: int = 0
+    engine_cached_tokens: int = 0  # what the engine really reused (always reported, whatever the mode)
+    evidence: list[str] = field(default_factory=list)  # simulator evidence kinds (emulation)
+    cache_miss_reason: dict[str, Any] | None = None  # against the request's diagnostics.previous_message_id
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+    @property
+    def fresh_input_tokens(self) -> int:
+        return self.prompt_tokens - self.cache_read_tokens - self.cache_write_tokens
+
+
+@dataclass(slots=True)
+class Timings:
+    arrival: float  # perf_counter when the request arrived
+    clock_start: float  # what the (emulated) cache saw as the start time, epoch seconds
+    prefill_done: float | None = None
+    finished: float | None = None
+    prefill_seconds: float | None = None  # the forward pass that computed the prompt (engine's figure)
+    decode_seconds: float | None = None
+
+    def clock_at(self, perf: float) -> float:
+        return self.clock_start + (perf - self.arrival)
+
+    def to_json(self) -> dict[str, Any]:
+        ttft = None if self.prefill_done is None else self.prefill_done - self.arrival
+        total = None if self.finished is None else self.finished - self.arrival
+        return {"first_token_seconds": _r(ttft), "total_seconds": _r(total),
+                "prefill_seconds": _r(self.prefill_seconds), "decode_seconds": _r(self.decode_seconds)}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+@dataclass(slots=True)
+class Job:
+    api: str  # anthropic | openai
+    endpoint: str
+    request_id: str
+    model: str  # echoed back as sent
+    body: dict[str, Any]
+    prompt: Prompt
+    max_tokens: int
+    temperature: float
+    stop: list[str]
+    timings: Timings
+    diagnostics: bool = False  # the request asked for cache diagnostics (Anthropic)
+    previous_message_id: str | None = None
+
+
+@dataclass(slots=True)
+class Began:
+    usage: UsageFacts
+
+
+@dataclass(slots=True)
+class Delta:
+    text: str
+
+
+@dataclass(slots=True)
+class Done:
+    finish: str  # stop | length | stop_sequence
+    stop_sequence: str | None
+    text: str
+    usage: UsageFacts
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    model: str = "smollm2-135m-instruct"
+    cache: str = "engine"  # engine | emulate
+    emulate: str = "anthropic/claude-sonnet-4-5"
+    clock: str = "real"  # real | virtual
+    device: str = "auto"
+    dtype: str = "float32"
+    num_blocks: int | None = None
+    block_size: int = 16
+    seed: int = 0
+    default_max_tokens: int = 256  # OpenAI requests that set no limit
+    trace: str | Path | None = None  # append every answered request to this JSONL trace
+
+    def validate(self) -> EmulateSpec | None:
+        if self.cache not in ("engine", "emulate"):
+            raise ValueError(f"cache must be 'engine' or 'emulate', got {self.cache!r}")
+        if self.clock not in ("real", "virtual"):
+            raise ValueError(f"clock must be 'real' or 'virtual', got {self.clock!r}")
+        return EmulateSpec.parse(self.emulate) if self.cache == "emulate" else None
+
+
+class ServeState:
+    """Everything a request handler needs; handlers run on one asyncio loop, so no locks here."""
+
+    def __init__(self, config: ServeConfig, engine: Any) -> None:
+        spec = config.validate()
+        self.config = config
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.context_tokens = int(engine.model_config.max_position_embeddings)
+        self.loop = el.EngineLoop(engine)
+        stats = self.loop.call(lambda e: e.stats).result()
+        self.kv_tokens = stats.blocks_total * stats.block_size  # the most one request can hold
+        self.emulator = CacheEmulator(spec) if spec else None
+        self.trace = TraceWriter(config.trace) if config.trace else None
+        self.diagnostics = CacheDiagnostics()
+        self._ids = itertools.count(1)
+        self.started_at = time.time()
+        self.requests_served = 0
+        self.requests_failed = 0
+
+    @property
+    def cache_mode(self) -> str:
+        return f"emulate:{self.emulator.spec}" if self.emulator else "engine"
+
+    def close(self) -> None:
+        self.loop.stop()
+        if self.trace:
+            self.trace.close()
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids):06d}{secrets.token_hex(3)}"
+
+    def timings(self, headers: Any) -> Timings:
+        arrival = time.perf_counter()
+        raw = headers.get(CLOCK_HEADER)
+        if raw is None or self.config.clock != "virtual":
+            return Timings(arrival, time.time())
+        try:
+            return Timings(arrival, float(raw))
+        except ValueError:
+            raise invalid(f"header X-Kvprobe-Clock: expected epoch seconds, got {raw!r}") from None
+
+    def prompt(self, rendered: RenderedRequest, check_length: bool = True) -> Prompt:
+        try:
+            prompt = build_prompt(rendered, self.tokenizer)
+        except PromptError as exc:
+            raise invalid(str(exc)) from None
+        if check_length and prompt.num_tokens > self.context_tokens:
+            raise invalid(f"prompt is too long: {prompt.num_tokens} tokens > {self.context_tokens} maximum")
+        if check_length and prompt.num_tokens >= self.kv_tokens:
+            raise invalid(f"prompt of {prompt.num_tokens} tokens does not fit the server's KV cache "
+                          f"({self.kv_tokens} tokens); restart it with more --kv-blocks")
+        return prompt
+
+    def clamp_max_tokens(self, prompt: Prompt, max_tokens: int) -> int:
+        """The context (and the KV cache) hold the prompt and the reply: a reply is cut where they end."""
+        room = min(self.context_tokens, self.kv_tokens) - prompt.num_tokens
+        return max(0, min(max_tokens, room))
+
+
+def _facts_engine(prompt: Prompt, cached: int) -> UsageFacts:
+    return UsageFacts(prompt.num_tokens, cached, engine_cached_tokens=cached)
+
+
+def _facts_emulated(prompt: Prompt, pred: Prediction, cached: int) -> UsageFacts:
+    return UsageFacts(prompt.num_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
+                      pred.cache_write_1h_tokens, engine_cached_tokens=cached,
+                      evidence=[e.kind for e in pred.evidence])
+
+
+def _began(state: ServeState, job: Job, pred: Prediction | None, event: el.Prefilled) -> UsageFacts:
+    """The prompt is computed: usage is known (ground truth or emulated) and the response begins."""
+    job.timings.prefill_done = event.at
+    facts = _facts_emulated(job.prompt, pred, event.cached_tokens) if pred else \
+        _facts_engine(job.prompt, event.cached_tokens)
+    if state.emulator:
+        state.emulator.began(job.request_id, job.timings.clock_at(event.at), job.prompt.request.model)
+    if job.diagnostics:
+        facts.cache_miss_reason = state.diagnostics.reason(job.previous_message_id, job.prompt.request,
+                                                           facts.cache_read_tokens)
+    return facts
+
+
+async def generate(state: ServeState, job: Job) -> AsyncIterator[Began | Delta | Done]:
+    """Run one job on the engine; closing the iterator early aborts the request."""
+    emulator, t = state.emulator, job.timings
+    pred = emulator.admit(job.prompt.request, job.request_id, t.clock_start) if emulator else None
+    text = TextStream(state.tokenizer, job.stop)
+    facts = UsageFacts(job.prompt.num_tokens, 0)
+    outcome = "failed"
+    try:
+        events = el.stream(state.loop, job.prompt.token_ids, max_tokens=job.max_tokens, temperature=job.temperature)
+        async with contextlib.aclosing(events) as events:
+            async for event in events:
+                if isinstance(event, el.Prefilled):
+                    facts = _began(state, job, pred, event)
+                    yield Began(facts)
+                elif isinstance(event, el.Tokens):
+                    facts.output_tokens += len(event.token_ids)
+                    delta = text.feed(event.token_ids)
+                    if delta:
+                        yield Delta(delta)
+                    if text.stop_sequence is not None:
+                        outcome = "stop_sequence"
+                        break  # leaving the `async with` aborts the engine request
+                elif isinstance(event, el.Finished):
+                    t.prefill_seconds, t.decode_seconds = event.result.prefill_seconds, event.result.decode_seconds
+                    outcome = "stop" if event.result.finish_reason == "stop" else "length"
+                elif isinstance(event, el.Failed):
+                    raise ApiError(500, f"the engine failed while serving this request: {event.error}")
+        tail = text.flush()
+        if tail:
+            yield Delta(tail)
+        t.finished = time.perf_counter()
+        yield Done(outcome, text.stop_sequence, text.final_text, facts)
+    except ValueError as exc:  # the engine refused the prompt (e.g. more KV blocks than the cache has)
+        raise invalid(str(exc)) from None
+    finally:
+        if emulator:
+            if outcome == "failed":
+                emulator.failed(job.request_id)
+            else:
+                emulator.finished(job.request_id, t.clock_at(time.perf_counter()))
+
+
+def kvprobe_extension(state: ServeState, job: Job, usage: UsageFacts | None) -> dict[str, Any]:
+    """The non-standard `kvprobe` object added to responses (SDKs ignore unknown fields)."""
+    out: dict[str, Any] = {"cache_mode": state.cache_mode, "clock": round(job.timings.clock_start, 6),
+                           **job.timings.to_json()}
+    if usage is not None:
+        out |= {"prompt_tokens": usage.prompt_tokens, "engine_cached_tokens": usage.engine_cached_tokens,
+                "evidence": usage.evidence}
+    return out
+
+
+def record_trace(state: ServeState, job: Job, response: dict[str, Any], provider: str) -> None:
+    if state.trace is None:
+        return
+    t = job.timings
+    wall = t.clock_start - t.arrival  # perf_counter -> the job's clock
+    state.trace.append(TraceRecord(
+        id=job.request_id, provider=provider, started_at=t.clock_start, request=job.body, response=response,
+        endpoint=job.endpoint, first_token_at=None if t.prefill_done is None else t.prefill_done + wall,
+        finished_at=None if t.finished is None else t.finished + wall))
