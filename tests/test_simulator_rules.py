@@ -247,6 +247,11 @@ def test_provider_reported_reason_wins():
     report = run([rec("a", 0, body, ant_usage(write=4000)), rec("b", 10, body, usage)])
     d = by_id(report)["b"].diagnoses[0]
     assert d.kind == "prefix_changed" and d.inferred is False
+    # the current API returns it beside usage: {"diagnostics": {"cache_miss_reason": {"type": ...}}}
+    b = rec("b", 10, body, ant_usage(write=4000))
+    b.response["diagnostics"] = {"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 4000}}
+    d = by_id(run([rec("a", 0, body, ant_usage(write=4000)), b]))["b"].diagnoses[0]
+    assert d.kind == "prefix_changed" and d.inferred is False and "tools_changed" in d.detail
 
 
 def test_gemini_bodies_render_and_reuse_implicitly():

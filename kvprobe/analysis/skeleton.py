@@ -8,7 +8,7 @@ new blocks, not with session length squared. Text needed later (diff snippets) i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
@@ -82,6 +82,16 @@ def _render(record: TraceRecord) -> RenderedRequest:
         raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
 
 
+def _miss_reason(response: dict | None) -> str | None:
+    """Anthropic's `diagnostics.cache_miss_reason` (a string, or an object with a `type`)."""
+    diag = response.get("diagnostics") if isinstance(response, dict) else None
+    reason = diag.get("cache_miss_reason") if isinstance(diag, dict) else None
+    if isinstance(reason, dict):
+        reason = reason.get("type")
+    # "unavailable": the API could not tell (e.g. a tool_choice change); kvprobe's inference stands
+    return str(reason) if reason and reason != "unavailable" else None
+
+
 def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
     """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
     last_start = 0.0
@@ -95,9 +105,13 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
             provider = req.provider
             raw = store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + _READABLE_EPSILON
+        observed = normalize_usage(provider, rec.usage) if use_observed else None
+        reason = _miss_reason(rec.response)
+        if observed is not None and reason and not observed.miss_reason:
+            observed = replace(observed, miss_reason=reason)
         task = rec.extra.get("task")
         yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
                        req.model if req else rec.model, start, readable, rec.finished_at,
-                       normalize_usage(provider, rec.usage) if use_observed else None, req, raw, rec.source, rec.line, rec.offset, rec.error,
+                       observed, req, raw, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
                        {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra})
