@@ -96,16 +96,22 @@ class Simulator:
         cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
         pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         ideal = self.ideal.setdefault(sk.provider, _Ideal())
-        ideal_key, ideal_content = ideal.longest(req, "cache_key"), ideal.longest(req, "content_hash")
+        minimum = int(rules.get("min_cacheable_tokens", 0))
+        # a prefix under the model's minimum can never be cached: no ideal cache holds it either
+        raw_key = ideal.longest(req, "cache_key")
+        ideal_key, ideal_content = _at_least(raw_key, minimum), _at_least(ideal.longest(req, "content_hash"), minimum)
         ideal.add(req, cumulative_tokens(req.blocks))
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
                                      pred.cache_write_1h_tokens, 1 if sk.extra.get("keep_alive") else 0)
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
                                ideal_content_tokens=ideal_content)
         prev = self.previous.get((sk.session, sk.agent))
-        result.stream_tokens = _stream_tokens(prev)
+        result.stream_tokens = _at_least(_stream_tokens(prev), minimum)
         result.write_kind = _write_kind(usage, result.reusable_tokens, tolerance(rules))
         result.diagnoses = self._diagnose(result, prev, ideal_content)
+        if not result.diagnoses and raw_key > usage.cache_read_tokens and not ideal_key:
+            # content was repeated but is too short to cache: say so, though no ideal cache could do better
+            result.diagnoses = [d for d in _below_minimum(pred, req)]
         self.previous[(sk.session, sk.agent)] = result
         return result
 
@@ -136,6 +142,16 @@ class Simulator:
             result.diagnoses = explain_usage_only(result, prev)
         self.previous[(sk.session, sk.agent)] = result
         return result
+
+
+def _below_minimum(pred: Prediction, req: RenderedRequest) -> list[Diagnosis]:
+    return [Diagnosis(e.kind, e.detail, path=req.blocks[e.block_index].path if e.block_index is not None else None,
+                      prefix_tokens=e.prefix_tokens, minimum_tokens=e.minimum_tokens)
+            for e in pred.evidence if e.kind == "below_minimum"][:1]
+
+
+def _at_least(tokens: int, minimum: int) -> int:
+    return tokens if tokens >= minimum else 0
 
 
 def _stream_tokens(prev: RequestResult | None) -> int:

@@ -17,30 +17,44 @@ class BlockSizer:
         self._sized: set[int] = set()  # id() of shared blocks already sized
 
     def size(self, sk: Skeleton, counter: TokenCounter) -> str:
-        """Fill the tokens of the request's new blocks; return how: observed | exact | estimated."""
+        """Fill the tokens of the request's new blocks; return how: observed | exact | estimated.
+
+        With breakpoints, a provider's read + write is the exact size of the prompt through the last
+        breakpoint and its fresh count the size after it (template tokens there included), so the two
+        segments are anchored separately; otherwise the whole observed input anchors the new blocks.
+        """
         req = sk.request
         assert req is not None
         overhead = int(counter.rules.get("per_message_overhead_tokens", 0))
-        new, estimates, anchored = [], [], 0
-        for block, raw in zip(req.blocks, sk.raw_tokens):
-            if id(block) in self._sized:
-                anchored += block.tokens
-                continue
-            new.append(block)
-            estimates.append(counter.scale(raw) + (overhead if block.first_in_message else 0))
+        estimates = [counter.scale(raw) + (overhead if b.first_in_message else 0)
+                     for b, raw in zip(req.blocks, sk.raw_tokens)]
         how = "exact" if counter.exact else "estimated"
-        observed = sk.observed.input_tokens if sk.observed else 0
-        est_total = sum(estimates)
-        if observed and est_total and observed > anchored:
-            scale = (observed - anchored) / est_total
-            if _MIN_SCALE <= scale <= _MAX_SCALE:
-                estimates = _scaled(estimates, observed - anchored)
+        usage = sk.observed
+        cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(req.blocks)
+        if usage and req.cache_mode != "implicit" and req.breakpoints and usage.cache_read_tokens + usage.cache_write_tokens:
+            segments = [(0, cut, usage.cache_read_tokens + usage.cache_write_tokens),
+                        (cut, len(req.blocks), usage.fresh_input_tokens)]
+        else:
+            segments = [(0, len(req.blocks), usage.input_tokens if usage else 0)]
+        for lo, hi, target in segments:
+            if self._fill(req.blocks[lo:hi], estimates[lo:hi], target):
                 how = "observed"
-        for block, tokens in zip(new, estimates):
-            block.tokens = tokens
-            block.tokens_exact = how != "estimated"
-            self._sized.add(id(block))
         return how
+
+    def _fill(self, blocks: list, estimates: list[int], target: int) -> bool:
+        """Size the unsized blocks of one segment; True when anchored on the observed target."""
+        new = [(b, e) for b, e in zip(blocks, estimates) if id(b) not in self._sized]
+        anchored = sum(b.tokens for b in blocks if id(b) in self._sized)
+        sizes = [e for _, e in new]
+        est_total = sum(sizes)
+        used = False
+        if target and est_total and target > anchored and _MIN_SCALE <= (target - anchored) / est_total <= _MAX_SCALE:
+            sizes, used = _scaled(sizes, target - anchored), True
+        for (block, _), tokens in zip(new, sizes):
+            block.tokens = tokens
+            block.tokens_exact = used
+            self._sized.add(id(block))
+        return used
 
 
 def _scaled(estimates: list[int], target: int) -> list[int]:
