@@ -1,4 +1,21 @@
-"""Capture traces: a recording reverse proxy and an in-process httpx hook (one trace record per request)."""
+"""Capture traces: a recording reverse proxy and an in-process httpx hook (one trace record per request).
+
+Proxy (what `kvprobe capture` runs)::
+
+    proxy = CaptureProxy(Recorder("trace.jsonl", session="fix-login"))
+    with ProxyThread(proxy):                     # or: await proxy.start() ... await proxy.stop()
+        env = proxy.base_urls()                  # ANTHROPIC_BASE_URL / OPENAI_BASE_URL / DEEPSEEK_BASE_URL
+
+In-process hook, for agents whose base URL cannot change::
+
+    client = anthropic.Anthropic(http_client=kvprobe.capture.http_client(out="trace.jsonl"))
+    client = openai.AsyncOpenAI(http_client=kvprobe.capture.async_http_client(out="trace.jsonl"))
+
+Both write contracts.md §1 records: the request body, the response (reassembled from SSE), timings,
+session/agent, `error` for anything that went wrong. API keys and auth headers are never written;
+`Recorder(redact=True)` scrubs secrets inside bodies, `Recorder(hash_only=True)` keeps digests and token
+counts instead of text.
+"""
 from kvprobe.capture.hook import async_http_client, http_client, transports
 from kvprobe.capture.proxy import CaptureProxy
 from kvprobe.capture.recorder import Exchange, Recorder

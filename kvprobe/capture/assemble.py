@@ -36,6 +36,15 @@ def decode_body(data: bytes, content_encoding: str | None) -> bytes:
             if encoding == "deflate":  # some servers send raw deflate without the zlib header
                 return zlib.decompressobj(-15).decompress(data)
             raise
+    if encoding in ("br", "zstd"):  # only advertised by httpx when these optional modules are installed
+        try:
+            if encoding == "br":
+                import brotli
+                return brotli.decompress(data)
+            import zstandard
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        except ImportError:
+            pass
     raise ValueError(f"cannot decode content-encoding {encoding!r}")
 
 

@@ -109,8 +109,9 @@ def _build_classes(mod: ModuleType) -> tuple[type, type]:
     class RecordingTransport(mod.BaseTransport):
         """Wraps a transport (default: a plain HTTPTransport) and records every model request."""
 
-        def __init__(self, recorder: Recorder, inner: Any = None) -> None:
+        def __init__(self, recorder: Recorder, inner: Any = None, owns_recorder: bool = False) -> None:
             self.recorder, self.inner = recorder, inner or mod.HTTPTransport()
+            self.owns_recorder = owns_recorder
 
         def handle_request(self, request: Any) -> Any:
             ex = _exchange(request, request.read())
@@ -127,10 +128,13 @@ def _build_classes(mod: ModuleType) -> tuple[type, type]:
 
         def close(self) -> None:
             self.inner.close()
+            if self.owns_recorder:
+                self.recorder.close()
 
     class AsyncRecordingTransport(mod.AsyncBaseTransport):
-        def __init__(self, recorder: Recorder, inner: Any = None) -> None:
+        def __init__(self, recorder: Recorder, inner: Any = None, owns_recorder: bool = False) -> None:
             self.recorder, self.inner = recorder, inner or mod.AsyncHTTPTransport()
+            self.owns_recorder = owns_recorder
 
         async def handle_async_request(self, request: Any) -> Any:
             ex = _exchange(request, await request.aread())
@@ -147,6 +151,8 @@ def _build_classes(mod: ModuleType) -> tuple[type, type]:
 
         async def aclose(self) -> None:
             await self.inner.aclose()
+            if self.owns_recorder:
+                self.recorder.close()
 
     return RecordingTransport, AsyncRecordingTransport
 
@@ -177,7 +183,7 @@ def http_client(out: str | Path | Recorder = "trace.jsonl", *, session: str | No
     sync_cls, _ = transports(mod)
     rec = _recorder(out, session, agent, redact, hash_only)
     client_kwargs.setdefault("timeout", mod.Timeout(600.0, connect=5.0))
-    return mod.Client(transport=sync_cls(rec, transport), **client_kwargs)
+    return mod.Client(transport=sync_cls(rec, transport, owns_recorder=rec is not out), **client_kwargs)
 
 
 def async_http_client(out: str | Path | Recorder = "trace.jsonl", *, session: str | None = None,
@@ -189,4 +195,4 @@ def async_http_client(out: str | Path | Recorder = "trace.jsonl", *, session: st
     _, async_cls = transports(mod)
     rec = _recorder(out, session, agent, redact, hash_only)
     client_kwargs.setdefault("timeout", mod.Timeout(600.0, connect=5.0))
-    return mod.AsyncClient(transport=async_cls(rec, transport), **client_kwargs)
+    return mod.AsyncClient(transport=async_cls(rec, transport, owns_recorder=rec is not out), **client_kwargs)

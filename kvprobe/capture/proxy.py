@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import orjson
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
 from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head
 
+log = logging.getLogger("kvprobe.capture")
 DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1",
                      "deepseek": "https://api.deepseek.com"}
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
@@ -30,6 +32,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
                         SESSION_HEADER, AGENT_HEADER})
 DECODABLE = ("gzip", "deflate", "identity")
 READ_SIZE = 65536
+CLIENT_CHECK = 0.25  # seconds between checks that a waiting client is still there
 MAX_HEAD = 65536
 
 
@@ -148,9 +151,14 @@ class CaptureProxy:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=2.0)
-        for task in list(self._tasks):
+        rest = list(self._tasks)
+        for task in rest:
             task.cancel()
+        if rest:  # let every handler run its finally (which records) before the file closes
+            await asyncio.wait(rest, timeout=2.0)
         self._pool.close()
+        if self.recorder is not None:
+            self.recorder.close()
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -175,6 +183,8 @@ class CaptureProxy:
                     return
         except (asyncio.CancelledError, ConnectionError, ClientGone):
             pass
+        except Exception:  # a bug must cost one connection, never the proxy
+            log.exception("kvprobe capture: connection failed")
         finally:
             self._tasks.discard(task)
             closed.cancel()
@@ -193,7 +203,7 @@ class CaptureProxy:
         ex = Exchange(method, path, head.lower_dict(), body, time.time(), provider_hint=provider)
         keep = version == "HTTP/1.1" and "close" not in head.tokens("connection")
         try:
-            keep = await self._forward(ex, head, upstream, writer, closed) and keep
+            keep = await self._forward(ex, head, upstream, writer, (closed, reader)) and keep
         except asyncio.CancelledError:
             ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
             raise
@@ -225,11 +235,11 @@ class CaptureProxy:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     async def _forward(self, ex: Exchange, head: Head, up: Upstream, writer: asyncio.StreamWriter,
-                       closed: asyncio.Future) -> bool:
+                       client: tuple[asyncio.Future, asyncio.StreamReader]) -> bool:
         request = self._upstream_head(head, up, ex.path, ex.request_body) + ex.request_body
         for attempt in (0, 1):
             try:
-                ureader, uwriter, reused = await _race(self._pool.get(up), closed, self.timeout)
+                ureader, uwriter, reused = await _race(self._pool.get(up), *client[:1], self.timeout, client[1])
             except (OSError, asyncio.TimeoutError) as exc:
                 ex.transport_error = f"could not connect to {up.host_header}: {exc or type(exc).__name__}"
                 await _simple_response(writer, 502, ex.transport_error)
@@ -239,7 +249,7 @@ class CaptureProxy:
                 raise
             try:
                 uwriter.write(request)
-                raw = await _race(ureader.readuntil(b"\r\n\r\n"), closed, self.timeout)
+                raw = await _race(ureader.readuntil(b"\r\n\r\n"), client[0], self.timeout, client[1])
                 break
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
                 uwriter.close()
@@ -260,13 +270,14 @@ class CaptureProxy:
                 return False
             except BaseException:  # the client left, or capture is stopping: the upstream call is abandoned
                 uwriter.close()
-                if ex.transport_error is None and closed.done():
+                if ex.transport_error is None and (client[0].done() or client[1].at_eof()):
                     ex.transport_error = "client disconnected before the response began"
                 raise
-        return await self._relay(ex, raw, (ureader, uwriter), up, writer, closed)
+        return await self._relay(ex, raw, (ureader, uwriter), up, writer, client)
 
     async def _relay(self, ex: Exchange, raw_head: bytes, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                     up: Upstream, writer: asyncio.StreamWriter, closed: asyncio.Future) -> bool:
+                     up: Upstream, writer: asyncio.StreamWriter,
+                     client: tuple[asyncio.Future, asyncio.StreamReader]) -> bool:
         ureader, uwriter = conn
         try:
             head = parse_head(raw_head, request=False)
@@ -285,7 +296,7 @@ class CaptureProxy:
             _send(writer, raw_head)
             complete = no_body or (length == 0 and not chunked)
             if not complete:
-                complete = await self._relay_body(ex, ureader, writer, closed,
+                complete = await self._relay_body(ex, ureader, writer, client,
                                                   ChunkedDecoder(ex.response_body) if chunked else None,
                                                   None if chunked else length)
         finally:
@@ -299,13 +310,14 @@ class CaptureProxy:
         return "close" not in head.tokens("connection")
 
     async def _relay_body(self, ex: Exchange, ureader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          closed: asyncio.Future, chunked: ChunkedDecoder | None, length: int | None) -> bool:
+                          client: tuple[asyncio.Future, asyncio.StreamReader], chunked: ChunkedDecoder | None,
+                          length: int | None) -> bool:
         left = length
         body = ex.response_body
         while True:
             try:
-                data = await _race(ureader.read(READ_SIZE if left is None else min(left, READ_SIZE)), closed,
-                                   self.timeout)
+                data = await _race(ureader.read(READ_SIZE if left is None else min(left, READ_SIZE)), client[0],
+                                   self.timeout, client[1])
             except asyncio.TimeoutError:
                 ex.transport_error = f"upstream timed out after {self.timeout:g}s mid-response"
                 return False
@@ -349,20 +361,28 @@ async def _closed(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-async def _race(aw, closed: asyncio.Future, timeout: float):
-    """Await `aw` unless the client goes away first (ClientGone) or `timeout` passes (TimeoutError)."""
+async def _race(aw, closed: asyncio.Future, timeout: float, client: asyncio.StreamReader | None = None):
+    """Await `aw` unless the client goes away first (ClientGone) or `timeout` passes (TimeoutError).
+
+    A client that closes its socket only half-closes it as far as asyncio knows (EOF on the reader, no
+    connection_lost), so the reader is checked too, every CLIENT_CHECK seconds while waiting.
+    """
     task = asyncio.ensure_future(aw)
+    deadline = time.monotonic() + timeout
     try:
-        done, _ = await asyncio.wait((task, closed), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
+        while True:
+            left = deadline - time.monotonic()
+            done, _ = await asyncio.wait((task, closed), timeout=max(min(left, CLIENT_CHECK), 0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            if closed in done or (client is not None and client.at_eof()):
+                raise ClientGone
+            if left <= CLIENT_CHECK:
+                raise asyncio.TimeoutError
+    except BaseException:
         task.cancel()
         raise
-    if task in done:
-        return task.result()
-    task.cancel()
-    if closed in done:
-        raise ClientGone
-    raise asyncio.TimeoutError
 
 
 def _send(writer: asyncio.StreamWriter, data: bytes) -> None:

@@ -68,8 +68,14 @@ class Recorder:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._writer = TraceWriter(self.path)
+        self._closed = False
 
     def close(self) -> None:
+        """Close the trace file (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._writer.close()
 
     def next_id(self) -> str:
@@ -78,7 +84,10 @@ class Recorder:
 
     def record(self, ex: Exchange) -> TraceRecord | None:
         """Build the exchange's record and append it; None when it is not a model request."""
-        record = build_record(ex, self)
+        try:
+            record = build_record(ex, self)
+        except Exception as exc:  # never lose a request to a body kvprobe cannot make sense of
+            record = _fallback_record(ex, self, exc)
         with self._lock:
             if record is None:
                 self.stats.not_recorded += 1
@@ -87,6 +96,20 @@ class Recorder:
             self.stats.errors += record.error is not None
         self._writer.append(record)
         return record
+
+
+def _fallback_record(ex: Exchange, rec: Recorder, exc: Exception) -> TraceRecord | None:
+    request = _request_json(ex)
+    if request is None:
+        return None
+    if rec.hash_only or rec.redact:
+        request = {"model": request.get("model")} if isinstance(request.get("model"), str) else {}
+    return TraceRecord(id=rec.next_id(), provider=ex.provider_hint, started_at=ex.started_at, request=request,
+                       response={}, session=ex.request_headers.get(SESSION_HEADER) or rec.session,
+                       agent=ex.request_headers.get(AGENT_HEADER) or rec.agent, endpoint=ex.path.split("?")[0],
+                       first_token_at=ex.first_byte_at, finished_at=ex.finished_at,
+                       error=f"kvprobe could not record this exchange: {type(exc).__name__}: {exc}",
+                       extra={"http_status": ex.status})
 
 
 def _request_json(ex: Exchange) -> dict[str, Any] | None:

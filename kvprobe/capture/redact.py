@@ -3,10 +3,10 @@
 * `redact_secrets` scrubs credentials that agents paste into prompts or tool output: provider API keys,
   bearer tokens, cloud and VCS credentials, private keys. Equal secrets get equal placeholders, so cache
   identity (what diff/report compare) is unchanged by redaction.
-* `hash_only` replaces every piece of text by a marker holding a digest of the text, padded with filler
-  tokens so that the marker counts as many tokens as the text did (with the counting encoding kvprobe uses
-  for that model). Prefix identity, block structure, cache markers and token positions survive, so diff,
-  report and what-if still work; the text does not.
+* `hash_only` replaces every piece of text by one-token symbols spelling a digest of the text, as many as
+  the text had tokens (with the encoding kvprobe counts that model with). Prefix identity, block
+  structure, cache markers and token counts survive, so diff, report and what-if still work; the text
+  does not. Inline media payloads become `#kvprobe-hash:<digest>`.
 
 HTTP headers never reach a trace at all: the recorder keeps only an allowlist of harmless ones.
 """
@@ -84,31 +84,43 @@ _PAYLOAD_KEYS = frozenset({"data", "image_url", "file_data", "url"})
 MARKER_PREFIX = "#kvprobe-hash:"
 
 
+_SYMBOLS = tuple(" " + c for c in "abcdefghijklmnopqrstuvwxyz")  # one token each in every BPE kvprobe uses
+_HASH_SYMBOLS = 14  # 26**14 > 2**64: a text of 14+ tokens keeps its whole 64-bit digest
+
+
 class HashOnly:
-    """Replaces text by digest markers with the same token count, for one provider and model."""
+    """Replaces text by digest symbols with the same token count, for one provider and model.
+
+    A text of n tokens becomes n one-token symbols (" k q z ..."): the first ones spell the text's xxh3
+    digest in base 26, the rest are " x". Token counts are exact for the encoding kvprobe counts this
+    model with; texts of fewer than 14 tokens keep a shorter digest (equal texts always map alike).
+    """
 
     def __init__(self, provider: str | None, model: str | None) -> None:
         self._counter = counter_for(rules_for(provider or "anthropic", model))
-        self._filler_cache: dict[str, str] = {}
+        self._memo: dict[str, str] = {}
 
     def text(self, text: str) -> str:
         if not text:
             return text
-        marker = f"{MARKER_PREFIX}{xxhash.xxh3_64_hexdigest(text.encode('utf-8', 'surrogatepass'))}"
-        cached = self._filler_cache.get(text)
+        cached = self._memo.get(text)
         if cached is not None:
             return cached
-        want = self._counter.raw_count(text)
-        have = self._counter.raw_count(marker)
-        out = marker + " x" * max(want - have, 0)  # " x" is one token per repeat in every BPE we use
-        if len(text) > 64:
-            self._filler_cache[text] = out
+        n = max(self._counter.raw_count(text), 1)
+        digest = xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+        symbols = []
+        for _ in range(min(n, _HASH_SYMBOLS)):
+            digest, rest = divmod(digest, 26)
+            symbols.append(_SYMBOLS[rest])
+        out = "".join(symbols) + " x" * (n - len(symbols))
+        if len(text) > 32:
+            self._memo[text] = out
         return out
 
     def value(self, value: Any, key: str | None = None) -> Any:
         if isinstance(value, str):
             if key in _PAYLOAD_KEYS:
-                return f"{MARKER_PREFIX}{xxhash.xxh3_64_hexdigest(value)}"
+                return f"{MARKER_PREFIX}{xxhash.xxh3_64_hexdigest(value.encode('utf-8', 'surrogatepass'))}"
             return value if key in STRUCTURAL_KEYS and key not in _TEXT_UNDER_STRUCTURAL else self.text(value)
         if isinstance(value, dict):
             if key in STRUCTURAL_KEYS and key != "thinking":
@@ -122,3 +134,16 @@ class HashOnly:
 def hash_only(body: Any, provider: str | None, model: str | None) -> Any:
     """A request or response body with every text replaced by a same-length-in-tokens digest marker."""
     return HashOnly(provider, model).value(body)
+
+
+def scrub(record: Any, *, redact: bool = False, hash_only: bool = False) -> None:
+    """Apply --redact / --hash-only to a TraceRecord's bodies and error text, in place."""
+    if redact:
+        record.request, record.response = redact_secrets(record.request), redact_secrets(record.response)
+        record.error = redact_text(record.error) if record.error else record.error
+    if hash_only:
+        hasher = HashOnly(record.provider, record.model)
+        record.request = hasher.value(record.request) if record.request is not None else None
+        record.response = hasher.value(record.response) if record.response is not None else None
+    if redact or hash_only:
+        record.extra["capture"] = {"hash_only": hash_only, "redact": redact}

@@ -8,6 +8,7 @@ sequences, chunked transfer encoding) and `GET /v1/models`. Per request, an `x-f
     reset-after=N     send N stream events, then reset the connection
     stall-after=N     send N stream events, then stop sending (until the client or proxy gives up)
     hold-first        send the first event, then wait until `release()` is called
+    hold-after=N      the same after N events (combine with reset-after=N: reset once released)
     gzip              gzip-encode a JSON response
 
 and an `x-fake-usage` header (JSON) sets the usage the response reports.
@@ -253,7 +254,11 @@ class FakeProvider:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
                      b"Cache-Control: no-cache\r\nrequest-id: req_fake\r\nTransfer-Encoding: chunked\r\n\r\n")
         cut = int(faults.get("reset-after", faults.get("stall-after", -1)))
+        hold = int(faults.get("hold-after", 1 if "hold-first" in faults else -1))
         for i, (event, data) in enumerate(events):
+            if i == hold:
+                await writer.drain()
+                await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 10)
             if i == cut:
                 await writer.drain()
                 if "reset-after" in faults:
@@ -263,10 +268,7 @@ class FakeProvider:
                     return False
                 await asyncio.Event().wait()  # stall until cancelled
             writer.write(_chunk(_sse(event, data)))
-            if i == 0 and "hold-first" in faults:
-                await writer.drain()
-                await asyncio.get_running_loop().run_in_executor(None, self._release.wait, 10)
-            elif i % 4 == 0:
+            if i % 4 == 0:
                 await writer.drain()
         writer.write(b"0\r\n\r\n")
         await writer.drain()

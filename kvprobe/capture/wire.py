@@ -39,7 +39,8 @@ def parse_head(raw: bytes, request: bool) -> Head:
     first = lines[0].split(" ", 2)
     if request and (len(first) != 3 or not first[2].startswith("HTTP/1.")):
         raise ProtocolError(f"bad request line {lines[0][:80]!r}")
-    if not request and (len(first) < 2 or not first[0].startswith("HTTP/1.") or not first[1].isdigit()):
+    status_ok = len(first) >= 2 and first[1].isascii() and first[1].isdigit()
+    if not request and (not status_ok or not first[0].startswith("HTTP/1.")):
         raise ProtocolError(f"bad status line {lines[0][:80]!r}")
     headers = []
     for line in lines[1:]:
@@ -56,7 +57,7 @@ def content_length(head: Head) -> int | None:
     value = head.get("content-length")
     if value is None:
         return None
-    if not value.strip().isdigit():
+    if not (value.strip().isascii() and value.strip().isdigit()):
         raise ProtocolError(f"bad Content-Length {value!r}")
     return int(value)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
+import orjson
 import typer
 
 from kvprobe.capture.proxy import CaptureProxy
@@ -24,6 +25,7 @@ def _summary(proxy: CaptureProxy, out: str, exit_code: int | None) -> dict:
 
 
 def capture(
+    ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         help="The command to run under the proxy (after --), or 'serve' to run the proxy alone")] = None,
     out: Annotated[str, typer.Option("--out", "-o", help="Trace file to append to (JSON Lines)")] = "trace.jsonl",
@@ -31,11 +33,13 @@ def capture(
                                                 "(X-Kvprobe-Session header or KVPROBE_SESSION otherwise)")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Agent name for every record")] = None,
     anthropic_upstream: Annotated[str | None, typer.Option(
-        "--anthropic-upstream", help="Anthropic API URL [default: $ANTHROPIC_BASE_URL or https://api.anthropic.com]")] = None,
+        "--anthropic-upstream",
+        help="Anthropic API URL (default: $ANTHROPIC_BASE_URL, else https://api.anthropic.com)")] = None,
     openai_upstream: Annotated[str | None, typer.Option(
-        "--openai-upstream", help="OpenAI API URL [default: $OPENAI_BASE_URL or https://api.openai.com/v1]")] = None,
+        "--openai-upstream", help="OpenAI API URL (default: $OPENAI_BASE_URL, else https://api.openai.com/v1)")] = None,
     deepseek_upstream: Annotated[str | None, typer.Option(
-        "--deepseek-upstream", help="DeepSeek API URL [default: $DEEPSEEK_BASE_URL or https://api.deepseek.com]")] = None,
+        "--deepseek-upstream",
+        help="DeepSeek API URL (default: $DEEPSEEK_BASE_URL, else https://api.deepseek.com)")] = None,
     redact: Annotated[bool, typer.Option("--redact", help="Scrub API keys, tokens and cloud credentials "
                                          "inside request and response bodies")] = False,
     hash_only: Annotated[bool, typer.Option("--hash-only", help="Store digests and token counts instead of "
@@ -50,19 +54,26 @@ def capture(
 ) -> None:
     """Record every provider request an agent makes, through a local reverse proxy.
 
-    Runs COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and DEEPSEEK_BASE_URL pointed at the proxy, appends
-    one trace record per request to --out, and exits with COMMAND's exit code. API keys and auth headers
-    are never written.
+    COMMAND runs with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and DEEPSEEK_BASE_URL pointed at the proxy.
+    One trace record per request is appended to --out; kvprobe exits with COMMAND's exit code.
+    API keys and auth headers are never written.
 
     Example: kvprobe capture --out trace.jsonl --session fix-login -- claude -p "fix the login bug"
 
     Example: kvprobe capture serve --port 8787 --out trace.jsonl
     """
     args = list(command or [])
+    if args[:1] == ["serve"] and len(args) > 1:  # `capture serve --port 8787`: options after the word serve
+        sub = ctx.command.make_context(ctx.info_name or "capture", [*args[1:], "--", "serve"], parent=ctx.parent)
+        with sub:
+            return sub.command.invoke(sub)
     if not args:
         fail("no command given: kvprobe capture [OPTIONS] -- COMMAND [ARGS...] (or: kvprobe capture serve)")
     if port < 0 or port > 65535:
         fail("field '--port': expected a port number between 0 and 65535")
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        err.print(f"warning: listening on {host}: anyone who can reach it can use your API keys through it",
+                  markup=False)
     upstreams = {"anthropic": anthropic_upstream, "openai": openai_upstream, "deepseek": deepseek_upstream}
     with user_errors():
         try:
@@ -87,8 +98,8 @@ def capture(
 
 def _ready(proxy: CaptureProxy, out: str, json_out: bool) -> None:
     env = proxy.base_urls()
-    if json_out:
-        print_json({"url": proxy.url, "out": out, "env": env})
+    if json_out:  # one compact line, so a script can read it as soon as the proxy listens
+        sys.stdout.write(orjson.dumps({"url": proxy.url, "out": out, "env": env}).decode() + "\n")
         sys.stdout.flush()
         return
     err.print(f"kvprobe capture: proxy on {proxy.url}, recording to {out}. Point your agent at it:")

@@ -1,7 +1,78 @@
-"""placeholder (being written)."""
-from kvprobe.cli.common import fail
+"""`kvprobe import SRC... -o trace.jsonl`: turn the logs people already have into a kvprobe trace."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from kvprobe.capture.redact import scrub
+from kvprobe.cli.common import err, fail, print_json, user_errors
+from kvprobe.importers import FORMATS, ImportReport, auto_workers, discover, load_any
+from kvprobe.trace import write_trace
 
 
-def import_() -> None:
-    """Not ready yet."""
-    fail("not implemented yet")
+@contextlib.contextmanager
+def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr over the bytes of every file under `paths` (hidden when not a TTY)."""
+    if not enabled or not err.is_terminal:
+        yield None
+        return
+    with contextlib.suppress(Exception):
+        total = sum(p.stat().st_size for p in discover(paths))
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=locals().get("total"))
+        yield lambda n: bar.advance(task, n)
+
+
+def report_skips(report: ImportReport, verbose: bool = False) -> None:
+    for line in report.summary():
+        err.print(line, soft_wrap=True, markup=False)
+    if verbose or report.skipped:
+        for source in report.sources:
+            for example in source.examples[: 5 if verbose else 2]:
+                err.print(f"  e.g. {example}", soft_wrap=True, markup=False, style="dim")
+
+
+def import_(
+    sources: Annotated[list[str], typer.Argument(help="Files or directories: HAR, Claude Code or Codex "
+                                                  "JSONL, OTLP JSON spans, LiteLLM logs, kvprobe traces")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Trace file to write (JSON Lines, replaced atomically)")]
+    = "trace.jsonl",
+    fmt: Annotated[str | None, typer.Option("--format", help=f"Force one format: {', '.join(FORMATS)}")] = None,
+    redact: Annotated[bool, typer.Option("--redact", help="Scrub API keys, tokens and cloud credentials "
+                                         "inside request and response bodies")] = False,
+    hash_only: Annotated[bool, typer.Option("--hash-only", help="Store digests and token counts instead of "
+                                            "prompt text (diff and report still work)")] = False,
+    workers: Annotated[int, typer.Option("--workers", help="Processes parsing files in parallel (0: one per "
+                                         "core for inputs over 64 MB)")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print what was read as JSON")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show example skipped lines")] = False,
+) -> None:
+    """Convert agent logs and HTTP archives into one kvprobe trace, sorted by start time.
+
+    Malformed lines are skipped and counted by reason. A request logged twice is kept once.
+
+    Example: kvprobe import ~/.claude/projects/-home-me-app session.har -o trace.jsonl
+    """
+    report = ImportReport()
+    with user_errors():
+        if Path(out).is_dir():
+            fail(f"{out}: is a directory (expected the trace file to write)")
+        with byte_progress(sources, "importing", not json_out) as progress:
+            records = list(load_any(sources, fmt=fmt, report=report, progress=progress,
+                                    workers=workers if workers > 0 else auto_workers(sources)))
+        records.sort(key=lambda r: (r.started_at is None, r.started_at or 0.0))
+        if redact or hash_only:
+            for record in records:
+                scrub(record, redact=redact, hash_only=hash_only)
+        written = write_trace(out, records)
+    if json_out:
+        print_json({"out": out, "written": written, **report.to_json()})
+        return
+    report_skips(report, verbose)
+    err.print(f"wrote {written:,} records to {out}", markup=False)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import math
+
 import orjson
 
 from kvprobe.trace.record import parse_time
@@ -26,6 +28,7 @@ class SourceStats:
     duplicates: int = 0  # the same request seen again (repeated lines, resumed sessions, other files)
     skipped: Counter = field(default_factory=Counter)  # reason -> count
     examples: list[str] = field(default_factory=list)  # first few "path:line: reason (detail)"
+    ignored: int = 0  # well-formed lines that are not requests (user turns, tool results, metadata)
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -39,7 +42,7 @@ class SourceStats:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
-                "duplicates": self.duplicates, "skipped": self.skipped_total,
+                "duplicates": self.duplicates, "ignored": self.ignored, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -100,14 +103,45 @@ def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[i
             progress(pending)
 
 
-def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> Any:
-    """Decode one JSON line, counting a skip (None) when it is malformed."""
+def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | None:
+    """Decode one JSON Lines object; a malformed line or a non-object value is a counted skip (None)."""
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        reason = "truncated JSON line" if not raw.endswith((b"}", b"]")) else "invalid JSON line"
-        stats.skip(reason, lineno, str(exc))
+        truncated = raw.startswith((b"{", b"[")) and not raw.endswith((b"}", b"]"))
+        stats.skip("truncated JSON line" if truncated else "invalid JSON line", lineno, str(exc))
         return None
+    if not isinstance(value, dict):
+        stats.skip("line is not a JSON object", lineno)
+        return None
+    return value
+
+
+_DAY_CACHE: dict[str, float] = {}
+
+
+def _fast_utc(text: str) -> float | None:
+    """'2026-09-10T10:00:03.123Z' (the shape agents write) without datetime; None for any other shape."""
+    if len(text) < 20 or text[-1] != "Z" or text[10] != "T" or text[13] != ":" or text[16] != ":":
+        return None
+    day = _DAY_CACHE.get(text[:10])
+    if day is None:
+        try:
+            day = parse_time(text[:10] + "T00:00:00Z")
+        except ValueError:
+            return None
+        if len(_DAY_CACHE) < 100_000:
+            _DAY_CACHE[text[:10]] = day
+    clock = text[11:-1]
+    if not (clock[:2].isdigit() and clock[3:5].isdigit() and clock[6:8].isdigit()) or not clock.isascii():
+        return None
+    frac = clock[8:]
+    if frac and not (len(frac) > 1 and frac[0] == "." and frac[1:].isdigit()):
+        return None
+    hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
+    if hours > 23 or minutes > 59 or seconds > 59:
+        return None
+    return day + hours * 3600 + minutes * 60 + seconds + (float(frac) if len(frac) > 1 else 0.0)
 
 
 def time_or_none(value: Any) -> float | None:
@@ -116,17 +150,23 @@ def time_or_none(value: Any) -> float | None:
         return None
     if isinstance(value, (int, float)):
         v = float(value)
+        if not math.isfinite(v) or v <= 0:
+            return None
         while v > 1e11:  # ms, µs or ns since the epoch
             v /= 1000.0
-        return v if v > 0 else None
+        return v
     if isinstance(value, str):
         text = value.strip()
-        if text.replace(".", "", 1).isdigit():
+        fast = _fast_utc(text)
+        if fast is not None:
+            return fast if 0 < fast < 1e11 else None
+        if text.isascii() and text.replace(".", "", 1).isdigit():
             return time_or_none(float(text))
         try:
-            return parse_time(text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text)
-        except ValueError:
+            stamp = parse_time(text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text)
+        except (ValueError, OverflowError):
             return None
+        return stamp if 0 < stamp < 1e11 else None
     return None
 
 
@@ -135,7 +175,7 @@ def as_int(value: Any) -> int:
         return 0
     if isinstance(value, (int, float)) and value == value and abs(value) < 1e15:
         return max(int(value), 0)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) < 16:
         return int(value.strip())
     return 0
 

@@ -1,0 +1,238 @@
+"""Import the logs people already have as trace records (contracts.md §1).
+
+    report = ImportReport()
+    for record in load_any(["~/.claude/projects", "session.har"], report=report):
+        ...
+    report.summary()   # what was read, and each kind of skipped line with its count
+
+One module per source, each owning its quirks (see each module's docstring): `har`, `claude_code`, `codex`,
+`otel`, `litellm`; kvprobe's own JSONL traces are read too. Formats are detected from the file's first
+JSON value; directories are walked. Malformed lines are counted per reason, never dropped silently; a file
+that is no known format, or a whole-document format (HAR, OTLP JSON) that does not parse, is an InputError
+naming the file and line.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.importers import claude_code, codex, har, litellm, otel
+from kvprobe.importers.base import ImportReport, Progress, SourceStats
+from kvprobe.trace import ReadStats, TraceRecord, read_trace
+
+IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, otel, litellm)}
+FORMATS = ("kvprobe", *IMPORTERS)
+_SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
+_SNIFF_LINES = 20
+
+__all__ = ["load_any", "detect_format", "discover", "default_sources", "auto_workers", "ImportReport", "SourceStats",
+           "FORMATS"]
+
+
+def _first_value(path: Path) -> Any:
+    """The first JSON value of a file: its first parseable line (JSONL), else the whole document."""
+    with path.open("rb") as fh:
+        for _ in range(_SNIFF_LINES):
+            line = fh.readline()
+            if not line:
+                break
+            if not line.strip():
+                continue
+            try:
+                return orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+    if path.suffix in (".har", ".json") or path.stat().st_size < 64 << 20:
+        try:
+            return orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            return None
+    return None
+
+
+def _is_kvprobe(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    return "kvprobe" in first or ("id" in first and ("request" in first or isinstance(first.get("response"), dict)))
+
+
+def detect_format(path: str | Path) -> str | None:
+    """kvprobe | har | claude_code | codex | otel | litellm, or None when no importer knows the file."""
+    path = Path(path)
+    first = _first_value(path)
+    if har.sniff(first):
+        return har.NAME
+    if otel.sniff(first):
+        return otel.NAME
+    for module in (claude_code, codex, litellm):
+        if module.sniff(first):
+            return module.NAME
+    if _is_kvprobe(first):
+        return "kvprobe"
+    return None
+
+
+def default_sources() -> list[Path]:
+    """Where agents keep their logs on this machine: Claude Code projects, Codex sessions."""
+    return claude_code.default_paths() + codex.default_paths()
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named directly, plus every .jsonl/.json/.har/.ndjson file under named directories (sorted)."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputError("file or directory does not exist", file=str(raw))
+    return files
+
+
+def _times_in_range(record: TraceRecord) -> bool:
+    return all(t is None or 0 <= t < 253402300800 for t in (record.started_at, record.first_token_at,
+                                                            record.finished_at))  # up to year 9999
+
+
+def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None,
+                  strict: bool) -> Iterator[TraceRecord]:
+    read_stats = ReadStats()
+    last = 0
+    for record in read_trace(path, strict=strict, stats=read_stats, check_duplicates=False):
+        stats.lines += 1
+        if progress is not None and read_stats.bytes_read - last > 1 << 20:
+            progress(read_stats.bytes_read - last)
+            last = read_stats.bytes_read
+        if not _times_in_range(record):  # parse_time accepts any epoch number; format_time does not
+            stats.skip("timestamp out of range", record.line)
+            continue
+        if record.id in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(record.id)
+        stats.records += 1
+        yield record
+    if progress is not None:
+        progress(read_stats.bytes_read - last)
+    for message in read_stats.errors:
+        stats.examples.append(message) if len(stats.examples) < 5 else None
+    if read_stats.skipped:
+        stats.skipped["malformed trace record"] += read_stats.skipped
+        stats.lines += read_stats.skipped
+
+
+def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progress: Progress | None,
+              strict: bool) -> Iterator[TraceRecord]:
+    if kind == "kvprobe":
+        return _read_kvprobe(path, stats, seen, progress, strict)
+    return IMPORTERS[kind].read(path, stats, seen, progress)
+
+
+def _read_batch(batch: list[tuple[str, str]], strict: bool) -> list[tuple[SourceStats, list[TraceRecord]]]:
+    """Worker side of a parallel load: every file of one batch, with its own stats."""
+    seen: set[str] = set()
+    out = []
+    for name, kind in batch:
+        stats = SourceStats(name, kind)
+        out.append((stats, list(_read_one(Path(name), kind, stats, seen, None, strict))))
+    return out
+
+
+def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
+              report: ImportReport) -> list[tuple[Path, str]]:
+    chosen = []
+    for path in files:
+        kind = fmt or detect_format(path)
+        if kind is None:
+            if any(Path(p).expanduser() == path for p in named):
+                raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code "
+                                 "or Codex JSONL, OTLP JSON spans or LiteLLM logs", file=str(path))
+            stats = SourceStats(str(path), "unknown")
+            stats.skip("file in a named directory is no known format", None)
+            report.sources.append(stats)
+            continue
+        chosen.append((path, kind))
+    return chosen
+
+
+def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:
+    """Contiguous runs of files of about equal size (order kept, so output order is stable)."""
+    sizes = [p.stat().st_size for p, _ in files]
+    target = max(sum(sizes) / parts, 1)
+    batches: list[list[tuple[str, str]]] = [[]]
+    filled = 0.0
+    for (path, kind), size in zip(files, sizes):
+        if filled >= target and batches[-1]:
+            batches.append([])
+            filled = 0.0
+        batches[-1].append((str(path), kind))
+        filled += size
+    return batches
+
+
+def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
+                   strict: bool) -> Iterator[TraceRecord]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    seen: set[str] = set()
+    batches = _batches(files, workers * 4)
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        for result in pool.map(_read_batch, batches, [strict] * len(batches)):
+            for stats, records in result:
+                report.sources.append(stats)
+                for record in records:  # the same request in files of different batches
+                    if record.id in seen:
+                        stats.duplicates += 1
+                        stats.records -= 1
+                        continue
+                    seen.add(record.id)
+                    yield record
+                if progress is not None:
+                    progress(Path(stats.path).stat().st_size)
+
+
+def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
+             report: ImportReport | None = None, progress: Progress | None = None,
+             strict_traces: bool = False, workers: int = 1) -> Iterator[TraceRecord]:
+    """Yield trace records from traces and agent logs, whatever their format.
+
+    `paths`: files and/or directories. `fmt` forces one format for every file. `report` collects per-file
+    counts (records, duplicates, skipped lines by reason). `progress` is called with bytes read.
+    `strict_traces=True` makes a malformed line in a kvprobe trace an InputError (as `read_trace` does)
+    instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
+    many processes (same records, same order); worth it from a few tens of MB.
+    Records are deduplicated across all files by id (the same request logged twice is read once).
+    Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}", field="--format")
+    report = report if report is not None else ImportReport()
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    files = _classify(discover(named), named, fmt, report)
+    if workers > 1 and len(files) > 1:
+        yield from _load_parallel(files, workers, report, progress, strict_traces)
+        return
+    seen: set[str] = set()
+    for path, kind in files:
+        stats = SourceStats(str(path), kind)
+        report.sources.append(stats)
+        yield from _read_one(path, kind, stats, seen, progress, strict_traces)
+
+
+def auto_workers(paths: Iterable[str | Path]) -> int:
+    """Processes worth using for these sources: one per core (up to 4) from 64 MB on."""
+    try:
+        total = sum(p.stat().st_size for p in discover(list(paths)))
+    except (InputError, OSError):
+        return 1
+    return min(os.cpu_count() or 1, 4) if total > 64 << 20 else 1

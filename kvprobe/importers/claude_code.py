@@ -1,0 +1,149 @@
+"""Claude Code transcripts: ~/.claude/projects/<cwd with / as ->/<sessionId>.jsonl.
+
+Quirks:
+* One API response is written as several lines (one per content block) repeating the same usage; later
+  lines can carry a larger output count. Lines are merged by `message.id` + `requestId` (the last usage
+  wins), and a request already seen in another file (resumed sessions copy history) is a duplicate.
+* `<synthetic>` model lines are written by Claude Code itself (interruptions, errors): no API call, skipped.
+* Subagents: `<sessionId>/subagents/agent-<id>.jsonl` (older: `agent-*.jsonl` beside the sessions, or
+  `isSidechain` lines inline); their records carry `agent = "agent-<id>"`, the main thread `agent = "main"`.
+* Only one timestamp per line. `started_at` is the timestamp of the line the response answers
+  (`parentUuid`: the user turn or tool result, written when the request was sent), `first_token_at` the first
+  line of the response and `finished_at` its last line.
+* Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
+  provider-reported `cache_miss_reason` included).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.trace import TraceRecord
+
+NAME = "claude_code"
+SYNTHETIC_MODEL = "<synthetic>"
+
+
+def default_paths() -> list[Path]:
+    """Where Claude Code keeps transcripts: $CLAUDE_CONFIG_DIR (comma-separated) or ~/.claude, ~/.config/claude."""
+    env = os.environ.get("CLAUDE_CONFIG_DIR")
+    roots = [Path(p).expanduser() for p in env.split(",")] if env else \
+        [Path("~/.claude").expanduser(), Path("~/.config/claude").expanduser()]
+    return [r / "projects" for r in roots if (r / "projects").is_dir()]
+
+
+def sniff(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    keys = first.keys()
+    return ("sessionId" in keys and ("uuid" in keys or "type" in keys)) or "parentUuid" in keys or \
+        ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") == "file-history-snapshot"
+
+
+def _agent_of(path: Path, line: dict[str, Any]) -> str:
+    agent_id = as_str(line.get("agentId"))
+    if path.stem.startswith("agent-"):
+        return f"agent-{agent_id or path.stem[6:]}"
+    if line.get("isSidechain") is True:
+        return f"agent-{agent_id}" if agent_id else "sidechain"
+    return "main"
+
+
+def _session_of(path: Path, line: dict[str, Any]) -> str:
+    session = as_str(line.get("sessionId"))
+    if session:
+        return session
+    if path.parent.name == "subagents":
+        return path.parent.parent.name
+    return path.stem
+
+
+class _Pending:
+    __slots__ = ("record", "first_line")
+
+    def __init__(self, record: TraceRecord, first_line: int) -> None:
+        self.record, self.first_line = record, first_line
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    """Records of one transcript file, merged per request, in the order requests first appear."""
+    times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
+    pending: dict[str, _Pending] = {}
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        line = loads_line(raw, stats, lineno)
+        if line is None:
+            continue
+        if not isinstance(line, dict):
+            stats.skip("line is not a JSON object", lineno)
+            continue
+        uuid = line.get("uuid")
+        if isinstance(uuid, str):
+            times[uuid] = line.get("timestamp")
+        if line.get("type") != "assistant":
+            stats.ignored += 1
+            continue
+        _assistant_line(path, line, lineno, time_or_none(line.get("timestamp")), times, pending, stats, seen)
+    for item in pending.values():
+        stats.records += 1
+        yield item.record
+
+
+def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float | None, times: dict[str, Any],
+                    pending: dict[str, _Pending], stats: SourceStats, seen: set[str]) -> None:
+    message = line.get("message")
+    if not isinstance(message, dict):
+        stats.skip("assistant line without a message object", lineno)
+        return
+    model = message.get("model")
+    if model == SYNTHETIC_MODEL:
+        stats.skip("synthetic message written by Claude Code (no API call)", lineno)
+        return
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        stats.skip("assistant message without usage", lineno)
+        return
+    message_id, request_id = as_str(message.get("id")), as_str(line.get("requestId"))
+    if not message_id and not request_id:
+        stats.skip("no message.id or requestId to identify the request", lineno)
+        return
+    key = f"{message_id}:{request_id}"
+    if key in pending:
+        _merge(pending[key].record, message, usage, stamp)
+        stats.duplicates += 1
+        return
+    if key in seen:
+        stats.duplicates += 1
+        return
+    seen.add(key)
+    parent = line.get("parentUuid")
+    started = time_or_none(times.get(parent)) if isinstance(parent, str) else None
+    started = started if started is not None else stamp
+    response = {"id": message_id, "model": model if isinstance(model, str) else None,
+                "stop_reason": message.get("stop_reason"), "usage": dict(usage)}
+    extra: dict[str, Any] = {"source_format": NAME}
+    for src, dst in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version")):
+        if as_str(line.get(src)):
+            extra[dst] = line[src]
+    if isinstance(line.get("costUSD"), (int, float)):
+        extra["logged_cost_usd"] = line["costUSD"]
+    record = TraceRecord(id=request_id or message_id or key, provider="anthropic", started_at=started,
+                         response=response, session=_session_of(path, line), agent=_agent_of(path, line),
+                         endpoint="/v1/messages", first_token_at=stamp, finished_at=stamp, extra=extra,
+                         source=str(path), line=lineno)
+    pending[key] = _Pending(record, lineno)
+
+
+def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], stamp: float | None) -> None:
+    """A later line of the same response: its usage is at least as complete; it ends later."""
+    response = record.response or {}
+    old = response.get("usage") or {}
+    if as_int(usage.get("output_tokens")) >= as_int(old.get("output_tokens") if isinstance(old, dict) else 0):
+        response["usage"] = dict(usage)
+    if message.get("stop_reason"):
+        response["stop_reason"] = message["stop_reason"]
+    if stamp is not None:
+        record.finished_at = max(record.finished_at or stamp, stamp)

@@ -1,0 +1,106 @@
+"""Codex CLI sessions: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, lines {timestamp, type, payload}.
+
+Quirks:
+* One model request = one `event_msg` whose `payload.type == "token_count"`; its `info.last_token_usage`
+  is that request's usage: `input_tokens` includes `cached_input_tokens` (OpenAI semantics), and
+  `reasoning_output_tokens` is part of `output_tokens`. `info` is null on rate-limit-only updates (skipped).
+* Codex repeats a token_count event when only rate limits change: an event whose `total_token_usage`
+  equals the previous one's is a duplicate.
+* The model comes from the latest `turn_context` (or `session_meta`); the session id from `session_meta`
+  (else the rollout file name). `started_at` is the first line after the previous request ended (the turn's
+  input being assembled), `finished_at` the token_count event.
+* Older rollouts (no {type, payload} wrapper) carry no token counts: counted as skipped lines.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.trace import TraceRecord
+
+NAME = "codex"
+
+
+def default_paths() -> list[Path]:
+    home = Path(os.environ.get("CODEX_HOME", "~/.codex")).expanduser()
+    return [home / "sessions"] if (home / "sessions").is_dir() else []
+
+
+def sniff(first: Any) -> bool:
+    return isinstance(first, dict) and "payload" in first and "type" in first and "timestamp" in first
+
+
+def _usage(last: dict[str, Any]) -> dict[str, Any]:
+    """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads)."""
+    return {"input_tokens": as_int(last.get("input_tokens")),
+            "input_tokens_details": {"cached_tokens": as_int(last.get("cached_input_tokens"))},
+            "output_tokens": as_int(last.get("output_tokens")),
+            "output_tokens_details": {"reasoning_tokens": as_int(last.get("reasoning_output_tokens"))},
+            "total_tokens": as_int(last.get("total_tokens"))}
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    session = path.stem.removeprefix("rollout-")
+    model: str | None = None
+    provider = "openai"
+    turn_start: float | None = None
+    previous_total: Any = None
+    count = 0
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        line = loads_line(raw, stats, lineno)
+        if line is None:
+            continue
+        if not isinstance(line, dict) or not isinstance(line.get("payload"), dict):
+            stats.skip("not a {timestamp, type, payload} line (older rollout format has no token counts)", lineno)
+            continue
+        kind, payload = line.get("type"), line["payload"]
+        stamp = time_or_none(line.get("timestamp"))
+        if kind == "session_meta":
+            session = as_str(payload.get("id")) or session
+            model = as_str(payload.get("model")) or model
+            provider = _provider(payload.get("model_provider")) or provider
+        elif kind == "turn_context":
+            model = as_str(payload.get("model")) or model
+        if not (kind == "event_msg" and payload.get("type") == "token_count"):
+            stats.ignored += 1
+            if turn_start is None:
+                turn_start = stamp
+            continue
+        info = payload.get("info")
+        if not isinstance(info, dict):
+            stats.skip("token_count event without info (rate-limit update only)", lineno)
+            continue
+        last, total = info.get("last_token_usage"), info.get("total_token_usage")
+        if not isinstance(last, dict):
+            stats.skip("token_count event without last_token_usage", lineno)
+            continue
+        if total is not None and total == previous_total:
+            stats.duplicates += 1
+            continue
+        previous_total = total
+        count += 1
+        rid = f"{session}#{count}"
+        if rid in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(rid)
+        stats.records += 1
+        yield TraceRecord(id=rid, provider=provider, started_at=turn_start or stamp,
+                          response={"model": model, "usage": _usage(last)}, session=session, agent="main",
+                          endpoint="/v1/responses", finished_at=stamp, extra={"source_format": NAME},
+                          source=str(path), line=lineno)
+        turn_start = None
+
+
+def _provider(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    value = value.lower()
+    for name in ("openai", "anthropic", "deepseek", "gemini"):
+        if name in value:
+            return name
+    return "local" if value in ("ollama", "lmstudio", "oss") else None

@@ -1,0 +1,174 @@
+"""OpenTelemetry GenAI spans, as OTLP JSON: one export document, or one export per line (collector
+file exporter).
+
+Quirks (semantic conventions, status "development"):
+* `gen_ai.usage.input_tokens` includes cache tokens; `gen_ai.usage.cache_read.input_tokens`, and
+  `gen_ai.usage.cache_creation.input_tokens` (newer: `gen_ai.usage.cache_write.input_tokens`). Some
+  instrumentations still report input without the cache tokens: when input < read + write it is taken as
+  the uncached part.
+* Provider from `gen_ai.provider.name` (older: `gen_ai.system`); `aws.bedrock`/`gcp.vertex_ai` serve Claude
+  models too, so the model name decides there. Model from `gen_ai.response.model`, else `gen_ai.request.model`.
+* Session from `gen_ai.conversation.id` (else `session.id`, else the trace id); agent from `gen_ai.agent.name`.
+* Spans without usage attributes (tool calls, agent spans) are not requests: ignored, not skipped.
+* OTLP JSON encodes 64-bit ints as strings and times as unix nanoseconds (also strings).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import TraceRecord
+
+NAME = "otel"
+_PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "azure.ai.openai": "openai", "deepseek": "deepseek",
+              "gcp.gemini": "gemini", "gcp.gen_ai": "gemini", "gemini": "gemini"}
+
+
+def sniff(first: Any) -> bool:
+    return isinstance(first, dict) and ("resourceSpans" in first or "resource_spans" in first)
+
+
+def _value(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return v
+    for key in ("stringValue", "intValue", "doubleValue", "boolValue"):
+        if key in v:
+            return v[key]
+    if isinstance(v.get("arrayValue"), dict):
+        return [_value(x) for x in v["arrayValue"].get("values") or []]
+    return None
+
+
+def _attrs(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):  # some exporters write attributes as a plain map
+        return raw
+    out = {}
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            out[item["key"]] = _value(item.get("value"))
+    return out
+
+
+def _usage(provider: str | None, a: dict[str, Any]) -> dict[str, Any]:
+    total = as_int(a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens")))
+    read = as_int(a.get("gen_ai.usage.cache_read.input_tokens", a.get("gen_ai.usage.cache_read_input_tokens")))
+    write = as_int(a.get("gen_ai.usage.cache_write.input_tokens",
+                         a.get("gen_ai.usage.cache_creation.input_tokens",
+                               a.get("gen_ai.usage.cache_creation_input_tokens"))))
+    out_tokens = as_int(a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens")))
+    fresh = total - read - write if total >= read + write else total
+    if provider in ("anthropic", None):
+        return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "output_tokens": out_tokens}
+    if provider == "deepseek":
+        return {"prompt_tokens": fresh + read + write, "prompt_cache_hit_tokens": read,
+                "prompt_cache_miss_tokens": fresh + write, "completion_tokens": out_tokens}
+    details: dict[str, Any] = {"cached_tokens": read}
+    if write:
+        details["cache_write_tokens"] = write
+    return {"input_tokens": fresh + read + write, "input_tokens_details": details, "output_tokens": out_tokens}
+
+
+def _has_usage(a: dict[str, Any]) -> bool:
+    return any(k.startswith("gen_ai.usage.") for k in a)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _spans(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
+    for rs in _list(doc.get("resourceSpans") or doc.get("resource_spans")):
+        if not isinstance(rs, dict):
+            continue
+        res = rs.get("resource")
+        resource = _attrs(res.get("attributes")) if isinstance(res, dict) else {}
+        for ss in _list(rs.get("scopeSpans") or rs.get("scope_spans") or rs.get("instrumentationLibrarySpans")):
+            for span in _list(ss.get("spans")) if isinstance(ss, dict) else []:
+                yield resource, span
+
+
+def _record(resource: dict[str, Any], span: Any, stats: SourceStats, where: str) -> TraceRecord | None:
+    if not isinstance(span, dict):
+        stats.skip("span is not an object", where)
+        return None
+    a = _attrs(span.get("attributes"))
+    if not _has_usage(a):
+        stats.ignored += 1
+        return None
+    span_id = as_str(span.get("spanId") or span.get("span_id"))
+    if not span_id:
+        stats.skip("span without spanId", where)
+        return None
+    model = as_str(a.get("gen_ai.response.model")) or as_str(a.get("gen_ai.request.model"))
+    named = as_str(a.get("gen_ai.provider.name")) or as_str(a.get("gen_ai.system"))
+    provider = _PROVIDERS.get((named or "").lower()) or infer_provider({"model": model} if model else None)
+    start = time_or_none(span.get("startTimeUnixNano") or span.get("start_time_unix_nano"))
+    end = time_or_none(span.get("endTimeUnixNano") or span.get("end_time_unix_nano"))
+    status = span.get("status") if isinstance(span.get("status"), dict) else {}
+    error = None
+    if status.get("code") in (2, "STATUS_CODE_ERROR", "ERROR"):
+        error = as_str(status.get("message")) or as_str(a.get("error.type")) or "span status ERROR"
+    session = as_str(a.get("gen_ai.conversation.id")) or as_str(a.get("session.id")) or \
+        as_str(span.get("traceId") or span.get("trace_id"))
+    response: dict[str, Any] = {"model": model, "usage": _usage(provider, a)}
+    if as_str(a.get("gen_ai.response.id")):
+        response["id"] = a["gen_ai.response.id"]
+    return TraceRecord(id=span_id, provider=provider, started_at=start,
+                       response=response, session=session, agent=as_str(a.get("gen_ai.agent.name")),
+                       finished_at=end, error=error,
+                       extra={"source_format": NAME, "service": resource.get("service.name"),
+                              "operation": a.get("gen_ai.operation.name")})
+
+
+def _from_doc(doc: Any, stats: SourceStats, seen: set[str], where: str) -> Iterator[TraceRecord]:
+    if not isinstance(doc, dict) or not sniff(doc):
+        stats.skip("not an OTLP trace export (no resourceSpans)", where)
+        return
+    for resource, span in _spans(doc):
+        stats.lines += 1
+        record = _record(resource, span, stats, where)
+        if record is None:
+            continue
+        if record.id in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(record.id)
+        stats.records += 1
+        yield record
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    data = path.read_bytes() if _single_document(path) else None
+    if data is not None:
+        if progress:
+            progress(len(data))
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"not valid OTLP JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+        yield from _from_doc(doc, stats, seen, "1")
+        return
+    for lineno, raw in iter_lines(path, progress):
+        doc = loads_line(raw, stats, lineno)
+        if doc is not None:
+            yield from _from_doc(doc, stats, seen, str(lineno))
+
+
+def _single_document(path: Path) -> bool:
+    """A pretty-printed export spans many lines; the collector's file exporter writes one per line."""
+    with path.open("rb") as fh:
+        first = fh.readline().strip()
+    if not first:
+        return True
+    try:
+        orjson.loads(first)
+        return False
+    except orjson.JSONDecodeError:
+        return True

@@ -1,0 +1,290 @@
+"""The recording proxy, driven by the official SDKs against a local server speaking the real wire formats."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import anthropic
+import httpx2
+import openai
+import orjson
+import pytest
+
+from kvprobe.capture import CaptureProxy, ProxyThread, Recorder
+from kvprobe.capture.testing import DEFAULT_USAGE, FakeProvider
+from kvprobe.trace import read_trace
+
+ANTHROPIC_KEY = "sk-ant-api03-TESTKEY-do-not-leak-0123456789abcdef"
+OPENAI_KEY = "sk-proj-TESTKEY-do-not-leak-0123456789abcdef"
+MESSAGES = [{"role": "user", "content": "Fix the login bug."}]
+CUT = (anthropic.APIConnectionError, openai.APIConnectionError, httpx2.RemoteProtocolError)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDKs warn on older model ids
+
+
+@pytest.fixture
+def fake():
+    provider = FakeProvider()
+    provider.start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def capture(fake, tmp_path):
+    """Start a recording proxy in front of the fake provider; yields a factory taking Recorder options."""
+    threads: list[ProxyThread] = []
+
+    def start(timeout: float = 30.0, **options):
+        recorder = Recorder(tmp_path / "trace.jsonl", **options)
+        proxy = CaptureProxy(recorder, {"anthropic": fake.url, "openai": fake.url + "/v1",
+                                        "deepseek": fake.url}, upstream_timeout=timeout)
+        thread = ProxyThread(proxy)
+        thread.start()
+        threads.append(thread)
+        return proxy, thread
+
+    yield start
+    for thread in threads:
+        thread.stop(grace=1.0)
+
+
+def _records(path):
+    return list(read_trace(path))
+
+
+def _anthropic(proxy, **kw):
+    return anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=proxy.base_urls()["ANTHROPIC_BASE_URL"],
+                               max_retries=0, **kw)
+
+
+def _openai(proxy, **kw):
+    return openai.OpenAI(api_key=OPENAI_KEY, base_url=proxy.base_urls()["OPENAI_BASE_URL"], max_retries=0, **kw)
+
+
+def test_anthropic_json_and_stream_are_recorded_with_usage_and_timing(capture, tmp_path):
+    proxy, thread = capture(session="fix-login")
+    client = _anthropic(proxy)
+    plain = client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES)
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES,
+                                extra_headers={"X-Kvprobe-Agent": "planner"}) as stream:
+        final = stream.get_final_message()
+    thread.stop()
+    assert plain.usage.cache_read_input_tokens == 2048
+    assert final.content[1].input == {"path": "a.py"}  # the client got the tool call intact
+    first, second = _records(tmp_path / "trace.jsonl")
+    assert first.request == {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": MESSAGES}
+    assert first.provider == "anthropic" and first.endpoint == "/v1/messages"
+    assert first.session == "fix-login" and second.agent == "planner"
+    assert second.extra["stream"] is True and second.request["stream"] is True
+    usage = second.usage
+    assert usage["cache_read_input_tokens"] == 2048 and usage["cache_creation_input_tokens"] == 256
+    assert usage["output_tokens"] == DEFAULT_USAGE["output_tokens"]  # message_delta's count wins
+    assert second.response["content"][0]["text"] == "Hello from the local provider."
+    assert second.response["content"][1]["input"] == {"path": "a.py"}
+    assert second.response["stop_reason"] == "tool_use"
+    assert second.started_at <= second.first_token_at <= second.finished_at
+
+
+def test_openai_chat_and_responses_streams_are_reassembled(capture, tmp_path):
+    proxy, thread = capture()
+    client = _openai(proxy)
+    chunks = list(client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True,
+                                                 stream_options={"include_usage": True}))
+    events = [e.type for e in client.responses.create(model="gpt-5", input="hi", stream=True)]
+    thread.stop()
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 2048
+    assert events[-1] == "response.completed"
+    chat, responses = _records(tmp_path / "trace.jsonl")
+    assert chat.endpoint == "/v1/chat/completions" and chat.provider == "openai"
+    assert chat.response["choices"][0]["message"]["content"] == "Hello from the local provider."
+    assert chat.usage["prompt_tokens_details"]["cached_tokens"] == 2048
+    assert responses.endpoint == "/v1/responses"
+    assert responses.usage["input_tokens_details"]["cached_tokens"] == 2048
+
+
+def test_responses_reach_the_client_byte_for_byte(capture, fake):
+    proxy, _ = capture()
+    body = orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": True, "messages": MESSAGES})
+    with httpx2.Client() as client:
+        direct = client.post(fake.url + "/v1/messages", content=body).content
+        proxied = client.post(proxy.base_urls()["ANTHROPIC_BASE_URL"] + "/v1/messages", content=body).content
+    assert proxied == direct and b"message_stop" in proxied
+
+
+def test_streams_are_not_buffered(capture, fake):
+    """The upstream holds the rest of the stream until the client has seen the first event."""
+    proxy, _ = capture()
+    client = _anthropic(proxy)
+    with client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES, stream=True,
+                                extra_headers={"x-fake": "hold-first"}) as stream:
+        first = next(iter(stream))
+        assert first.type == "message_start"  # arrived while the upstream was still holding the rest
+        fake.release()
+        rest = [event.type for event in stream]
+    assert rest[-1] == "message_stop"
+
+
+def test_upstream_errors_reach_the_client_unchanged_and_are_recorded(capture, tmp_path):
+    proxy, thread = capture()
+    with pytest.raises(anthropic.RateLimitError) as info:
+        _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                          extra_headers={"x-fake": "status=429"})
+    with pytest.raises(openai.InternalServerError):
+        _openai(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES,
+                                               extra_headers={"x-fake": "status=500"})
+    thread.stop()
+    assert info.value.body["error"]["type"] == "rate_limit_error"
+    limited, failed = _records(tmp_path / "trace.jsonl")
+    assert limited.error.startswith("HTTP 429") and "rate_limit_error" in limited.error
+    assert limited.extra["http_status"] == 429 and limited.response["error"]["type"] == "rate_limit_error"
+    assert failed.error.startswith("HTTP 500")
+
+
+def test_a_reset_mid_stream_reaches_the_client_and_keeps_the_usage_that_arrived(capture, fake, tmp_path):
+    proxy, thread = capture()
+    with pytest.raises(CUT):
+        with _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                               stream=True, extra_headers={"x-fake": "hold-after=4,reset-after=4"}
+                                               ) as stream:
+            for event in stream:
+                if event.type == "content_block_delta":  # the proxy has passed on message_start: reset now
+                    fake.release()
+    thread.stop()
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert "mid-response" in record.error
+    assert record.usage["cache_read_input_tokens"] == 2048  # from message_start, before the reset
+    assert record.response["content"][0]["text"] == "Hello"
+
+
+def test_an_upstream_that_stalls_is_cut_after_the_timeout_and_recorded(capture, tmp_path):
+    proxy, thread = capture(timeout=0.3)
+    client = _openai(proxy)
+    with pytest.raises(CUT):
+        list(client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True,
+                                            extra_headers={"x-fake": "stall-after=3"}))
+    thread.stop()
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert "timed out" in record.error
+    assert record.response["choices"][0]["message"]["content"] == "Hello from"
+
+
+def test_a_client_that_disconnects_mid_stream_does_not_take_the_proxy_down(capture, fake, tmp_path):
+    proxy, thread = capture()
+    body = orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": True, "messages": MESSAGES})
+    with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        sock.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nx-fake: stall-after=3\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert b"200 OK" in sock.recv(4096)
+    # the proxy still serves, and the abandoned request is recorded
+    after = _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES)
+    assert after.usage.output_tokens == DEFAULT_USAGE["output_tokens"]
+    thread.stop()
+    records = _records(tmp_path / "trace.jsonl")
+    assert len(records) == 2
+    gone = next(r for r in records if r.error)
+    assert "client disconnected" in gone.error and gone.usage["cache_read_input_tokens"] == 2048
+
+
+def test_stopping_flushes_requests_in_flight(capture, tmp_path):
+    proxy, thread = capture()
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            list(_openai(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True,
+                                                        extra_headers={"x-fake": "stall-after=2"}))
+        except BaseException as exc:  # the cut reaches the client as an error
+            failures.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    while not (tmp_path / "trace.jsonl").exists() or not proxy._busy:
+        pass
+    thread.stop(grace=0.2)
+    worker.join(timeout=10)
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert "interrupted" in record.error and failures
+
+
+def test_secrets_never_reach_the_trace_and_session_headers_are_not_forwarded(capture, fake, tmp_path):
+    proxy, thread = capture()
+    _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                      extra_headers={"X-Kvprobe-Session": "s9", "anthropic-beta": "x-2026"})
+    _openai(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    thread.stop()
+    text = (tmp_path / "trace.jsonl").read_text()
+    assert "TESTKEY" not in text and "authorization" not in text.lower() and "x-api-key" not in text
+    first, _ = _records(tmp_path / "trace.jsonl")
+    assert first.session == "s9" and first.extra["request_headers"]["anthropic-beta"] == "x-2026"
+    upstream_headers = fake.requests[0]["headers"]
+    sent = upstream_headers.get("x-api-key") or upstream_headers.get("authorization", "")
+    assert ANTHROPIC_KEY in sent  # the key still reaches the provider
+    assert "x-kvprobe-session" not in upstream_headers
+
+
+def test_gzip_responses_are_forwarded_compressed_and_recorded_decoded(capture, tmp_path):
+    proxy, thread = capture()
+    reply = _openai(proxy).chat.completions.create(model="gpt-4o", messages=MESSAGES,
+                                                   extra_headers={"x-fake": "gzip"})
+    thread.stop()
+    assert reply.usage.prompt_tokens == 2316
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert record.usage["prompt_tokens"] == 2316 and record.error is None
+
+
+def test_requests_that_are_not_model_calls_pass_through_unrecorded(capture, tmp_path):
+    proxy, thread = capture()
+    models = _openai(proxy).models.list()
+    thread.stop()
+    assert [m.id for m in models] == ["fake-model"]
+    assert not (tmp_path / "trace.jsonl").read_text()
+    assert proxy.recorder.stats.not_recorded == 1
+
+
+def test_an_unreachable_upstream_gives_the_client_a_clean_502_and_a_record(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    proxy = CaptureProxy(Recorder(tmp_path / "t.jsonl"), {"anthropic": f"http://127.0.0.1:{dead}"})
+    with ProxyThread(proxy):
+        with pytest.raises(anthropic.InternalServerError) as info:
+            _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES)
+    assert info.value.status_code == 502
+    (record,) = _records(tmp_path / "t.jsonl")
+    assert "could not connect" in record.error
+
+
+def test_200_concurrent_streams_lose_and_corrupt_nothing(capture, tmp_path):
+    proxy, thread = capture()
+    url = proxy.base_urls()["ANTHROPIC_BASE_URL"] + "/v1/messages"
+
+    async def one(client, i):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": True,
+                "messages": [{"role": "user", "content": f"request {i} " + "x" * (i * 37)}]}
+        async with client.stream("POST", url, json=body, headers={"x-kvprobe-session": f"s{i}"}) as resp:
+            return b"".join([chunk async for chunk in resp.aiter_bytes()])
+
+    async def main():
+        limits = httpx2.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx2.AsyncClient(limits=limits, timeout=60) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(200)))
+
+    bodies = asyncio.run(main())
+    thread.stop()
+    assert all(b"message_stop" in b for b in bodies)
+    records = _records(tmp_path / "trace.jsonl")  # strict: any corrupted line would raise
+    assert len(records) == 200 and len({r.id for r in records}) == 200
+    for record in records:
+        i = int(record.session[1:])
+        assert record.request["messages"][0]["content"] == f"request {i} " + "x" * (i * 37)
+        assert record.usage["output_tokens"] == DEFAULT_USAGE["output_tokens"] and record.error is None
+
+
+def test_deepseek_mount_records_deepseek_requests(capture, tmp_path):
+    proxy, thread = capture()
+    client = openai.OpenAI(api_key="sk-ds", base_url=proxy.base_urls()["DEEPSEEK_BASE_URL"], max_retries=0)
+    client.chat.completions.create(model="deepseek-chat", messages=MESSAGES)
+    thread.stop()
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert record.provider == "deepseek" and record.endpoint == "/chat/completions"

@@ -1,0 +1,146 @@
+"""Hypothesis fuzzing of every importer: malformed input is an InputError or a counted skip, never a crash.
+
+The default run tries a few hundred cases; `pytest -m slow` runs 10,000 per importer (benchmarks/soak).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from kvprobe.errors import InputError
+from kvprobe.importers import ImportReport, load_any
+from kvprobe.importers.summary import summarize
+from kvprobe.trace.reader import record_from_json
+
+FIX = Path(__file__).parent / "fixtures" / "importers"
+SOURCES = {"claude_code": sorted((FIX / "claude").rglob("*.jsonl")), "codex": sorted((FIX / "codex").rglob("*.jsonl")),
+           "litellm": [FIX / "litellm/requests.jsonl"], "otel": [FIX / "otel/spans.json"],
+           "har": [FIX / "har/session.har"]}
+KVPROBE_LINES = [b'{"kvprobe": 1, "id": "a", "provider": "anthropic", "started_at": "2026-09-10T10:00:00Z", '
+                 b'"response": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 100}}}']
+DOCUMENT_FORMATS = ("har", "otel")
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12) | st.sampled_from(["", "<synthetic>", "token_count", "assistant", "2026-09-10T10:00:00Z",
+                                              "text/event-stream", "POST", "chunked", "data: {}\n\n"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+def _lines(fmt: str) -> list[bytes]:
+    if fmt == "kvprobe":
+        return KVPROBE_LINES
+    return [line for path in SOURCES[fmt] for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _paths(value):
+    """Every (container, key) inside a JSON value, to replace one of them."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield value, k
+            yield from _paths(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield value, i
+            yield from _paths(v)
+
+
+@st.composite
+def mutated_json(draw, raw: bytes) -> bytes:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    for _ in range(draw(st.integers(1, 3))):
+        spots = list(_paths(value))
+        if not spots:
+            break
+        container, key = draw(st.sampled_from(spots))
+        if draw(st.booleans()) and isinstance(container, dict):
+            del container[key]
+        else:
+            container[key] = draw(json_values)
+    return orjson.dumps(value)
+
+
+@st.composite
+def mutated_bytes(draw, raw: bytes) -> bytes:
+    kind = draw(st.sampled_from(["truncate", "flip", "insert"]))
+    if not raw:
+        return raw
+    at = draw(st.integers(0, len(raw) - 1))
+    if kind == "truncate":
+        return raw[:at]
+    if kind == "flip":
+        return raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1:]
+    return raw[:at] + draw(st.binary(max_size=8)) + raw[at:]
+
+
+def _content(fmt: str):
+    lines = _lines(fmt)
+    one = st.sampled_from(lines)
+    line = st.one_of(one, one.flatmap(mutated_json), one.flatmap(mutated_json), one.flatmap(mutated_bytes),
+                     json_values.map(orjson.dumps), st.binary(max_size=40))
+    if fmt in DOCUMENT_FORMATS:
+        doc = SOURCES[fmt][0].read_bytes()
+        return st.one_of(mutated_json(doc), mutated_json(doc), mutated_bytes(doc))
+    return st.lists(line, min_size=1, max_size=8).map(lambda ls: b"\n".join(ls) + b"\n")
+
+
+def _check(fmt: str, content: bytes) -> None:
+    fd, name = tempfile.mkstemp(suffix=".har" if fmt == "har" else ".jsonl")
+    try:
+        os.write(fd, content)
+        os.close(fd)
+        for forced in (fmt, None):
+            report = ImportReport()
+            try:
+                records = list(load_any(name, fmt=forced, report=report))
+            except InputError as exc:
+                assert exc.file == name  # says which file
+                continue
+            for record in records:  # each record is a valid trace record after a JSON round trip
+                record_from_json(orjson.loads(orjson.dumps(record.to_json())))
+            summarize(records)
+            # nothing vanishes silently: every line is a record, a duplicate, ignored or a counted skip
+            for source in report.sources:
+                assert source.records + source.duplicates + source.ignored + source.skipped_total >= \
+                    (1 if source.lines else 0)
+    finally:
+        os.unlink(name)
+
+
+FORMATS = ["claude_code", "codex", "litellm", "otel", "har", "kvprobe"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_importers_never_crash_on_malformed_input(fmt):
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data):
+        _check(fmt, data.draw(_content(fmt)))
+    run()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_importers_never_crash_soak(fmt):
+    @settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data):
+        _check(fmt, data.draw(_content(fmt)))
+    run()
+
+
+def test_cli_reports_malformed_lines_without_a_traceback(cli, tmp_path):
+    bad = tmp_path / "session.jsonl"
+    lines = _lines("claude_code")
+    bad.write_bytes(lines[1] + b"\n" + lines[2][:40] + b"\n\xff\xfe garbage\n" + lines[2] + b"\n")
+    result = cli("usage", bad)
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    assert "skipped 1: truncated JSON line" in result.output and "skipped 1: invalid JSON line" in result.output

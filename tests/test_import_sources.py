@@ -1,0 +1,152 @@
+"""Each importer on a small fixture tree with the source's real quirks; load_any's detection and dedupe."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kvprobe.errors import InputError
+from kvprobe.importers import ImportReport, detect_format, load_any
+from kvprobe.trace.reader import record_from_json
+from kvprobe.usage import normalize_usage
+
+FIX = Path(__file__).parent / "fixtures" / "importers"
+
+
+def _load(path, **kw):
+    report = ImportReport()
+    records = list(load_any(path, report=report, **kw))
+    for r in records:  # every importer produces valid contract records (they survive a JSON round trip)
+        again = record_from_json(orjson.loads(orjson.dumps(r.to_json())))
+        assert again.id == r.id and again.usage == r.usage
+    return records, report
+
+
+def _usage(record):
+    return normalize_usage(record.provider, record.usage)
+
+
+def test_detects_each_format():
+    assert detect_format(FIX / "har/session.har") == "har"
+    assert detect_format(FIX / "otel/spans.json") == "otel"
+    assert detect_format(FIX / "litellm/requests.jsonl") == "litellm"
+    assert detect_format(next((FIX / "codex").rglob("*.jsonl"))) == "codex"
+    assert detect_format(FIX / "claude/projects/-home-me-app/1f0c-sess.jsonl") == "claude_code"
+
+
+def test_claude_code_merges_repeated_lines_skips_synthetic_and_attributes_subagents():
+    records, report = _load(FIX / "claude/projects")
+    by_id = {r.id: r for r in records}
+    assert sorted(by_id) == ["req_01A", "req_01B", "req_01D", "req_01S", "req_02A"]
+    first = by_id["req_01A"]  # two lines, one response: merged, the later (complete) usage kept
+    assert first.usage["output_tokens"] == 180 and first.usage["cache_creation_input_tokens"] == 12000
+    assert first.request is None and first.provider == "anthropic" and first.model.startswith("claude-sonnet-4-5")
+    assert first.started_at == pytest.approx(1_789_034_400.0)  # the user turn it answers (parentUuid)
+    assert first.finished_at - first.first_token_at == pytest.approx(1.0)
+    assert by_id["req_01S"].agent == "agent-7a2b" and by_id["req_01S"].session == "1f0c-sess"
+    assert by_id["req_01B"].agent == "main"
+    assert by_id["req_01D"].usage["cache_miss_reason"] == "ttl_expired"  # provider reason kept for report
+    assert _usage(by_id["req_01D"]).miss_reason == "ttl_expired"
+    assert report.duplicates == 2  # a repeated line, and msg_01B copied into the resumed session
+    assert report.reasons() == {"truncated JSON line": 1, "synthetic message written by Claude Code (no API call)": 1}
+
+
+def test_codex_uses_last_token_usage_and_drops_repeated_and_empty_events():
+    records, report = _load(FIX / "codex")
+    assert [r.id for r in records] == ["0199a-codex-sess#1", "0199a-codex-sess#2"]
+    second = records[1]
+    u = _usage(second)
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (8600, 7936, 200)
+    assert second.model == "gpt-5-codex" and second.session == "0199a-codex-sess" and second.provider == "openai"
+    assert second.started_at < second.finished_at
+    assert report.duplicates == 1
+    assert set(report.reasons()) == {"token_count event without info (rate-limit update only)", "invalid JSON line"}
+
+
+def test_otel_spans_with_usage_become_records():
+    records, report = _load(FIX / "otel")
+    claude, gpt = records
+    u = _usage(claude)
+    assert (u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) == (15000, 12000, 2500)
+    assert u.fresh_input_tokens == 500
+    assert claude.session == "conv-42" and claude.agent == "planner" and claude.model == "claude-sonnet-4-5-20250929"
+    assert claude.finished_at - claude.started_at == pytest.approx(3.9)
+    g = _usage(gpt)
+    assert (g.input_tokens, g.cache_read_tokens) == (9000, 8192) and gpt.error == "rate limited"
+    assert report.sources[0].ignored == 1  # the agent span has no usage: not a request, not a skip
+
+
+def test_litellm_payloads_and_quirks():
+    records, report = _load(FIX / "litellm")
+    claude, gpt = records
+    u = _usage(claude)
+    assert (u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) == (14000, 12000, 1000)
+    assert claude.provider == "anthropic" and claude.request is None  # OpenAI-format input is not Claude's
+    assert claude.first_token_at - claude.started_at == pytest.approx(1.2)
+    assert gpt.request["messages"][0] == {"role": "system", "content": "be brief"}  # wrapped payload read too
+    assert _usage(gpt).cache_read_tokens == 2048
+    assert report.reasons() == {"served from LiteLLM's own response cache (no provider call)": 1,
+                                "failed call without usage": 1}
+
+
+def test_har_reassembles_sse_and_keeps_no_headers():
+    records, report = _load(FIX / "har")
+    stream, chat, limited = records
+    assert stream.id == "req_h1" and stream.extra["stream"] is True
+    assert stream.usage["cache_read_input_tokens"] == 4096 and stream.usage["output_tokens"] == 12
+    assert stream.response["content"][0]["text"] == "Hi"
+    assert stream.extra["request_headers"] == {"anthropic-version": "2023-06-01",
+                                               "anthropic-beta": "prompt-caching-2024-07-31"}
+    assert stream.first_token_at - stream.started_at == pytest.approx(0.422)
+    assert chat.usage["prompt_tokens_details"]["cached_tokens"] == 1024  # base64 body decoded
+    assert limited.error.startswith("HTTP 429") and "rate_limit_error" in limited.error
+    assert "SECRET" not in json.dumps([r.to_json() for r in records])
+    assert report.sources[0].ignored == 1 and report.reasons() == {"request body is not JSON": 1}
+
+
+def test_a_directory_of_mixed_sources_and_dedupe_across_files(tmp_path):
+    shutil.copytree(FIX, tmp_path / "logs")
+    shutil.copy(FIX / "litellm/requests.jsonl", tmp_path / "logs/litellm/again.jsonl")
+    records, report = _load(tmp_path / "logs")
+    assert len(records) == 14 and len({r.id for r in records}) == 14
+    assert report.duplicates == 3 + 2  # the copied LiteLLM file adds its 2 requests as duplicates
+    formats = {s.format for s in report.sources}
+    assert formats == {"claude_code", "codex", "otel", "litellm", "har"}
+
+
+def test_kvprobe_traces_are_read_with_malformed_lines_counted(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"kvprobe": 1, "id": "a", "response": {"usage": {"input_tokens": 5}}}\n{"id": 7\n'
+                    '{"kvprobe": 1, "id": "b", "response": {"usage": {"input_tokens": 6}}}\n')
+    records, report = _load(path)
+    assert [r.id for r in records] == ["a", "b"]
+    assert report.skipped == 1 and report.sources[0].format == "kvprobe"
+
+
+def test_unknown_and_broken_inputs_are_input_errors_naming_the_file(tmp_path):
+    junk = tmp_path / "notes.jsonl"
+    junk.write_text('{"hello": "world"}\n')
+    with pytest.raises(InputError, match="not a recognised trace or log") as info:
+        _load(junk)
+    assert info.value.file == str(junk)
+    broken = tmp_path / "broken.har"
+    broken.write_text('{"log": {"entries": [\n{"request": x}\n]}}\n')
+    with pytest.raises(InputError) as info:
+        _load(broken, fmt="har")
+    assert info.value.file == str(broken) and info.value.line == 2
+    with pytest.raises(InputError, match="does not exist"):
+        _load(tmp_path / "missing")
+    with pytest.raises(InputError, match="unknown format"):
+        _load(junk, fmt="nope")
+
+
+def test_parallel_load_gives_the_same_records_and_counts(tmp_path):
+    shutil.copytree(FIX, tmp_path / "logs")
+    shutil.copy(FIX / "litellm/requests.jsonl", tmp_path / "logs/litellm/again.jsonl")
+    serial, serial_report = _load(tmp_path / "logs")
+    parallel, parallel_report = _load(tmp_path / "logs", workers=2)
+    assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
+    assert parallel_report.to_json() == serial_report.to_json()

@@ -1,0 +1,84 @@
+"""`kvprobe usage`: tokens by class, hit ratio and cost by day/session/agent/model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvprobe.importers import load_any
+from kvprobe.pricing import PriceBook
+from kvprobe.usage import normalize_usage
+
+FIX = Path(__file__).parent / "fixtures" / "importers"
+
+
+def _usage_json(cli, *args):
+    result = cli("usage", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_totals_are_sums_and_hit_ratio_is_a_ratio_of_sums(cli):
+    data = _usage_json(cli, FIX / "claude")
+    t = data["totals"]
+    assert t["requests"] == 5
+    assert t["input_tokens"] == t["cache_read_tokens"] + t["cache_write_tokens"] + t["fresh_input_tokens"]
+    assert t["token_hit_ratio"] == round(t["cache_read_tokens"] / t["input_tokens"], 4)
+    assert {row["agent"] for row in data["by_agent"]} == {"main", "agent-7a2b"}
+    assert {row["day"] for row in data["by_day"]} == {"2026-09-10", "2026-09-11"}
+    assert sum(row["requests"] for row in data["by_session"]) == 5
+    assert data["import"]["skipped"] == 2
+
+
+def test_cost_matches_pricing_each_request(cli):
+    records = [r for r in load_any(FIX) if r.usage is not None]
+    book = PriceBook()
+    expected = sum(book.cost(r.provider, r.model, normalize_usage(r.provider, r.usage), r.started_at).usd or 0.0
+                   for r in records)
+    data = _usage_json(cli, FIX)
+    assert data["totals"]["cost_usd"] == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert data["totals"]["requests"] == len(records) and data["records_without_usage"] == 1
+    by_model = {row["model"]: row for row in data["by_model"]}
+    assert by_model["gpt-5-codex"]["cache_read_tokens"] == 7936
+
+
+def test_since_until_and_grouping_table(cli):
+    data = _usage_json(cli, FIX / "claude", "--since", "2026-09-11")
+    assert data["totals"]["requests"] == 1
+    result = cli("usage", FIX / "claude", "--by", "model")
+    assert result.exit_code == 0 and "Usage by model" in result.output and "claude-haiku-4-5" in result.output
+
+
+def test_price_file_overrides_and_unknown_models(cli, tmp_path):
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."gpt-5-codex"]\ninput_mtok = 1.0\ncache_read_mtok = 0.1\noutput_mtok = 10.0\n')
+    data = _usage_json(cli, FIX / "codex", "--price-file", prices)
+    expected = (8000 + 8600 - 7936) * 1e-6 + 7936 * 0.1e-6 + 500 * 10e-6
+    assert data["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_bad_options_exit_2(cli):
+    assert cli("usage", FIX, "--by", "week").exit_code == 2
+    result = cli("usage", FIX, "--since", "last tuesday")
+    assert result.exit_code == 2 and "--since" in result.output
+    assert cli("usage", FIX, "--tz", "Mars/Olympus").exit_code == 2
+
+
+def test_default_locations_are_claude_code_and_codex(cli, monkeypatch):
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(FIX / "claude"))
+    monkeypatch.setenv("CODEX_HOME", str(FIX / "codex"))
+    data = _usage_json(cli)
+    assert data["totals"]["requests"] == 5 + 2
+    assert {s["format"] for s in data["import"]["sources"]} == {"claude_code", "codex"}
+
+
+def test_json_keys_are_stable(cli):
+    data = _usage_json(cli, FIX / "codex")
+    assert set(data) == {"totals", "by_day", "by_session", "by_agent", "by_model", "unknown_models",
+                         "records_without_usage", "import"}
+    row_keys = {"requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
+                "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "token_hit_ratio", "cost_usd",
+                "unpriced_requests", "errors"}
+    assert set(data["totals"]) == row_keys
+    assert set(data["by_model"][0]) == row_keys | {"model"}
