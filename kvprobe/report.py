@@ -152,11 +152,36 @@ def _reread_factory() -> Callable[[Skeleton], RenderedRequest | None]:
     return reread
 
 
+def _all_kvprobe_traces(paths: list[Path]) -> bool:
+    from kvprobe.importers import detect_format
+
+    return all(p.is_file() and (p.suffix in (".jsonl", ".ndjson") and detect_format(p) in ("kvprobe", None))
+               for p in paths)
+
+
 def records_from(paths: Iterable[str | Path], stats_out: list[tuple[str, ReadStats]],
-                 progress: Callable[[int], None] | None = None) -> Iterator[TraceRecord]:
-    """Records of every input, ids made unique across files."""
+                 progress: Callable[[int], None] | None = None, notes: list[str] | None = None) -> Iterator[TraceRecord]:
+    """Records of every input: kvprobe traces read strictly (ids made unique across files); any other
+    source (Claude Code, Codex, HAR, OpenTelemetry, LiteLLM logs, folders) through the importers, whose
+    skipped lines are counted and reported in `notes`."""
+    paths = [Path(p) for p in paths]
+    if not _all_kvprobe_traces(paths):
+        return _imported(paths, progress, notes if notes is not None else [])
+    return _traces(paths, stats_out, progress)
+
+
+def _imported(paths: list[Path], progress: Callable[[int], None] | None, notes: list[str]) -> Iterator[TraceRecord]:
+    from kvprobe.importers import ImportReport, load_any
+
+    report = ImportReport()
+    yield from load_any(paths, report=report, progress=progress, strict_traces=True)
+    notes.extend(report.summary())
+
+
+def _traces(paths: list[Path], stats_out: list[tuple[str, ReadStats]],
+            progress: Callable[[int], None] | None = None) -> Iterator[TraceRecord]:
     seen: set[str] = set()
-    multi = len(list(paths)) > 1 if not isinstance(paths, Iterator) else True
+    multi = len(paths) > 1
     for path in paths:
         stats = ReadStats()
         stats_out.append((str(path), stats))
@@ -187,8 +212,8 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     prices = prices or PriceBook()
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
-    source = records if records is not None else records_from(paths, stats, progress)
-    notes = []
+    notes: list[str] = []
+    source = records if records is not None else records_from(paths, stats, progress, notes)
     if fixes is None:
         size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
         fixes = size <= FIXES_AUTO_MAX_BYTES

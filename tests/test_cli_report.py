@@ -87,3 +87,14 @@ def test_providers_command_shows_sources(cli):
     assert view["known_model"] is True
     res = cli("providers", "claude-unknown-model", "--json")
     assert json.loads(res.stdout)[0]["known_model"] is False
+
+
+def test_report_reads_agent_logs_directly_and_counts_skips(cli):
+    logs = ROOT / "tests" / "fixtures" / "importers" / "claude"
+    res = cli("report", logs, "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    by_id = {r["id"]: r for r in data["requests"]}
+    assert by_id["req_01S"]["agent"].startswith("agent-")  # the subagent is attributed
+    assert by_id["req_01D"]["diagnoses"][0]["kind"] == "ttl_expired"
+    assert any("skipped 1: truncated JSON line" in n for n in data["notes"])

@@ -81,3 +81,12 @@ def test_failed_write_leaves_nothing_half_written(tmp_path):
         write_trace(path, records())
     assert path.read_text() == "previous\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+@pytest.mark.parametrize("stamp", [-62135596801, "0001-01-01T00:00:00Z", 1e20])
+def test_out_of_range_times_are_input_errors(tmp_path, stamp):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "x", "request": anthropic_body(), "started_at": stamp}) + "\n")
+    with pytest.raises(InputError) as err:
+        list(read_trace(path))
+    assert (err.value.line, err.value.field) == (1, "started_at")

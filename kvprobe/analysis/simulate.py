@@ -170,7 +170,7 @@ def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
     if not usage.cache_write_tokens:
         return "none"
     if ideal == 0:
-        return "cold_start"
+        return "extension" if usage.cache_read_tokens else "cold_start"
     return "rebuild" if usage.cache_read_tokens + tol < ideal else "extension"
 
 

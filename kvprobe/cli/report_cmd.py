@@ -96,6 +96,8 @@ def render(rep: Report) -> None:
                       ("write", "right"), ("fresh", "right"), ("hit %", "right"), ("cost", "right"),
                       ("why", "left")):
         table.add_column(col, justify=just, overflow="fold")
+    days = {format_time(r.sk.started_at)[:10] for r in rep.results}
+    stamp = slice(5, 19) if len(days) > 1 else slice(11, 19)
     for r in rep.results:
         u, p = r.usage, r.predicted
         read = f"{u.cache_read_tokens:,}"
@@ -103,7 +105,7 @@ def render(rep: Report) -> None:
             read += f" (pred {p.cache_read_tokens:,})"
         hit = f"{100 * u.cache_read_tokens / u.input_tokens:.0f}" if u.input_tokens else "-"
         why = _diag_words(r) or ("cold start" if r.write_kind == "cold_start" else "")
-        table.add_row(format_time(r.sk.started_at)[11:19], r.sk.id, r.sk.agent, f"{u.input_tokens:,}", read,
+        table.add_row(format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent, f"{u.input_tokens:,}", read,
                       f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit, _money(r.cost_usd),
                       Text(why, style="yellow" if r.diagnoses else "dim"))
     out.print(table)

@@ -68,16 +68,24 @@ class TraceRecord:
         return out
 
 
+_EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+_LATEST = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc).timestamp()
+
+
 def parse_time(value: Any) -> float:
-    """RFC 3339 text (or epoch seconds) to epoch seconds; ValueError when it is neither."""
+    """RFC 3339 text (or epoch seconds) to epoch seconds; ValueError when it is neither or out of range."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
+        parsed = dt.datetime.fromisoformat(value.replace("z", "Z"))
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        seconds = parsed.timestamp()
+    else:
         raise ValueError("expected an RFC 3339 timestamp string")
-    parsed = dt.datetime.fromisoformat(value.replace("z", "Z"))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.timestamp()
+    if not _EARLIEST <= seconds <= _LATEST:  # NaN fails this too
+        raise ValueError("timestamp out of range (1970 to 9999)")
+    return seconds
 
 
 def format_time(seconds: float) -> str:

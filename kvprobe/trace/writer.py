@@ -21,9 +21,10 @@ class TraceWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def append(self, record: TraceRecord) -> None:
-        line = orjson.dumps(record.to_json()) + b"\n"
+        line = memoryview(orjson.dumps(record.to_json()) + b"\n")
         with self._lock:
-            os.write(self._fd, line)
+            while line:  # a short write (signal, nearly full disk) continues where it stopped
+                line = line[os.write(self._fd, line):]
 
     def close(self) -> None:
         with self._lock:
