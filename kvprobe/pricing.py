@@ -71,7 +71,7 @@ class PriceBook:
 
     def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
         """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
-        tiers = self._tier_starts(provider, model, day)
+        tiers = self.tier_starts(provider, model, day)
         if tiers is None:
             return None
         tier = sum(1 for start in tiers if input_tokens > start)
@@ -86,7 +86,8 @@ class PriceBook:
                                "output": (calc(output_tokens=n) - base) / n}
         return self._memo[key]
 
-    def _tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
+    def tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
+        """Total-input thresholds of the model's long-context price tiers (None: model not priced)."""
         key = (provider, model, day, "tiers")
         if key not in self._memo:
             from genai_prices.types import TieredPrices  # imported lazily: ~0.3 s

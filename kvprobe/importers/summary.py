@@ -9,11 +9,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from kvprobe.pricing import _PROVIDER_IDS, PriceBook
+from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
@@ -74,69 +73,24 @@ class _Group:
 
 
 class GroupPricer:
-    """Per-token USD rates per (provider, model, day, tier), read off genai-prices or a price file."""
+    """Per-token USD rates per (provider, model, day, tier), from the shared PriceBook."""
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
-        self._models: dict[tuple, Any] = {}
-        self._rates: dict[tuple, tuple[float, ...] | None] = {}
-
-    def _model_price(self, provider: str | None, model: str | None, day: int | None) -> Any:
-        key = (provider, model, day)
-        if key not in self._models:
-            from genai_prices import Usage as GUsage, calc_price
-            when = dt.datetime.fromtimestamp(day * 86400, dt.timezone.utc) if day is not None else None
-            try:
-                price = calc_price(GUsage(input_tokens=1), model_ref=model or "",
-                                   provider_id=_PROVIDER_IDS.get(provider or ""), genai_request_timestamp=when)
-                self._models[key] = price.model_price
-            except (LookupError, ValueError):
-                self._models[key] = None
-                if model:
-                    self.book.unknown_models.add(model)
-        return self._models[key]
 
     def tier_starts(self, provider: str | None, model: str | None, day: int | None) -> tuple[int, ...]:
         if provider == "local" or (model and model in self.book.overrides) or not model:
             return ()
-        mp = self._model_price(provider, model, day)
-        starts: set[int] = set()
-        for name in ("input_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok", "output_mtok"):
-            value = getattr(mp, name, None)
-            for tier in getattr(value, "tiers", None) or []:
-                starts.add(int(tier.start))
-        return tuple(sorted(starts))
+        return tuple(self.book.tier_starts(provider, model, day) or ())
 
     def rates(self, provider: str | None, model: str | None, day: int | None, tier: int) -> tuple[float, ...] | None:
         """USD per token for fresh input, cache read, 5m write, 1h write, output."""
-        key = (provider, model, day, tier)
-        if key not in self._rates:
-            self._rates[key] = self._compute_rates(provider, model, day, tier)
-        return self._rates[key]
-
-    def _compute_rates(self, provider: str | None, model: str | None, day: int | None,
-                       tier: int) -> tuple[float, ...] | None:
-        if provider == "local":
-            return (0.0,) * 5
-        when = day * 86400.0 if day is not None else None
-        if model and model in self.book.overrides:
-            unit = 1_000_000
-            probes = [Usage(unit), Usage(unit, unit), Usage(unit, 0, unit), Usage(unit, 0, 0, unit),
-                      Usage(0, 0, 0, 0, unit)]
-            return tuple((self.book.cost(provider, model, u, when).usd or 0.0) / unit for u in probes)
-        mp = self._model_price(provider, model, day) if model else None
-        if mp is None:
-            return None
-        from genai_prices import Usage as GUsage
         starts = self.tier_starts(provider, model, day)
         n = (starts[tier - 1] + 1) if tier > 0 else 1  # a total input inside this tier
-        base = Decimal(mp.calc_price(GUsage(input_tokens=n))["total_price"])
-        read = Decimal(mp.calc_price(GUsage(input_tokens=n, cache_read_tokens=n))["total_price"])
-        w5 = Decimal(mp.calc_price(GUsage(input_tokens=n, cache_write_tokens=n))["total_price"])
-        w1 = Decimal(mp.calc_price(GUsage(input_tokens=n, cache_write_tokens=n,
-                                          cache_write_1h_tokens=n))["total_price"])
-        out = Decimal(mp.calc_price(GUsage(input_tokens=n, output_tokens=1_000_000))["total_price"]) - base
-        return (float(base / n), float(read / n), float(w5 / n), float(w1 / n), float(out / 1_000_000))
+        units = self.book.unit_prices(provider, model, day * 86400.0 if day is not None else None, n)
+        if units is None:
+            return None
+        return (units["fresh"], units["read"], units["write_5m"], units["write_1h"], units["output"])
 
 
 @dataclass(slots=True)
