@@ -8,7 +8,6 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
-from tokenizers import pre_tokenizers
 
 from localengine import Engine
 from localengine.loader import TINY_CONFIG, tiny_random_weights
@@ -18,9 +17,15 @@ from localengine.tokenizer import Tokenizer
 
 PROMPT = [5, 80, 17, 200, 33, 9, 120, 45, 77, 3, 250, 61, 18, 90]
 GGUF_LAYER = {
-    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
 }
 
 
@@ -105,22 +110,39 @@ def test_hugging_face_directory_gives_the_reference_logits(tmp_path):
     cfg = TINY_CONFIG
     hf = {k: v.float() for k, v in tiny_random_weights(cfg, seed=0).items()}
     save_safetensors(hf, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-        "num_key_value_heads": cfg.num_kv_heads, "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta,
-        "max_position_embeddings": cfg.max_position_embeddings, "tie_word_embeddings": True,
-    }))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": cfg.vocab_size,
+                "hidden_size": cfg.hidden_size,
+                "intermediate_size": cfg.intermediate_size,
+                "num_hidden_layers": cfg.num_layers,
+                "num_attention_heads": cfg.num_heads,
+                "num_key_value_heads": cfg.num_kv_heads,
+                "rms_norm_eps": cfg.rms_norm_eps,
+                "rope_theta": cfg.rope_theta,
+                "max_position_embeddings": cfg.max_position_embeddings,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     Tokenizer.byte_level().backend.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>"})
+    )
     engine = Engine(model=str(tmp_path), dtype="float32")
     assert torch.equal(engine.logits(PROMPT).logits, reference_logits())
     assert engine.tokenizer.stop_token_ids == (0, 2)
 
 
 def test_safetensors_round_trip_keeps_dtype_and_shape(tmp_path):
-    tensors = {"a": torch.randn(3, 4, dtype=torch.bfloat16), "b": torch.arange(5, dtype=torch.int64), "c": torch.zeros(0)}
+    tensors = {
+        "a": torch.randn(3, 4, dtype=torch.bfloat16),
+        "b": torch.arange(5, dtype=torch.int64),
+        "c": torch.zeros(0),
+    }
     save_safetensors(tensors, tmp_path / "x.safetensors")
     loaded = read_safetensors(tmp_path / "x.safetensors")
     assert set(loaded) == set(tensors)

@@ -1,0 +1,84 @@
+"""Configuration dataclasses, one per concern.
+
+`ModelConfig` describes the network (read from GGUF metadata or a Hugging Face config.json);
+`CacheConfig` the paged KV store; `SchedulerConfig` how much work one engine step may take on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """A Llama-family decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int = 0  # 0: derived as hidden_size // num_heads
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10_000.0
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = True
+    name: str = "llama"
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            self.head_dim = self.hidden_size // self.num_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def num_non_embedding_params(self) -> int:
+        """Parameters touched per token by the decoder layers (the FLOP-relevant count, excluding the head)."""
+        d, h = self.hidden_size, self.head_dim
+        attn = d * h * (self.num_heads * 2 + self.num_kv_heads * 2)
+        mlp = 3 * d * self.intermediate_size
+        return self.num_layers * (attn + mlp)
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    """The paged KV store: `num_blocks` blocks of `block_size` token slots each."""
+
+    block_size: int = 16
+    num_blocks: int | None = None  # None: sized by the engine from the model and the memory available
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Limits of one engine step (continuous batching)."""
+
+    max_num_seqs: int = 16
+    # Prompt tokens computed in one step; a single longer prompt is still admitted alone.
+    max_num_batched_tokens: int = 8192
+    # Hold back a prompt whose next block is being computed by a request admitted in the same step,
+    # so it reuses that block one step later instead of computing the same prefix twice.
+    wait_for_shared_prefix: bool = True
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str = "smollm2-135m-instruct"
+    device: str = "auto"
+    dtype: str = "float32"
+    seed: int = 0
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Batch-invariant kernels: every token's result is independent of how many other tokens share the
+    # forward pass, so a cached prefix gives bitwise-identical logits. None: on for float64 only.
+    batch_invariant: bool | None = None

