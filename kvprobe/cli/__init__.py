@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import typer
 
-from kvprobe.cli import compare_cmd, diff_cmd, fix_cmd, gate_cmd, probe_cmd, providers_cmd, report_cmd
-from kvprobe.cli import replay_cmd, serve_cmd
-from kvprobe.cli import db_cmd, html_cmd, plot_cmd
+from kvprobe.cli import (capture_cmd, compare_cmd, db_cmd, diff_cmd, fix_cmd, gate_cmd, html_cmd, import_cmd,
+                         plot_cmd, probe_cmd, providers_cmd, replay_cmd, report_cmd, serve_cmd, usage_cmd)
 
 app = typer.Typer(
     name="kvprobe",
@@ -22,6 +21,9 @@ app.command("compare")(compare_cmd.compare_cmd)
 app.command("gate")(gate_cmd.gate)
 app.command("baseline")(gate_cmd.baseline_cmd)
 app.command("run-probe")(probe_cmd.run_probe_cmd)
+app.command("capture", context_settings=capture_cmd.CONTEXT)(capture_cmd.capture)
+app.command("import")(import_cmd.import_)
+app.command("usage")(usage_cmd.usage)
 app.command("serve")(serve_cmd.serve)
 app.command("replay")(replay_cmd.replay)
 app.command("html")(html_cmd.html)
