@@ -104,7 +104,12 @@ def check_length(est: Estimate, model: str, document: Path) -> None:
 
 @contextlib.contextmanager
 def _local_server(model: str) -> Iterator[str]:
-    from kvprobe.serve import start_server  # needs the engine extra (torch)
+    try:
+        from kvprobe.serve import start_server  # needs the engine extra (torch)
+    except ImportError as exc:
+        raise InputError(f"the local engine is not installed ({exc.name or exc}): run with "
+                         "`uv run --extra engine kvprobe run-probe ...`, or pass --provider anthropic|openai|deepseek",
+                         field="--provider") from None
 
     with start_server(cache="emulate", emulate=f"anthropic/{model}", port=0) as handle:
         yield handle.base_url
