@@ -22,6 +22,10 @@ def summary_for(path: Path, outcomes: Path | None = None) -> dict:
     return summary_of(rep)
 
 
+def _yes_no(value: bool | None) -> str:
+    return "–" if value is None else ("pass" if value else "fail")
+
+
 def compare_cmd(
     base: Annotated[Path, typer.Argument(help="Base trace (JSONL) or baseline (JSON)")],
     candidate: Annotated[Path, typer.Argument(help="Candidate trace (JSONL) or baseline (JSON)")],
@@ -52,7 +56,8 @@ def compare_cmd(
             a, b = row[m]["base"], row[m]["candidate"]
             return f"{format(a, fmt) if a is not None else '–'} → {format(b, fmt) if b is not None else '–'}"
         table.add_row(t.task, cell("cost_usd", ".4f"), cell("input_equivalent_tokens", ",.0f"),
-                      cell("token_hit_ratio", ".1%"), f"{row['passed']['base']} → {row['passed']['candidate']}",
+                      cell("token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
+                                                      f"{_yes_no(row['passed']['candidate'])}",
                       Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses))
     out.print(table)
     totals = result.totals()
