@@ -132,7 +132,7 @@ def test_chromium_renders_the_chart_and_the_numbers(built, tmp_path):
     assert html_tag.get("data-ready") == "1"  # the page's script ran under its own CSP
     assert not [a for t, a in dom.elements if t == "img"], "trace text became an element"
     assert not [a for _, a in dom.elements if any(k.startswith("on") for k in a)], "an event handler got in"
-    assert dom.text_by_id["kv-js-summary"].startswith("9 requests drawn, 6 with a miss cause")
+    assert dom.text_by_id["kv-js-summary"].startswith("9 requests drawn, 5 with a miss cause")
 
     bars = dom.with_class("g", "req")
     assert [b["data-id"] for b in bars] == [r["id"] for r in sorted(rep["requests"], key=lambda r: r["started_at"])]
