@@ -114,12 +114,8 @@ def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Prog
         if not _times_in_range(record):  # parse_time accepts any epoch number; format_time does not
             stats.skip("timestamp out of range", record.line)
             continue
-        if record.id in seen:
-            stats.duplicates += 1
-            continue
-        seen.add(record.id)
-        stats.records += 1
-        yield record
+        if stats.first_time(record.id, seen):
+            yield record
     if progress is not None:
         progress(read_stats.bytes_read - last)
     for message in read_stats.errors:

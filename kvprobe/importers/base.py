@@ -36,6 +36,15 @@ class SourceStats:
             where = f"{self.path}:{line}" if line is not None else self.path
             self.examples.append(f"{where}: {reason}" + (f" ({detail[:120]})" if detail else ""))
 
+    def first_time(self, record_id: str, seen: set[str]) -> bool:
+        """Count a record once: False (a duplicate counted) when its id was already seen."""
+        if record_id in seen:
+            self.duplicates += 1
+            return False
+        seen.add(record_id)
+        self.records += 1
+        return True
+
     @property
     def skipped_total(self) -> int:
         return sum(self.skipped.values())

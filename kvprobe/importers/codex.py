@@ -84,11 +84,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         previous_total = total
         count += 1
         rid = f"{session}#{count}"
-        if rid in seen:
-            stats.duplicates += 1
+        if not stats.first_time(rid, seen):
             continue
-        seen.add(rid)
-        stats.records += 1
         yield TraceRecord(id=rid, provider=provider, started_at=turn_start or stamp,
                           response={"model": model, "usage": _usage(last)}, session=session, agent="main",
                           endpoint="/v1/responses", finished_at=stamp, extra={"source_format": NAME},

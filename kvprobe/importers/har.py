@@ -139,9 +139,5 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         record = _entry(entry, index, path, stats)
         if record is None:
             continue
-        if record.id in seen:
-            stats.duplicates += 1
-            continue
-        seen.add(record.id)
-        stats.records += 1
-        yield record
+        if stats.first_time(record.id, seen):
+            yield record

@@ -146,10 +146,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         record = _record(payload, stats, lineno)
         if record is None:
             continue
-        if record.id in seen:
-            stats.duplicates += 1
+        if not stats.first_time(record.id, seen):
             continue
-        seen.add(record.id)
         record.source, record.line = str(path), lineno
-        stats.records += 1
         yield record

@@ -136,12 +136,8 @@ def _from_doc(doc: Any, stats: SourceStats, seen: set[str], where: str) -> Itera
         record = _record(resource, span, stats, where)
         if record is None:
             continue
-        if record.id in seen:
-            stats.duplicates += 1
-            continue
-        seen.add(record.id)
-        stats.records += 1
-        yield record
+        if stats.first_time(record.id, seen):
+            yield record
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
