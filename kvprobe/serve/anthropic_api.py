@@ -12,8 +12,8 @@ from kvprobe.errors import InputError
 from kvprobe.request import render_request
 from kvprobe.request.model import RenderedRequest
 from kvprobe.serve.errors import ApiError, invalid
-from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, kvprobe_extension,
-                                   record_trace)
+from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
+                                   kvprobe_extension, record_trace)
 
 _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "stop_sequence": "stop_sequence"}
 _ROLES = ("user", "assistant")
@@ -109,12 +109,7 @@ async def messages(state: ServeState, body: Any, request: Request) -> Response:
     if body.get("stream"):
         return StreamingResponse(_events(state, job), media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
-    done = None
-    async for event in generate(state, job):
-        if isinstance(event, Done):
-            done = event
-    assert done is not None
-    final = _final(state, job, done)
+    final = _final(state, job, await generate_all(state, job))
     record_trace(state, job, final, "anthropic")
     return JSONResponse(final, headers=headers)
 

@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from kvprobe.errors import InputError
 from kvprobe.request import render_request
 from kvprobe.serve.errors import ApiError, invalid
-from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, kvprobe_extension,
-                                   record_trace)
+from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
+                                   kvprobe_extension, record_trace)
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
@@ -112,12 +112,7 @@ async def chat_completions(state: ServeState, body: Any, request: Request) -> Re
         include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
         return StreamingResponse(_chunks(state, job, include_usage), media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
-    done = None
-    async for event in generate(state, job):
-        if isinstance(event, Done):
-            done = event
-    assert done is not None
-    final = _final(state, job, done)
+    final = _final(state, job, await generate_all(state, job))
     record_trace(state, job, final, "openai")
     return JSONResponse(final, headers=headers)
 

@@ -253,6 +253,17 @@ async def generate(state: ServeState, job: Job) -> AsyncIterator[Began | Delta |
                 emulator.finished(job.request_id, t.clock_at(time.perf_counter()))
 
 
+async def generate_all(state: ServeState, job: Job) -> Done:
+    """Run a non-streamed request to its end and return the final event."""
+    done = None
+    async for event in generate(state, job):
+        if isinstance(event, Done):
+            done = event
+    if done is None:
+        raise RuntimeError(f"request {job.request_id} ended without a final event")
+    return done
+
+
 def kvprobe_extension(state: ServeState, job: Job, usage: UsageFacts | None) -> dict[str, Any]:
     """The non-standard `kvprobe` object added to responses (SDKs ignore unknown fields)."""
     out: dict[str, Any] = {"cache_mode": state.cache_mode, "clock": round(job.timings.clock_start, 6),
