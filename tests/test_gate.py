@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 
-import pytest
 
 from conftest import ROOT
 from test_economics import growing_session

@@ -22,6 +22,11 @@ def summary_for(path: Path, outcomes: Path | None = None) -> dict:
     return summary_of(rep)
 
 
+def _cell(row: dict, metric: str, fmt: str) -> str:
+    a, b = row[metric]["base"], row[metric]["candidate"]
+    return f"{format(a, fmt) if a is not None else '–'} → {format(b, fmt) if b is not None else '–'}"
+
+
 def _yes_no(value: bool | None) -> str:
     return "–" if value is None else ("pass" if value else "fail")
 
@@ -52,11 +57,8 @@ def compare_cmd(
         table.add_column(col)
     for t in result.tasks:
         row = t.to_json()
-        def cell(m: str, fmt: str) -> str:
-            a, b = row[m]["base"], row[m]["candidate"]
-            return f"{format(a, fmt) if a is not None else '–'} → {format(b, fmt) if b is not None else '–'}"
-        table.add_row(t.task, cell("cost_usd", ".4f"), cell("input_equivalent_tokens", ",.0f"),
-                      cell("token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
+        table.add_row(t.task, _cell(row, "cost_usd", ".4f"), _cell(row, "input_equivalent_tokens", ",.0f"),
+                      _cell(row, "token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
                                                       f"{_yes_no(row['passed']['candidate'])}",
                       Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses))
     out.print(table)

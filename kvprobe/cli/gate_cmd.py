@@ -13,7 +13,7 @@ from kvprobe.cli.common import out, print_json, user_errors
 from kvprobe.compare import load_baseline, summary_of
 from kvprobe.economics.tasks import load_outcomes
 from kvprobe.gate.check import GateResult, run_gate, to_markdown
-from kvprobe.gate.config import Thresholds, load_thresholds, parse_fraction
+from kvprobe.gate.config import load_thresholds, parse_fraction
 from kvprobe.report import build_report
 from kvprobe.trace.writer import write_atomic
 

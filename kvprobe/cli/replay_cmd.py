@@ -53,7 +53,7 @@ def replay(
 
     Example: kvprobe replay traces/session.jsonl --timing scaled:0.1 --what-if
     """
-    from kvprobe.replay import LocalTarget, RemoteTarget, Timing, replay_trace
+    from kvprobe.replay import RemoteTarget, Timing, replay_trace
     from kvprobe.trace import read_trace
 
     with user_errors():

@@ -193,13 +193,16 @@ def render_what_if(rep: Report) -> None:
         table.add_column(col, justify="left" if col == "id" else "right")
     for r in rep.what_if.fixed:
         b = before.get(r.sk.id)
-        def pair(get) -> str:
-            return f"{get(b.usage):,} → {get(r.usage):,}" if b else f"+{get(r.usage):,}"
         cost = f"{_money(b.cost_usd)} → {_money(r.cost_usd)}" if b else f"+{_money(r.cost_usd)}"
-        table.add_row(r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""),
-                      pair(lambda u: u.cache_read_tokens), pair(lambda u: u.cache_write_tokens),
-                      pair(lambda u: u.fresh_input_tokens), cost)
+        cells = [_before_after(b.usage if b else None, r.usage, name)
+                 for name in ("cache_read_tokens", "cache_write_tokens", "fresh_input_tokens")]
+        table.add_row(r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost)
     out.print(table)
+
+
+def _before_after(before, after, name: str) -> str:
+    now = getattr(after, name)
+    return f"{getattr(before, name):,} → {now:,}" if before is not None else f"+{now:,}"
 
 
 def _render_notes(rep: Report) -> None:

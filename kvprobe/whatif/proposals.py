@@ -5,6 +5,7 @@ afterwards by re-simulating the whole trace with it (see `evaluate`).
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -96,7 +97,6 @@ def _stabilize_text(records: Records, stream_ids: list[str], path: str, touched:
 
 
 def _copy_body(rec: TraceRecord) -> dict:
-    import copy
     return copy.deepcopy(rec.request)
 
 
