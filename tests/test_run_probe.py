@@ -123,3 +123,20 @@ def test_dry_run_shows_the_four_requests_and_costs(cli):
     reads = [r["predicted"]["cache_read_tokens"] for r in data["requests"]]
     assert reads[0] == 0 and reads[1] == reads[2] > 4000 and reads[3] == 0
     assert all(r["estimated_cost_usd"] > 0 for r in data["requests"])
+
+
+def test_local_probe_runs_the_same_sdk_path_on_the_bundled_engine(tmp_path, monkeypatch):
+    """The README's main job: no key, the local engine in Anthropic emulation, four requests."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    log = tmp_path / "local.jsonl"
+    result = run_probe(NOTES, "local", out=log)
+    assert result.exit_code == 0, result.stopped
+    reads = [o.usage["cache_read_input_tokens"] for o in result.outcomes]
+    writes = [o.usage["cache_creation_input_tokens"] for o in result.outcomes]
+    assert reads[0] == 0 and writes[0] > 4000  # the document is written once...
+    assert reads[1] == reads[2] == writes[0]  # ...read back by the identical request and the new question
+    assert reads[3] == 0 and writes[3] == writes[0]  # and lost when only its first lines changed
+    assert all(o.complete and o.returned_model == "claude-sonnet-5" for o in result.outcomes)
+    assert len(result.verdict.supports) == 3
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["case"] for line in lines] == ["prepare", "confirm", "new_question", "changed_beginning"]
