@@ -1,36 +1,65 @@
-"""The kvprobe command line: a thin layer over the library (one module per command)."""
+"""The kvprobe command line: a thin layer over the library (one module per command).
+
+Command modules are imported only when needed: `kvprobe diff` loads the diff command and not the proxy,
+the server or DuckDB, which keeps start-up short (diff's target is half a second including start-up).
+`app` (the full CLI, as tests and `--help` use it) is built on first access.
+"""
 from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
 
 import typer
 
-from kvprobe.cli import (capture_cmd, compare_cmd, db_cmd, diff_cmd, fix_cmd, gate_cmd, html_cmd, import_cmd,
-                         plot_cmd, probe_cmd, providers_cmd, replay_cmd, report_cmd, serve_cmd, usage_cmd)
+# name -> (module, attribute, kind, command settings); kind "command" or "group" (a Typer sub-app)
+COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
+    "diff": ("diff_cmd", "diff", "command", {}),
+    "providers": ("providers_cmd", "providers", "command", {}),
+    "report": ("report_cmd", "report", "command", {}),
+    "fix": ("fix_cmd", "fix", "command", {}),
+    "compare": ("compare_cmd", "compare_cmd", "command", {}),
+    "gate": ("gate_cmd", "gate", "command", {}),
+    "baseline": ("gate_cmd", "baseline_cmd", "command", {}),
+    "run-probe": ("probe_cmd", "run_probe_cmd", "command", {}),
+    "capture": ("capture_cmd", "capture", "command", {"context_settings": "CONTEXT"}),
+    "import": ("import_cmd", "import_", "command", {}),
+    "usage": ("usage_cmd", "usage", "command", {}),
+    "serve": ("serve_cmd", "serve", "command", {}),
+    "replay": ("replay_cmd", "replay", "command", {}),
+    "html": ("html_cmd", "html", "command", {}),
+    "plot": ("plot_cmd", "plot", "command", {}),
+    "db": ("db_cmd", "app", "group", {}),
+    "sql": ("db_cmd", "sql", "command", {}),
+}
 
-app = typer.Typer(
-    name="kvprobe",
-    help="Profile and audit what AI agents pay for prompt caching.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.command("diff")(diff_cmd.diff)
-app.command("providers")(providers_cmd.providers)
-app.command("report")(report_cmd.report)
-app.command("fix")(fix_cmd.fix)
-app.command("compare")(compare_cmd.compare_cmd)
-app.command("gate")(gate_cmd.gate)
-app.command("baseline")(gate_cmd.baseline_cmd)
-app.command("run-probe")(probe_cmd.run_probe_cmd)
-app.command("capture", context_settings=capture_cmd.CONTEXT)(capture_cmd.capture)
-app.command("import")(import_cmd.import_)
-app.command("usage")(usage_cmd.usage)
-app.command("serve")(serve_cmd.serve)
-app.command("replay")(replay_cmd.replay)
-app.command("html")(html_cmd.html)
-app.command("plot")(plot_cmd.plot)
-app.add_typer(db_cmd.app, name="db")
-app.command("sql")(db_cmd.sql)
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The CLI with every command, or with `only` one of them (what a single invocation needs)."""
+    cli = typer.Typer(name="kvprobe", help="Profile and audit what AI agents pay for prompt caching.",
+                      no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    for name, (module_name, attr, kind, settings) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(f"kvprobe.cli.{module_name}")
+        if kind == "group":
+            cli.add_typer(getattr(module, attr), name=name)
+            continue
+        options = {k: getattr(module, v) for k, v in settings.items()}
+        cli.command(name, **options)(getattr(module, attr))
+    if only is not None:  # a lone command would otherwise become the whole CLI (`kvprobe ARGS`)
+        cli.callback()(lambda: None)
+    return cli
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        full = build_app()
+        globals()["app"] = full
+        return full
+    raise AttributeError(f"module 'kvprobe.cli' has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    build_app(first if first in COMMANDS else None)()
