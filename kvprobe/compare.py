@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from kvprobe.economics.tasks import overall
 from kvprobe.errors import InputError
 from kvprobe.report import Report
 
@@ -37,7 +38,6 @@ def summary_of(report: Report) -> dict[str, Any]:
 
 
 def _task_totals(report: Report) -> dict[str, Any]:
-    from kvprobe.economics.tasks import overall
     o = overall(report.tasks)
     return {"tasks": o["tasks"], "pass_rate": o["pass_rate"], "cost_per_accepted_task_usd": o["cost_per_accepted_task_usd"],
             "median_duration_s": o["median_duration_s"],

@@ -13,13 +13,14 @@ from typing import Any
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
-from kvprobe.probe.cases import ProbeCase, build_cases, new_run_id, read_document
+from kvprobe.probe.cases import MAX_OUTPUT_TOKENS, ProbeCase, build_cases, new_run_id, read_document
 from kvprobe.probe.client import Outcome, run_anthropic, run_openai
 from kvprobe.probe.verdict import Verdict, judge, usage_of
 from kvprobe.request import render_request
 from kvprobe.sim import cache_for
 from kvprobe.tokens import TokenCounter
 from kvprobe.trace import TraceRecord, TraceWriter
+from kvprobe.usage import Usage
 
 # How to reach each provider: the key's environment variable and the SDK that speaks its API.
 PROVIDERS: dict[str, dict[str, Any]] = {
@@ -88,10 +89,9 @@ def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
         prefix = prefix or req.blocks[0].tokens
         p = cache.process(req, rules, case.name, float(i), float(i) + 0.5)
         predicted.append(p.as_dict())
-        from kvprobe.usage import Usage
-        costs.append(book.cost(sim_provider, model, Usage(p.input_tokens, p.cache_read_tokens,
-                                                          p.cache_write_5m_tokens, p.cache_write_1h_tokens, 96),
-                               None).usd)
+        usage = Usage(p.input_tokens, p.cache_read_tokens, p.cache_write_5m_tokens, p.cache_write_1h_tokens,
+                      MAX_OUTPUT_TOKENS)  # the most a probe request can produce
+        costs.append(book.cost(sim_provider, model, usage, None).usd)
     return Estimate(prefix, int(rules.get("min_cacheable_tokens", 0)), counter.exact, predicted, costs)
 
 
