@@ -127,6 +127,7 @@ def request_json(r: RequestResult) -> dict[str, Any]:
         "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
         "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
         "output_tokens": u.output_tokens, "cost_usd": _usd(r.cost_usd), "cost_source": r.cost_source,
+        "storage_usd": _usd(r.sk.extra.get("storage_usd")),
         "input_equivalent_tokens": round(r.input_equivalent, 1), "observed": r.observed,
         "tokens_source": r.tokens_source, "ideal_read_tokens": r.ideal_read_tokens,
         "ideal_content_read_tokens": r.ideal_content_tokens, "stream_reusable_tokens": r.stream_tokens,

@@ -72,6 +72,10 @@ def _deepseek(u: dict[str, Any]) -> Usage:
 
 
 def _gemini(u: dict[str, Any]) -> Usage:
+    if "promptTokenCount" not in u and "prompt_token_count" not in u:
+        # a cachedContents creation reports only totalTokenCount: the size of the cache it wrote
+        total = _int(u, "totalTokenCount", "total_token_count")
+        return Usage(total, 0, total, 0, 0)
     return Usage(_int(u, "promptTokenCount", "prompt_token_count"),
                  _int(u, "cachedContentTokenCount", "cached_content_token_count"), 0, 0,
                  _int(u, "candidatesTokenCount", "candidates_token_count"))
@@ -86,6 +90,7 @@ def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage
         return _anthropic(usage)
     if "prompt_cache_hit_tokens" in usage or (provider == "deepseek" and "prompt_tokens_details" not in usage):
         return _deepseek(usage)
-    if "promptTokenCount" in usage or "prompt_token_count" in usage:
+    gemini_keys = {"promptTokenCount", "prompt_token_count", "totalTokenCount", "total_token_count"} & usage.keys()
+    if gemini_keys and "input_tokens" not in usage and "prompt_tokens" not in usage:
         return _gemini(usage)
     return _openai(usage)

@@ -74,3 +74,9 @@ def test_prices_cover_reads_writes_1h_and_tiers():
     assert long > 3 * base  # the long-context tier costs more per token
     assert book.cost("anthropic", "claude-never-released", Usage(10, 0, 0, 0, 0)).usd is None
     assert "claude-never-released" in book.unknown_models
+
+
+def test_gemini_shapes_from_the_api_from_cache_creation_and_from_importers():
+    assert normalize_usage("gemini", {"totalTokenCount": 8000}) == Usage(8000, 0, 8000, 0, 0)  # cachedContents
+    otel_style = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 512}, "output_tokens": 7}
+    assert normalize_usage("gemini", otel_style) == Usage(900, 512, 0, 0, 7)

@@ -281,3 +281,28 @@ def test_openai_explicit_mode_caches_only_at_breakpoints():
     assert e1.predicted.cache_write_tokens == system and e1.predicted.cache_read_tokens == 0
     assert e2.predicted.cache_read_tokens == system  # exact, no 128-token rounding at a breakpoint
     assert e3.predicted.cache_read_tokens == 0  # 30 minutes after the last use: expired
+
+
+def test_gemini_explicit_context_cache_reads_until_its_ttl_and_bills_storage():
+    create_body = {"model": "models/gemini-2.5-pro", "ttl": "600s",
+                   "systemInstruction": {"parts": [{"text": words(3000)}]},
+                   "contents": [{"role": "user", "parts": [{"text": words(1000, "doc")}]}]}
+    create = TraceRecord(id="c1", provider=None, started_at=0, request=create_body,
+                         endpoint="/v1beta/cachedContents",
+                         response={"name": "cachedContents/abc", "usageMetadata": {"totalTokenCount": 8000}})
+
+    def ask(rid: str, t: float, read: int) -> TraceRecord:
+        body = {"cachedContent": "cachedContents/abc", "contents": [{"role": "user", "parts": [{"text": "Q?"}]}]}
+        return TraceRecord(id=rid, provider=None, started_at=t, request=body,
+                           endpoint="/v1beta/models/gemini-2.5-pro:generateContent",
+                           response={"usageMetadata": {"promptTokenCount": read + 4, "cachedContentTokenCount": read,
+                                                       "candidatesTokenCount": 5}})
+    report = run([create, ask("q1", 60, 8000), ask("q2", 700, 0)])
+    c1, q1, q2 = report.results
+    tokens = c1.predicted.cache_write_tokens
+    assert c1.sk.model == "gemini-2.5-pro" and tokens > 0
+    assert q1.predicted.cache_read_tokens == tokens
+    assert q2.predicted.cache_read_tokens == 0 and [d.kind for d in q2.diagnoses] == ["ttl_expired"]
+    assert tokens == 8000 and c1.usage.cache_write_tokens == 8000  # sized from the creation's token count
+    storage = report.to_json()["requests"][0]["storage_usd"]
+    assert storage == pytest.approx(tokens * (600 / 3600) * 4.5 / 1e6, rel=1e-6)  # Pro: $4.50 per Mtok-hour

@@ -30,6 +30,9 @@ def price_results(results: list[RequestResult], book: PriceBook) -> None:
     for r in results:
         cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at)
         r.cost_usd, r.cost_source = cost.usd, cost.source
+        storage = r.sk.extra.get("storage_usd")  # Gemini explicit caches bill storage per token-hour
+        if storage and r.cost_usd is not None:
+            r.cost_usd += storage
         r.input_equivalent = input_equivalent(r.usage, r.rules)
 
 

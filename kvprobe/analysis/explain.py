@@ -71,7 +71,7 @@ def _prefix_change(prev: "RequestResult", result: "RequestResult", reread: Rerea
     return diag
 
 
-def _from_evidence(result: "RequestResult") -> list[Diagnosis]:
+def from_evidence(result: "RequestResult") -> list[Diagnosis]:
     pred, req = result.predicted, result.sk.request
     assert pred is not None and req is not None
     out, seen = [], set()
@@ -129,7 +129,7 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
         change = _prefix_change(prev, result, reread)
         if change:
             out.append(change)
-    out += _from_evidence(result)
+    out += from_evidence(result)
     short = result.usage.cache_read_tokens + _tol(result) < result.reusable_tokens
     if not out and short and req.cache_mode != "implicit" and _worth_a_breakpoint(result):
         out.append(_missing_breakpoint(result))

@@ -9,12 +9,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
-from kvprobe.analysis.explain import explain_miss, explain_usage_only
+from kvprobe.analysis.explain import explain_miss, explain_usage_only, from_evidence
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
+from kvprobe.sim.gemini_explicit import GeminiContextCaches, storage_usd
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.usage import Usage
 
@@ -80,6 +81,7 @@ class Simulator:
 
     def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None) -> None:
         self.caches: dict[str, AnthropicCache | PrefixCache] = {}
+        self.context_caches = GeminiContextCaches()
         self.ideal: dict[str, _Ideal] = {}
         self.sizer = BlockSizer()
         self.store = BlockStore()
@@ -92,9 +94,12 @@ class Simulator:
             return self._usage_only(sk, rules)
         req = sk.request
         how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model))
-        cache_name = f"{sk.provider}/{req.cache_mode}"
-        cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
-        pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
+        if req.cache_mode in ("gemini_create", "gemini_cached"):
+            pred = self._context_cache(sk, req, rules)
+        else:
+            cache_name = f"{sk.provider}/{req.cache_mode}"
+            cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
+            pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         ideal = self.ideal.setdefault(sk.provider, _Ideal())
         minimum = int(rules.get("min_cacheable_tokens", 0))
         # a prefix under the model's minimum can never be cached: no ideal cache holds it either
@@ -108,12 +113,25 @@ class Simulator:
         prev = self.previous.get((sk.session, sk.agent))
         result.stream_tokens = _at_least(_stream_tokens(prev), minimum)
         result.write_kind = _write_kind(usage, result.reusable_tokens, tolerance(rules))
-        result.diagnoses = self._diagnose(result, prev, ideal_content)
+        if req.cache_mode == "gemini_cached":  # the named cache is the whole reusable prefix
+            named = self.context_caches.caches.get(sk.extra.get("cache_ref") or "")
+            result.ideal_read_tokens = named.tokens if named else 0
+            result.diagnoses = from_evidence(result) if result.missed_tokens else []
+        else:
+            result.diagnoses = self._diagnose(result, prev, ideal_content)
         if not result.diagnoses and raw_key > usage.cache_read_tokens and not ideal_key:
             # content was repeated but is too short to cache: say so, though no ideal cache could do better
             result.diagnoses = [d for d in _below_minimum(pred, req)]
         self.previous[(sk.session, sk.agent)] = result
         return result
+
+    def _context_cache(self, sk: Skeleton, req: RenderedRequest, rules: ModelRules) -> Prediction:
+        if req.cache_mode == "gemini_cached":
+            return self.context_caches.read(req, sk.id, sk.started_at, sk.extra.get("cache_ref"))
+        pred, cache = self.context_caches.create(req, rules, sk.id, sk.started_at, sk.extra.get("cache_name"),
+                                                 sk.extra.get("cache_ttl_s"))
+        sk.extra["storage_usd"] = storage_usd(cache, rules)
+        return pred
 
     def _diagnose(self, result: RequestResult, prev: RequestResult | None, ideal_content: int) -> list[Diagnosis]:
         sk, tol = result.sk, tolerance(result.rules)

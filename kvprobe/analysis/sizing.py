@@ -34,6 +34,8 @@ class BlockSizer:
         if usage and req.cache_mode != "implicit" and req.breakpoints and usage.cache_read_tokens + usage.cache_write_tokens:
             segments = [(0, cut, usage.cache_read_tokens + usage.cache_write_tokens),
                         (cut, len(req.blocks), usage.fresh_input_tokens)]
+        elif usage and req.cache_mode == "gemini_cached":  # the named cache is not in the body
+            segments = [(0, len(req.blocks), usage.input_tokens - usage.cache_read_tokens)]
         else:
             segments = [(0, len(req.blocks), usage.input_tokens if usage else 0)]
         for lo, hi, target in segments:

@@ -14,6 +14,7 @@ from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.request.model import Block
+from kvprobe.sim.gemini_explicit import parse_ttl
 from kvprobe.tokens import TokenCounter
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
@@ -82,6 +83,17 @@ def _render(record: TraceRecord) -> RenderedRequest:
         raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
 
 
+def _context_cache_facts(rec: TraceRecord, req: RenderedRequest | None) -> dict:
+    """Gemini explicit caching: the created cache's name and TTL, or the cache a request names."""
+    if req is None or req.cache_mode not in ("gemini_create", "gemini_cached"):
+        return {}
+    body = rec.request or {}
+    if req.cache_mode == "gemini_cached":
+        return {"cache_ref": body.get("cachedContent")}
+    name = rec.response.get("name") if isinstance(rec.response, dict) else None
+    return {"cache_name": name, "cache_ttl_s": parse_ttl(body.get("ttl"))}
+
+
 def _miss_reason(response: dict | None) -> str | None:
     """Anthropic's `diagnostics.cache_miss_reason` (a string, or an object with a `type`)."""
     diag = response.get("diagnostics") if isinstance(response, dict) else None
@@ -114,4 +126,5 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
                        req.model if req else rec.model, start, readable, rec.finished_at,
                        observed, req, raw, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
-                       {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra})
+                       {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra}
+                       | _context_cache_facts(rec, req))

@@ -24,13 +24,16 @@ def render_request(body: Any, provider: str | None = None, endpoint: str | None 
     if provider is None:
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat "
                          "Completions, OpenAI Responses or DeepSeek body ('messages' or 'input')")
-    rules = rules_for(provider, body.get("model") or _model_from_endpoint(endpoint))
+    model = body.get("model") or _model_from_endpoint(endpoint)
+    if isinstance(model, str) and model.startswith("models/"):  # Gemini names models as resources
+        model = model[len("models/"):]
+    rules = rules_for(provider, model)
     if provider in ("anthropic", "local") and "input" not in body:
         req = render_anthropic(body, rules)
         req.provider = provider
         return req
     if provider == "gemini":
-        return render_gemini(body, rules, body.get("model") or _model_from_endpoint(endpoint))
+        return render_gemini(body, rules, model, endpoint)
     api = infer_api(body, provider, endpoint)
     if api == "openai_responses":
         return render_openai_responses(body, rules)

@@ -13,7 +13,7 @@ def _by_endpoint(endpoint: str | None, model: str | None) -> str | None:
         return None
     if endpoint.rstrip("/").endswith("/messages") or endpoint.endswith("/messages/count_tokens"):
         return "anthropic"
-    if "generateContent" in endpoint:
+    if "generateContent" in endpoint or endpoint.rstrip("/").endswith("/cachedContents"):
         return "gemini"
     if "chat/completions" in endpoint or endpoint.rstrip("/").endswith("/responses"):
         return _by_model(model) if _by_model(model) in ("deepseek", "openai") else "openai"

@@ -21,7 +21,15 @@ def _part_block(path: str, part: Any, role: str, i: int) -> Block:
     return Block(path, "messages" if role != "system" else "system", kind, text, meta, role, i)
 
 
-def render_gemini(body: dict[str, Any], rules: ModelRules, model: str | None = None) -> RenderedRequest:
+def cache_mode(body: dict[str, Any], endpoint: str | None) -> str:
+    """gemini_create: a `cachedContents` creation; gemini_cached: a request reading one; else implicit."""
+    if endpoint and endpoint.rstrip("/").endswith("/cachedContents"):
+        return "gemini_create"
+    return "gemini_cached" if body.get("cachedContent") else "implicit"
+
+
+def render_gemini(body: dict[str, Any], rules: ModelRules, model: str | None = None,
+                  endpoint: str | None = None) -> RenderedRequest:
     contents = body.get("contents")
     if not isinstance(contents, list):
         raise InputError("expected a Gemini body with a 'contents' list", field="contents")
@@ -41,6 +49,11 @@ def render_gemini(body: dict[str, Any], rules: ModelRules, model: str | None = N
         blocks += parts
     levels: dict[str, str] = rules.get("invalidation", {}) or {}
     values = {"model": model or body.get("model"), "cachedContent": body.get("cachedContent")}
+    if cache_mode(body, endpoint) == "gemini_create" and not isinstance(contents, list):
+        raise InputError("expected a cachedContents body with a 'contents' list", field="contents")
     params = {n: IdentityParam(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
     chain_hashes(blocks, params)
-    return RenderedRequest("gemini", "gemini_generate", model or body.get("model"), blocks, params)
+    model = model or body.get("model")
+    if isinstance(model, str) and model.startswith("models/"):
+        model = model[len("models/"):]
+    return RenderedRequest("gemini", "gemini_generate", model, blocks, params, cache_mode=cache_mode(body, endpoint))
