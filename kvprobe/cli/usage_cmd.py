@@ -93,9 +93,9 @@ def _cost(t: Totals) -> str:
 def render(summary: UsageSummary, by: str) -> None:
     table = Table(title=f"Usage by {by}", title_justify="left", show_footer=True)
     total = summary.totals
-    columns = [(by, "Total"), ("reqs", f"{total.requests:,}"), ("input", _n(total.input_tokens)),
-               ("read", _n(total.cache_read_tokens)), ("write", _n(total.cache_write_tokens)),
-               ("fresh", _n(total.fresh_input_tokens)), ("output", _n(total.output_tokens)),
+    columns = [(by, "Total"), ("reqs", f"{total.requests:,}"), ("input", _n(total.usage.input_tokens)),
+               ("read", _n(total.usage.cache_read_tokens)), ("write", _n(total.usage.cache_write_tokens)),
+               ("fresh", _n(total.usage.fresh_input_tokens)), ("output", _n(total.usage.output_tokens)),
                ("hit", _ratio(total)), ("cost", _cost(total))]
     for i, (name, footer) in enumerate(columns):
         if i == 0:
@@ -104,8 +104,9 @@ def render(summary: UsageSummary, by: str) -> None:
         else:
             table.add_column(name, footer=footer, justify="right", no_wrap=True)
     for key, t in summary.rows(by):
-        table.add_row(key, f"{t.requests:,}", _n(t.input_tokens), _n(t.cache_read_tokens),
-                      _n(t.cache_write_tokens), _n(t.fresh_input_tokens), _n(t.output_tokens), _ratio(t), _cost(t))
+        u = t.usage
+        table.add_row(key, f"{t.requests:,}", _n(u.input_tokens), _n(u.cache_read_tokens),
+                      _n(u.cache_write_tokens), _n(u.fresh_input_tokens), _n(u.output_tokens), _ratio(t), _cost(t))
     out.print(table)
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",

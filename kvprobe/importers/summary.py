@@ -22,43 +22,28 @@ GROUPINGS = ("day", "session", "agent", "model")
 @dataclass(slots=True)
 class Totals:
     requests: int = 0
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-    output_tokens: int = 0
+    usage: Usage = field(default_factory=Usage)  # tokens by class, summed
     cost_usd: float = 0.0
     unpriced_requests: int = 0  # model not in the price dataset
     errors: int = 0
 
     def add(self, u: Usage) -> None:
         self.requests += 1
-        self.input_tokens += u.input_tokens
-        self.cache_read_tokens += u.cache_read_tokens
-        self.cache_write_5m_tokens += u.cache_write_5m_tokens
-        self.cache_write_1h_tokens += u.cache_write_1h_tokens
-        self.output_tokens += u.output_tokens
-
-    @property
-    def cache_write_tokens(self) -> int:
-        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
-
-    @property
-    def fresh_input_tokens(self) -> int:
-        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+        self.usage = self.usage + u
 
     @property
     def token_hit_ratio(self) -> float | None:
         """Σ cache reads ÷ Σ all input tokens (never an average of per-request ratios)."""
-        return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
+        u = self.usage
+        return u.cache_read_tokens / u.input_tokens if u.input_tokens else None
 
     def to_json(self) -> dict[str, Any]:
-        ratio = self.token_hit_ratio
-        return {"requests": self.requests, "input_tokens": self.input_tokens,
-                "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
-                "cache_write_5m_tokens": self.cache_write_5m_tokens,
-                "cache_write_1h_tokens": self.cache_write_1h_tokens,
-                "fresh_input_tokens": self.fresh_input_tokens, "output_tokens": self.output_tokens,
+        ratio, u = self.token_hit_ratio, self.usage
+        return {"requests": self.requests, "input_tokens": u.input_tokens,
+                "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
+                "cache_write_5m_tokens": u.cache_write_5m_tokens,
+                "cache_write_1h_tokens": u.cache_write_1h_tokens,
+                "fresh_input_tokens": u.fresh_input_tokens, "output_tokens": u.output_tokens,
                 "token_hit_ratio": round(ratio, 4) if ratio is not None else None,
                 "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced_requests,
                 "errors": self.errors}
@@ -106,7 +91,7 @@ class UsageSummary:
         items = self.by[grouping].items()
         if grouping == "day":
             return sorted(items)
-        return sorted(items, key=lambda kv: (-kv[1].cost_usd, -kv[1].input_tokens, kv[0]))
+        return sorted(items, key=lambda kv: (-kv[1].cost_usd, -kv[1].usage.input_tokens, kv[0]))
 
     def to_json(self) -> dict[str, Any]:
         key_name = {"day": "day", "session": "session", "agent": "agent", "model": "model"}
