@@ -2,8 +2,8 @@
 
 OpenAI models are counted with their own BPE (o200k_base / cl100k_base via quicktok, whose vocab ships in
 the wheel: no download at run time). Anthropic, DeepSeek and Gemini tokenizers are not public: their counts
-are cl100k counts times a per-provider ratio from `providers/`, which `calibrate()` replaces with the ratio
-observed in a trace's usage. Every count says whether it is exact.
+are cl100k counts times a per-provider ratio from `providers/`; in traces, `analysis.sizing` then anchors
+block sizes on the usage the provider reported. Every count says whether it is exact.
 """
 from __future__ import annotations
 
@@ -84,14 +84,3 @@ class TokenCounter:
 
 def counter_for(rules: ModelRules, ratio: float | None = None) -> TokenCounter:
     return TokenCounter(rules, ratio)
-
-
-def calibrate_ratio(estimated_raw: list[int], observed: list[int]) -> float | None:
-    """Provider tokens per o200k token, fitted over requests whose observed total input is known.
-
-    A token-weighted ratio (sum over sum) so long requests dominate, as they do the bill.
-    """
-    pairs = [(e, o) for e, o in zip(estimated_raw, observed) if e > 0 and o > 0]
-    if not pairs:
-        return None
-    return sum(o for _, o in pairs) / sum(e for e, _ in pairs)

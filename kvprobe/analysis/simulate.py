@@ -79,12 +79,13 @@ class _Ideal:
 class Simulator:
     """Stateful replay: feed skeletons in start order with `step`."""
 
-    def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None) -> None:
+    def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
+                 store: BlockStore | None = None) -> None:
         self.caches: dict[str, AnthropicCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
         self.ideal: dict[str, _Ideal] = {}
         self.sizer = BlockSizer()
-        self.store = BlockStore()
+        self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
         self.previous: dict[tuple[str, str], RequestResult] = {}
         self.reread = reread
 
@@ -195,8 +196,6 @@ def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
 def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
              store: BlockStore | None = None) -> list[RequestResult]:
     """Simulate a whole trace (skeletons in any order: they are replayed by start time)."""
-    sim = Simulator(reread)
-    if store is not None:
-        sim.store = store
+    sim = Simulator(reread, store)
     ordered = sorted(skeletons, key=lambda s: (s.started_at, s.order))
     return [sim.step(sk) for sk in ordered]

@@ -11,10 +11,6 @@ MARKER_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
 _PAYLOAD_KEYS = ("data", "image_url", "file_data", "url")
 
 
-def strip_markers(part: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in part.items() if k not in MARKER_KEYS}
-
-
 def _digest_payloads(value: Any) -> Any:
     if isinstance(value, dict):
         out = {}
