@@ -6,12 +6,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvprobe.db.data import load as load
 
-__version__ = "0.1.0"
 __all__ = ["load"]
 
 
 def __getattr__(name: str) -> Any:
     # `kvprobe.load` pulls in the analysis and (when used) pandas: only on first use, not at `import kvprobe`.
+    if name == "__version__":  # from the installed metadata (pyproject's version), read only when asked
+        from importlib.metadata import version
+
+        return version("kvprobe")
     if name == "load":
         from kvprobe.db.data import load
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -31,11 +31,27 @@ COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "plot": ("plot_cmd", "plot", "command", {}),
     "db": ("db_cmd", "app", "group", {}),
     "sql": ("db_cmd", "sql", "command", {}),
+    "schema": ("schema_cmd", "schema", "command", {}),
 }
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version  # the installed distribution's version: one source of truth
+
+        typer.echo(f"kvprobe {version('kvprobe')}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print kvprobe's version and exit.")] = False,
+) -> None:
+    """Profile and audit what AI agents pay for prompt caching."""
+
+
 def build_app(only: str | None = None) -> typer.Typer:
-    """The CLI with every command, or with `only` one of them (what a single invocation needs)."""
+    """The CLI with every command, or with `only` one of them (what a single invocation needs; "" for none)."""
     cli = typer.Typer(name="kvprobe", help="Profile and audit what AI agents pay for prompt caching.",
                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
     for name, (module_name, attr, kind, settings) in COMMANDS.items():
@@ -47,8 +63,8 @@ def build_app(only: str | None = None) -> typer.Typer:
             continue
         options = {k: getattr(module, v) for k, v in settings.items()}
         cli.command(name, **options)(getattr(module, attr))
-    if only is not None:  # a lone command would otherwise become the whole CLI (`kvprobe ARGS`)
-        cli.callback()(lambda: None)
+    # The root callback holds --version, and keeps a lone command from becoming the whole CLI (`kvprobe ARGS`).
+    cli.callback()(_root)
     return cli
 
 
@@ -62,4 +78,7 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
-    build_app(first if first in COMMANDS else None)()
+    if first is None and "--version" in sys.argv[1:]:
+        build_app("")()  # no command module is imported just to print the version
+    else:
+        build_app(first if first in COMMANDS else None)()

@@ -1,0 +1,35 @@
+"""`kvprobe schema [NAME]`: print the JSON Schema of a trace record or of a command's --json output."""
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.schemas import NAMES, load_schema, schema_text
+
+
+def schema(
+    name: Annotated[str | None, typer.Argument(help=f"One of: {' | '.join(NAMES)}")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Without NAME: the list as JSON")] = False,
+) -> None:
+    """Print the JSON Schema of a format (docs/contracts.md); without NAME, list them.
+
+    Example: kvprobe schema trace > trace.schema.json
+    """
+    with user_errors():
+        if name is not None:
+            sys.stdout.write(schema_text(name))  # the shipped file byte for byte: JSON either way
+            return
+        titles = {n: load_schema(n)["title"] for n in NAMES}
+    if json_out:
+        print_json([{"name": n, "title": t} for n, t in titles.items()])
+        return
+    table = Table(title="kvprobe schema NAME prints one (JSON Schema 2020-12)", title_justify="left")
+    table.add_column("name")
+    table.add_column("describes")
+    for n, t in titles.items():
+        table.add_row(n, t)
+    out.print(table)
