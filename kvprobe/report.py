@@ -1,4 +1,4 @@
-"""`report`: simulate traces, diagnose every miss, price the task (contracts.md §3)."""
+"""`report`: simulate traces, diagnose every miss, price the task (docs/contracts.md §3)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator

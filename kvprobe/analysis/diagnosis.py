@@ -1,4 +1,4 @@
-"""Why a request read less than an ideal prefix cache would have allowed (contracts.md §3 kinds)."""
+"""Why a request read less than an ideal prefix cache would have allowed (docs/contracts.md §3 kinds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields

@@ -11,7 +11,7 @@ In-process hook, for agents whose base URL cannot change::
     client = anthropic.Anthropic(http_client=kvprobe.capture.http_client(out="trace.jsonl"))
     client = openai.AsyncOpenAI(http_client=kvprobe.capture.async_http_client(out="trace.jsonl"))
 
-Both write contracts.md §1 records: the request body, the response (reassembled from SSE), timings,
+Both write docs/contracts.md §1 records: the request body, the response (reassembled from SSE), timings,
 session/agent, `error` for anything that went wrong. API keys and auth headers are never written;
 `Recorder(redact=True)` scrubs secrets inside bodies, `Recorder(hash_only=True)` keeps digests and token
 counts instead of text.

@@ -102,7 +102,7 @@ TABLES: tuple[Table, ...] = (
         _c("cache_key", "VARCHAR", "chained cache key (content + identity params, 32 hex digits)"),
         _c("breakpoint_ttl", "VARCHAR", "5m | 1h when a cache breakpoint ends at this block, else NULL"),
     )),
-    Table("diagnoses", "why a request read less than it could have (contracts.md §3 kinds)",
+    Table("diagnoses", "why a request read less than it could have (docs/contracts.md §3 kinds)",
           ("trace_id", "request_id", "diagnosis_index"), (
         _TRACE, _REQ,
         _c("diagnosis_index", "INTEGER", "order among the request's diagnoses (0 = main cause)"),

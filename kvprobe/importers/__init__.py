@@ -1,4 +1,4 @@
-"""Import the logs people already have as trace records (contracts.md §1).
+"""Import the logs people already have as trace records (docs/contracts.md §1).
 
     report = ImportReport()
     for record in load_any(["~/.claude/projects", "session.har"], report=report):

@@ -1,4 +1,4 @@
-"""Trace records (contracts.md §1): read, validate and write JSON Lines, streaming."""
+"""Trace records (docs/contracts.md §1): read, validate and write JSON Lines, streaming."""
 from kvprobe.trace.record import TraceRecord
 from kvprobe.trace.reader import ReadStats, read_trace
 from kvprobe.trace.writer import TraceWriter, write_trace

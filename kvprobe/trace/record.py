@@ -1,4 +1,4 @@
-"""One request of a trace, as stored in a JSON Lines file (contracts.md §1)."""
+"""One request of a trace, as stored in a JSON Lines file (docs/contracts.md §1)."""
 from __future__ import annotations
 
 import datetime as dt
