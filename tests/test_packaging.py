@@ -91,3 +91,13 @@ def test_version_comes_from_the_installed_metadata(cli):
     assert result.exit_code == 0 and result.stdout == f"kvprobe {version}\n"
     done = subprocess.run([sys.executable, "-m", "kvprobe", "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == f"kvprobe {version}\n"
+
+
+def test_version_loads_no_command_module():
+    """`kvprobe --version` answers without importing any command (start-up stays at typer's import)."""
+    code = ("import sys\nsys.argv = ['kvprobe', '--version']\nfrom kvprobe.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('kvprobe.') and m != 'kvprobe.cli'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
