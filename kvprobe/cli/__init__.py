@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "db": ("db_cmd", "app", "group", {}),
     "sql": ("db_cmd", "sql", "command", {}),
     "schema": ("schema_cmd", "schema", "command", {}),
+    "watch": ("watch_cmd", "watch", "command", {}),
 }
 
 

@@ -1,0 +1,146 @@
+"""`kvprobe watch [PATH...]`: follow a capture trace or agent transcripts and show each cache miss as it happens."""
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Annotated
+
+import orjson
+import typer
+from rich import box
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kvprobe.cli.common import err, fail, out, user_errors
+from kvprobe.importers import default_sources
+from kvprobe.pricing import PriceBook
+from kvprobe.trace.record import format_time
+from kvprobe.watch import Event, Step, Watch
+
+RECENT_MISSES = 8
+
+
+def watch(
+    paths: Annotated[list[str] | None, typer.Argument(
+        help="Traces or transcript folders [default: ~/.claude/projects and ~/.codex/sessions]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON line per request on stdout (flushed)")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Analyse what is there now and exit")] = False,
+    exit_after: Annotated[int | None, typer.Option("--exit-after", min=1, help="Exit after N requests")] = None,
+    idle_timeout: Annotated[float | None, typer.Option(
+        "--idle-timeout", min=0.0, help="Exit after this many seconds without a new request")] = None,
+    from_start: Annotated[bool | None, typer.Option(
+        "--from-start/--from-end", help="Count what the files already hold, or only what is written from now "
+        "[default: from start for named paths, from end for the default agent folders]")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.01, help="Seconds between polls")] = 0.5,
+    settle: Annotated[float, typer.Option(
+        "--settle", min=0.0, help="Seconds a transcript's newest response may stay quiet before it counts as "
+        "complete (it counts at once when anything follows it)")] = 5.0,
+    price_file: Annotated[str | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
+) -> None:
+    """Follow traces and agent logs as they grow: requests, hit ratio, cost so far, and each miss with its cause.
+
+    New files under a watched folder are picked up; a partly written last line waits for its newline; a
+    rotated, truncated or deleted file never loses or double-counts a request. Ends on Ctrl-C, or with
+    --once, --exit-after N or --idle-timeout S (for scripts and CI).
+
+    Example: kvprobe capture --out trace.jsonl -- python agent.py & kvprobe watch trace.jsonl
+    """
+    with user_errors():
+        named = bool(paths)
+        sources = list(paths or [str(p) for p in default_sources()])
+        if not sources:
+            fail("no logs found in ~/.claude/projects or ~/.codex/sessions: name a trace or a folder")
+        w = Watch(sources, from_end=not (named if from_start is None else from_start), settle_s=settle,
+                  prices=PriceBook.from_file(price_file))
+        steps = w.run(interval=interval, once=once, exit_after=exit_after, idle_timeout=idle_timeout)
+        try:
+            if json_out:
+                _stream_json(w, steps)
+            else:
+                _show_live(w, steps, sources)
+        except KeyboardInterrupt:
+            pass
+    _summary(w, json_out)
+
+
+def _notes(step: Step) -> list[str]:
+    lines = [f"{e.path}: {e.kind}" for e in step.file_events if e.kind != "opened"]
+    return lines + [f"skipped {s}" for s in step.skipped]
+
+
+def _stream_json(w: Watch, steps) -> None:
+    for step in steps:
+        for note in _notes(step):
+            err.print(f"watch: {note}", soft_wrap=True)
+        for event in step.events:
+            sys.stdout.write(orjson.dumps(event.to_json()).decode() + "\n")
+            sys.stdout.flush()  # one complete line per request, as it happens, for the next tool in a pipe
+
+
+def _money(v: float | None) -> str:
+    return "n/a" if v is None else f"${v:,.4f}"
+
+
+def _cause(event: Event, detail: bool = True) -> Text:
+    d = event.result.diagnoses[0]
+    label = "reported by the API" if not d.inferred else "inferred"
+    return Text.assemble((d.short, "magenta"), f" ({label})" + (f": {d.detail}" if detail else ""))
+
+
+def miss_line(event: Event) -> Text:
+    r = event.result
+    return Text.assemble((format_time(r.sk.started_at)[11:19], "dim"), " ", ("miss ", "bold red"),
+                         f"{r.sk.id} [{r.sk.session}/{r.sk.agent}] ", (f"{r.missed_tokens:,}", "bold"),
+                         " tokens not read, ", (_money(event.miss_usd), "red"), " extra · ", _cause(event))
+
+
+def _header(w: Watch, files: int) -> Text:
+    t = w.totals
+    return Text.assemble(("kvprobe watch", "bold"), f" · {files} file(s) · ", (f"{t.requests:,}", "bold"),
+                         " requests · hit ratio ", (f"{100 * t.hit_ratio:.1f}%", "green"), " · cost so far ",
+                         (_money(t.cost_usd), "bold"), f" · {t.misses} miss(es) costing ", (_money(t.miss_usd), "red"),
+                         f" · {w.skips.total} malformed line(s) skipped" if w.skips.total else "")
+
+
+def _view(w: Watch, recent: deque[Event]) -> Group:
+    table = Table(box=box.SIMPLE_HEAD, title="Recent misses", title_justify="left", show_edge=False)
+    for col in ("time", "request", "agent", "not read", "extra cost", "cause"):
+        table.add_column(col, justify="right" if col in ("not read", "extra cost") else "left", overflow="fold")
+    for e in recent:
+        r = e.result
+        table.add_row(format_time(r.sk.started_at)[11:19], r.sk.id, r.sk.agent, f"{r.missed_tokens:,}",
+                      _money(e.miss_usd), _cause(e, detail=False))
+    parts = [_header(w, len(w.follower.files))]
+    return Group(*parts, table) if recent else Group(*parts, Text("no misses so far", style="green"))
+
+
+def _show_live(w: Watch, steps, sources: list[str]) -> None:
+    recent: deque[Event] = deque(maxlen=RECENT_MISSES)
+    err.print(f"watching {', '.join(sources)} (Ctrl-C to stop)", soft_wrap=True)
+    with Live(_view(w, recent), console=out, auto_refresh=False, transient=False) as live:
+        for step in steps:
+            for note in _notes(step):
+                live.console.print(Text(f"  {note}", style="dim"), soft_wrap=True)
+            for event in step.events:
+                if event.is_miss:
+                    recent.append(event)
+                    live.console.print(miss_line(event), soft_wrap=True)
+            live.update(_view(w, recent), refresh=True)
+
+
+def _summary(w: Watch, json_out: bool) -> None:
+    t = w.totals
+    line = (f"watch: {t.requests:,} requests, hit ratio {100 * t.hit_ratio:.1f}%, cost {_money(t.cost_usd)}, "
+            f"{t.misses} miss(es) costing {_money(t.miss_usd)}")
+    if t.unpriced:
+        line += f", {t.unpriced} request(s) of unknown price"
+    if json_out:
+        err.print(line, soft_wrap=True)
+    for reason, count in w.skips.reasons.most_common():
+        err.print(f"watch: skipped {count:,}: {reason}", soft_wrap=True)
+    if w.duplicates:
+        err.print(f"watch: {w.duplicates:,} request(s) seen again in another file, counted once", soft_wrap=True)
+    for path in sorted(w.follower.unknown):
+        err.print(f"watch: ignored {path} (no known trace or log format)", soft_wrap=True)
