@@ -112,7 +112,9 @@ class _LogFile:
             events.append(TailEvent("rotated", str(self.path)))
         elif self.signature is None:
             events.append(TailEvent("opened", str(self.path)))
-        self.signature, self.changed_at = sig, now
+        # a file first seen has been quiet since it was last written (a finished session is not held back)
+        age = max(time.time() - sig[3] / 1e9, 0.0) if self.signature is None else 0.0
+        self.signature, self.changed_at = sig, now - age
         return self._reread(skips, final)
 
     def _reread(self, skips: Skips, final: bool) -> list[TraceRecord]:
