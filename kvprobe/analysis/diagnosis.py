@@ -7,11 +7,12 @@ from typing import Any
 KINDS = ("prefix_changed", "params_changed", "ttl_expired", "lookback_exceeded", "below_minimum",
          "not_yet_readable", "missing_breakpoint", "unexplained")
 
-# Provider-reported miss reasons (Anthropic cache diagnostics) mapped onto our kinds.
-_REASON_KINDS = {"model_changed": "params_changed", "system_changed": "prefix_changed",
-                 "tools_changed": "prefix_changed", "messages_changed": "prefix_changed",
-                 "previous_message_not_found": "prefix_changed", "ttl_expired": "ttl_expired",
-                 "expired": "ttl_expired"}
+# Provider-reported miss reasons (Anthropic cache diagnostics) mapped onto our kinds: (kind, path, param).
+# `previous_message_not_found` and `unavailable` name no cause and never become a diagnosis.
+_REASON_KINDS = {"model_changed": ("params_changed", None, "model"), "system_changed": ("prefix_changed", "system", None),
+                 "tools_changed": ("prefix_changed", "tools", None),
+                 "messages_changed": ("prefix_changed", "messages", None),
+                 "ttl_expired": ("ttl_expired", None, None), "expired": ("ttl_expired", None, None)}
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class Diagnosis:
     b: Any = None
     invalidates: str | None = None
     missed_tokens: int = 0  # tokens an ideal cache would have read that this request did not
+    reported_missed_tokens: int | None = None  # the provider's own estimate (cache_missed_input_tokens)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -44,7 +46,10 @@ class Diagnosis:
 
     @property
     def short(self) -> str:
-        """A few words for a table cell."""
+        """A few words for a table cell; a cause the provider reported says so."""
+        return self._words() if self.inferred else f"{self._words()} (reported)"
+
+    def _words(self) -> str:
         if self.kind == "prefix_changed":
             return f"prefix changed at {self.path}" if self.path else "prefix changed"
         if self.kind == "params_changed":
@@ -60,9 +65,14 @@ class Diagnosis:
         return self.kind.replace("_", " ")
 
 
-def from_provider_reason(reason: str) -> Diagnosis:
+def from_provider_reason(reason: str, missed_tokens: int | None = None) -> Diagnosis:
+    """A cause the provider reported (not inferred): Anthropic's cache_miss_reason, with its token estimate."""
     key = reason.strip().lower().replace(" ", "_")
-    return Diagnosis(_REASON_KINDS.get(key, "unexplained"), f"provider reported: {reason}", inferred=False)
+    kind, path, param = _REASON_KINDS.get(key, ("unexplained", None, None))
+    detail = f"provider reported: {reason}"
+    if missed_tokens is not None:
+        detail += f" (about {missed_tokens:,} input tokens after the divergence not read from cache)"
+    return Diagnosis(kind, detail, inferred=False, path=path, param=param, reported_missed_tokens=missed_tokens)
 
 
 ADVICE = {

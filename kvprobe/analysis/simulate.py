@@ -136,7 +136,8 @@ class Simulator:
 
     def _diagnose(self, result: RequestResult, prev: RequestResult | None, ideal_content: int) -> list[Diagnosis]:
         sk, tol = result.sk, tolerance(result.rules)
-        reported = [from_provider_reason(sk.observed.miss_reason)] if sk.observed and sk.observed.miss_reason else []
+        reported = [from_provider_reason(sk.observed.miss_reason, sk.extra.get("reported_missed_tokens"))] \
+            if sk.observed and sk.observed.miss_reason else []
         short = result.usage.cache_read_tokens + tol < result.reusable_tokens
         mismatch = result.observed and result.predicted is not None and \
             abs(result.usage.cache_read_tokens - result.predicted.cache_read_tokens) > tol
@@ -144,9 +145,10 @@ class Simulator:
             return []
         found = explain_miss(result, prev, ideal_content, self.reread) if (short or mismatch) else []
         missed = result.missed_tokens
-        for d in found:
+        for d in reported + found:
             d.missed_tokens = missed
-        return reported + [d for d in found if not reported or d.kind != reported[0].kind]
+        # beside a reported cause, kvprobe's own finding stays when it says more (the exact block changed)
+        return reported + [d for d in found if not reported or d.kind != reported[0].kind or d.path]
 
     def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
         usage = sk.observed or Usage()
@@ -156,7 +158,7 @@ class Simulator:
         result = RequestResult(sk, rules, usage, sk.observed is not None, None, ideal, "usage-only")
         result.write_kind = _write_kind(usage, ideal, tolerance(rules))
         if sk.observed and sk.observed.miss_reason:
-            result.diagnoses.append(from_provider_reason(sk.observed.miss_reason))
+            result.diagnoses.append(from_provider_reason(sk.observed.miss_reason, sk.extra.get("reported_missed_tokens")))
         elif prev is not None:
             result.diagnoses = explain_usage_only(result, prev)
         self.previous[(sk.session, sk.agent)] = result

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from kvprobe.analysis.reported import Reported, read_reported
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest, render_request
@@ -19,6 +20,7 @@ from kvprobe.tokens import TokenCounter
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
+_NOT_A_CAUSE = ("unavailable", "previous_message_not_found")
 _READABLE_EPSILON = 0.001  # a request with no response timing is taken as readable right after it starts
 
 
@@ -94,14 +96,13 @@ def _context_cache_facts(rec: TraceRecord, req: RenderedRequest | None) -> dict:
     return {"cache_name": name, "cache_ttl_s": parse_ttl(body.get("ttl"))}
 
 
-def _miss_reason(response: dict | None) -> str | None:
-    """Anthropic's `diagnostics.cache_miss_reason` (a string, or an object with a `type`)."""
-    diag = response.get("diagnostics") if isinstance(response, dict) else None
-    reason = diag.get("cache_miss_reason") if isinstance(diag, dict) else None
-    if isinstance(reason, dict):
-        reason = reason.get("type")
-    # "unavailable": the API could not tell (e.g. a tool_choice change); kvprobe's inference stands
-    return str(reason) if reason and reason != "unavailable" else None
+def _miss_reason(response: dict | None) -> Reported | None:
+    """Anthropic's `diagnostics.cache_miss_reason` when it names a cause of lost reads. `unavailable` and
+    `previous_message_not_found` say the API could not compare: kvprobe's inference stands."""
+    reported = read_reported(response)
+    if reported is None or reported.reason is None or reported.reason in _NOT_A_CAUSE:
+        return None
+    return None if reported.missed_tokens == 0 else reported  # diverged after all it could have read
 
 
 def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
@@ -118,13 +119,15 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
             raw = store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + _READABLE_EPSILON
         observed = normalize_usage(provider, rec.usage) if use_observed else None
-        reason = _miss_reason(rec.response)
-        if observed is not None and reason and not observed.miss_reason:
-            observed = replace(observed, miss_reason=reason)
+        reported = _miss_reason(rec.response)
+        if observed is not None and reported and not observed.miss_reason:
+            observed = replace(observed, miss_reason=reported.reason)
         task = rec.extra.get("task")
         yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
                        req.model if req else rec.model, start, readable, rec.finished_at,
                        observed, req, raw, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
                        {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra}
-                       | _context_cache_facts(rec, req))
+                       | _context_cache_facts(rec, req)
+                       | ({"reported_missed_tokens": reported.missed_tokens} if reported and reported.missed_tokens
+                          is not None else {}))

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from kvprobe.analysis.reported import side_by_side
 from kvprobe.cli.common import err, out, print_json, user_errors
 from kvprobe.probe.cases import build_cases, new_run_id, read_document
 from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, estimate, run_probe
@@ -23,6 +24,9 @@ def run_probe_cmd(
     out_file: Annotated[Path | None, typer.Option("--out", help="Write one JSONL line per request")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the four requests and their estimated cost")] = False,
+    diagnostics: Annotated[bool, typer.Option(
+        "--diagnostics", help="Ask the API to compare each request with the previous one (Anthropic cache "
+        "diagnostics) and show its verdict beside kvprobe's")] = False,
 ) -> None:
     """Send four requests (prepare, confirm, new question, changed beginning) and show what the cache did.
 
@@ -37,7 +41,7 @@ def run_probe_cmd(
             err.print(f"running 4 requests on {provider}" + (" (starting the local engine)" if provider == "local"
                                                              else ""))
         result = run_probe(document, provider, model, base_url, out_file,
-                           on_outcome=None if json_out else _progress)
+                           on_outcome=None if json_out else _progress, diagnostics=diagnostics)
     if json_out:
         print_json(_to_json(result))
     else:
@@ -88,7 +92,8 @@ def _to_json(result: ProbeResult) -> dict:
             "requests": [{"case": o.case, "requested_model": o.requested_model, "returned_model": o.returned_model,
                           "usage": o.usage, "first_text_s": o.first_text_s, "request_s": o.request_s,
                           "stop_reason": o.stop_reason, "complete": o.complete, "error": o.error,
-                          "cost_usd": c} for o, c in zip(result.outcomes, result.costs)],
+                          "cost_usd": c, **_diagnostics_json(result, i)}
+                         for i, (o, c) in enumerate(zip(result.outcomes, result.costs))],
             "confirmed": v.confirmed if v else False, "supports": v.supports if v else [],
             "not_shown": v.not_shown if v else [], "advice": v.advice if v else None, "stopped": result.stopped}
 
@@ -108,6 +113,7 @@ def _render(result: ProbeResult) -> None:
                       "–" if o.request_s is None else f"{o.request_s:.1f}s",
                       "–" if cost is None else f"${cost:.4f}", (o.stop_reason or ("error" if o.error else "–")).replace("_", " "))
     out.print(table)
+    _render_diagnostics(result)
     v = result.verdict
     if result.stopped:
         out.print(Text(f"stopped: {result.stopped}", style="bold red"))
@@ -118,3 +124,34 @@ def _render(result: ProbeResult) -> None:
         for line in v.supports:
             out.print(Text(f"  • {line}", style="green"))
         out.print(Text(f"It does not show: {'; '.join(v.not_shown)}.", style="dim"))
+
+
+def _diagnostics_json(result: ProbeResult, index: int) -> dict:
+    """With --diagnostics: what the API said about this request against the previous one, and kvprobe's view."""
+    outcome = result.outcomes[index]
+    if "diagnostics" not in outcome.extra:
+        return {}
+    previous = result.cases[index - 1].body if index else None
+    response = {"diagnostics": outcome.extra["diagnostics"]}
+    return {"diagnostics": outcome.extra["diagnostics"],
+            "diagnostics_compared": side_by_side(previous, result.cases[index].body, response)}
+
+
+def _render_diagnostics(result: ProbeResult) -> None:
+    """With --diagnostics: each request against the previous one, as the API and as kvprobe see it."""
+    if not any("diagnostics" in o.extra for o in result.outcomes):
+        return
+    table = Table(title="Cache diagnostics: each request against the previous one", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("request", "the API reports", "kvprobe expects", ""):
+        table.add_column(col, no_wrap=True)
+    for i, o in enumerate(result.outcomes):
+        compared = _diagnostics_json(result, i).get("diagnostics_compared")
+        if compared is None:
+            table.add_row(f"{i + 1} {o.case}", Text("–", style="dim"), "", "")
+            continue
+        ours = compared["kvprobe_reason"] or ("no divergence" if i else "nothing to compare")
+        api = compared["api"] if i or compared["api_reason"] else "nothing to compare"
+        table.add_row(f"{i + 1} {o.case}", api, ours,
+                      Text("agree", style="green") if compared["agree"] else Text("differ", style="bold yellow"))
+    out.print(table)

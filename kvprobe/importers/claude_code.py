@@ -11,7 +11,8 @@ Quirks:
   (`parentUuid`: the user turn or tool result, written when the request was sent), `first_token_at` the first
   line of the response and `finished_at` its last line.
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
-  provider-reported `cache_miss_reason` included).
+  provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
+  `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
 """
 from __future__ import annotations
 
@@ -124,6 +125,8 @@ def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float 
     started = started if started is not None else stamp
     response = {"id": message_id, "model": model if isinstance(model, str) else None,
                 "stop_reason": message.get("stop_reason"), "usage": dict(usage)}
+    if "diagnostics" in message:  # the API's own cache diagnostics, when Claude Code asked for them
+        response["diagnostics"] = message["diagnostics"]
     extra: dict[str, Any] = {"source_format": NAME}
     for src, dst in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version")):
         if as_str(line.get(src)):
@@ -145,5 +148,7 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
         response["usage"] = dict(usage)
     if message.get("stop_reason"):
         response["stop_reason"] = message["stop_reason"]
+    if message.get("diagnostics") is not None:
+        response["diagnostics"] = message["diagnostics"]
     if stamp is not None:
         record.finished_at = max(record.finished_at or stamp, stamp)

@@ -54,6 +54,7 @@ def run_anthropic(client: Any, case: str, body: dict[str, Any], secret: str | No
                 if kind == "message_start":
                     out.returned_model = event.message.model
                     out.usage = _merge(out.usage, _plain(event.message.usage))
+                    _keep_diagnostics(out, event.message)
                 elif kind == "content_block_delta" and getattr(event.delta, "type", "") == "text_delta":
                     if out.first_text_s is None:
                         out.first_text_s = time.perf_counter() - t0
@@ -72,6 +73,15 @@ def run_anthropic(client: Any, case: str, body: dict[str, Any], secret: str | No
     out.request_s = time.perf_counter() - t0
     out.finished_at = time.time()
     return out
+
+
+def _keep_diagnostics(out: Outcome, message: Any) -> None:
+    """The response id, and the API's cache diagnostics when the response carries them (sent with
+    message_start; `null` means no divergence, so presence is what counts)."""
+    out.extra["message_id"] = getattr(message, "id", None)
+    if "diagnostics" in (getattr(message, "model_fields_set", None) or ()):
+        diag = message.diagnostics
+        out.extra["diagnostics"] = diag.model_dump() if hasattr(diag, "model_dump") else diag
 
 
 def run_openai(client: Any, case: str, body: dict[str, Any], secret: str | None) -> Outcome:

@@ -132,9 +132,12 @@ def _record(result: ProbeResult, index: int, outcome: Outcome) -> TraceRecord:
              "returned_model": outcome.returned_model, "usage": outcome.usage, "first_text_s": outcome.first_text_s,
              "request_s": outcome.request_s, "stop_reason": outcome.stop_reason, "complete": outcome.complete,
              "error": outcome.error, "run_id": result.run_id, "probe_provider": result.provider}
+    response = {"model": outcome.returned_model, "usage": outcome.usage}
+    if "diagnostics" in outcome.extra:  # the API's own verdict, for `report` to show as reported
+        response |= {"id": outcome.extra.get("message_id"), "diagnostics": outcome.extra["diagnostics"]}
     return TraceRecord(id=f"{result.run_id}-{index + 1}", provider=provider, started_at=outcome.started_at,
                        first_token_at=outcome.first_token_at, finished_at=outcome.finished_at,
-                       request=case.body, response={"model": outcome.returned_model, "usage": outcome.usage},
+                       request=case.body, response=response,
                        session=f"probe-{result.run_id}", agent="probe", error=outcome.error,
                        endpoint="/v1/messages" if PROVIDERS[result.provider]["sdk"] == "anthropic"
                        else "/v1/chat/completions", extra={k: v for k, v in probe.items() if k != "error"})
@@ -143,10 +146,14 @@ def _record(result: ProbeResult, index: int, outcome: Outcome) -> TraceRecord:
 def run_probe(document: Path, provider: str = "local", model: str | None = None, base_url: str | None = None,
               out: Path | None = None, key_prompt: Callable[[str], str] | None = None,
               client_options: dict[str, Any] | None = None,
-              on_outcome: Callable[[Outcome], None] | None = None) -> ProbeResult:
-    """The four requests, sequentially; stops at the first error or an unconfirmed hit after request 2."""
+              on_outcome: Callable[[Outcome], None] | None = None, diagnostics: bool = False) -> ProbeResult:
+    """The four requests, sequentially; stops at the first error or an unconfirmed hit after request 2.
+
+    diagnostics=True asks the API to compare each request with the previous one (Anthropic only)."""
     if provider not in PROVIDERS:
         raise InputError(f"expected one of {', '.join(PROVIDERS)}", field="--provider")
+    if diagnostics and PROVIDERS[provider]["sdk"] != "anthropic":
+        raise InputError("only the Anthropic Messages API reports cache diagnostics", field="--diagnostics")
     model = model or PROVIDERS[provider]["model"]
     text = read_document(document)
     result = ProbeResult(provider, model, new_run_id(), [])
@@ -159,7 +166,7 @@ def run_probe(document: Path, provider: str = "local", model: str | None = None,
         with (_local_server(model) if provider == "local" and base_url is None
               else contextlib.nullcontext(base_url)) as url:
             client = _client(provider, url, key, client_options or {})
-            _run_cases(result, client, key, writer, on_outcome)
+            _run_cases(result, client, key, writer, on_outcome, diagnostics)
     finally:
         if writer:
             writer.close()
@@ -180,9 +187,12 @@ def _open_log(out: Path | None) -> TraceWriter | None:
 
 
 def _run_cases(result: ProbeResult, client: Any, key: str | None, writer: TraceWriter | None,
-               on_outcome: Callable[[Outcome], None] | None) -> None:
+               on_outcome: Callable[[Outcome], None] | None, diagnostics: bool = False) -> None:
     run = run_anthropic if PROVIDERS[result.provider]["sdk"] == "anthropic" else run_openai
     for i, case in enumerate(result.cases):
+        if diagnostics:  # compare with the previous request (null on the first: opts in)
+            previous = result.outcomes[-1].extra.get("message_id") if result.outcomes else None
+            case.body["diagnostics"] = {"previous_message_id": previous}
         outcome = run(client, case.name, case.body, key)
         result.outcomes.append(outcome)
         if writer:

@@ -63,19 +63,28 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     temperature = _number(body, "temperature", 0.0, 1.0, 1.0)
     if rendered.warnings and any("at most" in w for w in rendered.warnings):
         raise invalid(next(w for w in rendered.warnings if "at most" in w))
-    diagnostics = body.get("diagnostics")
-    if diagnostics is not None and not isinstance(diagnostics, dict):
-        raise invalid("diagnostics: Input should be an object like {\"previous_message_id\": \"msg_...\"}")
-    previous = (diagnostics or {}).get("previous_message_id")
-    if previous is not None and not isinstance(previous, str):
-        raise invalid("diagnostics.previous_message_id: Input should be a string or null")
+    asked, previous = _diagnostics_request(body)
     timings = state.timings(request.headers)
     prompt = state.prompt(rendered)
     job = Job("anthropic", "/v1/messages", state.new_id("msg"), body["model"], body, prompt,
-              state.clamp_max_tokens(prompt, max_tokens), temperature, stops, timings,
-              diagnostics is not None, previous)
-    state.diagnostics.remember(job.request_id, rendered)
+              state.clamp_max_tokens(prompt, max_tokens), temperature, stops, timings, asked, previous)
+    if asked:  # the API keeps a fingerprint only of requests that carry the diagnostics object
+        state.diagnostics.remember(job.request_id, rendered, body)
     return job
+
+
+def _diagnostics_request(body: dict[str, Any]) -> tuple[bool, str | None]:
+    """Cache diagnostics: (asked for, previous message id). `{"previous_message_id": null}` (or `{}`) opts
+    in on a first turn; shapes in providers/anthropic.toml (rule cache_diagnostics)."""
+    if "diagnostics" not in body or body["diagnostics"] is None:
+        return False, None
+    diagnostics = body["diagnostics"]
+    if not isinstance(diagnostics, dict):
+        raise invalid("diagnostics: Input should be an object like {\"previous_message_id\": \"msg_...\"}")
+    previous = diagnostics.get("previous_message_id")
+    if previous is not None and not isinstance(previous, str):
+        raise invalid("diagnostics.previous_message_id: Input should be a string or null")
+    return True, previous
 
 
 def usage_json(u: UsageFacts) -> dict[str, Any]:

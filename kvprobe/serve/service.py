@@ -207,7 +207,7 @@ def _began(state: ServeState, job: Job, pred: Prediction | None, event: el.Prefi
         state.emulator.began(job.request_id, job.timings.clock_at(event.at), job.prompt.request.model)
     if job.diagnostics:
         facts.cache_miss_reason = state.diagnostics.reason(job.previous_message_id, job.prompt.request,
-                                                           facts.cache_read_tokens)
+                                                           facts.cache_read_tokens, job.body)
     return facts
 
 
