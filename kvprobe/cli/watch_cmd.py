@@ -59,7 +59,7 @@ def watch(
             if json_out:
                 _stream_json(w, steps)
             else:
-                _show_live(w, steps, sources)
+                _show_live(w, steps, sources, once)
         except KeyboardInterrupt:
             pass
     _summary(w, json_out)
@@ -116,17 +116,28 @@ def _view(w: Watch, recent: deque[Event]) -> Group:
     return Group(*parts, table) if recent else Group(*parts, Text("no misses so far", style="green"))
 
 
-def _show_live(w: Watch, steps, sources: list[str]) -> None:
+def _print_step(step: Step, recent: deque[Event], console) -> None:
+    """Each miss (and each rotation, deletion or skipped request) as a line above the live view."""
+    for note in _notes(step):
+        console.print(Text(f"  {note}", style="dim"), soft_wrap=True)
+    for event in step.events:
+        if event.is_miss:
+            recent.append(event)
+            console.print(miss_line(event), soft_wrap=True)
+
+
+def _show_live(w: Watch, steps, sources: list[str], once: bool) -> None:
     recent: deque[Event] = deque(maxlen=RECENT_MISSES)
-    err.print(f"watching {', '.join(sources)} (Ctrl-C to stop)", soft_wrap=True)
+    if not out.is_terminal:  # piped or logged: the miss lines as they happen, the totals at the end
+        for step in steps:
+            _print_step(step, recent, out)
+        out.print(_view(w, recent))
+        return
+    if not once:
+        err.print(f"watching {', '.join(sources)} (Ctrl-C to stop)", soft_wrap=True)
     with Live(_view(w, recent), console=out, auto_refresh=False, transient=False) as live:
         for step in steps:
-            for note in _notes(step):
-                live.console.print(Text(f"  {note}", style="dim"), soft_wrap=True)
-            for event in step.events:
-                if event.is_miss:
-                    recent.append(event)
-                    live.console.print(miss_line(event), soft_wrap=True)
+            _print_step(step, recent, live.console)
             live.update(_view(w, recent), refresh=True)
 
 
