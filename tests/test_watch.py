@@ -298,3 +298,15 @@ def test_watch_once_shows_each_miss_with_its_cause(cli):
 def test_watch_names_a_missing_path(cli, tmp_path):
     result = cli("watch", str(tmp_path / "nope.jsonl"), "--once")
     assert result.exit_code == 2 and "nope.jsonl: file or directory does not exist" in result.output
+
+
+def test_from_end_on_transcripts_counts_only_new_responses(tmp_path):
+    projects = tmp_path / "projects"
+    shutil.copytree(FIX, projects)
+    w = Watch([projects], from_end=True)
+    assert w.step().events == []
+    session = next(projects.rglob("1f0c-sess.jsonl"))
+    user, answer, tool = _session_lines("1f0c-sess", "msg_Z", "req_Z", outputs=[64])
+    with session.open("a") as fh:
+        fh.write(user + answer + tool)
+    assert [e.result.sk.id for e in w.step().events] == ["req_Z"]

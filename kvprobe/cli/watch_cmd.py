@@ -1,6 +1,7 @@
 """`kvprobe watch [PATH...]`: follow a capture trace or agent transcripts and show each cache miss as it happens."""
 from __future__ import annotations
 
+import os
 import sys
 from collections import deque
 from typing import Annotated
@@ -62,6 +63,9 @@ def watch(
                 _show_live(w, steps, sources, once)
         except KeyboardInterrupt:
             pass
+        except BrokenPipeError:  # the reading end of a pipe went away (`| head`): nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
     _summary(w, json_out)
 
 

@@ -89,8 +89,11 @@ class _LogFile:
         self.changed_at = now
         self.skipped: Counter = Counter()  # the latest read's skips (the file is read whole each time)
         self.held: TraceRecord | None = None  # the newest request, possibly still being written
-        self.done: set[str] = set()  # ids emitted (or present when watching started with --from-end)
-        self.from_end = from_end
+        self.done: set[str] = set()  # ids emitted
+        # --from-end: requests that begin on the lines already there are not counted (lines are counted now;
+        # the file is parsed only once it changes)
+        self.start_lines = _count_lines(path) if from_end else 0
+        self.parse_on_change = from_end  # nothing of the present content counts: no need to read it now
 
     def _signature(self) -> tuple[int, int, int, int] | None:
         try:
@@ -115,6 +118,9 @@ class _LogFile:
         # a file first seen has been quiet since it was last written (a finished session is not held back)
         age = max(time.time() - sig[3] / 1e9, 0.0) if self.signature is None else 0.0
         self.signature, self.changed_at = sig, now - age
+        if self.parse_on_change:
+            self.parse_on_change = False
+            return []
         return self._reread(skips, final)
 
     def _reread(self, skips: Skips, final: bool) -> list[TraceRecord]:
@@ -131,11 +137,7 @@ class _LogFile:
         for reason, count in (+(stats.skipped - self.skipped)).items():
             skips.add(reason, str(self.path), count)
         self.skipped = +stats.skipped
-        if self.from_end:
-            self.done = {r.id for r in records}
-            self.from_end = False
-            return []
-        records = [r for r in records if r.id not in self.done]
+        records = [r for r in records if r.id not in self.done and (r.line or 0) > self.start_lines]
         if not records:
             return []
         *complete, newest = records
@@ -152,6 +154,17 @@ class _LogFile:
 
     def close(self) -> None:
         pass
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 22):
+                count += chunk.count(b"\n")
+    except OSError:
+        return 0
+    return count
 
 
 def _last_line(path: Path) -> tuple[dict[str, Any] | None, bool]:
