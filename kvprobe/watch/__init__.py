@@ -68,17 +68,19 @@ class Watch:
         """Poll until an exit condition: `once` (what is there now), `exit_after` requests, or no new request
         for `idle_timeout` seconds. Without any, it runs until interrupted. The last step is `final`."""
         last_new = self.clock()
-        while True:
-            left = None if exit_after is None else exit_after - self.totals.requests
-            idle = idle_timeout is not None and self.clock() - last_new >= idle_timeout
-            final = once or idle
-            step = self.step(final=final, limit=left)
-            if step.events:
-                last_new = self.clock()
-            done = final or (exit_after is not None and self.totals.requests >= exit_after)
-            step.final = done
-            yield step
-            if done:
-                self.follower.close()
-                return
-            sleep(interval)
+        try:
+            while True:
+                left = None if exit_after is None else exit_after - self.totals.requests
+                idle = idle_timeout is not None and self.clock() - last_new >= idle_timeout
+                final = once or idle
+                step = self.step(final=final, limit=left)
+                if step.events:
+                    last_new = self.clock()
+                done = final or (exit_after is not None and self.totals.requests >= exit_after)
+                step.final = done
+                yield step
+                if done:
+                    return
+                sleep(interval)
+        finally:
+            self.follower.close()

@@ -14,6 +14,7 @@ or a file deleted and written back never count a request twice. Malformed lines 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -123,20 +124,27 @@ class _LogFile:
             return []
         return self._reread(skips, final)
 
-    def _reread(self, skips: Skips, final: bool) -> list[TraceRecord]:
+    def _read(self, skips: Skips, final: bool) -> list[TraceRecord] | None:
+        """Every request of the file (read whole), counting newly malformed lines."""
         stats = SourceStats(str(self.path), self.kind)
         try:
             records = list(IMPORTERS[self.kind].read(self.path, stats, set()))
         except InputError:  # a whole-document format (HAR, OTLP JSON) caught mid-write: read it next time
-            return []
+            return None
         except FileNotFoundError:
-            return []
-        last_line, partial = _last_line(self.path)
-        if partial and stats.skipped["truncated JSON line"]:
+            return None
+        if _last_line(self.path)[1] and stats.skipped["truncated JSON line"]:
             stats.skipped["truncated JSON line"] -= 1  # the line being written now, not a malformed one
         for reason, count in (+(stats.skipped - self.skipped)).items():
             skips.add(reason, str(self.path), count)
         self.skipped = +stats.skipped
+        return records
+
+    def _reread(self, skips: Skips, final: bool) -> list[TraceRecord]:
+        records = self._read(skips, final)
+        if records is None:
+            return []
+        last_line = _last_line(self.path)[0]
         records = [r for r in records if r.id not in self.done and (r.line or 0) > self.start_lines]
         if not records:
             return []
@@ -154,6 +162,68 @@ class _LogFile:
 
     def close(self) -> None:
         pass
+
+
+class _WindowedLog(_LogFile):
+    """A Claude Code transcript read from where its newest request begins, not from its start.
+
+    Its importer needs a request's lines together and the line it answers (for the start time), nothing
+    earlier; so each poll imports only the lines from the one before the newest request on. Lines before
+    that are final: their malformed lines are counted once."""
+
+    def __init__(self, path: Path, kind: str, settle_s: float, from_end: bool, now: float) -> None:
+        super().__init__(path, kind, settle_s, from_end, now)
+        self.base = 0  # byte offset where the next window starts
+        self.base_line = 0  # lines before it
+
+    def _import(self, window: bytes, whole_file: bool = False) -> tuple[list[TraceRecord], Counter]:
+        stats = SourceStats(str(self.path), self.kind)
+        if whole_file:  # the window is the file itself (a first read): no copy
+            return list(IMPORTERS[self.kind].read(self.path, stats, set())), stats.skipped
+        with tempfile.TemporaryDirectory(prefix="kvprobe-watch-") as tmp:
+            # same folder and file names: the importer takes session and agent names from them
+            scratch = Path(tmp).joinpath(*self.path.parts[-3:])
+            scratch.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_bytes(window)
+            return list(IMPORTERS[self.kind].read(scratch, stats, set())), stats.skipped
+
+    def _read(self, skips: Skips, final: bool) -> list[TraceRecord] | None:
+        try:
+            if self.path.stat().st_size < self.base:  # truncated or rewritten: from the start again
+                self.base = self.base_line = 0
+            with self.path.open("rb") as fh:
+                fh.seek(self.base)
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        window = data[: data.rfind(b"\n") + 1]  # complete lines only
+        if not window:
+            return []
+        records, skipped = self._import(window, whole_file=self.base == 0 and len(window) == len(data))
+        lines = window.count(b"\n")
+        # keep the newest request's lines and the one before them (what it answers) for the next poll
+        keep = lines + 1 if final else max((records[-1].line or 1) - 1, 1) if records else lines
+        cut = _line_start(window, keep)
+        kept = self._import(window[cut:])[1] if cut < len(window) else Counter()
+        for reason, count in (+(skipped - kept)).items():
+            skips.add(reason, str(self.path), count)
+        for rec in records:
+            rec.source, rec.line = str(self.path), (rec.line or 0) + self.base_line
+        self.base += cut
+        self.base_line += keep - 1
+        return records
+
+
+
+def _line_start(data: bytes, line: int) -> int:
+    """Byte offset where line number `line` (from 1) begins; len(data) past the last line."""
+    pos = 0
+    for _ in range(line - 1):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return len(data)
+        pos = nl + 1
+    return pos
 
 
 def _count_lines(path: Path) -> int:
@@ -248,8 +318,11 @@ class Follower:
             self.unknown.add(path)
             return
         from_end = self._from_end and self._first
-        self.files[path] = _TraceFile(path, from_end) if kind == "kvprobe" else \
-            _LogFile(path, kind, self.settle_s, from_end, now)
+        if kind == "kvprobe":
+            self.files[path] = _TraceFile(path, from_end)
+        else:
+            follow = _WindowedLog if kind == "claude_code" else _LogFile
+            self.files[path] = follow(path, kind, self.settle_s, from_end, now)
 
     def poll(self, final: bool = False) -> Batch:
         """New complete requests since the last poll (in start order) and file events.
