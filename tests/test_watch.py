@@ -310,3 +310,28 @@ def test_from_end_on_transcripts_counts_only_new_responses(tmp_path):
     with session.open("a") as fh:
         fh.write(user + answer + tool)
     assert [e.result.sk.id for e in w.step().events] == ["req_Z"]
+
+
+def test_a_growing_transcript_counts_each_malformed_line_once_and_times_requests_by_their_turn(tmp_path):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    path = folder / "s.jsonl"
+    user, answer, tool = _session_lines("s", "msg_A", "req_A", outputs=[20])
+    path.write_text(user + answer)
+    w = Watch([folder])
+    for _ in range(3):  # polls while the file only grows by a cut-off line and more turns
+        w.step()
+    with path.open("a") as fh:
+        fh.write('{"parentUuid": "n2", "type": "assis\n' + tool)
+    for _ in range(3):
+        w.step()
+    second = _session_lines("s", "msg_B", "req_B", outputs=[30])
+    with path.open("a") as fh:
+        fh.write(second[0].replace('"uuid": "n1"', '"uuid": "m1"') + second[1].replace('"parentUuid": "n1"',
+                                                                                     '"parentUuid": "m1"') + tool)
+    events = [e for _ in range(3) for e in w.step().events]
+    assert [e.result.sk.id for e in events] == ["req_B"]
+    assert w.totals.requests == 2
+    assert w.skips.reasons == {"truncated JSON line": 1}
+    # started when the user turn it answers was written (08:00:00), not when its answer was (08:00:03)
+    assert events[0].result.sk.started_at == pytest.approx(1_789_200_000.0)
