@@ -335,3 +335,18 @@ def test_a_growing_transcript_counts_each_malformed_line_once_and_times_requests
     assert w.skips.reasons == {"truncated JSON line": 1}
     # started when the user turn it answers was written (08:00:00), not when its answer was (08:00:03)
     assert events[0].result.sk.started_at == pytest.approx(1_789_200_000.0)
+
+
+def test_a_transcript_deleted_and_written_again_is_read_from_its_start_without_double_counting(tmp_path):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    path = folder / "s.jsonl"
+    first = _session_lines("s", "msg_A", "req_A", outputs=[20])
+    path.write_text("".join(first))
+    w = Watch([folder])
+    assert [e.result.sk.id for e in w.step().events] == ["req_A"]
+    path.unlink()
+    assert [e.kind for e in w.step().file_events] == ["deleted"]
+    second = _session_lines("s", "msg_B", "req_B", outputs=[30])
+    path.write_text("".join(first) + "".join(second))  # longer than before: its old position means nothing
+    assert [e.result.sk.id for e in w.step().events] == ["req_B"] and w.totals.requests == 2

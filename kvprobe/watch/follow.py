@@ -95,6 +95,7 @@ class _LogFile:
         # the file is parsed only once it changes)
         self.start_lines = _count_lines(path) if from_end else 0
         self.parse_on_change = from_end  # nothing of the present content counts: no need to read it now
+        self.identity: tuple[int, int] | None = None  # (device, inode) of the file last read
 
     def _signature(self) -> tuple[int, int, int, int] | None:
         try:
@@ -119,10 +120,18 @@ class _LogFile:
         # a file first seen has been quiet since it was last written (a finished session is not held back)
         age = max(time.time() - sig[3] / 1e9, 0.0) if self.signature is None else 0.0
         self.signature, self.changed_at = sig, now - age
+        if self.identity is not None and sig[:2] != self.identity:
+            self._new_file()
+        self.identity = sig[:2]
         if self.parse_on_change:
             self.parse_on_change = False
             return []
         return self._reread(skips, final)
+
+    def _new_file(self) -> None:
+        """Another file now has this name (rotated, or deleted and written again): ids already counted stay
+        counted, so reading it from its start double-counts nothing."""
+        self.skipped = Counter()
 
     def _read(self, skips: Skips, final: bool) -> list[TraceRecord] | None:
         """Every request of the file (read whole), counting newly malformed lines."""
@@ -175,6 +184,10 @@ class _WindowedLog(_LogFile):
         super().__init__(path, kind, settle_s, from_end, now)
         self.base = 0  # byte offset where the next window starts
         self.base_line = 0  # lines before it
+
+    def _new_file(self) -> None:
+        super()._new_file()
+        self.base = self.base_line = 0
 
     def _import(self, window: bytes, whole_file: bool = False) -> tuple[list[TraceRecord], Counter]:
         stats = SourceStats(str(self.path), self.kind)
