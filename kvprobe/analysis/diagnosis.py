@@ -9,7 +9,8 @@ KINDS = ("prefix_changed", "params_changed", "ttl_expired", "lookback_exceeded",
 
 # Provider-reported miss reasons (Anthropic cache diagnostics) mapped onto our kinds: (kind, path, param).
 # `previous_message_not_found` and `unavailable` name no cause and never become a diagnosis.
-_REASON_KINDS = {"model_changed": ("params_changed", None, "model"), "system_changed": ("prefix_changed", "system", None),
+_REASON_KINDS = {"model_changed": ("params_changed", None, "model"),
+                 "system_changed": ("prefix_changed", "system", None),
                  "tools_changed": ("prefix_changed", "tools", None),
                  "messages_changed": ("prefix_changed", "messages", None),
                  "ttl_expired": ("ttl_expired", None, None), "expired": ("ttl_expired", None, None)}

@@ -140,6 +140,9 @@ def _diagnostics_json(result: ProbeResult, index: int) -> dict:
 def _render_diagnostics(result: ProbeResult) -> None:
     """With --diagnostics: each request against the previous one, as the API and as kvprobe see it."""
     if not any("diagnostics" in o.extra for o in result.outcomes):
+        if result.cases and "diagnostics" in result.cases[0].body:
+            out.print(Text("--diagnostics: the API returned no diagnostics object (not supported there?)",
+                           style="yellow"))
         return
     table = Table(title="Cache diagnostics: each request against the previous one", title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False)

@@ -80,7 +80,8 @@ class CacheDiagnostics:
         level = prev.first_divergence(now)
         if level is not None:
             # what the previous request left cacheable and this one could not read
-            return {"type": f"{level}_changed", "cache_missed_input_tokens": max(prev.cacheable_tokens - read_tokens, 0)}
+            missed = max(prev.cacheable_tokens - read_tokens, 0)
+            return {"type": f"{level}_changed", "cache_missed_input_tokens": missed}
         if prev.params != now.params:
             return {"type": "unavailable"}
         return None
