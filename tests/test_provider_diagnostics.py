@@ -12,6 +12,8 @@ import random
 import anthropic
 import pytest
 
+from conftest import ROOT
+from kvprobe.capture.testing import FakeProvider
 from kvprobe.analysis.reported import Reported, expected_reason, read_reported
 from kvprobe.serve import start_server
 
@@ -186,3 +188,16 @@ def test_a_reason_that_names_no_cause_leaves_kvprobes_inference(tmp_path, cli):
     data = json.loads(cli("report", logs, "--json").output)
     causes = data["requests"][1]["diagnoses"]
     assert causes and all(c["inferred"] for c in causes)  # the prompt grew but the read dropped: inferred
+
+
+def test_run_probe_says_when_the_api_returns_no_diagnostics(cli, monkeypatch):
+    fake = FakeProvider()  # a wire-level stand-in that knows nothing of diagnostics
+    fake.start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-local")
+        result = cli("run-probe", ROOT / "examples" / "public_notes.txt", "--provider", "anthropic", "--base-url",
+                     fake.url, "--diagnostics")
+    finally:
+        fake.stop()
+    assert result.exit_code == 0, result.output
+    assert "the API returned no diagnostics object" in result.output
