@@ -19,7 +19,7 @@ from conftest import ROOT
 
 UV = shutil.which("uv")
 pytestmark = pytest.mark.skipif(UV is None, reason="uv is not installed (the README's commands install it)")
-SCHEMAS = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe")
+SCHEMAS = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch")
 
 
 @pytest.fixture(scope="module")

@@ -350,3 +350,17 @@ def test_a_transcript_deleted_and_written_again_is_read_from_its_start_without_d
     second = _session_lines("s", "msg_B", "req_B", outputs=[30])
     path.write_text("".join(first) + "".join(second))  # longer than before: its old position means nothing
     assert [e.result.sk.id for e in w.step().events] == ["req_B"] and w.totals.requests == 2
+
+
+def test_every_streamed_line_validates_against_the_shipped_schema(cli):
+    from jsonschema import Draft202012Validator
+
+    from kvprobe.schemas import load_schema
+    validator = Draft202012Validator(load_schema("watch"))
+    result = cli("watch", str(ROOT / "traces" / "sample_session.jsonl"), "--json", "--once")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 6
+    for line in lines:
+        validator.validate(line)
+    broken = dict(lines[2], totals={k: v for k, v in lines[2]["totals"].items() if k != "token_hit_ratio"})
+    assert not validator.is_valid(broken)  # the schema pins the running totals

@@ -1,8 +1,8 @@
 """JSON Schemas of kvprobe's stable formats (docs/contracts.md), shipped inside the package.
 
-One file per format: the trace record and the `--json` output of diff, report, gate, compare, usage and
-run-probe. Required keys and their types are pinned; objects stay open (additional properties allowed) so
-that new fields are no breaking change.
+One file per format: the trace record and the `--json` output of diff, report, gate, compare, usage,
+run-probe and watch (one line per request). Required keys and their types are pinned; objects stay open
+(additional properties allowed) so that new fields are no breaking change.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from kvprobe.errors import InputError
 
-NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe")
+NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch")
 
 
 def schema_text(name: str) -> str:
