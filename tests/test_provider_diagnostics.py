@@ -11,10 +11,12 @@ import random
 
 import anthropic
 import pytest
+from jsonschema import Draft202012Validator
 
 from conftest import ROOT
-from kvprobe.capture.testing import FakeProvider
 from kvprobe.analysis.reported import Reported, expected_reason, read_reported
+from kvprobe.capture.testing import FakeProvider
+from kvprobe.schemas import load_schema
 from kvprobe.serve import start_server
 
 MODEL = "claude-opus-5"  # minimum cacheable prefix: 512 tokens (the tiny model's byte tokens)
@@ -137,6 +139,7 @@ def test_run_probe_diagnostics_shows_the_api_verdict_beside_kvprobes(server, doc
     assert reasons[3]["cache_missed_input_tokens"] == sent[2]["usage"]["cache_read_input_tokens"]
     as_json = json.loads(cli("run-probe", document, "--provider", "anthropic", "--model", MODEL, "--base-url",
                              server.base_url, "--diagnostics", "--json").output)
+    Draft202012Validator(load_schema("run-probe")).validate(as_json)  # still the documented shape
     compared = [r["diagnostics_compared"] for r in as_json["requests"]]
     assert [c["api_reason"] for c in compared] == [None, None, "messages_changed", "system_changed"]
     assert all(c["agree"] for c in compared)
