@@ -42,11 +42,13 @@ def watch(
 ) -> None:
     """Follow traces and agent logs as they grow: requests, hit ratio, cost so far, and each miss with its cause.
 
-    New files under a watched folder are picked up; a partly written last line waits for its newline; a
-    rotated, truncated or deleted file never loses or double-counts a request. Ends on Ctrl-C, or with
-    --once, --exit-after N or --idle-timeout S (for scripts and CI).
+    New files in a watched folder are picked up; a half-written last line waits for its newline.
 
-    Example: kvprobe capture --out trace.jsonl -- python agent.py & kvprobe watch trace.jsonl
+    A rotated, truncated or deleted file never loses or double-counts a request.
+
+    Ends on Ctrl-C, or with --once, --exit-after N or --idle-timeout S (for scripts and CI).
+
+    Example: kvprobe watch trace.jsonl   (while `kvprobe capture --out trace.jsonl -- python agent.py` runs)
     """
     with user_errors():
         named = bool(paths)
