@@ -278,7 +278,7 @@ def test_bad_input_exits_2_and_leaves_the_old_output(cli, tmp_path):
                                                                          "response": {"usage": {}}}) + "\n")
     out = tmp_path / "report.html"
     out.write_text("previous report")
-    res = cli("html", bad, "-o", out)
+    res = cli("html", bad, "-o", out, "--force")
     assert res.exit_code == 2 and "t.jsonl:2" in res.output and "started_at" in res.output
     assert "Traceback" not in res.output and out.read_text() == "previous report"
     res = cli("html", SAMPLE, "-o", tmp_path / "missing-dir" / "r.html")

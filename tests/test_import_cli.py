@@ -67,7 +67,7 @@ def test_import_can_scrub_secrets_and_text(cli, tmp_path):
     har.write_text(json.dumps(data))
     assert cli("import", har, "-o", out, "--redact").exit_code == 0
     assert "AKIAIOSFODNN7EXAMPLE" not in out.read_text() and "[REDACTED:aws-id#" in out.read_text()
-    assert cli("import", har, "-o", out, "--hash-only").exit_code == 0
+    assert cli("import", har, "-o", out, "--hash-only", "--force").exit_code == 0
     text = out.read_text()
     assert "deploy with" not in text and "You are terse." not in text
     records = list(read_trace(out))

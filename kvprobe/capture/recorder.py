@@ -58,7 +58,7 @@ class Recorder:
     """Appends one record per model request to a JSONL trace; thread-safe."""
 
     def __init__(self, out: str | Path, *, session: str | None = None, agent: str | None = None,
-                 redact: bool = False, hash_only: bool = False) -> None:
+                 redact: bool = False, hash_only: bool = False, replace: bool = False) -> None:
         self.path = Path(out)
         self.session = session if session is not None else os.environ.get(SESSION_ENV) or None
         self.agent = agent if agent is not None else os.environ.get(AGENT_ENV) or None
@@ -67,7 +67,7 @@ class Recorder:
         self._run = secrets.token_hex(3)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._writer = TraceWriter(self.path)
+        self._writer = TraceWriter(self.path, replace=replace)
         self._closed = False
 
     def close(self) -> None:

@@ -128,6 +128,7 @@ def serve(proxy: CaptureProxy, on_ready: Callable[[CaptureProxy], None], grace: 
 
 
 def make_proxy(out: str, *, session: str | None, agent: str | None, redact: bool, hash_only: bool,
-               upstreams: dict[str, str | None], host: str, port: int, timeout: float) -> CaptureProxy:
-    recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only)
+               upstreams: dict[str, str | None], host: str, port: int, timeout: float,
+               replace: bool = False) -> CaptureProxy:
+    recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace)
     return CaptureProxy(recorder, default_upstreams(upstreams), host=host, port=port, upstream_timeout=timeout)

@@ -9,7 +9,8 @@ import typer
 
 from kvprobe.capture.proxy import CaptureProxy
 from kvprobe.capture.runner import make_proxy, run_command, serve
-from kvprobe.cli.common import err, fail, print_json, user_errors
+from kvprobe.cli.common import Force, err, fail, print_json, user_errors
+from kvprobe.output import check_append_output
 
 # Options end at the command: `kvprobe capture python agent.py --verbose` passes --verbose to the agent.
 CONTEXT = {"allow_interspersed_args": False}
@@ -28,7 +29,8 @@ def capture(
     ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         help="The command to run under the proxy (after --), or 'serve' to run the proxy alone")] = None,
-    out: Annotated[str, typer.Option("--out", "-o", help="Trace file to append to (JSON Lines)")] = "trace.jsonl",
+    output: Annotated[str, typer.Option("--output", "-o", help="Trace file to write (JSON Lines, one line per "
+                                        "request as it ends)")] = "trace.jsonl",
     session: Annotated[str | None, typer.Option("--session", help="Session name for every record "
                                                 "(X-Kvprobe-Session header or KVPROBE_SESSION otherwise)")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Agent name for every record")] = None,
@@ -51,16 +53,21 @@ def capture(
                                                     "progress before a request is cut")] = 600.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary (and, for serve, "
                                            "a JSON line with the proxy's URLs when it is ready)")] = False,
+    append: Annotated[bool, typer.Option("--append", help="Add to an existing trace instead of refusing it")]
+    = False,
+    force: Force = False,
+    out_alias: Annotated[str | None, typer.Option("--out", hidden=True)] = None,
 ) -> None:
     """Record every provider request an agent makes, through a local reverse proxy.
 
     COMMAND runs with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and DEEPSEEK_BASE_URL pointed at the proxy.
-    One trace record per request is appended to --out; kvprobe exits with COMMAND's exit code.
+    One trace record per request is written to --output as it ends (an existing file is refused unless
+    --append or --force); kvprobe exits with COMMAND's exit code.
     API keys and auth headers are never written.
 
-    Example: kvprobe capture --out trace.jsonl --session fix-login -- claude -p "fix the login bug"
+    Example: kvprobe capture -o trace.jsonl --session fix-login -- claude -p "fix the login bug"
 
-    Example: kvprobe capture serve --port 8787 --out trace.jsonl
+    Example: kvprobe capture serve --port 8787 -o trace.jsonl --append
     """
     args = list(command or [])
     if args[:1] == ["serve"] and len(args) > 1:  # `capture serve --port 8787`: options after the word serve
@@ -76,9 +83,12 @@ def capture(
                   markup=False)
     upstreams = {"anthropic": anthropic_upstream, "openai": openai_upstream, "deepseek": deepseek_upstream}
     with user_errors():
+        out = str(out_alias or output)
+        check_append_output(out, force=force, append=append)
         try:
             proxy = make_proxy(out, session=session, agent=agent, redact=redact, hash_only=hash_only,
-                               upstreams=upstreams, host=host, port=port, timeout=upstream_timeout)
+                               upstreams=upstreams, host=host, port=port, timeout=upstream_timeout,
+                               replace=force and not append)
         except ValueError as exc:
             fail(f"field '--*-upstream': {exc}")
         if args == ["serve"]:

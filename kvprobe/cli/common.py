@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
 from rich.console import Console
 
-from kvprobe.errors import KvprobeError
+from kvprobe.errors import InputError, KvprobeError
+from kvprobe.output import check_output
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -35,3 +37,21 @@ def user_errors() -> Iterator[None]:
         fail(str(exc), exc.exit_code)
     except OSError as exc:
         fail(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}", 2)
+
+
+# Every command that writes a file takes `-o/--output` and `--force` and checks them the same way
+# (kvprobe.output.check_output): never an input, never an existing file unless --force.
+Force = Annotated[bool, typer.Option("--force", help="Replace the output file if it already exists")]
+
+
+def output_path(output: str | Path | None, inputs: Iterable[str | Path] = (), *, force: bool = False,
+                alias: str | Path | None = None, alias_name: str = "--out") -> Path:
+    """The checked output path; `alias` is an older spelling of -o/--output (kept hidden)."""
+    if alias is not None:
+        if output is not None and str(output) != str(alias):
+            raise InputError(f"given twice with different values ({output} and {alias_name} {alias})",
+                             field="--output")
+        output = alias
+    if output is None:
+        raise InputError("missing: pass -o/--output FILE", field="--output")
+    return check_output(output, inputs, force=force)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import records_from
@@ -21,6 +21,7 @@ def fix(
     kind: Annotated[list[str] | None, typer.Option("--kind", help=f"Only these fix kinds: {', '.join(APPLY_ORDER)}")] = None,
     price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
+    force: Force = False,
 ) -> None:
     """Apply every fix that pays (or only --kind ones) and write the transformed trace.
 
@@ -28,6 +29,7 @@ def fix(
     reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
     """
     with user_errors():
+        output = output_path(output, [trace, *([price_file] if price_file else [])], force=force)
         unknown = set(kind or ()) - set(APPLY_ORDER)
         if unknown:
             raise InputError(f"unknown fix kind {sorted(unknown)[0]!r}; expected one of {', '.join(APPLY_ORDER)}",

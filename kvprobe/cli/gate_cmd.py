@@ -9,7 +9,7 @@ import orjson
 import typer
 from rich.text import Text
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.compare import load_baseline, summary_of
 from kvprobe.economics.tasks import load_outcomes
 from kvprobe.gate.check import GateResult, run_gate, to_markdown
@@ -80,12 +80,14 @@ def baseline_cmd(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL)")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the baseline JSON")],
     outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL")] = None,
+    force: Force = False,
 ) -> None:
     """Write a baseline (totals and per-task figures) for `gate --baseline` and `compare`.
 
     Example: kvprobe baseline trace.jsonl -o baseline.json
     """
     with user_errors():
+        output = output_path(output, [trace, *([outcomes] if outcomes else [])], force=force)
         report = build_report([trace], fixes=False, outcomes=load_outcomes(outcomes) if outcomes else None)
         write_atomic(output, orjson.dumps(summary_of(report), option=orjson.OPT_INDENT_2) + b"\n")
     out.print(f"wrote baseline of {report.totals['requests']} requests, {len(report.tasks)} tasks to {output}")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
@@ -42,6 +42,7 @@ def html(
     what_if: Annotated[bool, typer.Option("--what-if", help="Compute fixes even on large inputs")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
     json_out: JsonOut = False,
+    force: Force = False,
 ) -> None:
     """Write the report as one self-contained HTML page (no network needed to view it).
 
@@ -55,6 +56,7 @@ def html(
     from kvprobe.render import write_html
 
     with user_errors():
+        output = output_path(output, [*traces, *([price_file] if price_file else [])], force=force)
         fixes = False if no_fixes else (True if what_if else None)
         rep = load_report(traces, session, agent, since, price_file, fixes)
         size = write_html(rep, output, title)

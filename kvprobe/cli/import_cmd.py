@@ -10,7 +10,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kvprobe.capture.redact import scrub
-from kvprobe.cli.common import err, fail, print_json, user_errors
+from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
+from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, auto_workers, discover, load_any
 from kvprobe.trace import write_trace
 
@@ -41,8 +42,8 @@ def report_skips(report: ImportReport, verbose: bool = False) -> None:
 def import_(
     sources: Annotated[list[str], typer.Argument(help="Files or directories: HAR, Claude Code or Codex "
                                                   "JSONL, OTLP JSON spans, LiteLLM logs, kvprobe traces")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Trace file to write (JSON Lines, replaced atomically)")]
-    = "trace.jsonl",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Trace file to write (JSON Lines, written "
+                                         "atomically)")] = Path("trace.jsonl"),
     fmt: Annotated[str | None, typer.Option("--format", help=f"Force one format: {', '.join(FORMATS)}")] = None,
     redact: Annotated[bool, typer.Option("--redact", help="Scrub API keys, tokens and cloud credentials "
                                          "inside request and response bodies")] = False,
@@ -52,6 +53,8 @@ def import_(
                                          "core for inputs over 64 MB)")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print what was read as JSON")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show example skipped lines")] = False,
+    force: Force = False,
+    out_alias: Annotated[Path | None, typer.Option("--out", hidden=True)] = None,
 ) -> None:
     """Convert agent logs and HTTP archives into one kvprobe trace, sorted by start time.
 
@@ -61,18 +64,21 @@ def import_(
     """
     report = ImportReport()
     with user_errors():
-        if Path(out).is_dir():
-            fail(f"{out}: is a directory (expected the trace file to write)")
+        target = output_path(None if out_alias else output, discover(sources), force=force, alias=out_alias)
         with byte_progress(sources, "importing", not json_out) as progress:
             records = list(load_any(sources, fmt=fmt, report=report, progress=progress,
                                     workers=workers if workers > 0 else auto_workers(sources)))
+        if not records:
+            report_skips(report, verbose)
+            raise InputError("no records found: nothing to import (no file written)",
+                             file=", ".join(map(str, sources)))
         records.sort(key=lambda r: (r.started_at is None, r.started_at or 0.0))
         if redact or hash_only:
             for record in records:
                 scrub(record, redact=redact, hash_only=hash_only)
-        written = write_trace(out, records)
+        written = write_trace(target, records)
     if json_out:
-        print_json({"out": out, "written": written, **report.to_json()})
+        print_json({"out": str(target), "written": written, **report.to_json()})
         return
     report_skips(report, verbose)
-    err.print(f"wrote {written:,} records to {out}", markup=False)
+    err.print(f"wrote {written:,} records to {target}", markup=False)

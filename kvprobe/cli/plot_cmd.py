@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.cli.html_cmd import Agent, JsonOut, PriceFile, Session, Since, Title, Traces, load_report
 
 
@@ -17,6 +17,7 @@ def plot(
     title: Title = None,
     scale: Annotated[float, typer.Option("--scale", min=0.5, max=4.0, help="PNG pixels per CSS pixel")] = 2.0,
     json_out: JsonOut = False,
+    force: Force = False,
 ) -> None:
     """Draw the timeline chart of `kvprobe html` as a PNG or SVG image.
 
@@ -32,6 +33,7 @@ def plot(
     from kvprobe.render.page import chart_title
 
     with user_errors():
+        output = output_path(output, [*traces, *([price_file] if price_file else [])], force=force)
         rep = load_report(traces, session, agent, since, price_file, fixes=False)
         width, height = write_chart(rep, output, title=chart_title(rep) if title is None else title, scale=scale)
     info = {"output": str(output), "requests": len(rep.results), "width": width, "height": height,

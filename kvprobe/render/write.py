@@ -1,11 +1,11 @@
 """Write reports to disk atomically: a temp file in the target folder, renamed over the target when complete."""
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from kvprobe.errors import InputError
+from kvprobe.output import write_bytes_atomic
 from kvprobe.render.browser import screenshot
 from kvprobe.render.chart import build_timeline
 from kvprobe.render.page import render_chart_page, render_html
@@ -23,15 +23,7 @@ def _check_target(path: Path, field: str) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, data, 0o644)
 
 
 def write_html(rep: Report, path: Path, title: str | None = None) -> int:

@@ -2,26 +2,28 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
 
+from kvprobe.errors import InputError
+from kvprobe.output import atomic_output, write_bytes_atomic
 from kvprobe.trace.record import TraceRecord
 
 
 class TraceWriter:
     """Appends records to a JSONL file, one write() per line, safe across threads."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, replace: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if replace else 0)
+        self._fd = os.open(self.path, flags, 0o600)
 
     def append(self, record: TraceRecord) -> None:
-        line = memoryview(orjson.dumps(record.to_json()) + b"\n")
+        line = memoryview(_line(record))
         with self._lock:
             while line:  # a short write (signal, nearly full disk) continues where it stopped
                 line = line[os.write(self._fd, line):]
@@ -38,30 +40,23 @@ class TraceWriter:
 
 
 def write_trace(path: str | Path, records: Iterable[TraceRecord]) -> int:
-    """Write a whole trace atomically (temp file + rename): nothing half-written on failure."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    """Write a whole trace atomically (temp file + rename, see kvprobe.output): nothing half-written."""
     count = 0
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            for record in records:
-                fh.write(orjson.dumps(record.to_json()) + b"\n")
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_output(path, 0o600) as fh:
+        for record in records:
+            fh.write(_line(record))
+            count += 1
     return count
+
+
+def _line(record: TraceRecord) -> bytes:
+    try:
+        return orjson.dumps(record.to_json()) + b"\n"
+    except orjson.JSONEncodeError as exc:  # nesting deeper than JSON writers allow, integers beyond 64 bits
+        raise InputError(f"record {record.id!r} cannot be written as JSON: {exc}", file=record.source,
+                         line=record.line) from None
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write a whole file atomically: a reader never sees half of it, a failure leaves the old one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, data)

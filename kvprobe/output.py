@@ -1,0 +1,139 @@
+"""The one convention for files kvprobe writes (traces, baselines, HTML, charts, probe logs).
+
+* `check_output` refuses, before any work is done, an output that is a folder, sits in a missing folder,
+  is one of the command's inputs (`baseline t.jsonl -o t.jsonl` would destroy the trace), or already
+  exists unless the user said `--force`.
+* `atomic_output` writes through a temp file in the target's folder and renames it over the target only
+  when everything was written: a reader never sees half a file, a failure keeps the old one. The temp file
+  is removed on every exit path: an exception, Ctrl-C, SIGTERM (turned into SystemExit while writing), and
+  even SIGKILL, whose leftovers carry the dead writer's pid and are removed by the next write to the same
+  target.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from kvprobe.errors import InputError
+
+_TEMP_TAG = ".kvprobe-"  # .{name}.kvprobe-{pid}-{random}.tmp
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False,
+                 field: str = "--output") -> Path:
+    """Validate where a command will write; InputError (exit 2) before anything is read or written."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError("is a folder; expected a file name", file=str(path), field=field)
+    if not (path.parent if str(path.parent) else Path(".")).is_dir():
+        raise InputError("its folder does not exist", file=str(path), field=field)
+    for source in inputs:
+        source = Path(source)
+        if source.exists() and _same_file(path, source):
+            raise InputError(f"is also an input ({source}); write to another file", file=str(path), field=field)
+    if path.exists() and not force:
+        raise InputError("already exists; pass --force to replace it", file=str(path), field=field)
+    return path
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Temp files of this target left by writers that were killed (SIGKILL, power loss)."""
+    prefix = f".{path.name}{_TEMP_TAG}"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent if str(path.parent) else "."):
+            if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+                continue
+            pid = entry.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While writing, SIGTERM unwinds the stack (so the temp file is removed) instead of killing outright."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):  # someone else handles SIGTERM: leave theirs alone
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file handle whose content replaces `path` only if the block completes."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    _remove_stale_temps(path)
+    tmp = folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    with _sigterm_raises():
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as fh:
+                yield fh
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, mode: int = 0o644) -> None:
+    """Write a whole file atomically (see `atomic_output`)."""
+    with atomic_output(path, mode) as fh:
+        fh.write(data)
+
+
+def check_append_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False,
+                        append: bool = False, field: str = "--output") -> Path:
+    """For writers that stream records as they happen (capture, serve): a new file, `--force` to replace an
+    existing one, or `--append` to add to an existing trace, which must end with a whole line."""
+    path = Path(path)
+    if not (append and path.exists()):
+        if path.exists() and not force:
+            check_output(path, inputs, force=True, field=field)
+            raise InputError("already exists; pass --append to add to it or --force to replace it",
+                             file=str(path), field=field)
+        return check_output(path, inputs, force=force, field=field)
+    check_output(path, inputs, force=True, field=field)
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                raise InputError("does not end with a whole line (cut short?); cannot append to it",
+                                 file=str(path), field=field)
+    return path
