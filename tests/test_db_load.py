@@ -141,10 +141,6 @@ def test_bad_trace_exits_2_and_leaves_the_database_alone(cli, trace, tmp_path):
     assert res.exit_code == 2 and counts(db) == before
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    twin = tmp_path / "twin.jsonl"  # starts like `trace` but differs later: refuse to guess which is right
-    twin.write_text(LINES[0] + LINES[2])
-    res = cli("db", "load", trace, twin, "--db", db)
-    assert res.exit_code == 2 and "two versions of one trace" in res.output and counts(db) == before
     res = cli("db", "load", empty, "--db", db)
     assert res.exit_code == 2 and "empty.jsonl" in res.output and "no records" in res.output
 
@@ -177,3 +173,37 @@ def test_import_kvprobe_does_not_import_pandas_or_duckdb():
     code = "import sys, kvprobe; kvprobe.__version__; print('pandas' in sys.modules, 'duckdb' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_a_different_trace_that_starts_alike_never_replaces_another(cli, trace, tmp_path):
+    """Identity is not the first line alone: other.jsonl shares a.jsonl's first record and nothing else."""
+    db = tmp_path / "k.duckdb"
+    other = tmp_path / "other.jsonl"
+    other.write_text(LINES[0] + LINES[5])  # 2 requests; `trace` holds the first 4
+    first = load(cli, trace, "--db", db)["traces"][0]
+    second = load(cli, other, "--db", db)["traces"][0]
+    assert second["status"] == "loaded" and second["trace_id"] != first["trace_id"]
+    assert counts(db)["requests"] == 4 + 2 and counts(db)["traces"] == 2
+    again = load(cli, trace, other, "--db", db)["traces"]  # both again, in one call: both unchanged
+    assert [t["status"] for t in again] == ["unchanged", "unchanged"]
+    assert [t["trace_id"] for t in again] == [first["trace_id"], second["trace_id"]]
+    fresh = tmp_path / "fresh.duckdb"  # the one-call path agrees: two files, two traces
+    both = load(cli, trace, other, "--db", fresh)["traces"]
+    assert [t["status"] for t in both] == ["loaded", "loaded"] and counts(fresh)["requests"] == 6
+
+
+def test_a_trace_that_moved_and_grew_keeps_its_identity(cli, trace, tmp_path):
+    db = tmp_path / "k.duckdb"
+    first = load(cli, trace, "--db", db)["traces"][0]
+    moved = tmp_path / "archive.jsonl"
+    moved.write_text(trace.read_text() + "".join(LINES[4:]))
+    trace.unlink()
+    again = load(cli, moved, "--db", db)["traces"][0]
+    assert again["status"] == "replaced" and again["trace_id"] == first["trace_id"]
+    assert counts(db)["requests"] == 6 and counts(db)["traces"] == 1
+
+
+def test_the_database_may_not_be_one_of_the_traces(cli, trace, tmp_path):
+    res = cli("db", "load", trace, "-o", trace)
+    assert res.exit_code == 2 and "is also an input" in res.output
+    assert trace.read_text() == "".join(LINES[:4])

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.output import check_output
 from kvprobe.pricing import PriceBook
 
 app = typer.Typer(name="db", help="Load traces into a DuckDB file (see `kvprobe db schema`); query it with "
@@ -23,7 +24,8 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output")
 @app.command("load")
 def load(
     traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL); each is analysed on its own")],
-    db: Db = DEFAULT_DB,
+    db: Annotated[Path, typer.Option("--db", "--output", "-o", envvar="KVPROBE_DB",
+                                     help="DuckDB file to create or update")] = DEFAULT_DB,
     price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-analyse traces whose content is unchanged")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes (faster)")] = False,
@@ -31,15 +33,17 @@ def load(
 ) -> None:
     """Analyse traces and store requests, blocks, diagnoses and fixes in a DuckDB file (created if missing).
 
-    Incremental: a trace is identified by its first record line, so re-loading a file (even one that grew
-    since, or moved) replaces its rows rather than duplicating them; an unchanged file is skipped. All traces
-    are read and checked before the database is written, in one transaction.
+    Incremental: re-loading a file (even one that grew since, or moved) replaces its rows rather than
+    duplicating them; an unchanged file is skipped; a different file that happens to start with the same
+    record is a trace of its own. All traces are read and checked before the database is written, in one
+    transaction.
 
     Example: kvprobe db load traces/*.jsonl --db kvprobe.duckdb
     """
     from kvprobe.db import load_traces
 
     with user_errors():
+        check_output(db, traces, force=True, field="--db")  # updated in place, in one transaction
         results = load_traces(db, traces, prices=PriceBook.from_file(price_file), force=force,
                               fixes=False if no_fixes else None)
     if json_out:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvprobe.analysis.reported import side_by_side
-from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.cli.common import Force, err, out, output_path, print_json, user_errors
 from kvprobe.probe.cases import build_cases, new_run_id, read_document
 from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, estimate, run_probe
 from kvprobe.probe.verdict import usage_of
@@ -21,12 +21,15 @@ def run_probe_cmd(
     provider: Annotated[str, typer.Option("--provider", help="local | anthropic | openai | deepseek")] = "local",
     model: Annotated[str | None, typer.Option("--model", help="Model id (default per provider)")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="API base URL (proxies, compatible APIs)")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="Write one JSONL line per request")] = None,
+    out_file: Annotated[Path | None, typer.Option("--output", "-o", help="Write the requests as a kvprobe trace "
+                                                  "(JSONL, one record per request)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the four requests and their estimated cost")] = False,
     diagnostics: Annotated[bool, typer.Option(
         "--diagnostics", help="Ask the API to compare each request with the previous one (Anthropic cache "
         "diagnostics) and show its verdict beside kvprobe's")] = False,
+    force: Force = False,
+    out_alias: Annotated[Path | None, typer.Option("--out", hidden=True)] = None,
 ) -> None:
     """Send four requests (prepare, confirm, new question, changed beginning) and show what the cache did.
 
@@ -34,6 +37,8 @@ def run_probe_cmd(
     Example: kvprobe run-probe examples/public_notes.txt
     """
     with user_errors():
+        if out_file is not None or out_alias is not None:
+            out_file = output_path(out_file, [document], force=force, alias=out_alias)
         if dry_run:
             _dry_run(document, provider, model, json_out)
             return

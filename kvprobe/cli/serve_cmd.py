@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from kvprobe.cli.common import err, fail, out
+from kvprobe.cli.common import Force, err, fail, out, user_errors
+from kvprobe.output import check_append_output
 
 DEFAULT_EMULATE = "anthropic/claude-sonnet-4-5"
 
@@ -24,14 +25,17 @@ def serve(
                                                 "(implies --cache emulate)")] = None,
     virtual_clock: Annotated[bool, typer.Option("--virtual-clock", help="Let the X-Kvprobe-Clock request "
                                                 "header (epoch seconds) set the time the emulated cache sees")] = False,
-    trace: Annotated[Path | None, typer.Option("--trace", help="Append every answered request to this JSONL "
-                                               "trace (replay it with `kvprobe replay`)")] = None,
+    trace: Annotated[Path | None, typer.Option("--output", "-o", help="Write every answered request to this "
+                                               "JSONL trace (replay it with `kvprobe replay`)")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or auto")] = "float32",
     kv_blocks: Annotated[int | None, typer.Option("--kv-blocks", help="KV cache size in blocks of 16 tokens "
                                                   "(default: sized from the model and memory)")] = None,
     default_max_tokens: Annotated[int, typer.Option("--default-max-tokens", help="Reply limit for OpenAI "
                                                     "requests that set none")] = 256,
+    append: Annotated[bool, typer.Option("--append", help="Add to an existing --output trace")] = False,
+    force: Force = False,
+    trace_alias: Annotated[Path | None, typer.Option("--trace", hidden=True)] = None,
 ) -> None:
     """Serve the bundled local engine over the Anthropic and OpenAI APIs, with prompt-cache usage.
 
@@ -52,11 +56,15 @@ def serve(
         EmulateSpec.parse(emulate or DEFAULT_EMULATE)
     except ValueError as exc:
         fail(str(exc))
+    trace = trace_alias or trace
+    if trace is not None:
+        with user_errors():
+            check_append_output(trace, force=force, append=append)
     err.print(f"loading {model} ...", highlight=False)
     try:
         handle = start_server(model=model, cache=cache, emulate=emulate or DEFAULT_EMULATE, host=host, port=port,
                               clock="virtual" if virtual_clock else "real", device=device, dtype=dtype,
-                              num_blocks=kv_blocks, trace=trace)
+                              num_blocks=kv_blocks, trace=trace, trace_replace=force and not append)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     except OSError as exc:

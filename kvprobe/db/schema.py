@@ -3,9 +3,10 @@
 This table list is the single source of truth: the DDL (with column comments), `kvprobe db schema`, and the
 pandas frames of `kvprobe.load()` are all generated from it. Times are TIMESTAMPTZ (UTC); token counts BIGINT.
 
-Keys: a trace file is identified by `trace_id`, the hash of its first record line, so a file that grows
-(capture appends) or moves keeps its identity; re-loading it replaces that trace's rows instead of adding
-duplicates. Every other table is keyed by (trace_id, request_id, ...).
+Keys: a trace file is identified by `trace_id`, the hash of its first record line (with a suffix when another
+loaded file starts with the same record), kept when the file grows (capture appends) or moves; re-loading it
+replaces that trace's rows instead of adding duplicates. Every other table is keyed by (trace_id,
+request_id, ...).
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def _c(name: str, type_: str, doc: str) -> Column:
     return Column(name, type_, doc)
 
 
-_TRACE = _c("trace_id", "VARCHAR", "the trace file's identity: hash of its first record line")
+_TRACE = _c("trace_id", "VARCHAR", "the trace file's identity: hash of its first record line (suffixed when "
+            "another file starts alike)")
 _REQ = _c("request_id", "VARCHAR", "the record's id (unique within its trace)")
 
 TABLES: tuple[Table, ...] = (

@@ -1,8 +1,10 @@
 """Load analysed traces into a DuckDB file, incrementally, and run SQL over it.
 
 A load reads and analyses every trace first (bad input: the database is not touched), then writes all of
-them in one transaction. A trace already in the database under the same `trace_id` is replaced (or skipped
-when its content is unchanged), so loading a file twice never duplicates a row.
+them in one transaction. A file that is a version of a trace already in the database (same path; same
+content; or the stored file is gone and this one begins with its content: moved and grown) replaces that
+trace's rows, or is skipped when unchanged, so loading a file twice never duplicates a row. Any other file
+is a trace of its own, even when it starts with the same record as another.
 """
 from __future__ import annotations
 
@@ -30,13 +32,14 @@ _CHUNK = 1 << 20
 
 @dataclass(slots=True)
 class TraceFile:
-    """A trace file's identity (first record line) and content hash, read without parsing it."""
+    """A trace file: its first record line's hash (`key`), content hash and size, read without parsing it."""
 
     path: Path  # resolved
     given: str  # as the user named it
-    trace_id: str
+    key: str  # hash of the first record line: what a grown or moved copy of the file still shares
     content_hash: str
     size: int
+    trace_id: str = ""  # assigned by `_assign_ids`: the key, made unique when another file shares it
 
 
 def identify(path: str | Path) -> TraceFile:
@@ -53,6 +56,68 @@ def identify(path: str | Path) -> TraceFile:
     if first is None:
         raise InputError("no records: the trace is empty", file=str(path))
     return TraceFile(path.resolve(), str(path), first, whole.hexdigest(), size)
+
+
+def _prefix_hash(path: Path, size: int) -> str | None:
+    """The content hash of a file's first `size` bytes (None when it is shorter)."""
+    digest, left = xxhash.xxh3_128(), size
+    with path.open("rb") as fh:
+        while left > 0:
+            chunk = fh.read(min(left, _CHUNK))
+            if not chunk:
+                return None
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(slots=True)
+class Stored:
+    """A trace already in the database."""
+
+    trace_id: str
+    path: Path
+    content_hash: str
+    size: int
+
+
+def _same_trace(tf: TraceFile, stored: list[Stored]) -> Stored | None:
+    """The stored trace this file is a version of, if any.
+
+    Same path: the file was re-captured or edited. Same content elsewhere: a copy or a move. A stored trace
+    whose file is gone and whose content this file begins with: it moved and grew (capture appends).
+    Anything else is a different trace, even when it starts with the same record.
+    """
+    for s in stored:
+        if s.path == tf.path:
+            return s
+    for s in stored:
+        if s.content_hash == tf.content_hash:
+            return s
+    for s in stored:
+        if s.trace_id.split("-")[0] == tf.key and not s.path.exists() and s.size < tf.size \
+                and _prefix_hash(tf.path, s.size) == s.content_hash:
+            return s
+    return None
+
+
+def _assign_ids(files: list[TraceFile], stored: list[Stored]) -> dict[str, Stored]:
+    """Give each file its trace_id (kept from the stored trace it is a version of); the matches by id."""
+    taken = {s.trace_id for s in stored}
+    matches: dict[str, Stored] = {}
+    for tf in files:
+        match = _same_trace(tf, stored)
+        if match is not None:
+            tf.trace_id = match.trace_id
+            matches[tf.trace_id] = match
+            continue
+        tf.trace_id = tf.key
+        salt = 0
+        while tf.trace_id in taken:  # another file starts with the same record: tell them apart by path
+            tf.trace_id = f"{tf.key}-{xxhash.xxh3_64_hexdigest(f'{tf.path}#{salt}'.encode())[:8]}"
+            salt += 1
+        taken.add(tf.trace_id)
+    return matches
 
 
 @dataclass(slots=True)
@@ -104,15 +169,16 @@ def connect(db: str | Path, *, read_only: bool = False) -> Iterator[duckdb.DuckD
         con.close()
 
 
-def _existing(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+def _existing(con: duckdb.DuckDBPyConnection) -> list[Stored]:
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     if "kvprobe_meta" not in tables:
-        return {}
+        return []
     row = con.execute("SELECT value FROM kvprobe_meta WHERE key = 'schema_version'").fetchone()
     if row and row[0] != str(SCHEMA_VERSION):
         raise DatabaseError(f"made by kvprobe schema version {row[0]}; this kvprobe writes version "
                             f"{SCHEMA_VERSION}: load into a new file", field="--db")
-    return dict(con.execute("SELECT trace_id, content_hash FROM traces").fetchall())
+    rows = con.execute("SELECT trace_id, path, content_hash, size_bytes FROM traces").fetchall()
+    return [Stored(tid, Path(path), digest, size) for tid, path, digest, size in rows]
 
 
 def _write(con: duckdb.DuckDBPyConnection, a: Analysed, loaded_at: float) -> dict[str, int]:
@@ -137,45 +203,45 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
                 force: bool = False, fixes: bool | None = None) -> list[LoadResult]:
     """Analyse `paths` and store them in the DuckDB file `db` (created if missing). See the module doc."""
     files: list[TraceFile] = []
-    results: list[LoadResult] = []
-    seen: dict[str, TraceFile] = {}
+    duplicates: list[tuple[TraceFile, TraceFile]] = []
+    by_content: dict[str, TraceFile] = {}
     for p in paths:
         tf = identify(p)
-        twin = seen.get(tf.trace_id)
-        if twin is not None and twin.content_hash == tf.content_hash:
-            results.append(LoadResult(tf.given, tf.trace_id, "duplicate", {"same_as": twin.given}))
+        twin = by_content.get(tf.content_hash)
+        if twin is not None:  # the same content named twice (or a copy): load it once
+            duplicates.append((tf, twin))
             continue
-        if twin is not None:
-            raise InputError(f"starts with the same record as {twin.given} but differs after it: two versions of "
-                             "one trace; load one of them", file=str(p))
-        seen[tf.trace_id] = tf
+        by_content[tf.content_hash] = tf
         files.append(tf)
-    known: dict[str, str] = {}
-    if Path(db).is_file() and not force:
+    stored: list[Stored] = []
+    if Path(db).is_file():
         with connect(db, read_only=True) as con:
-            known = _existing(con)
-    todo = [tf for tf in files if force or known.get(tf.trace_id) != tf.content_hash]
+            stored = _existing(con)
+    matches = _assign_ids(files, stored)
+    todo = [tf for tf in files if force or tf.trace_id not in matches
+            or matches[tf.trace_id].content_hash != tf.content_hash or matches[tf.trace_id].path != tf.path]
     analysed = [analyse(tf, prices, fixes) for tf in todo]  # all input checked before the database is touched
     with connect(db) as con:
-        known = _existing(con)
         con.execute("BEGIN TRANSACTION")
         try:
             for stmt in ddl():
                 con.execute(stmt)
             con.execute("INSERT OR REPLACE INTO kvprobe_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
             now = time.time()
-            written = {a.file.trace_id: (a.file.trace_id in known, _write(con, a, now)) for a in analysed}
+            written = {a.file.trace_id: _write(con, a, now) for a in analysed}
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+    results = []
     for tf in files:
         if tf.trace_id in written:
-            replaced, counts = written[tf.trace_id]
-            results.append(LoadResult(tf.given, tf.trace_id, "replaced" if replaced else "loaded", counts))
+            status = "replaced" if tf.trace_id in matches else "loaded"
+            results.append(LoadResult(tf.given, tf.trace_id, status, written[tf.trace_id]))
         else:
             results.append(LoadResult(tf.given, tf.trace_id, "unchanged"))
-    return results
+    return results + [LoadResult(tf.given, twin.trace_id, "duplicate", {"same_as": twin.given})
+                      for tf, twin in duplicates]
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from kvprobe.probe.verdict import Verdict, judge, usage_of
 from kvprobe.request import render_request
 from kvprobe.sim import cache_for
 from kvprobe.tokens import TokenCounter
-from kvprobe.trace import TraceRecord, TraceWriter
+from kvprobe.trace import TraceRecord, write_trace
 from kvprobe.usage import Usage
 
 # How to reach each provider: the key's environment variable and the SDK that speaks its API.
@@ -161,15 +161,15 @@ def run_probe(document: Path, provider: str = "local", model: str | None = None,
     est = estimate(result.cases, provider, model)
     check_length(est, model, document)
     key = api_key(provider, key_prompt)
-    writer = _open_log(out)
+    log: list[TraceRecord] = []
     try:
         with (_local_server(model) if provider == "local" and base_url is None
               else contextlib.nullcontext(base_url)) as url:
             client = _client(provider, url, key, client_options or {})
-            _run_cases(result, client, key, writer, on_outcome, diagnostics)
+            _run_cases(result, client, key, log, on_outcome, diagnostics)
     finally:
-        if writer:
-            writer.close()
+        if out is not None and log:  # whatever ran, written at once (atomically): never a half-written log
+            write_trace(out, log)
     price_provider = "anthropic" if provider == "local" else provider
     book = PriceBook()
     result.costs = [book.cost(price_provider, model, u, None).usd if u else None
@@ -178,15 +178,7 @@ def run_probe(document: Path, provider: str = "local", model: str | None = None,
     return result
 
 
-def _open_log(out: Path | None) -> TraceWriter | None:
-    if out is None:
-        return None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(b"")
-    return TraceWriter(out)
-
-
-def _run_cases(result: ProbeResult, client: Any, key: str | None, writer: TraceWriter | None,
+def _run_cases(result: ProbeResult, client: Any, key: str | None, log: list[TraceRecord],
                on_outcome: Callable[[Outcome], None] | None, diagnostics: bool = False) -> None:
     run = run_anthropic if PROVIDERS[result.provider]["sdk"] == "anthropic" else run_openai
     for i, case in enumerate(result.cases):
@@ -195,8 +187,7 @@ def _run_cases(result: ProbeResult, client: Any, key: str | None, writer: TraceW
             case.body["diagnostics"] = {"previous_message_id": previous}
         outcome = run(client, case.name, case.body, key)
         result.outcomes.append(outcome)
-        if writer:
-            writer.append(_record(result, i, outcome))
+        log.append(_record(result, i, outcome))
         if on_outcome:
             on_outcome(outcome)
         if outcome.error:

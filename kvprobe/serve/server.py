@@ -86,7 +86,7 @@ def start_server(*, model: str = "smollm2-135m-instruct", cache: str = "engine",
                  emulate: str = "anthropic/claude-sonnet-4-5", host: str = "127.0.0.1", port: int = 0,
                  clock: str = "real", device: str = "auto", dtype: str = "float32",
                  num_blocks: int | None = None, block_size: int = 16, seed: int = 0,
-                 default_max_tokens: int = 256, trace: str | Path | None = None,
+                 default_max_tokens: int = 256, trace: str | Path | None = None, trace_replace: bool = False,
                  engine: Any = None, log_level: str = "warning") -> ServerHandle:
     """Load the engine (or use `engine`), start the HTTP server on a background thread, return its handle.
 
@@ -96,7 +96,7 @@ def start_server(*, model: str = "smollm2-135m-instruct", cache: str = "engine",
     every answered request to a JSONL trace. port=0 picks a free port (see `.port` / `.base_url`).
     """
     config = ServeConfig(model, cache, emulate, clock, device, dtype, num_blocks, block_size, seed,
-                         default_max_tokens, trace)
+                         default_max_tokens, trace, trace_replace)
     config.validate()
     sock = _bind(host, port)
     try:

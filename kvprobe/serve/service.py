@@ -119,6 +119,7 @@ class ServeConfig:
     seed: int = 0
     default_max_tokens: int = 256  # OpenAI requests that set no limit
     trace: str | Path | None = None  # append every answered request to this JSONL trace
+    trace_replace: bool = False  # empty that trace first (--force) instead of adding to it
 
     def validate(self) -> EmulateSpec | None:
         if self.cache not in ("engine", "emulate"):
@@ -141,7 +142,7 @@ class ServeState:
         stats = self.loop.call(lambda e: e.stats).result()
         self.kv_tokens = stats.blocks_total * stats.block_size  # the most one request can hold
         self.emulator = CacheEmulator(spec) if spec else None
-        self.trace = TraceWriter(config.trace) if config.trace else None
+        self.trace = TraceWriter(config.trace, replace=config.trace_replace) if config.trace else None
         self.diagnostics = CacheDiagnostics()
         self._ids = itertools.count(1)
         self.started_at = time.time()
