@@ -16,9 +16,12 @@ from typing import Any
 import orjson
 
 from kvprobe.capture.assemble import assemble, decode_body
-from kvprobe.capture.redact import hash_only as hash_only_body, redact_secrets, redact_text
+from kvprobe.capture.redact import HashOnly, hash_error, redact_secrets, redact_text
 from kvprobe.request.detect import infer_provider
+from kvprobe.errors import InputError
 from kvprobe.trace import TraceRecord, TraceWriter
+from kvprobe.trace.writer import line_of
+from kvprobe.trace.validate import response_usage_problem
 
 SESSION_HEADER = "x-kvprobe-session"
 AGENT_HEADER = "x-kvprobe-agent"
@@ -84,17 +87,21 @@ class Recorder:
 
     def record(self, ex: Exchange) -> TraceRecord | None:
         """Build the exchange's record and append it; None when it is not a model request."""
+        line = b""
         try:
             record = build_record(ex, self)
+            if record is not None:
+                line = line_of(record)  # an unwritable body (nested too deep) fails here, before writing
         except Exception as exc:  # never lose a request to a body kvprobe cannot make sense of
             record = _fallback_record(ex, self, exc)
+            line = line_of(record) if record is not None else b""
         with self._lock:
             if record is None:
                 self.stats.not_recorded += 1
                 return None
             self.stats.recorded += 1
             self.stats.errors += record.error is not None
-        self._writer.append(record)
+        self._writer.append_line(line)
         return record
 
 
@@ -102,13 +109,13 @@ def _fallback_record(ex: Exchange, rec: Recorder, exc: Exception) -> TraceRecord
     request = _request_json(ex)
     if request is None:
         return None
-    if rec.hash_only or rec.redact:
+    if rec.hash_only or rec.redact or isinstance(exc, InputError):  # InputError: the body cannot be written
         request = {"model": request.get("model")} if isinstance(request.get("model"), str) else {}
     return TraceRecord(id=rec.next_id(), provider=ex.provider_hint, started_at=ex.started_at, request=request,
                        response={}, session=ex.request_headers.get(SESSION_HEADER) or rec.session,
                        agent=ex.request_headers.get(AGENT_HEADER) or rec.agent, endpoint=ex.path.split("?")[0],
                        first_token_at=ex.first_byte_at, finished_at=ex.finished_at,
-                       error=f"kvprobe could not record this exchange: {type(exc).__name__}: {exc}",
+                       error=redact_text(f"kvprobe could not record this exchange: {type(exc).__name__}: {exc}"),
                        extra={"http_status": ex.status})
 
 
@@ -123,41 +130,56 @@ def _request_json(ex: Exchange) -> dict[str, Any] | None:
 
 
 def _response_part(ex: Exchange) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """The reassembled response, and the provider's error (HTTP status and its message), if any."""
     headers = ex.response_headers
     try:
         body = decode_body(bytes(ex.response_body), headers.get("content-encoding"))
     except (ValueError, Exception) as exc:  # zlib.error on a cut gzip stream
         return None, f"response body could not be decoded: {exc}", False
     result = assemble(body, headers.get("content-type"), ex.status)
-    errors = []
     if ex.status is not None and ex.status >= 400:
-        errors.append(f"HTTP {ex.status}" + (f": {result.error}" if result.error else ""))
-    elif result.error:
-        errors.append(result.error)
-    if ex.transport_error:
-        errors.append(ex.transport_error)
-    return result.response, "; ".join(errors) or None, result.stream
+        return result.response, f"HTTP {ex.status}" + (f": {result.error}" if result.error else ""), result.stream
+    return result.response, result.error, result.stream
+
+
+def _checked_usage(response: dict[str, Any] | None, extra: dict[str, Any]) -> str | None:
+    """Keep a malformed upstream usage out of the record's usage (kept aside, with the reason as error)."""
+    problem = response_usage_problem(response)
+    if problem is None or response is None:
+        return None
+    for key in ("usage", "usageMetadata"):
+        if key in response:
+            extra.setdefault("upstream_invalid_usage", {})[key] = response.pop(key)
+    return f"upstream sent invalid usage: {problem[0]}: {problem[1]}"
+
+
+def _error_text(parts: list[str | None]) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 
 def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
     request = _request_json(ex)
     if request is None:
         return None
-    response, error, stream = _response_part(ex)
+    response, upstream_error, stream = _response_part(ex)
+    extra: dict[str, Any] = {"http_status": ex.status, "stream": stream}
+    usage_error = _checked_usage(response, extra)
     endpoint = ex.path.split("?")[0]
     provider = infer_provider(request, endpoint, response) or ex.provider_hint
     if ex.provider_hint == "deepseek" and provider == "openai":
         provider = "deepseek"
     model = request.get("model") if isinstance(request.get("model"), str) else None
-    if rec.redact:
-        request, response = redact_secrets(request), redact_secrets(response)
-        error = redact_text(error) if error else error
+    upstream_error = redact_text(upstream_error) if upstream_error else None  # keys echoed in errors: always
+    if rec.redact or (ex.status or 0) >= 400:  # an error body can echo a key too
+        request, response = (redact_secrets(request) if rec.redact else request), redact_secrets(response)
     if rec.hash_only:
-        request = hash_only_body(request, provider, model)
-        response = hash_only_body(response, provider, model) if response is not None else None
+        hasher = HashOnly(provider, model)
+        request = hasher.value(request)
+        response = hasher.value(response) if response is not None else None
+        upstream_error = hash_error(upstream_error, hasher)
     if response is None:
         response = {}
-    extra: dict[str, Any] = {"http_status": ex.status, "stream": stream}
+    error = _error_text([upstream_error, usage_error, ex.transport_error])
     kept = {k: ex.request_headers[k] for k in KEPT_REQUEST_HEADERS if k in ex.request_headers}
     if kept:
         extra["request_headers"] = kept

@@ -23,6 +23,8 @@ from kvprobe.tokens import counter_for
 _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("anthropic", re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}")),
     ("openai", re.compile(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
+    # short or masked keys echoed in error messages ("Incorrect API key provided: sk-abc1***")
+    ("key", re.compile(r"\bsk-(?=[A-Za-z0-9_\-*]*\d)[A-Za-z0-9_\-*]{6,}")),
     ("aws-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b")),
     ("aws-cred", re.compile(r"(?i)(aws_secret_access_key|aws_session_token)(\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{20,}")),
     ("google", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
@@ -32,11 +34,17 @@ _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("private-key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
     ("bearer", re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9_\-\.=~+/]{16,}")),
-    ("credential", re.compile(r"(?i)\b(password|passwd|api[_-]?key|secret|token)(\s*[=:]\s*[\"']?)[^\s\"',;]{8,}")),
+    # A value named as a credential (a header echoed in an error, key=... in a URL or log line) is scrubbed
+    # whatever its length or shape: the name says what it is.
+    ("header", re.compile(r"(?i)((?:\b|_)(?:x-api-key|api-key|x-goog-api-key|authorization|proxy-authorization|"
+                          r"cookie|set-cookie)[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
+                          r"([^\s\"',;&]+)")),
+    ("credential", re.compile(r"(?i)((?:\b|_)(?:password|passwd|api[_-]?key|key|secret|token|access[_-]?token)"
+                              r"[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]+)")),
 ]
-_KEEP_GROUPS = {"aws-cred", "bearer", "credential"}  # keep the "name = " part, scrub the value
+_KEEP_GROUPS = {"aws-cred", "bearer", "credential", "header"}  # keep the "name = " part, scrub the value
 _QUICK = re.compile(r"sk-|AKIA|ASIA|AGPA|AIDA|AROA|AIza|gh[pousr]_|github_pat_|xox|_live_|_test_|PRIVATE KEY|eyJ|"
-                    r"(?i:bearer|secret|passw|api.?key|token|aws_)")
+                    r"(?i:bearer|secret|passw|key|token|aws_|authorization|cookie)")
 
 
 def _placeholder(kind: str, secret: str) -> str:
@@ -44,7 +52,12 @@ def _placeholder(kind: str, secret: str) -> str:
 
 
 def _scrub(kind: str, match: re.Match[str]) -> str:
-    if kind in _KEEP_GROUPS:  # keep "password = " / "Bearer ", scrub what follows
+    if kind in ("header", "credential"):  # keep "x-api-key: " / "key=", scrub the value
+        value = match.group(2)
+        if value.startswith("[REDACTED:"):  # already scrubbed by a more specific pattern
+            return match.group(0)
+        return match.group(1) + _placeholder(kind, value)
+    if kind in _KEEP_GROUPS:  # keep "aws_secret_access_key = " / "Bearer ", scrub what follows
         keep = "".join(g or "" for g in match.groups())
         return keep + _placeholder(kind, match.group(0)[len(keep):])
     return _placeholder(kind, match.group(0))
@@ -131,6 +144,20 @@ class HashOnly:
         return value
 
 
+_HTTP_PREFIX = re.compile(r"^HTTP \d{3}\b:?\s*")
+
+
+def hash_error(error: str | None, hasher: HashOnly) -> str | None:
+    """Error text under --hash-only: the status stays readable, the provider's words (which may echo the
+    prompt or a key) become digest symbols like any other text."""
+    if not error:
+        return error
+    match = _HTTP_PREFIX.match(error)
+    keep = match.group(0) if match else ""
+    rest = error[len(keep):]
+    return keep + (hasher.text(rest) if rest else "")
+
+
 def hash_only(body: Any, provider: str | None, model: str | None) -> Any:
     """A request or response body with every text replaced by a same-length-in-tokens digest marker."""
     return HashOnly(provider, model).value(body)
@@ -140,10 +167,11 @@ def scrub(record: Any, *, redact: bool = False, hash_only: bool = False) -> None
     """Apply --redact / --hash-only to a TraceRecord's bodies and error text, in place."""
     if redact:
         record.request, record.response = redact_secrets(record.request), redact_secrets(record.response)
-        record.error = redact_text(record.error) if record.error else record.error
+    record.error = redact_text(record.error) if record.error else record.error  # echoed keys: always
     if hash_only:
         hasher = HashOnly(record.provider, record.model)
         record.request = hasher.value(record.request) if record.request is not None else None
         record.response = hasher.value(record.response) if record.response is not None else None
+        record.error = hash_error(record.error, hasher)
     if redact or hash_only:
         record.extra["capture"] = {"hash_only": hash_only, "redact": redact}

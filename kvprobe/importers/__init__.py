@@ -25,6 +25,7 @@ from kvprobe.errors import InputError
 from kvprobe.importers import claude_code, codex, har, litellm, otel
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
+from kvprobe.trace.validate import response_usage_problem
 
 IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, otel, litellm)}
 FORMATS = ("kvprobe", *IMPORTERS)
@@ -128,8 +129,19 @@ def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Prog
 def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progress: Progress | None,
               strict: bool) -> Iterator[TraceRecord]:
     if kind == "kvprobe":
-        return _read_kvprobe(path, stats, seen, progress, strict)
-    return IMPORTERS[kind].read(path, stats, seen, progress)
+        return _read_kvprobe(path, stats, seen, progress, strict)  # read_trace checks usage itself
+    return _valid_usage(IMPORTERS[kind].read(path, stats, seen, progress), stats)
+
+
+def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
+    """Records whose usage passes the one usage check; the others are counted skips naming the field."""
+    for record in records:
+        problem = response_usage_problem(record.response)
+        if problem is None:
+            yield record
+            continue
+        stats.records -= 1
+        stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
 
 
 def _read_batch(batch: list[tuple[str, str]], strict: bool) -> list[tuple[SourceStats, list[TraceRecord]]]:

@@ -23,7 +23,11 @@ class TraceWriter:
         self._fd = os.open(self.path, flags, 0o600)
 
     def append(self, record: TraceRecord) -> None:
-        line = memoryview(_line(record))
+        self.append_line(_line(record))
+
+    def append_line(self, data: bytes) -> None:
+        """Append one already-serialised record line (from `line_of`)."""
+        line = memoryview(data)
         with self._lock:
             while line:  # a short write (signal, nearly full disk) continues where it stopped
                 line = line[os.write(self._fd, line):]
@@ -47,6 +51,11 @@ def write_trace(path: str | Path, records: Iterable[TraceRecord]) -> int:
             fh.write(_line(record))
             count += 1
     return count
+
+
+def line_of(record: TraceRecord) -> bytes:
+    """One record as its JSON line; InputError when it cannot be written (too deeply nested, huge ints)."""
+    return _line(record)
 
 
 def _line(record: TraceRecord) -> bytes:
