@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import threading
 
@@ -288,3 +289,106 @@ def test_deepseek_mount_records_deepseek_requests(capture, tmp_path):
     thread.stop()
     (record,) = _records(tmp_path / "trace.jsonl")
     assert record.provider == "deepseek" and record.endpoint == "/chat/completions"
+
+
+# --- faults found under load (issue: lose nothing, bill nothing twice) ---
+
+def _post(port: int, body: bytes, fault: str = "") -> bytes:
+    """One raw HTTP/1.1 request on its own connection; returns everything received until the close."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     + (f"x-fake: {fault}\r\n".encode() if fault else b"")
+                     + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        chunks = []
+        while True:
+            try:
+                data = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks)
+
+
+def test_a_request_the_upstream_may_have_read_is_never_sent_twice(capture, fake, tmp_path):
+    proxy, thread = capture()
+    client = _anthropic(proxy)
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES)  # pools a connection
+    with pytest.raises(anthropic.InternalServerError) as info:  # reuses it; the upstream reads, then closes
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                               extra_headers={"x-fake": "close-after-read"})
+    thread.stop()
+    assert info.value.status_code == 502
+    arrived = [r for r in fake.requests if r["headers"].get("x-fake") == "close-after-read"]
+    assert len(arrived) == 1  # one billed call upstream, not two
+    first, second = _records(tmp_path / "trace.jsonl")
+    assert first.error is None and "not resent" in second.error
+
+
+def test_events_received_before_an_upstream_reset_reach_the_client_and_the_record(capture, fake, tmp_path):
+    proxy, thread = capture()
+    body = orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, "stream": True, "messages": MESSAGES})
+
+    def events(port: int, prefix: bytes = b"") -> list[int]:
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            got = list(pool.map(lambda _: _post(port, body, "reset-after=5"), range(20)))
+        return [g.count(b"event: ") for g in got]
+
+    direct = events(fake.port)
+    proxied = events(proxy.port)
+    thread.stop()
+    assert direct == [5] * 20
+    assert proxied == direct  # message_start, content_block_start, ping and two deltas, every time
+    records = _records(tmp_path / "trace.jsonl")
+    assert len(records) == 20
+    for record in records:
+        assert "mid-response" in record.error
+        assert record.usage["cache_read_input_tokens"] == 2048  # from message_start, before the reset
+        assert record.response["content"][0]["text"] == "Hello from"
+
+
+def test_a_response_head_over_64_kb_passes_through(capture, fake, tmp_path):
+    proxy, thread = capture()
+    direct = httpx2.post(fake.url + "/v1/messages", content=orjson.dumps({"model": "m", "max_tokens": 1}),
+                         headers={"x-fake": "big-head=70000"})
+    proxied = _anthropic(proxy).messages.with_raw_response.create(
+        model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES, extra_headers={"x-fake": "big-head=70000"})
+    thread.stop()
+    assert direct.status_code == 200 and proxied.status_code == 200
+    assert len(proxied.headers["x-fake-padding"]) == 70000
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert record.error is None and record.usage["output_tokens"] == DEFAULT_USAGE["output_tokens"]
+
+
+def test_malformed_upstream_usage_is_recorded_as_an_error_not_as_usage(capture, tmp_path, cli):
+    proxy, thread = capture()
+    reply = _anthropic(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                              extra_headers={"x-fake-usage": '{"input_tokens": -5}'})
+    thread.stop()
+    assert reply.usage.input_tokens == -5  # the client gets the upstream's answer unchanged
+    (record,) = _records(tmp_path / "trace.jsonl")  # the trace stays readable (strict reader)
+    assert record.usage is None and "response.usage.input_tokens" in record.error
+    assert record.extra["upstream_invalid_usage"]["usage"]["input_tokens"] == -5
+    gate = cli("gate", tmp_path / "trace.jsonl", "--min-hit-ratio", "0.5")
+    assert gate.exit_code == 3  # no usage to decide on; never a pass
+
+
+def test_error_text_is_scrubbed_of_keys_and_hashed_under_hash_only(fake, tmp_path):
+    """An upstream error that echoes the key (a short one, as a header and as key=...)."""
+    from kvprobe.capture.recorder import Exchange
+    body = orjson.dumps({"type": "error", "error": {"type": "authentication_error",
+                                                    "message": "invalid x-api-key: sk-x9q7 (key=abc123)"}})
+    for options in ({}, {"redact": True}, {"hash_only": True}):
+        out = tmp_path / f"t{len(options)}{'h' if options.get('hash_only') else ''}.jsonl"
+        rec = Recorder(out, **options)
+        rec.record(Exchange("POST", "/v1/messages", {}, orjson.dumps({"model": "claude-sonnet-4-5",
+                            "max_tokens": 5, "messages": MESSAGES}), 1.0, status=401,
+                            response_headers={"content-type": "application/json"}, response_body=bytearray(body)))
+        rec.close()
+        text = out.read_text()
+        assert "sk-x9q7" not in text and "abc123" not in text, options
+        (record,) = _records(out)
+        assert record.error.startswith("HTTP 401")
+        if options.get("hash_only"):
+            assert "invalid" not in record.error and "authentication_error" not in record.error

@@ -33,7 +33,8 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
 DECODABLE = ("gzip", "deflate", "identity")
 READ_SIZE = 65536
 CLIENT_CHECK = 0.25  # seconds between checks that a waiting client is still there
-MAX_HEAD = 65536
+MAX_HEAD = 65536  # a client's request head
+MAX_RESPONSE_HEAD = 1 << 20  # an upstream's response head (SDK clients accept ~100 KB; never refuse less)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,30 @@ def _accept_encoding(value: str | None) -> str:
     return ", ".join(kept) or "identity"
 
 
+class _UpstreamReader(asyncio.StreamReader):
+    """A StreamReader that delivers every byte received before a connection error.
+
+    asyncio's StreamReader raises a stored error before returning bytes still buffered, so a reset right
+    after the upstream's last events dropped them. Here the error is kept in `lost` and the stream simply
+    ends after the last byte received; the caller checks `lost` to tell a reset from a clean close.
+    """
+
+    lost: BaseException | None = None
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.lost = exc
+        self.feed_eof()
+
+
+async def _open(up: "Upstream", context: ssl.SSLContext | None) -> tuple[_UpstreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = _UpstreamReader(limit=MAX_RESPONSE_HEAD, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: protocol, up.host, up.port, ssl=context,
+                                                server_hostname=up.host if context else None)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 class _Pool:
     """Idle keep-alive connections per upstream."""
 
@@ -79,6 +104,8 @@ class _Pool:
 
     async def get(self, up: Upstream) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
         idle = self._idle.get(up)
+        if idle:
+            await asyncio.sleep(0)  # let a close the upstream already sent reach the idle connections
         while idle:
             reader, writer = idle.pop()
             if not reader.at_eof() and not writer.is_closing():
@@ -86,9 +113,7 @@ class _Pool:
             writer.close()
         if up.scheme == "https" and self._ssl is None:
             self._ssl = ssl.create_default_context()
-        reader, writer = await asyncio.open_connection(
-            up.host, up.port, ssl=self._ssl if up.scheme == "https" else None, limit=MAX_HEAD,
-            server_hostname=up.host if up.scheme == "https" else None)
+        reader, writer = await _open(up, self._ssl if up.scheme == "https" else None)
         return reader, writer, False
 
     def put(self, up: Upstream, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
@@ -237,42 +262,43 @@ class CaptureProxy:
     async def _forward(self, ex: Exchange, head: Head, up: Upstream, writer: asyncio.StreamWriter,
                        client: tuple[asyncio.Future, asyncio.StreamReader]) -> bool:
         request = self._upstream_head(head, up, ex.path, ex.request_body) + ex.request_body
-        for attempt in (0, 1):
-            try:
-                ureader, uwriter, reused = await _race(self._pool.get(up), *client[:1], self.timeout, client[1])
-            except (OSError, asyncio.TimeoutError) as exc:
-                ex.transport_error = f"could not connect to {up.host_header}: {exc or type(exc).__name__}"
-                await _simple_response(writer, 502, ex.transport_error)
-                return False
-            except ClientGone:
+        try:
+            ureader, uwriter, reused = await _race(self._pool.get(up), *client[:1], self.timeout, client[1])
+        except (OSError, asyncio.TimeoutError) as exc:
+            ex.transport_error = f"could not connect to {up.host_header}: {exc or type(exc).__name__}"
+            await _simple_response(writer, 502, ex.transport_error)
+            return False
+        except ClientGone:
+            ex.transport_error = "client disconnected before the response began"
+            raise
+        # Once written, a request is never sent again: the upstream may have received it and billed it, and
+        # nothing on the wire tells a closed idle connection from one closed after reading the request.
+        try:
+            uwriter.write(request)
+            raw = await _race(ureader.readuntil(b"\r\n\r\n"), client[0], self.timeout, client[1])
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            uwriter.close()
+            cause = getattr(ureader, "lost", None) or exc
+            ex.transport_error = (f"upstream closed the {'reused ' if reused else ''}connection before "
+                                  f"responding ({type(cause).__name__}); not resent, as it may have "
+                                  "reached the upstream")
+            await _simple_response(writer, 502, ex.transport_error)
+            return False
+        except asyncio.TimeoutError:
+            uwriter.close()
+            ex.transport_error = f"upstream timed out after {self.timeout:g}s before responding"
+            await _simple_response(writer, 504, ex.transport_error)
+            return False
+        except asyncio.LimitOverrunError:
+            uwriter.close()
+            ex.transport_error = "upstream response head too large"
+            await _simple_response(writer, 502, ex.transport_error)
+            return False
+        except BaseException:  # the client left, or capture is stopping: the upstream call is abandoned
+            uwriter.close()
+            if ex.transport_error is None and (client[0].done() or client[1].at_eof()):
                 ex.transport_error = "client disconnected before the response began"
-                raise
-            try:
-                uwriter.write(request)
-                raw = await _race(ureader.readuntil(b"\r\n\r\n"), client[0], self.timeout, client[1])
-                break
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                uwriter.close()
-                if reused and attempt == 0:
-                    continue  # a keep-alive connection the upstream had closed: retry on a fresh one
-                ex.transport_error = f"upstream closed the connection before responding: {exc!r}"
-                await _simple_response(writer, 502, ex.transport_error)
-                return False
-            except asyncio.TimeoutError:
-                uwriter.close()
-                ex.transport_error = f"upstream timed out after {self.timeout:g}s before responding"
-                await _simple_response(writer, 504, ex.transport_error)
-                return False
-            except asyncio.LimitOverrunError:
-                uwriter.close()
-                ex.transport_error = "upstream response head too large"
-                await _simple_response(writer, 502, ex.transport_error)
-                return False
-            except BaseException:  # the client left, or capture is stopping: the upstream call is abandoned
-                uwriter.close()
-                if ex.transport_error is None and (client[0].done() or client[1].at_eof()):
-                    ex.transport_error = "client disconnected before the response began"
-                raise
+            raise
         return await self._relay(ex, raw, (ureader, uwriter), up, writer, client)
 
     async def _relay(self, ex: Exchange, raw_head: bytes, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
@@ -328,6 +354,10 @@ class CaptureProxy:
                 ex.transport_error = "client disconnected before the response ended"
                 return False
             if not data:
+                lost = getattr(ureader, "lost", None)
+                if lost is not None:  # everything received before the error was forwarded and recorded
+                    ex.transport_error = f"upstream connection lost mid-response: {lost!r}"
+                    return False
                 if chunked is None and left is None:
                     return True  # body delimited by the connection closing
                 ex.transport_error = "upstream closed the connection mid-response"

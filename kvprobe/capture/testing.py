@@ -10,6 +10,8 @@ sequences, chunked transfer encoding) and `GET /v1/models`. Per request, an `x-f
     hold-first        send the first event, then wait until `release()` is called
     hold-after=N      the same after N events (combine with reset-after=N: reset once released)
     gzip              gzip-encode a JSON response
+    close-after-read  read the request, then close the connection without answering
+    big-head=N        add a response header of N bytes
 
 and an `x-fake-usage` header (JSON) sets the usage the response reports.
 """
@@ -218,6 +220,8 @@ class FakeProvider:
             req = orjson.loads(body) if body else {}
         except orjson.JSONDecodeError:
             return await self._json(writer, 400, _error_body(path, 400), False)
+        if "close-after-read" in faults:
+            return False
         if "status" in faults:
             status = int(faults["status"])
             return await self._json(writer, status, _error_body(path, status), False)
@@ -229,7 +233,7 @@ class FakeProvider:
                 data = _response_obj(model, "completed", usage)
             else:
                 data = chat_completion(model, usage)
-            return await self._json(writer, 200, data, "gzip" in faults)
+            return await self._json(writer, 200, data, "gzip" in faults, int(faults.get("big-head", 0)))
         if path.endswith("/messages"):
             events = anthropic_events(model, usage)
         elif path.endswith("/responses"):
@@ -239,12 +243,12 @@ class FakeProvider:
             events = chat_chunks(model, usage, include)
         return await self._stream(writer, events, faults)
 
-    async def _json(self, writer: asyncio.StreamWriter, status: int, data: Any, gz: bool) -> bool:
+    async def _json(self, writer: asyncio.StreamWriter, status: int, data: Any, gz: bool, head: int = 0) -> bool:
         body = orjson.dumps(data)
-        extra = ""
+        extra = f"x-fake-padding: {'p' * head}\r\n" if head else ""
         if gz:
             body = gzip.compress(body)
-            extra = "Content-Encoding: gzip\r\n"
+            extra += "Content-Encoding: gzip\r\n"
         writer.write((f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nrequest-id: req_fake\r\n"
                       f"{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body)
         await writer.drain()
