@@ -1,0 +1,185 @@
+"""The one output convention, through the CLI: -o/--output on every writer, never an input, never an
+existing file without --force, written atomically, no temp file left on any exit path."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SAMPLE = ROOT / "traces" / "sample_session.jsonl"
+NOTES = ROOT / "examples" / "public_notes.txt"
+
+
+@pytest.fixture
+def trace(tmp_path) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(SAMPLE.read_bytes())
+    return path
+
+
+# command line for each writer: (name of the output file, args before -o)
+WRITERS = {
+    "fix": ("fixed.jsonl", lambda t: ["fix", t]),
+    "baseline": ("baseline.json", lambda t: ["baseline", t]),
+    "html": ("report.html", lambda t: ["html", t, "--no-fixes"]),
+    "plot": ("timeline.svg", lambda t: ["plot", t]),
+    "import": ("imported.jsonl", lambda t: ["import", t]),
+}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_writer_never_overwrites_its_input(cli, trace, writer):
+    _, args = WRITERS[writer]
+    before = trace.read_bytes()
+    res = cli(*args(trace), "-o", trace)
+    assert res.exit_code == 2 and "is also an input" in res.output, res.output
+    res = cli(*args(trace), "-o", trace, "--force")  # not even when forced
+    assert res.exit_code == 2 and "is also an input" in res.output
+    assert trace.read_bytes() == before
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_writer_replaces_an_existing_file_only_with_force(cli, trace, tmp_path, writer):
+    name, args = WRITERS[writer]
+    target = tmp_path / name
+    target.write_text("precious")
+    res = cli(*args(trace), "--output", target)
+    assert res.exit_code == 2 and "already exists; pass --force" in res.output and "--output" in res.output
+    assert target.read_text() == "precious"
+    res = cli(*args(trace), "--output", target, "--force")
+    assert res.exit_code == 0, res.output
+    assert target.read_text() != "precious" and target.stat().st_size > 200
+    assert _leftovers(tmp_path) == []  # no temp file left behind
+
+
+def test_the_old_output_spellings_still_work_but_are_not_advertised(cli, trace, tmp_path):
+    res = cli("import", trace, "--out", tmp_path / "a.jsonl")
+    assert res.exit_code == 0 and (tmp_path / "a.jsonl").exists()
+    help_text = cli("import", "--help").output
+    assert "--output" in help_text and "--out " not in help_text
+    for command in ("import", "capture", "run-probe", "serve"):
+        assert "--output" in cli(command, "--help").output, command
+    assert "--force" in cli("fix", "--help").output
+
+
+def test_import_of_a_folder_with_no_logs_writes_nothing(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("trace.jsonl").write_bytes(SAMPLE.read_bytes())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    res = cli("import", "logs", "--force")
+    assert res.exit_code == 2 and "no records found" in res.output
+    (logs / "notes.txt").write_text("not a log")  # a file no importer knows (and not even .jsonl)
+    (logs / "junk.jsonl").write_text("{\"hello\": 1}\n")
+    res = cli("import", "logs", "--force")
+    assert res.exit_code == 2 and "no records found" in res.output
+    assert Path("trace.jsonl").read_bytes() == SAMPLE.read_bytes()
+    assert _leftovers(tmp_path) == []
+
+
+def test_capture_refuses_an_existing_trace_unless_told_to_append_or_replace(cli, trace, tmp_path):
+    res = cli("capture", "-o", trace, "--", "true")
+    assert res.exit_code == 2 and "--append" in res.output and "--force" in res.output
+    half = tmp_path / "half.jsonl"
+    half.write_bytes(SAMPLE.read_bytes()[:-20])  # cut mid-line: appending would glue two records
+    res = cli("capture", "-o", half, "--append", "--", "true")
+    assert res.exit_code == 2 and "whole line" in res.output
+
+
+def test_capture_append_adds_to_the_trace_and_force_replaces_it(trace, tmp_path):
+    from kvprobe.capture.testing import FakeProvider
+    from kvprobe.trace import read_trace
+
+    script = tmp_path / "agent.py"
+    script.write_text(textwrap.dedent("""
+        import anthropic
+        anthropic.Anthropic(api_key="k", max_retries=0).messages.create(
+            model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    """))
+    before = len(SAMPLE.read_text().splitlines())
+    fake = FakeProvider()
+    fake.start()
+    try:
+        for flag, expected in (("--append", before + 1), ("--force", 1)):
+            done = subprocess.run([sys.executable, "-m", "kvprobe", "capture", "-o", str(trace), flag,
+                                   "--anthropic-upstream", fake.url, "--", sys.executable, str(script)],
+                                  capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert done.returncode == 0, done.stderr
+            assert len(list(read_trace(trace))) == expected, flag
+    finally:
+        fake.stop()
+
+
+def test_run_probe_and_serve_check_the_output_before_any_work(cli, tmp_path):
+    existing = tmp_path / "probe.jsonl"
+    existing.write_text("keep")
+    res = cli("run-probe", NOTES, "--provider", "anthropic", "-o", existing)
+    assert res.exit_code == 2 and "already exists" in res.output and existing.read_text() == "keep"
+    res = cli("run-probe", NOTES, "-o", NOTES, "--force")
+    assert res.exit_code == 2 and "is also an input" in res.output
+    res = cli("serve", "--model", "no-such-model", "-o", existing)  # refused before the model would load
+    assert res.exit_code == 2 and "already exists" in res.output and "loading" not in res.output
+
+
+WRITE_THEN_WAIT = textwrap.dedent("""
+    import sys
+    from kvprobe.output import atomic_output
+    with atomic_output(sys.argv[1]) as fh:
+        fh.write(b"half of a new file")
+        fh.flush()
+        print("writing", flush=True)
+        sys.stdin.readline()  # killed here
+        fh.write(b" and the rest")
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, sig):
+    target = tmp_path / "out.jsonl"
+    target.write_text("old content\n")
+    proc = subprocess.Popen([sys.executable, "-c", WRITE_THEN_WAIT, str(target)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    assert proc.stdout.readline() == "writing\n"
+    temps = _leftovers(tmp_path)
+    assert len(temps) == 1 and temps[0].startswith(".out.jsonl.")  # the write really was under way
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert target.read_text() == "old content\n"
+    if sig == signal.SIGKILL:  # nothing runs in a killed process: the next write to the target cleans up
+        from kvprobe.output import write_bytes_atomic
+        write_bytes_atomic(target, b"new\n")
+        assert target.read_text() == "new\n"
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_failed_write_removes_its_temp_file_and_keeps_the_old_one(tmp_path):
+    from kvprobe.output import atomic_output
+
+    target = tmp_path / "baseline.json"
+    target.write_text("{}")
+    with pytest.raises(RuntimeError):
+        with atomic_output(target) as fh:
+            fh.write(b"partial")
+            raise RuntimeError("disk full")
+    assert target.read_text() == "{}" and _leftovers(tmp_path) == []
+
+
+def test_fix_writes_a_trace_that_reports(cli, trace, tmp_path):
+    out = tmp_path / "fixed.jsonl"
+    res = cli("fix", trace, "-o", out, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["output"] == str(out)
+    assert cli("report", out, "--json").exit_code == 0
+    assert _leftovers(tmp_path) == []
