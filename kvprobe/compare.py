@@ -57,7 +57,32 @@ def load_baseline(path: Path) -> dict[str, Any]:
     for key in ("totals", "tasks"):
         if not isinstance(data.get(key), dict):
             raise InputError("expected an object", file=str(path), field=key)
+    _check_figures(data["totals"], "totals", path)
+    for name, task in data["tasks"].items():
+        if not isinstance(task, dict):
+            raise InputError("expected an object", file=str(path), field=f"tasks.{name}")
+        _check_figures(task, f"tasks.{name}", path)
+        if task.get("passed") is not None and not isinstance(task["passed"], bool):
+            raise InputError("expected true, false or null", file=str(path), field=f"tasks.{name}.passed")
+        diagnoses = task.get("diagnoses", [])
+        if not isinstance(diagnoses, list) or not all(isinstance(d, str) for d in diagnoses):
+            raise InputError("expected a list of diagnosis kinds", file=str(path), field=f"tasks.{name}.diagnoses")
     return data
+
+
+_FIGURES = (*METRICS, "requests", "input_tokens", "cache_read_tokens", "tasks", "pass_rate",
+            "cost_per_accepted_task_usd", "median_duration_s", "max_task_cost_usd")
+
+
+def _check_figures(row: dict[str, Any], where: str, path: Path) -> None:
+    """Every figure a comparison reads is a finite number of 0 or more, or null."""
+    for key in _FIGURES:
+        value = row.get(key)
+        if value is None or (key == "tasks" and where == "tasks"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
+            raise InputError(f"expected a number of 0 or more (or null), got {str(value)[:40]}", file=str(path),
+                             field=f"{where}.{key}")
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
+from kvprobe.trace.validate import model_problem
 
 
 @dataclass(slots=True)
@@ -61,6 +62,9 @@ def _from_json(path: Path) -> LoadedRequest:
         raise InputError("not a known request format: expected an Anthropic Messages or OpenAI Chat/"
                          "Responses body ('messages' or 'input'), or a kvprobe trace record",
                          file=str(path), field="messages")
+    bad = model_problem(raw, "")
+    if bad is not None:
+        raise InputError(bad[1], file=str(path), field=bad[0].lstrip("."))
     return LoadedRequest(str(path), raw, None, None)
 
 

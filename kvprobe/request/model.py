@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 import xxhash
 
+from kvprobe.errors import InputError
+
 LEVELS = ("tools", "system", "messages")
 
 
@@ -78,7 +80,10 @@ class RenderedRequest:
 
 def canonical_json(value: Any) -> str:
     """Stable text for structured content. Key order is kept: the provider renders what it was sent."""
-    return orjson.dumps(value, default=str).decode()
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except (orjson.JSONEncodeError, TypeError) as exc:  # nested deeper than 255 levels, integers over 64 bits
+        raise InputError(f"content kvprobe cannot render: {exc}") from None
 
 
 def digest(data: str | bytes) -> str:

@@ -11,7 +11,7 @@ import orjson
 from kvprobe.errors import InputError
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
-from kvprobe.trace.validate import response_usage_problem
+from kvprobe.trace.validate import model_problem, response_usage_problem
 
 PROVIDER_NAMES = ("anthropic", "openai", "deepseek", "gemini", "local")
 
@@ -61,9 +61,9 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
         raise InputError("expected the provider response body as an object", **where, field="response")
     if request is None and not (isinstance(response, dict) and ("usage" in response or "usageMetadata" in response)):
         raise InputError("a record needs 'request' or 'response.usage'", **where, field="request")
-    bad_usage = response_usage_problem(response)  # the one usage check (kvprobe.trace.validate)
-    if bad_usage is not None:
-        raise InputError(bad_usage[1], **where, field=bad_usage[0])
+    bad = response_usage_problem(response) or model_problem(request)  # kvprobe.trace.validate
+    if bad is not None:
+        raise InputError(bad[1], **where, field=bad[0])
     provider = _optional_str(raw, "provider", where)
     endpoint = _optional_str(raw, "endpoint", where)
     if provider is not None and provider not in PROVIDER_NAMES:

@@ -67,6 +67,13 @@ def _show(value: float) -> str:
     return text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)"
 
 
+def model_problem(request: Any, path: str = "request") -> tuple[str, str] | None:
+    """A request's model names its price and cache rules: a string, when present."""
+    if isinstance(request, dict) and request.get("model") is not None and not isinstance(request["model"], str):
+        return f"{path}.model", f"expected the model name as a string, got {type(request['model']).__name__}"
+    return None
+
+
 def response_usage_problem(response: Any) -> tuple[str, str] | None:
     """The usage check on a provider response body (`usage`, or Gemini's `usageMetadata`)."""
     if not isinstance(response, dict):

@@ -1,0 +1,196 @@
+"""Hypothesis fuzzing of every reader, through the CLI: whatever the input, an exit code of 0/1/2/3 and a
+message, never a traceback.
+
+Readers: traces (report, gate, usage, fix, baseline, html, diff, compare, import, db load), request bodies
+(diff), baselines (gate --baseline, compare), task outcomes (--outcomes). Mutations favour what broke
+before: negative, huge and non-finite usage, a model that is not a string, lists nested hundreds deep.
+The default run is small; `pytest -m slow` runs many more examples.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from kvprobe.cli import app
+
+SAMPLE_LINES = (ROOT / "traces" / "sample_session.jsonl").read_bytes().splitlines()
+REQUEST_A = (ROOT / "examples" / "request_a.json").read_bytes()
+BASELINE = (ROOT / "examples" / "agent-baseline.json").read_bytes()
+OUTCOMES = [b'{"task": "fix-login-bug", "passed": true, "duration_s": 30}', b'{"task": "t2", "passed": false}']
+NASTY = [-50000, -1, 1e308, 2**63 - 1, 2**64, 10**30, 0.5, -0.0, 1e-300, "12", "", True, None, [], {},
+         "claude-sonnet-4-5", 12345, "2026-09-10T10:00:00Z", "9999-12-31T23:59:59Z", "x" * 300]
+ALLOWED = {0, 1, 2, 3}
+
+
+def _deep(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+leaf = st.sampled_from(NASTY) | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False) \
+    | st.text(max_size=10)
+values = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                          max_size=3), max_leaves=8)
+values = values | st.integers(200, 400).map(_deep)
+
+
+def _spots(value, path=()):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield value, k
+            yield from _spots(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield value, i
+            yield from _spots(v)
+
+
+@st.composite
+def mutated(draw, raw: bytes) -> bytes:
+    """One JSON document with 1-3 values replaced or removed (usage values are picked more often)."""
+    value = orjson.loads(raw)
+    for _ in range(draw(st.integers(1, 3))):
+        spots = list(_spots(value))
+        usage = [s for s in spots if isinstance(s[0], dict) and "tokens" in str(s[1])]
+        pool = usage if usage and draw(st.booleans()) else spots
+        if not pool:
+            break
+        container, key = draw(st.sampled_from(pool))
+        if isinstance(container, dict) and draw(st.integers(0, 4)) == 0:
+            del container[key]
+        else:
+            container[key] = draw(values)
+    return json.dumps(value).encode()  # the stdlib writes what orjson refuses (nesting > 255, ints > 64 bits)
+
+
+@st.composite
+def broken_bytes(draw, raw: bytes) -> bytes:
+    at = draw(st.integers(0, max(len(raw) - 1, 0)))
+    kind = draw(st.sampled_from(["cut", "flip", "insert"]))
+    if kind == "cut":
+        return raw[:at]
+    if kind == "flip":
+        return raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1:]
+    return raw[:at] + draw(st.binary(max_size=6)) + raw[at:]
+
+
+def _lines(lines: list[bytes]) -> st.SearchStrategy[bytes]:
+    one = st.sampled_from(lines)
+    line = st.one_of(one, one.flatmap(mutated), one.flatmap(mutated), one.flatmap(broken_bytes))
+    return st.lists(line, min_size=1, max_size=6).map(lambda ls: b"\n".join(ls) + b"\n")
+
+
+def _document(raw: bytes) -> st.SearchStrategy[bytes]:
+    return st.one_of(mutated(raw), mutated(raw), broken_bytes(raw))
+
+
+def _run(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in ALLOWED, (args, result.exit_code, result.output)
+    if result.exception is not None:
+        assert isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert "Traceback" not in result.output, (args, result.output)
+
+
+def _trace_commands(trace: Path, out: Path) -> list[list[str]]:
+    t = str(trace)
+    return [["report", t, "--json"], ["report", t], ["gate", t, "--min-hit-ratio", "0.5", "--max-cost-usd", "1"],
+            ["usage", t, "--json"], ["fix", t, "-o", str(out / "fixed.jsonl"), "--force"],
+            ["baseline", t, "-o", str(out / "b.json"), "--force"],
+            ["html", t, "-o", str(out / "r.html"), "--force", "--no-fixes"],
+            ["diff", t, str(ROOT / "examples" / "request_b.json"), "--json"],
+            ["import", t, "-o", str(out / "i.jsonl"), "--force"]]
+
+
+def _check_trace(content: bytes, tmp: Path) -> None:
+    trace = tmp / "fuzz.jsonl"
+    trace.write_bytes(content)
+    for args in _trace_commands(trace, tmp):
+        _run(args)
+
+
+def _check_other(kind: str, content: bytes, tmp: Path) -> None:
+    sample = str(ROOT / "traces" / "sample_session.jsonl")
+    if kind == "request":
+        path = tmp / "body.json"
+        path.write_bytes(content)
+        _run(["diff", str(path), str(ROOT / "examples" / "request_b.json"), "--json"])
+        _run(["diff", str(ROOT / "examples" / "request_b.json"), str(path)])
+    elif kind == "baseline":
+        path = tmp / "base.json"
+        path.write_bytes(content)
+        _run(["gate", sample, "--baseline", str(path), "--max-regression", "10%"])
+        _run(["compare", str(path), sample, "--json"])
+    else:
+        path = tmp / "outcomes.jsonl"
+        path.write_bytes(content)
+        _run(["gate", sample, "--outcomes", str(path), "--max-cost-per-task", "1"])
+        _run(["compare", sample, sample, "--outcomes", str(path)])
+
+
+def _fuzz(examples: int, tmp_path_factory) -> dict:
+    return {"max_examples": examples, "deadline": None, "database": None,
+            "suppress_health_check": list(HealthCheck)}
+
+
+@pytest.mark.parametrize("examples", [pytest.param(6, id="default"),
+                                      pytest.param(400, id="soak", marks=pytest.mark.slow)])
+def test_trace_readers_never_crash(examples, tmp_path_factory):
+    @settings(**_fuzz(examples, tmp_path_factory))
+    @given(_lines(SAMPLE_LINES))
+    def run(content):
+        _check_trace(content, tmp_path_factory.mktemp("fuzz"))
+    run()
+
+
+@pytest.mark.parametrize("examples", [pytest.param(4, id="default"),
+                                      pytest.param(300, id="soak", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["request", "baseline", "outcomes"])
+def test_other_readers_never_crash(kind, examples, tmp_path_factory):
+    source = {"request": _document(REQUEST_A), "baseline": _document(BASELINE), "outcomes": _lines(OUTCOMES)}[kind]
+
+    @settings(**_fuzz(examples, tmp_path_factory))
+    @given(source)
+    def run(content):
+        _check_other(kind, content, tmp_path_factory.mktemp("fuzz"))
+    run()
+
+
+@pytest.mark.parametrize("value", [-50000, 1e308, 2**63 - 1, "many"])
+def test_bad_usage_is_exit_2_naming_file_line_and_field(cli, tmp_path, value):
+    """The gate never passes on impossible usage; strict readers say where it is, lenient ones count it."""
+    record = json.loads(SAMPLE_LINES[1])
+    record["response"]["usage"]["cache_read_input_tokens"] = value
+    trace = tmp_path / "bad.jsonl"
+    trace.write_bytes(SAMPLE_LINES[0] + b"\n" + json.dumps(record).encode() + b"\n")
+    for args in (["gate", trace, "--min-hit-ratio", "0.5", "--max-cost-usd", "1"], ["report", trace, "--json"],
+                 ["baseline", trace, "-o", tmp_path / "b.json"]):
+        res = cli(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert "bad.jsonl:2" in res.output and "response.usage.cache_read_input_tokens" in res.output
+    assert not (tmp_path / "b.json").exists()
+    res = cli("usage", trace, "--json")  # lenient: the bad record is a counted skip
+    assert res.exit_code == 0 and json.loads(res.stdout)["import"]["skipped"] == 1
+
+
+def test_a_model_that_is_not_a_string_and_deep_nesting_are_input_errors(cli, tmp_path):
+    record = json.loads(SAMPLE_LINES[0])
+    record["request"]["model"] = 12345
+    trace = tmp_path / "m.jsonl"
+    trace.write_text(json.dumps(record) + "\n")
+    res = cli("report", trace)
+    assert res.exit_code == 2 and "m.jsonl:1" in res.output and "request.model" in res.output
+    record = json.loads(SAMPLE_LINES[0])
+    record["metadata"] = _deep(300)  # an unknown key: kept, but no JSON writer goes that deep
+    trace.write_text(json.dumps(record) + "\n")
+    res = cli("import", trace, "-o", tmp_path / "out.jsonl")
+    assert res.exit_code == 2 and "m.jsonl:1" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out.jsonl").exists()
