@@ -51,7 +51,7 @@ def test_stream_with_include_usage_ends_with_a_usage_chunk_and_done(server, clie
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens_details.cached_tokens > 600
     assert all(c.usage is None for c in chunks[:-1])
     raw = httpx.post(server.base_url + "/v1/chat/completions", timeout=30, json={
-        "model": "m", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).text
+        "model": "gpt-4o", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).text
     assert raw.rstrip().endswith("data: [DONE]") and '"usage"' not in raw
 
 

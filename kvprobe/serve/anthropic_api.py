@@ -1,6 +1,7 @@
 """`POST /v1/messages` and `/v1/messages/count_tokens`: the Anthropic Messages API on the local engine."""
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from kvprobe.request.model import RenderedRequest
 from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
                                    kvprobe_extension, record_trace)
+from kvprobe.serve.validate import check_anthropic, check_model
 
 _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "stop_sequence": "stop_sequence"}
 _ROLES = ("user", "assistant")
@@ -49,8 +51,16 @@ def _common(body: Any) -> RenderedRequest:
         raise invalid(str(exc)) from None
 
 
-def parse_job(state: ServeState, body: Any, request: Request) -> Job:
+def _checked(state: ServeState, body: Any) -> RenderedRequest:
+    """The request rendered, after every check the Messages API makes (kvprobe.serve.validate)."""
     rendered = _common(body)
+    check_anthropic(body, state.context_tokens)
+    check_model(body["model"], "anthropic", state.config.model, state.emulated_model)
+    return rendered
+
+
+def parse_job(state: ServeState, body: Any, request: Request) -> Job:
+    rendered = _checked(state, body)
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise invalid("max_tokens: Field required" if max_tokens is None
@@ -113,7 +123,7 @@ def _final(state: ServeState, job: Job, done: Done) -> dict[str, Any]:
 
 
 async def messages(state: ServeState, body: Any, request: Request) -> Response:
-    job = parse_job(state, body, request)
+    job = await asyncio.to_thread(parse_job, state, body, request)  # tokenizing a long prompt takes a while
     headers = {"request-id": job.request_id}
     if body.get("stream"):
         return StreamingResponse(_events(state, job), media_type="text/event-stream",
@@ -158,6 +168,6 @@ async def _events(state: ServeState, job: Job) -> AsyncIterator[bytes]:
 
 
 async def count_tokens(state: ServeState, body: Any, request: Request) -> Response:
-    rendered = _common(body)
-    prompt = state.prompt(rendered, check_length=False)
-    return JSONResponse({"input_tokens": prompt.num_tokens})
+    def count() -> int:
+        return state.prompt(_checked(state, body), check_length=False).num_tokens
+    return JSONResponse({"input_tokens": await asyncio.to_thread(count)})

@@ -1,6 +1,7 @@
 """The Starlette application: routes, JSON parsing, and errors in the shape of the API that was called."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,10 +29,24 @@ def _api_of(request: Request) -> str:
     return "openai"
 
 
-async def _body(request: Request) -> Any:
-    raw = await request.body()
+TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+
+
+async def _body(request: Request, limit: int) -> Any:
+    """The JSON body, refused by size before it is read whole (413, as the APIs answer) and parsed off the
+    event loop when large, so one huge request never stalls the others."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, TOO_LARGE)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, TOO_LARGE)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
-        return orjson.loads(raw)
+        return orjson.loads(raw) if size < 1 << 20 else await asyncio.to_thread(orjson.loads, raw)
     except orjson.JSONDecodeError as exc:
         raise invalid(f"The request body is not valid JSON: {exc}") from None
 
@@ -40,7 +55,7 @@ def _endpoint(state: ServeState, handler: Handler) -> Callable[[Request], Awaita
     async def endpoint(request: Request) -> Response:
         api = _api_of(request)
         try:
-            response = await handler(state, await _body(request), request)
+            response = await handler(state, await _body(request, state.config.max_body_bytes), request)
             state.requests_served += 1
             return response
         except ApiError as exc:

@@ -1,6 +1,7 @@
 """API errors in each provider's shape and status code, so SDKs raise their usual exception classes."""
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -29,8 +30,11 @@ class ApiError(Exception):
                           "param": self.param, "code": self.code}}
 
     def response(self, api: str, request_id: str | None = None) -> JSONResponse:
+        request_id = request_id or f"req_{secrets.token_hex(12)}"
         body = self.anthropic_body() if api == "anthropic" else self.openai_body()
-        headers = {"request-id": request_id, "x-request-id": request_id} if request_id else None
+        if api == "anthropic":  # the Messages API's error shape carries the request id beside the error
+            body["request_id"] = request_id
+        headers = {"request-id": request_id, "x-request-id": request_id}
         return JSONResponse(body, status_code=self.status, headers=headers)
 
 

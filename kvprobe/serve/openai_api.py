@@ -1,6 +1,7 @@
 """`POST /v1/chat/completions`: the OpenAI Chat Completions API on the local engine."""
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,6 +15,7 @@ from kvprobe.request import render_request
 from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
                                    kvprobe_extension, record_trace)
+from kvprobe.serve.validate import check_model, check_openai
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
@@ -64,6 +66,8 @@ def _validate(body: Any) -> None:
 
 def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     _validate(body)
+    check_openai(body, state.context_tokens)
+    check_model(body["model"], "openai", state.config.model, state.emulated_model)
     emulated = state.emulator.spec.provider if state.emulator else None
     provider = "deepseek" if emulated == "deepseek" else "openai"  # DeepSeek's identity parameters
     try:
@@ -105,7 +109,7 @@ def _final(state: ServeState, job: Job, done: Done) -> dict[str, Any]:
 
 
 async def chat_completions(state: ServeState, body: Any, request: Request) -> Response:
-    job = parse_job(state, body, request)
+    job = await asyncio.to_thread(parse_job, state, body, request)  # tokenizing a long prompt takes a while
     headers = {"x-request-id": job.request_id}
     if body.get("stream"):
         options = body.get("stream_options") or {}

@@ -92,8 +92,22 @@ def chat_messages(blocks: list[Block]) -> list[dict[str, str]]:
             for m in messages]
 
 
-def build_prompt(request: RenderedRequest, tokenizer: Any) -> Prompt:
-    """Token ids of the whole prompt and exact per-block token counts (also set on the blocks)."""
+def max_token_bytes(tokenizer: Any) -> int | None:
+    """The longest token of a byte-level vocabulary, in bytes: a text of n bytes has at least n / this tokens."""
+    backend = getattr(tokenizer, "backend", None)
+    try:
+        return max(len(t) for t in backend.get_vocab(with_added_tokens=True))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def build_prompt(request: RenderedRequest, tokenizer: Any, limit: int | None = None,
+                 max_token_bytes: int | None = None) -> Prompt:
+    """Token ids of the whole prompt and exact per-block token counts (also set on the blocks).
+
+    With `limit`, a prompt longer than `limit` tokens is refused as soon as that is certain: before any
+    tokenizing when its size alone proves it (`max_token_bytes`), else as soon as the count passes it.
+    """
     blocks = request.blocks
     if not blocks:
         raise PromptError("the request has no content to send to the model")
@@ -101,6 +115,10 @@ def build_prompt(request: RenderedRequest, tokenizer: Any) -> Prompt:
         text = tokenizer.render_chat(chat_messages(blocks), add_generation_prompt=True)
     except Exception as exc:  # jinja errors, raise_exception() in templates
         raise PromptError(f"the model's chat template rejected the messages: {exc}") from None
+    if limit is not None and max_token_bytes:
+        least = len(text.encode("utf-8", "surrogatepass")) // max_token_bytes
+        if least > limit:
+            raise PromptError(f"prompt is too long: at least {least} tokens > {limit} maximum")
     pieces = _MARKER.split(text)
     segments = pieces[0::2]
     order = [int(i) for i in pieces[1::2]]
@@ -111,6 +129,8 @@ def build_prompt(request: RenderedRequest, tokenizer: Any) -> Prompt:
     for block, segment in zip(blocks, segments[:-1]):
         seg_ids = tokenizer.encode(segment) if segment else []
         ids += seg_ids
+        if limit is not None and len(ids) > limit:
+            raise PromptError(f"prompt is too long: {len(ids)}+ tokens > {limit} maximum")
         counts.append(len(seg_ids))
         block.tokens, block.tokens_exact = len(seg_ids), True
     tail = tokenizer.encode(segments[-1]) if segments[-1] else []

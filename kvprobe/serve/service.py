@@ -19,7 +19,7 @@ from kvprobe.serve import engine_loop as el
 from kvprobe.serve.diagnostics import CacheDiagnostics
 from kvprobe.serve.emulation import CacheEmulator, EmulateSpec
 from kvprobe.serve.errors import ApiError, invalid
-from kvprobe.serve.prompt import Prompt, PromptError, build_prompt
+from kvprobe.serve.prompt import Prompt, PromptError, build_prompt, max_token_bytes
 from kvprobe.serve.text import TextStream
 from kvprobe.sim import Prediction
 from kvprobe.trace import TraceRecord, TraceWriter
@@ -120,6 +120,7 @@ class ServeConfig:
     default_max_tokens: int = 256  # OpenAI requests that set no limit
     trace: str | Path | None = None  # append every answered request to this JSONL trace
     trace_replace: bool = False  # empty that trace first (--force) instead of adding to it
+    max_body_bytes: int = 32 << 20  # the Messages API's documented request size limit (32 MB)
 
     def validate(self) -> EmulateSpec | None:
         if self.cache not in ("engine", "emulate"):
@@ -137,6 +138,7 @@ class ServeState:
         self.config = config
         self.engine = engine
         self.tokenizer = engine.tokenizer
+        self.max_token_bytes = max_token_bytes(self.tokenizer)
         self.context_tokens = int(engine.model_config.max_position_embeddings)
         self.loop = el.EngineLoop(engine)
         stats = self.loop.call(lambda e: e.stats).result()
@@ -148,6 +150,10 @@ class ServeState:
         self.started_at = time.time()
         self.requests_served = 0
         self.requests_failed = 0
+
+    @property
+    def emulated_model(self) -> str | None:
+        return self.emulator.spec.model if self.emulator else None
 
     @property
     def cache_mode(self) -> str:
@@ -173,7 +179,8 @@ class ServeState:
 
     def prompt(self, rendered: RenderedRequest, check_length: bool = True) -> Prompt:
         try:
-            prompt = build_prompt(rendered, self.tokenizer)
+            prompt = build_prompt(rendered, self.tokenizer, limit=self.context_tokens if check_length else None,
+                                  max_token_bytes=self.max_token_bytes)
         except PromptError as exc:
             raise invalid(str(exc)) from None
         if check_length and prompt.num_tokens > self.context_tokens:
