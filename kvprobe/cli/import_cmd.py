@@ -69,7 +69,8 @@ def import_(
             records = list(load_any(sources, fmt=fmt, report=report, progress=progress,
                                     workers=workers if workers > 0 else auto_workers(sources)))
         if not records:
-            report_skips(report, verbose)
+            if report.sources:  # say what was read and skipped before saying nothing came of it
+                report_skips(report, verbose)
             raise InputError("no records found: nothing to import (no file written)",
                              file=", ".join(map(str, sources)))
         records.sort(key=lambda r: (r.started_at is None, r.started_at or 0.0))
