@@ -6,7 +6,7 @@ requests are reproducible and a committed baseline stays meaningful. Point it at
 endpoint with ANTHROPIC_BASE_URL — `kvprobe capture` does that, in front of `kvprobe serve --emulate ...`.
 
     uv run kvprobe serve --emulate anthropic/claude-opus-5 --port 8089 &
-    uv run kvprobe capture --out trace.jsonl --anthropic-upstream http://127.0.0.1:8089 -- \\
+    uv run kvprobe capture -o trace.jsonl --anthropic-upstream http://127.0.0.1:8089 -- \\
         uv run python examples/agent.py
     uv run kvprobe gate trace.jsonl --baseline examples/agent-baseline.json --max-regression 10%
 
