@@ -25,7 +25,7 @@ def run_agent(base_url: str, trace, bug: str | None = None) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
     if bug:
         env["AGENT_BUG"] = bug
-    return subprocess.run([sys.executable, "-m", "kvprobe", "capture", "--out", str(trace), "--session", "agent-ci",
+    return subprocess.run([sys.executable, "-m", "kvprobe", "capture", "-o", str(trace), "--session", "agent-ci",
                            "--anthropic-upstream", base_url, "--", sys.executable, str(EXAMPLES / "agent.py")],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
@@ -56,6 +56,6 @@ def test_the_agent_passes_its_baseline_and_a_timestamp_fails_it(emulated_api, tm
 
 def test_github_actions_example_runs_the_same_commands():
     workflow = (EXAMPLES / "github-actions.yml").read_text()
-    for command in ("kvprobe serve --emulate anthropic/claude-opus-5", "kvprobe capture --out trace.jsonl",
+    for command in ("kvprobe serve --emulate anthropic/claude-opus-5", "kvprobe capture -o trace.jsonl",
                     "examples/agent.py", "kvprobe gate trace.jsonl --baseline examples/agent-baseline.json"):
         assert command in workflow

@@ -94,7 +94,11 @@ class Recorder:
                 line = line_of(record)  # an unwritable body (nested too deep) fails here, before writing
         except Exception as exc:  # never lose a request to a body kvprobe cannot make sense of
             record = _fallback_record(ex, self, exc)
-            line = line_of(record) if record is not None else b""
+            try:
+                line = line_of(record) if record is not None else b""
+            except InputError as unwritable:  # the request body itself cannot be written: keep its model only
+                record = _fallback_record(ex, self, unwritable)
+                line = line_of(record) if record is not None else b""
         with self._lock:
             if record is None:
                 self.stats.not_recorded += 1

@@ -39,8 +39,9 @@ _SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("header", re.compile(r"(?i)((?:\b|_)(?:x-api-key|api-key|x-goog-api-key|authorization|proxy-authorization|"
                           r"cookie|set-cookie)[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
                           r"([^\s\"',;&]+)")),
-    ("credential", re.compile(r"(?i)((?:\b|_)(?:password|passwd|api[_-]?key|key|secret|token|access[_-]?token)"
+    ("credential", re.compile(r"(?i)((?:\b|_)(?:password|passwd|api[_-]?key|secret|token|access[_-]?token)"
                               r"[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]+)")),
+    ("credential", re.compile(r"(?i)((?:\b|_)key\s*=\s*[\"']?)([^\s\"',;&]+)")),  # ?key=... (Gemini-style)
 ]
 _KEEP_GROUPS = {"aws-cred", "bearer", "credential", "header"}  # keep the "name = " part, scrub the value
 _QUICK = re.compile(r"sk-|AKIA|ASIA|AGPA|AIDA|AROA|AIza|gh[pousr]_|github_pat_|xox|_live_|_test_|PRIVATE KEY|eyJ|"
