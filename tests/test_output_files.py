@@ -97,25 +97,25 @@ def test_capture_refuses_an_existing_trace_unless_told_to_append_or_replace(cli,
     assert res.exit_code == 2 and "whole line" in res.output
 
 
-def test_capture_append_adds_to_the_trace_and_force_replaces_it(trace, tmp_path):
+def test_capture_append_adds_to_the_trace_and_force_replaces_it(cli, trace, tmp_path):
     from kvprobe.capture.testing import FakeProvider
     from kvprobe.trace import read_trace
 
-    script = tmp_path / "agent.py"
+    script = tmp_path / "agent.py"  # one Messages call with the standard library, through the proxy
     script.write_text(textwrap.dedent("""
-        import anthropic
-        anthropic.Anthropic(api_key="k", max_retries=0).messages.create(
-            model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        import json, os, urllib.request
+        body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5,
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        url = os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages"
+        urllib.request.urlopen(urllib.request.Request(url, data=body, headers={"x-api-key": "k"})).read()
     """))
     before = len(SAMPLE.read_text().splitlines())
     fake = FakeProvider()
     fake.start()
     try:
         for flag, expected in (("--append", before + 1), ("--force", 1)):
-            done = subprocess.run([sys.executable, "-m", "kvprobe", "capture", "-o", str(trace), flag,
-                                   "--anthropic-upstream", fake.url, "--", sys.executable, str(script)],
-                                  capture_output=True, text=True, timeout=60, cwd=ROOT)
-            assert done.returncode == 0, done.stderr
+            res = cli("capture", "-o", trace, flag, "--anthropic-upstream", fake.url, "--", sys.executable, script)
+            assert res.exit_code == 0, res.output
             assert len(list(read_trace(trace))) == expected, flag
     finally:
         fake.stop()
