@@ -47,7 +47,7 @@ def test_capture_runs_the_command_against_the_proxy_and_passes_its_exit_code(fak
     out = tmp_path / "trace.jsonl"
     script = tmp_path / "agent.py"
     script.write_text(CHILD)
-    done = _kvprobe("capture", "--out", str(out), "--session", "task-1", "--anthropic-upstream", fake.url,
+    done = _kvprobe("capture", "-o", str(out), "--session", "task-1", "--anthropic-upstream", fake.url,
                     "--openai-upstream", fake.url + "/v1", "--json", "--", sys.executable, str(script), "3")
     assert done.returncode == 3, done.stderr
     summary = json.loads(done.stdout)
@@ -65,7 +65,7 @@ def test_capture_without_a_command_is_a_usage_error(cli):
 
 
 def test_capture_rejects_a_bad_upstream_url(cli, tmp_path):
-    result = cli("capture", "--out", tmp_path / "t.jsonl", "--anthropic-upstream", "ftp://x", "--", "true")
+    result = cli("capture", "-o", tmp_path / "t.jsonl", "--anthropic-upstream", "ftp://x", "--", "true")
     assert result.exit_code == 2 and "--anthropic-upstream" in result.output
 
 
