@@ -42,7 +42,7 @@ values = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dicti
 values = values | st.integers(200, 400).map(_deep)
 
 
-def _spots(value, path=()):
+def _spots(value):
     if isinstance(value, dict):
         for k, v in value.items():
             yield value, k
@@ -136,7 +136,7 @@ def _check_other(kind: str, content: bytes, tmp: Path) -> None:
         _run(["compare", sample, sample, "--outcomes", str(path)])
 
 
-def _fuzz(examples: int, tmp_path_factory) -> dict:
+def _fuzz(examples: int) -> dict:
     return {"max_examples": examples, "deadline": None, "database": None,
             "suppress_health_check": list(HealthCheck)}
 
@@ -144,7 +144,7 @@ def _fuzz(examples: int, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("examples", [pytest.param(6, id="default"),
                                       pytest.param(400, id="soak", marks=pytest.mark.slow)])
 def test_trace_readers_never_crash(examples, tmp_path_factory):
-    @settings(**_fuzz(examples, tmp_path_factory))
+    @settings(**_fuzz(examples))
     @given(_lines(SAMPLE_LINES))
     def run(content):
         _check_trace(content, tmp_path_factory.mktemp("fuzz"))
@@ -157,7 +157,7 @@ def test_trace_readers_never_crash(examples, tmp_path_factory):
 def test_other_readers_never_crash(kind, examples, tmp_path_factory):
     source = {"request": _document(REQUEST_A), "baseline": _document(BASELINE), "outcomes": _lines(OUTCOMES)}[kind]
 
-    @settings(**_fuzz(examples, tmp_path_factory))
+    @settings(**_fuzz(examples))
     @given(source)
     def run(content):
         _check_other(kind, content, tmp_path_factory.mktemp("fuzz"))
