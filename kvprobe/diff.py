@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvprobe.analysis.sizing import SizeBook
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.changes import describe_change
 from kvprobe.request.model import Block, RenderedRequest
@@ -52,6 +53,7 @@ class DiffResult:
     b_tokens: int = 0
     warnings: list[str] = field(default_factory=list)
     tokens_exact: bool = False
+    tokens_source: str = "estimated"  # exact | estimated | anchored (sized on a trace's logged usage)
 
     @property
     def breaks_reuse(self) -> bool:
@@ -75,7 +77,8 @@ class DiffResult:
                 "cache_write_1h_tokens": self.predicted.cache_write_1h_tokens},
             "breakpoints": [{"path": b.path, "ttl": b.ttl, "prefix_tokens": b.prefix_tokens,
                              "reusable": b.reusable} for b in self.breakpoints],
-            "tokens": {"a": self.a_tokens, "b": self.b_tokens, "exact": self.tokens_exact},
+            "tokens": {"a": self.a_tokens, "b": self.b_tokens, "exact": self.tokens_exact,
+                       "source": self.tokens_source},
             "model_known": self.rules.known_model,
             "warnings": self.warnings,
         }
@@ -108,10 +111,7 @@ def _first_change(a: RenderedRequest, b: RenderedRequest, index: int, counter: T
     if ba is not None and bb is not None and ba.kind == bb.kind and ba.meta == bb.meta:
         offset = len(os.path.commonprefix([ba.text, bb.text]))
     before = sum(x.tokens for x in b.blocks[:index])
-    if bb is not None:
-        position = before + counter.tokens_before_offset(bb, offset)
-    else:
-        position = before
+    position = before + (_tokens_before(counter, bb, offset) if bb is not None else 0)
     exact = counter.exact and all(x.tokens_exact for x in b.blocks[: index + 1])
     return FirstChange(
         path=(bb or ba).path, block_index=index, char_offset=offset, token_position=position,  # type: ignore[union-attr]
@@ -119,6 +119,55 @@ def _first_change(a: RenderedRequest, b: RenderedRequest, index: int, counter: T
         a_snippet=_snippet(ba.text, offset) if ba else "", b_snippet=_snippet(bb.text, offset) if bb else "",
         detail=describe_change(a.blocks, b.blocks, index, offset),
         snippet_mark=min(offset, SNIPPET_BEFORE) + (1 if offset > SNIPPET_BEFORE else 0))
+
+
+def _tokens_before(counter: TokenCounter, block: Block, offset: int) -> int:
+    """Tokens of a block before a character offset, in the block's own size (anchored sizes included)."""
+    within = counter.tokens_before_offset(block, offset)
+    estimate = counter.count_block(block)
+    return round(block.tokens * within / estimate) if estimate and block.tokens != estimate else within
+
+
+def _apply_sizes(req: RenderedRequest, book: SizeBook) -> bool:
+    """Sizes a trace's logged usage settled for these blocks; True when any block had one."""
+    found = False
+    for block in req.blocks:
+        tokens = book.by_key.get(block.cache_key, book.by_body.get(block.body_hash))
+        if tokens is not None:
+            block.tokens, found = tokens, True
+    return found
+
+
+def trace_sizes(args: list[str]) -> SizeBook | None:
+    """For `trace.jsonl#ID` arguments: the block sizes `report` gives those records (anchored on the trace's
+    logged usage), from the records up to the last one named. None when no argument names a trace record."""
+    from kvprobe.analysis.simulate import simulate
+    from kvprobe.analysis.sizing import BlockSizer
+    from kvprobe.analysis.skeleton import BlockStore, skeletons
+    from kvprobe.trace import read_trace
+
+    wanted: dict[str, set[str]] = {}
+    for arg in args:
+        name, _, rid = arg.partition("#")
+        if rid and name.endswith((".jsonl", ".ndjson")):
+            wanted.setdefault(name, set()).add(rid)
+    if not wanted:
+        return None
+    book = SizeBook()
+    for name, ids in wanted.items():
+        records, missing = [], set(ids)
+        for rec in read_trace(name, check_duplicates=False):
+            records.append(rec)
+            missing.discard(rec.id)
+            if not missing:
+                break
+        store, sizer = BlockStore(), BlockSizer()
+        simulate(list(skeletons(records, store)), None, store, sizer)
+        part = sizer.book_of(store)
+        book.by_key.update(part.by_key)
+        for body, tokens in part.by_body.items():
+            book.by_body.setdefault(body, tokens)
+    return book
 
 
 def _params_changed(a: RenderedRequest, b: RenderedRequest) -> list[dict[str, Any]]:
@@ -146,13 +195,16 @@ def _predict(a: RenderedRequest, b: RenderedRequest, ra: ModelRules, rb: ModelRu
     return pred
 
 
-def diff_requests(a: RenderedRequest, b: RenderedRequest) -> DiffResult:
-    """Diff two rendered requests (B against A as if A had been sent and cached just before)."""
+def diff_requests(a: RenderedRequest, b: RenderedRequest, sizes: SizeBook | None = None) -> DiffResult:
+    """Diff two rendered requests (B against A as if A had been sent and cached just before).
+
+    sizes: block sizes from a trace (`trace_sizes`), so trace records are diffed on the sizes `report` uses."""
     rb = rules_for(b.provider, b.model)
     ra = rules_for(a.provider, a.model)
     counter = TokenCounter(rb)
     counter.count_request(a)
     counter.count_request(b)
+    anchored = sizes is not None and _apply_sizes(a, sizes) | _apply_sizes(b, sizes)
     common = _common_blocks(a.blocks, b.blocks, "content_hash")
     common_keys = _common_blocks(a.blocks, b.blocks, "cache_key")
     extends = common == len(a.blocks) and len(b.blocks) > len(a.blocks)
@@ -161,11 +213,12 @@ def diff_requests(a: RenderedRequest, b: RenderedRequest) -> DiffResult:
     params = _params_changed(a, b)
     partial = 0
     if first and common_keys == common and first.block_index < len(b.blocks) and first.char_offset:
-        partial = counter.tokens_before_offset(b.blocks[first.block_index], first.char_offset)
+        partial = _tokens_before(counter, b.blocks[first.block_index], first.char_offset)
     pred = _predict(a, b, ra, rb, common_keys, partial)
     cum = cumulative_tokens(b.blocks)
     bps = [BreakpointStatus(b.blocks[i].path, b.blocks[i].breakpoint or "", cum[i], i < common_keys)
            for i in b.breakpoint_indices]
     return DiffResult(b.provider, b.model, rb, identical and not params, extends, first, params, pred, bps,
                       a.total_tokens, b.total_tokens, [*a.warnings, *b.warnings],
-                      all(x.tokens_exact for x in b.blocks))
+                      all(x.tokens_exact for x in b.blocks), "anchored" if anchored else
+                      ("exact" if all(x.tokens_exact for x in b.blocks) else "estimated"))

@@ -10,7 +10,8 @@ from typing import Any
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.analysis.simulate import RequestResult, simulate
-from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
+from kvprobe.analysis.sizing import BlockSizer
+from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
 from kvprobe.economics.attribution import attribute, top_blocks
 from kvprobe.economics.compaction import find_compactions
 from kvprobe.economics.tasks import Outcome, summarize_tasks
@@ -50,10 +51,11 @@ class Report:
     unknown_models: list[str] = field(default_factory=list)
     unpriced_models: list[str] = field(default_factory=list)
     fixes: list[dict[str, Any]] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)  # fixes a chosen one does better than
     with_all_fixes: dict[str, Any] | None = None
     what_if: Any = None  # whatif.evaluate.WhatIf when fixes were computed
     notes: list[str] = field(default_factory=list)
-    blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost, costliest first
+    blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
 
@@ -79,6 +81,7 @@ class Report:
                         "what_to_do": ADVICE.get(m.result.diagnoses[0].kind, "") if m.result.diagnoses else ""}
                        for m in self.misses],
             "fixes": self.fixes,
+            "alternatives": self.alternatives,
             "with_all_fixes": self.with_all_fixes,
             "inputs": [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
                        for name, s in self.stats],
@@ -204,7 +207,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  progress: Callable[[int], None] | None = None, top: int = 10,
                  records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
                  predicted_only: bool = False, outcomes: dict[str, Outcome] | None = None,
-                 top_block_count: int = 10) -> Report:
+                 top_block_count: int | None = None) -> Report:
     """Simulate, diagnose and price the traces at `paths` (or the given records).
 
     fixes: True computes what-if fixes, False skips them, None decides by input size.
@@ -219,12 +222,18 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
         size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
         fixes = size <= FIXES_AUTO_MAX_BYTES
         if not fixes:
-            notes.append(f"what-if fixes skipped for {size / 1e6:,.0f} MB of input (use --what-if to force)")
+            notes.append(f"what-if fixes not computed: {size / 1e6:,.0f} MB of input is "
+                         f"{(size - FIXES_AUTO_MAX_BYTES) / 1e6:,.0f} MB over the {FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB "
+                         "kept in memory for them by default (their time is linear; use --what-if to force)")
     kept: list[TraceRecord] | None = None
     if fixes:
         source = kept = list(source)
-    sks = list(skeletons(source, store, use_observed=not predicted_only))
-    results = simulate(sks, _reread_factory(), store)
+    sks = list(skeletons(source, store))
+    sizer = BlockSizer()
+    results = simulate(sks, _reread_factory(), store, sizer)
+    book = sizer.book_of(store) if kept is not None or predicted_only else None
+    if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
+        results = simulate([without_usage(sk) for sk in sks], _reread_factory(), store, BlockSizer(book))
     price_results(results, prices)
     if filters:
         results = [r for r in results if filters.keep(r)]
@@ -241,16 +250,18 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     rep.compactions = find_compactions(results, prices)
     rep.tasks = summarize_tasks(results, outcomes)
     if kept is not None:
-        _add_fixes(rep, kept, prices)
+        _add_fixes(rep, kept, prices, sks, store, book)
     return rep
 
 
-def _add_fixes(rep: Report, records: list[TraceRecord], prices: PriceBook) -> None:
-    from kvprobe.whatif.evaluate import evaluate  # only what-if needs it
+def _add_fixes(rep: Report, records: list[TraceRecord], prices: PriceBook, sks: list[Skeleton],
+               store: BlockStore, book: Any) -> None:
+    from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    what_if = evaluate(records, prices)
+    what_if = evaluate(records, prices, prepared=Prepared(store, sks, book))
     rep.what_if = what_if
     rep.fixes = [c.to_json() for c in what_if.fixes]
+    rep.alternatives = [c.to_json() for c in what_if.alternatives]
     fixed = summarize(what_if.fixed)
     rep.with_all_fixes = {k: fixed[k] for k in ("requests", "input_tokens", "cache_read_tokens",
                                                  "cache_write_tokens", "fresh_input_tokens", "token_hit_ratio",

@@ -105,9 +105,9 @@ def test_redact_scrubs_secrets_inside_bodies(fake, tmp_path):
     assert content.startswith("my key is [REDACTED:anthropic#") and "password=[REDACTED:credential#" in content
 
 
-def _hash_only_pair(fake, tmp_path):
-    out = tmp_path / "trace.jsonl"
-    http = kvprobe.capture.http_client(out=out, hash_only=True)
+def _hash_only_pair(fake, tmp_path, hash_only=True):
+    out = tmp_path / ("trace.jsonl" if hash_only else "clear.jsonl")
+    http = kvprobe.capture.http_client(out=out, hash_only=hash_only)
     a = anthropic_body()
     b = anthropic_body()
     b["messages"][2]["content"][0]["content"] = "def login(user): check(user)"
@@ -124,9 +124,9 @@ def test_hash_only_keeps_text_out_but_diff_still_finds_the_change(fake, tmp_path
     first, second = read_trace(out)
     assert first.request["system"][0]["cache_control"] == {"type": "ephemeral"}  # structure survives
     assert first.request["tools"][0]["name"] == "read_file"
-    (tmp_path / "a.json").write_text(json.dumps(a))
-    (tmp_path / "b.json").write_text(json.dumps(b))
-    plain = cli("diff", tmp_path / "a.json", tmp_path / "b.json", "--json")
+    clear = list(read_trace(_hash_only_pair(fake, tmp_path, hash_only=False)[0]))
+    # trace records are diffed on the sizes their logged usage settles: compare with the same capture in clear
+    plain = cli("diff", f"{clear[0].source}#{clear[0].id}", f"{clear[1].source}#{clear[1].id}", "--json")
     hashed = cli("diff", f"{out}#{first.id}", f"{out}#{second.id}", "--json")
     assert plain.exit_code == hashed.exit_code == 0, hashed.output
     p, h = json.loads(plain.output), json.loads(hashed.output)

@@ -53,6 +53,10 @@ def test_stabilize_prefix_moves_the_timestamp_and_saves_exactly(cli, tmp_path):
     fixed = [json.loads(line) for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
     assert not fixed[0]["request"]["system"][0]["text"].startswith("Current time")
     assert fixed[3]["request"]["messages"][-1]["content"][-1]["text"] == "Current time: 10:03:00"  # moved, kept
+    # the moved line keeps its size: every request is as long as before, only cached differently
+    sizes_of = [[r["input_tokens"] for r in json.loads(cli("report", f, "--no-fixes", "--json").stdout)["requests"]]
+                for f in (tmp_path / "trace.jsonl", tmp_path / "fixed.jsonl")]
+    assert sizes_of[0] == sizes_of[1]
 
 
 def test_stabilize_prefix_not_proposed_below_the_minimum():
@@ -135,7 +139,7 @@ def siblings(task_words: int) -> list[TraceRecord]:
 
 def test_shared_breakpoint_marks_the_common_prefix_and_staggers_siblings(cli, tmp_path):
     fix = reproduce(cli, tmp_path, siblings(3000), "shared_breakpoint")
-    assert fix["requests"] == ["sub1", "sub2"] and "start sub1, sub2 after sub0" in fix["detail"]
+    assert fix["requests"] == ["sub0", "sub1", "sub2"] and "start sub1, sub2 after sub0" in fix["detail"]
     fixed = [json.loads(line) for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
     assert fixed[1]["started_at"] > fixed[0]["first_token_at"]
 
@@ -156,3 +160,56 @@ def test_report_json_lists_fixes_and_with_all_fixes(cli):
     # one simulation with everything applied, not a sum of savings
     total_saving = w["baseline_predicted"]["input_equivalent_tokens"] - w["input_equivalent_tokens"]
     assert total_saving != pytest.approx(sum(f["saving_input_equivalent_tokens"] for f in data["fixes"]), abs=1)
+
+
+def test_alternatives_for_one_pause_are_not_stacked(cli, tmp_path):
+    """keep_alive and ttl_1h each pay for the same 7-minute pause; together they cost more than keep_alive
+    alone, so only keep_alive is written and ttl_1h is offered as the alternative, with its price."""
+    body = claude()
+    records = [rec("r0", 0, body), rec("r1", 420, body)]
+    _, total = sizes(body)
+    trace = tmp_path / "pause.jsonl"
+    write_trace(trace, records)
+    data = json.loads(cli("report", trace, "--json").stdout)
+    assert [f["kind"] for f in data["fixes"]] == ["keep_alive"]
+    [alt] = data["alternatives"]
+    # ttl_1h alone: r0 writes at 2x instead of 1.25x, r1 reads (0.1x) instead of rewriting (1.25x)
+    assert alt["kind"] == "ttl_1h" and alt["instead_of"] == ["keep_alive"]
+    assert alt["saving_input_equivalent_tokens"] == pytest.approx(total * (1.25 - 2.0 + 1.25 - 0.1), abs=0.2)
+    keep = data["fixes"][0]["saving_input_equivalent_tokens"]
+    assert keep > alt["saving_input_equivalent_tokens"]
+    w = data["with_all_fixes"]
+    assert w["baseline_predicted"]["input_equivalent_tokens"] - w["input_equivalent_tokens"] == pytest.approx(keep, abs=0.2)
+    fixed = tmp_path / "fixed.jsonl"
+    summary = json.loads(cli("fix", trace, "-o", fixed, "--json").stdout)
+    assert [f["kind"] for f in summary["fixes"]] == ["keep_alive"] and summary["alternatives"][0]["kind"] == "ttl_1h"
+    after = json.loads(cli("report", fixed, "--no-fixes", "--json").stdout)["totals"]
+    assert after["input_equivalent_tokens"] == pytest.approx(w["input_equivalent_tokens"], abs=0.2)
+    assert all("ttl" not in str(line.get("request", {}).get("system")) for line in
+               (json.loads(x) for x in fixed.read_text().splitlines()))  # no 1h TTL was written
+
+
+def test_segment_pricing_equals_whole_trace_re_simulation():
+    """Two sessions sending the same prompt at the same time are one segment; a third is on its own. Every
+    candidate's saving, priced on its segments only, is what re-simulating the whole trace gives."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec("a0", 0, claude(turns=1), session="a"),
+               rec("a1", 30, claude(turns=3, tool_choice={"type": "any"}), session="a"),
+               rec("a2", 60, claude(turns=5), session="a"),
+               rec("b0", 15, claude(turns=1), session="b"), rec("b1", 45, claude(turns=3), session="b")]
+    own = claude(system_tokens=2500)
+    records += [rec("c0", 0, own, session="c"), rec("c1", 420, own, session="c"),
+                rec("c2", 450, claude(system_tokens=2500, turns=3), session="c")]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    segments = sorted(sorted(s.ids) for s in pricer.segs.segments)
+    assert segments == [["a0", "a1", "a2", "b0", "b1"], ["c0", "c1", "c2"]]
+    result = evaluate(records, PriceBook())
+    cands = result.fixes + result.alternatives
+    assert sorted(c.kind for c in cands) == ["keep_alive", "stable_params", "ttl_1h"]
+    base = sum(r.input_equivalent for r in pricer.baseline)
+    for cand in cands:
+        whole = base - sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([cand])))
+        assert cand.saving_input_equivalent_tokens == pytest.approx(whole, abs=0.01), cand.kind
+        touched = {i for s in pricer.price([cand]).segments for i in pricer.segs.segments[s].ids}
+        assert touched == ({"a0", "a1", "a2", "b0", "b1"} if cand.kind == "stable_params" else {"c0", "c1", "c2"})

@@ -36,6 +36,10 @@ class Diagnosis:
     invalidates: str | None = None
     missed_tokens: int = 0  # tokens an ideal cache would have read that this request did not
     reported_missed_tokens: int | None = None  # the provider's own estimate (cache_missed_input_tokens)
+    siblings: list[str] | None = None  # concurrent siblings sharing an unreadable prefix (start order)
+    shared_tokens: int | None = None
+    started_within_ms: int | None = None
+    wrote: dict[str, int] | None = None  # cache writes of each sibling
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -57,6 +61,8 @@ class Diagnosis:
             return f"{self.param} changed" if self.param else "parameters changed"
         if self.kind == "ttl_expired":
             return f"TTL expired (+{self.seconds_past:.0f}s)" if self.seconds_past is not None else "TTL expired"
+        if self.kind == "not_yet_readable" and self.siblings:
+            return f"{len(self.siblings)} siblings started together"
         if self.kind == "not_yet_readable":
             return f"started before {self.writer_id} could be read" if self.writer_id else "not yet readable"
         if self.kind == "lookback_exceeded":

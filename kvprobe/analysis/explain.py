@@ -18,9 +18,19 @@ if TYPE_CHECKING:
 Reread = Callable[..., RenderedRequest | None]
 
 
+# Block sizes are anchored on a request's totals, but a split within the total (and any block a fix moved) is
+# an estimate: a shortfall this small is the estimate's error, not evidence of eviction or routing.
+ESTIMATE_ERROR_FRACTION = 0.01
+
+
 def _tol(result: "RequestResult") -> int:
     rules = result.rules
     return int(rules.get("cached_token_step", rules.get("unit_tokens", 0)) or 0)
+
+
+def estimate_noise(result: "RequestResult") -> int:
+    """The most a read can differ from the prediction before calling it unexplained."""
+    return max(_tol(result), round(ESTIMATE_ERROR_FRACTION * result.usage.input_tokens))
 
 
 def _param_changes(a: RenderedRequest, b: RenderedRequest) -> list[Diagnosis]:
@@ -110,7 +120,7 @@ def _mismatch(result: "RequestResult") -> Diagnosis | None:
     if not result.observed or pred is None:
         return None
     obs, exp = result.usage.cache_read_tokens, pred.cache_read_tokens
-    if abs(obs - exp) <= _tol(result):
+    if abs(obs - exp) <= estimate_noise(result):
         return None
     if obs < exp:
         why = "the provider read less than its rules allow (eviction, routing overflow or a provider-side change)"
@@ -136,7 +146,7 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
     mismatch = _mismatch(result)
     if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):
         out.append(mismatch)
-    if not out and short:
+    if not out and short and result.missed_tokens > estimate_noise(result):
         out.append(Diagnosis("unexplained", f"read {result.usage.cache_read_tokens:,} of "
                              f"{result.reusable_tokens:,} reusable tokens and no rule explains it"))
     return out

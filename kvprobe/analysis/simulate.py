@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
-from kvprobe.analysis.explain import explain_miss, explain_usage_only, from_evidence
-from kvprobe.analysis.skeleton import BlockStore, Skeleton
+from kvprobe.analysis.explain import estimate_noise, explain_miss, explain_usage_only, from_evidence
+from kvprobe.analysis.siblings import diagnose_siblings
 from kvprobe.analysis.sizing import BlockSizer
+from kvprobe.analysis.skeleton import BlockStore, Skeleton
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
@@ -80,11 +81,11 @@ class Simulator:
     """Stateful replay: feed skeletons in start order with `step`."""
 
     def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
-                 store: BlockStore | None = None) -> None:
+                 store: BlockStore | None = None, sizer: BlockSizer | None = None) -> None:
         self.caches: dict[str, AnthropicCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
         self.ideal: dict[str, _Ideal] = {}
-        self.sizer = BlockSizer()
+        self.sizer = sizer or BlockSizer()
         self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
         self.previous: dict[tuple[str, str], RequestResult] = {}
         self.reread = reread
@@ -108,7 +109,7 @@ class Simulator:
         ideal_key, ideal_content = _at_least(raw_key, minimum), _at_least(ideal.longest(req, "content_hash"), minimum)
         ideal.add(req, cumulative_tokens(req.blocks))
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
-                                     pred.cache_write_1h_tokens, 1 if sk.extra.get("keep_alive") else 0)
+                                     pred.cache_write_1h_tokens, _output_tokens(sk))
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
                                ideal_content_tokens=ideal_content)
         prev = self.previous.get((sk.session, sk.agent))
@@ -171,6 +172,14 @@ def _below_minimum(pred: Prediction, req: RenderedRequest) -> list[Diagnosis]:
             for e in pred.evidence if e.kind == "below_minimum"][:1]
 
 
+def _output_tokens(sk: Skeleton) -> int:
+    """Output of a predicted request: what the log said (a fix does not change answers), 1 for a keep-alive."""
+    if sk.extra.get("keep_alive"):
+        return 1
+    value = sk.extra.get("output_tokens")
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
 def _at_least(tokens: int, minimum: int) -> int:
     return tokens if tokens >= minimum else 0
 
@@ -196,8 +205,12 @@ def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
 
 
 def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
-             store: BlockStore | None = None) -> list[RequestResult]:
-    """Simulate a whole trace (skeletons in any order: they are replayed by start time)."""
-    sim = Simulator(reread, store)
+             store: BlockStore | None = None, sizer: BlockSizer | None = None) -> list[RequestResult]:
+    """Simulate a whole trace (skeletons in any order: they are replayed by start time).
+
+    sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
+    sim = Simulator(reread, store, sizer)
     ordered = sorted(skeletons, key=lambda s: (s.started_at, s.order))
-    return [sim.step(sk) for sk in ordered]
+    results = [sim.step(sk) for sk in ordered]
+    diagnose_siblings(results, estimate_noise)
+    return results

@@ -1,35 +1,79 @@
-"""Token sizes of blocks, anchored on observed usage where a trace has it.
+"""Token sizes of blocks, anchored on observed usage where a trace has it — one sizing for everything.
 
 A block's size is fixed the first time it appears. When the provider reported a request's total input, the
 blocks new in that request share exactly what the total leaves after the already-sized prefix (consecutive
 totals give the exact size of appended content); otherwise the estimate from `tokens.TokenCounter` is used.
+
+What-if simulations, `fix`, `diff` of trace records and `compare` must price on the same sizes as `report`,
+or every saving inherits the estimator's error. A `SizeBook` holds the sizes one anchored pass settled (by
+chained key, then by block body, so a block moved or re-marked by a fix keeps its size) and the anchored /
+estimated ratio per model for content that is new. A block a fix splits (a changing line moved out of it)
+passes its size on to its parts through the edited record's `size_hints`.
 """
 from __future__ import annotations
 
-from kvprobe.analysis.skeleton import Skeleton
+from dataclasses import dataclass, field
+
+from kvprobe.analysis.skeleton import BlockStore, Skeleton
+from kvprobe.request.model import Block
 from kvprobe.tokens import TokenCounter
 
 _MAX_SCALE, _MIN_SCALE = 3.0, 0.33  # beyond this the observed total is not about these blocks
+CARRIED_KEY = "block_tokens"  # trace-record key: the per-block sizes a written (fixed) trace was priced on
+
+
+@dataclass(slots=True)
+class SizeBook:
+    """Sizes settled by an anchored pass, reused wherever the same content is simulated again."""
+
+    by_key: dict[int, int] = field(default_factory=dict)
+    by_body: dict[int, int] = field(default_factory=dict)
+    scale: dict[tuple[str, str | None], float] = field(default_factory=dict)  # anchored / estimated
+
+    def size(self, block: Block, estimate: int, model: tuple[str, str | None]) -> int:
+        known = self.by_key.get(block.cache_key)
+        if known is None:
+            known = self.by_body.get(block.body_hash)
+        if known is None:
+            known = round(estimate * self.scale.get(model, 1.0))
+        return known
 
 
 class BlockSizer:
-    def __init__(self) -> None:
+    def __init__(self, book: SizeBook | None = None) -> None:
         self._sized: set[int] = set()  # id() of shared blocks already sized
+        self.book = book
+        self._anchored: dict[tuple[str, str | None], list[int]] = {}  # model -> [anchored, estimated]
+        self._by_body: dict[int, tuple[int, bool]] = {}  # body hash -> (tokens, anchored) as first sized
 
     def size(self, sk: Skeleton, counter: TokenCounter) -> str:
-        """Fill the tokens of the request's new blocks; return how: observed | exact | estimated.
+        """Fill the tokens of the request's new blocks; return how: observed | carried | exact | estimated.
 
         With breakpoints, a provider's read + write is the exact size of the prompt through the last
         breakpoint and its fresh count the size after it (template tokens there included), so the two
         segments are anchored separately; otherwise the whole observed input anchors the new blocks.
+        Without usage, sizes come from the record itself (a fixed trace carries them), then the book.
         """
         req = sk.request
         assert req is not None
         overhead = int(counter.rules.get("per_message_overhead_tokens", 0))
+        usage = sk.observed
+        carried = sk.extra.get(CARRIED_KEY)
+        if usage is None and isinstance(carried, list) and len(carried) == len(req.blocks):
+            self._set(req.blocks, carried)
+            return "carried"
+        if usage is None and self.book is not None:
+            model, book = (sk.provider, sk.model), self.book
+            hints = sk.extra.get("size_hints") or {}  # the parts of a block a fix split keep its size
+            for block, raw in zip(req.blocks, sk.raw_tokens):
+                if id(block) not in self._sized:  # shared blocks are sized once
+                    estimate = counter.scale(raw) + (overhead if block.first_in_message else 0)
+                    hinted = hints.get(block.path)
+                    self._set([block], [hinted if hinted is not None else book.size(block, estimate, model)])
+            return "observed" if book.scale else ("exact" if counter.exact else "estimated")
         estimates = [counter.scale(raw) + (overhead if b.first_in_message else 0)
                      for b, raw in zip(req.blocks, sk.raw_tokens)]
         how = "exact" if counter.exact else "estimated"
-        usage = sk.observed
         cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(req.blocks)
         if usage and req.cache_mode != "implicit" and req.breakpoints and usage.cache_read_tokens + usage.cache_write_tokens:
             segments = [(0, cut, usage.cache_read_tokens + usage.cache_write_tokens),
@@ -39,12 +83,26 @@ class BlockSizer:
         else:
             segments = [(0, len(req.blocks), usage.input_tokens if usage else 0)]
         for lo, hi, target in segments:
-            if self._fill(req.blocks[lo:hi], estimates[lo:hi], target):
+            if self._fill(req.blocks[lo:hi], estimates[lo:hi], target, (sk.provider, sk.model)):
                 how = "observed"
         return how
 
-    def _fill(self, blocks: list, estimates: list[int], target: int) -> bool:
-        """Size the unsized blocks of one segment; True when anchored on the observed target."""
+    def _set(self, blocks: list[Block], sizes: list[int]) -> None:
+        for block, tokens in zip(blocks, sizes):
+            if id(block) not in self._sized:
+                block.tokens, block.tokens_exact = int(tokens), True  # as anchored or as carried
+                self._sized.add(id(block))
+
+    def _fill(self, blocks: list, estimates: list[int], target: int, model: tuple[str, str | None]) -> bool:
+        """Size the unsized blocks of one segment; True when anchored on the observed target.
+
+        A block whose content was sized before (moved: a tool inserted before it changes its chained key, not
+        its body) keeps that size, so only content never seen shares what the total leaves."""
+        for block in blocks:
+            known = self._by_body.get(block.body_hash) if id(block) not in self._sized else None
+            if known is not None:
+                block.tokens, block.tokens_exact = known
+                self._sized.add(id(block))
         new = [(b, e) for b, e in zip(blocks, estimates) if id(b) not in self._sized]
         anchored = sum(b.tokens for b in blocks if id(b) in self._sized)
         sizes = [e for _, e in new]
@@ -52,11 +110,23 @@ class BlockSizer:
         used = False
         if target and est_total and target > anchored and _MIN_SCALE <= (target - anchored) / est_total <= _MAX_SCALE:
             sizes, used = _scaled(sizes, target - anchored), True
+            totals = self._anchored.setdefault(model, [0, 0])
+            totals[0] += target - anchored
+            totals[1] += est_total
         for (block, _), tokens in zip(new, sizes):
             block.tokens = tokens
             block.tokens_exact = used
             self._sized.add(id(block))
+            self._by_body.setdefault(block.body_hash, (tokens, used))
         return used
+
+    def book_of(self, store: BlockStore) -> SizeBook:
+        """The sizes this pass settled, for simulations of the same content (what-if, fix, diff)."""
+        book = SizeBook(scale={m: a / e for m, (a, e) in self._anchored.items() if e})
+        for key, block in store.blocks.items():
+            book.by_key[key] = block.tokens
+            book.by_body.setdefault(block.body_hash, block.tokens)
+        return book
 
 
 def _scaled(estimates: list[int], target: int) -> list[int]:

@@ -54,6 +54,7 @@ class BlockStore:
 
     blocks: dict[int, Block] = field(default_factory=dict)
     raw: dict[int, int] = field(default_factory=dict)  # cache_key -> raw token count
+    raw_by_body: dict[int, int] = field(default_factory=dict)  # a moved block (new key, same body): counted once
     counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
 
     def counter(self, provider: str, model: str | None) -> TokenCounter:
@@ -67,7 +68,10 @@ class BlockStore:
         for block in req.blocks:
             known = self.blocks.get(block.cache_key)
             if known is None:
-                raw = counter.raw_count(block.text) + (counter.raw_count(block.meta) if block.meta else 0)
+                raw = self.raw_by_body.get(block.body_hash)
+                if raw is None:
+                    raw = counter.raw_count(block.text) + (counter.raw_count(block.meta) if block.meta else 0)
+                    self.raw_by_body[block.body_hash] = raw
                 block.text = block.meta = ""  # the text is not needed again here; memory stays flat
                 self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw
                 known = block
@@ -105,6 +109,20 @@ def _miss_reason(response: dict | None) -> Reported | None:
     return None if reported.missed_tokens == 0 else reported  # diverged after all it could have read
 
 
+# Record keys a skeleton keeps: task outcome, keep-alive pings, and what a written (fixed) trace carries in
+# place of logged usage: the block sizes it was priced on and the output tokens of the original request
+# (and, inside the what-if only, the sizes of the parts of a block a fix split, by path).
+_CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints")
+
+
+def without_usage(sk: Skeleton) -> Skeleton:
+    """The request as a simulation sees it when its input usage is to be predicted: the logged output kept."""
+    extra = dict(sk.extra)
+    if sk.observed is not None:
+        extra.setdefault("output_tokens", sk.observed.output_tokens)
+    return replace(sk, observed=None, extra=extra)
+
+
 def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
     """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
     last_start = 0.0
@@ -118,7 +136,11 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
             provider = req.provider
             raw = store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + _READABLE_EPSILON
-        observed = normalize_usage(provider, rec.usage) if use_observed else None
+        logged = normalize_usage(provider, rec.usage)
+        observed = logged if use_observed else None
+        kept = {k: rec.extra[k] for k in _CARRIED if k in rec.extra}
+        if logged is not None and not use_observed:
+            kept.setdefault("output_tokens", logged.output_tokens)
         reported = _miss_reason(rec.response)
         if observed is not None and reported and not observed.miss_reason:
             observed = replace(observed, miss_reason=reported.reason)
@@ -127,7 +149,6 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
                        req.model if req else rec.model, start, readable, rec.finished_at,
                        observed, req, raw, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
-                       {k: rec.extra[k] for k in ("task_passed", "keep_alive") if k in rec.extra}
-                       | _context_cache_facts(rec, req)
+                       kept | _context_cache_facts(rec, req)
                        | ({"reported_missed_tokens": reported.missed_tokens} if reported and reported.missed_tokens
                           is not None else {}))

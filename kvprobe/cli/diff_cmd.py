@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
-from kvprobe.diff import DiffResult, diff_requests
+from kvprobe.diff import DiffResult, diff_requests, trace_sizes
 from kvprobe.inputs import load_request
 
 
@@ -28,7 +28,7 @@ def diff(
     with user_errors():
         ra = load_request(a).render()
         rb = load_request(b).render()
-        result = diff_requests(ra, rb)
+        result = diff_requests(ra, rb, trace_sizes([a, b]))
     if json_out:
         data = result.to_json()
         if no_content and data["first_change"]:
@@ -57,7 +57,7 @@ def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> Non
     flag = "" if result.rules.known_model else " (model not in the catalog: provider defaults)"
     out.print(Text.assemble(("kvprobe diff ", "bold"), f"{Path(a.split('#')[0]).name} → "
                             f"{Path(b.split('#')[0]).name}  ", (f"{result.provider} · {model}{flag}", "cyan")))
-    est = "exact" if result.tokens_exact else "estimated"
+    est = {"anchored": "sized on the trace's logged usage"}.get(result.tokens_source, result.tokens_source)
     out.print(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})")
     _render_change(result, show_content)
     _render_params(result)

@@ -25,8 +25,9 @@ def fix(
 ) -> None:
     """Apply every fix that pays (or only --kind ones) and write the transformed trace.
 
-    The output carries no logged usage: `kvprobe report FIXED` against `kvprobe report --predicted TRACE`
-    reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
+    The output carries no logged usage (every record is now a prediction) and each record carries the block
+    sizes it was priced on (`block_tokens`), so `kvprobe report FIXED` against `kvprobe report --predicted
+    TRACE` reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
     """
     with user_errors():
         output = output_path(output, [trace, *([price_file] if price_file else [])], force=force)
@@ -36,14 +37,22 @@ def fix(
                              field="--kind")
         records = list(records_from([trace], []))
         result = evaluate(records, PriceBook.from_file(price_file), set(kind) if kind else None)
-        count = write_trace(output, result.fixed_records)
+        count = write_trace(output, result.written_records())
     base = sum(r.input_equivalent for r in result.baseline)
     after = sum(r.input_equivalent for r in result.fixed)
+    usd = [sum(r.cost_usd for r in rs) if all(r.cost_usd is not None for r in rs) else None
+           for rs in (result.baseline, result.fixed)]
     summary = {"output": str(output), "records": count, "fixes": [c.to_json() for c in result.fixes],
-               "input_equivalent_tokens": {"before": round(base, 1), "after": round(after, 1)}}
+               "alternatives": [c.to_json() for c in result.alternatives],
+               "input_equivalent_tokens": {"before": round(base, 1), "after": round(after, 1)},
+               "cost_usd": {"before": None if usd[0] is None else round(usd[0], 6),
+                            "after": None if usd[1] is None else round(usd[1], 6)}}
     if json_out:
         print_json(summary)
         return
     for c in result.fixes:
         out.print(f"[magenta]{c.kind}[/] ({', '.join(c.requests)}): {c.detail}")
+    for c in result.alternatives:
+        out.print(f"[dim]not written: {c.kind} would save {c.saving_input_equivalent_tokens:,.0f} alone, less than "
+                  f"{' + '.join(c.extra.get('instead_of', []))} chosen for the same misses[/]")
     out.print(f"wrote {count} records to {output}: {base:,.0f} → {after:,.0f} input-equivalents (predicted)")

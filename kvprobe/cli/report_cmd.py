@@ -146,7 +146,7 @@ def render_blocks(rep: Report) -> None:
                       _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd))
     out.print(table)
     from kvprobe.economics.attribution import carry_note
-    for b in rep.blocks:
+    for b in rep.blocks[:10]:  # every block is in --json; the notes follow the costliest
         note = carry_note(b)
         if note:
             out.print(Text(f"  {note}", style="yellow"))
@@ -173,16 +173,22 @@ def render_tasks(rep: Report) -> None:
 def render_fixes(rep: Report) -> None:
     if not rep.fixes:
         return
-    out.print(Text("Fixes (each priced by re-simulating the whole trace with only that change)", style="bold"))
+    out.print(Text("Fixes (each priced alone by re-simulating the requests it changes)", style="bold"))
     for fix in rep.fixes:
         out.print(Text.assemble("  ", (fix["kind"], "magenta"), f" ({', '.join(fix['requests'])}): saves ",
                                 (f"{_money(fix['saving_usd'])}", "bold green"),
                                 f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents)"))
         out.print(Text(f"    {fix['detail']}", style="cyan"))
+    for alt in rep.alternatives:  # same misses, a chosen fix does better: priced, not applied
+        out.print(Text.assemble("  or ", (alt["kind"], "magenta"), f" ({', '.join(alt['requests'])}) instead of "
+                                f"{' + '.join(alt.get('instead_of', []))}: saves {_money(alt['saving_usd'])} "
+                                f"({alt['saving_input_equivalent_tokens']:,.0f} input-equivalents)", style="dim"))
+        out.print(Text(f"    {alt['detail']}", style="dim"))
     a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
     out.print(Text.assemble(("With all fixes: ", "bold"), f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
                             (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {_money(a['cost_usd'])} → ",
-                            (_money(b["cost_usd"]), "green"), " (predicted)"))
+                            (_money(b["cost_usd"]), "green"),
+                            " (predicted, one simulation of what `kvprobe fix` writes)"))
 
 
 def render_what_if(rep: Report) -> None:

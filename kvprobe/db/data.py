@@ -4,7 +4,7 @@
     data = kvprobe.load("trace.jsonl")
     df = data.to_pandas()                     # one row per request (schema: `kvprobe db schema`)
     df.groupby("agent").cost_usd.sum()
-    data.blocks(), data.diagnoses(), data.fixes(), data.traces()
+    data.blocks(), data.block_costs(), data.diagnoses(), data.fixes(), data.traces()
 
 The frames have exactly the columns and types of the DuckDB tables of the same names.
 """
@@ -43,6 +43,10 @@ class Loaded:
 
     def blocks(self) -> pd.DataFrame:
         return self.table("blocks")
+
+    def block_costs(self) -> pd.DataFrame:
+        """One row per unique block with its write, read and fresh cost (rows add up to the input cost)."""
+        return self.table("block_costs")
 
     def diagnoses(self) -> pd.DataFrame:
         return self.table("diagnoses")

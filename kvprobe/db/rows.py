@@ -73,10 +73,18 @@ def fix_rows(trace_id: str, fixes: list[dict[str, Any]]) -> list[dict[str, Any]]
              "saving_usd": f.get("saving_usd"), "detail": f.get("detail", "")} for i, f in enumerate(ordered)]
 
 
+def block_cost_rows(trace_id: str, blocks: list[Any]) -> list[dict[str, Any]]:
+    return [{"trace_id": trace_id, "block_hash": b.hash or "unattributed", "path": b.path, "kind": b.kind,
+             "first_request": b.first_request, "tokens": b.tokens, "requests": b.requests,
+             "write_usd": b.write_usd, "read_usd": b.read_usd, "fresh_usd": b.fresh_usd, "total_usd": b.total_usd,
+             "input_equivalent_tokens": b.input_equivalent} for b in blocks]
+
+
 def report_rows(trace_id: str, rep: Report) -> Rows:
-    """Rows of requests, blocks, diagnoses and fixes for one trace's report."""
+    """Rows of requests, blocks, block costs, diagnoses and fixes for one trace's report."""
     ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
-    rows: Rows = {"requests": [], "blocks": [], "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes)}
+    rows: Rows = {"requests": [], "blocks": [], "block_costs": block_cost_rows(trace_id, rep.blocks),
+                  "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes)}
     for seq, r in enumerate(ordered):
         rows["requests"].append(request_row(trace_id, seq, r))
         rows["blocks"] += block_rows(trace_id, r)

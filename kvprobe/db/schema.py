@@ -104,6 +104,23 @@ TABLES: tuple[Table, ...] = (
         _c("cache_key", "VARCHAR", "chained cache key (content + identity params, 32 hex digits)"),
         _c("breakpoint_ttl", "VARCHAR", "5m | 1h when a cache breakpoint ends at this block, else NULL"),
     )),
+    Table("block_costs", "what each unique block cost over the trace: its write, reads and fresh resends "
+          "(rows add up to the input cost; one row per block content, first sent by first_request)",
+          ("trace_id", "block_hash"), (
+        _TRACE,
+        _c("block_hash", "VARCHAR", "the block's own content hash (16 hex digits; 'unattributed' for input the "
+                                    "provider counted beyond the sized blocks)"),
+        _c("path", "VARCHAR", "where it was first sent"),
+        _c("kind", "VARCHAR", "system text | tool definition | tool result | tool call | message text | file ..."),
+        _c("first_request", "VARCHAR", "the first request that sent it"),
+        _c("tokens", "BIGINT", "tokens of the block"),
+        _c("requests", "INTEGER", "requests that carried it"),
+        _c("write_usd", "DOUBLE", "USD of its cache writes"),
+        _c("read_usd", "DOUBLE", "USD of its cache reads"),
+        _c("fresh_usd", "DOUBLE", "USD of it sent uncached"),
+        _c("total_usd", "DOUBLE", "write + read + fresh"),
+        _c("input_equivalent_tokens", "DOUBLE", "the same in input-token equivalents"),
+    )),
     Table("diagnoses", "why a request read less than it could have (docs/contracts.md §3 kinds)",
           ("trace_id", "request_id", "diagnosis_index"), (
         _TRACE, _REQ,
@@ -121,7 +138,7 @@ TABLES: tuple[Table, ...] = (
         _c("missed_tokens", "BIGINT", "tokens an ideal cache would have read"),
         _c("details", "JSON", "every field of the diagnosis"),
     )),
-    Table("fixes", "what-if fixes: each saving re-simulates the whole trace with only that change",
+    Table("fixes", "what-if fixes `kvprobe fix` writes: each saving re-simulates the requests it changes",
           ("trace_id", "fix_index"), (
         _TRACE,
         _c("fix_index", "INTEGER", "order (largest saving first)"),

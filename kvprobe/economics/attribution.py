@@ -1,5 +1,8 @@
 """Cost attribution by block: each unique block's write, reads and fresh resends over the whole task.
 
+A block is its own content (kind, role, identity bytes and text), wherever it sits: one row per block, first
+sent by the first request that carried it. Every block is listed, so the rows add up to the input cost.
+
 A request's input is ordered: the first `read` tokens were cache reads, the next ones cache writes (1h
 entries before 5m ones), the rest fresh. Each block's token span is cut at those boundaries and priced at
 that class's per-token price, so the blocks of a request add up exactly to its input cost.
@@ -35,11 +38,16 @@ class BlockCost:
     request_ids: list[str] = field(default_factory=list)
 
     @property
+    def hash(self) -> str | None:
+        """The block's own content hash (16 hex digits); None for the unattributed remainder."""
+        return f"{self.key:016x}" if self.key >= 0 else None
+
+    @property
     def total_usd(self) -> float:
         return self.write_usd + self.read_usd + self.fresh_usd
 
     def to_json(self) -> dict[str, Any]:
-        return {"hash": f"{self.key & (2**128 - 1):032x}" if self.key >= 0 else None, "path": self.path,
+        return {"hash": self.hash, "path": self.path,
                 "kind": self.kind, "first_request": self.first_request, "tokens": self.tokens,
                 "requests": self.requests, "write_usd": round(self.write_usd, 6), "read_usd": round(self.read_usd, 6),
                 "fresh_usd": round(self.fresh_usd, 6), "total_usd": round(self.total_usd, 6),
@@ -98,10 +106,12 @@ def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, Bloc
             pos += block.tokens
         segments = _segments(r)
         for block, start, end in spans:
-            entry = costs.get(block.content_hash)
+            # one row per block by its own content: the same tool, file or turn sent after an earlier change
+            # (a new chained prefix) is still the block first sent by the first request that carried it
+            entry = costs.get(block.body_hash)
             if entry is None:
-                entry = costs[block.content_hash] = BlockCost(block.content_hash, block.path,
-                                                              _label(block.level, block.kind), r.sk.id, block.tokens)
+                entry = costs[block.body_hash] = BlockCost(block.body_hash, block.path,
+                                                           _label(block.level, block.kind), r.sk.id, block.tokens)
             _charge(entry, start, end, segments, units, weights)
             entry.requests += 1
         if pos < r.usage.input_tokens:  # counted by the provider beyond the sized blocks
@@ -129,5 +139,7 @@ def _charge(entry: BlockCost, start: int, end: int, segments: list[tuple[int, in
         entry.input_equivalent += overlap * weights[cls]
 
 
-def top_blocks(costs: dict[int, BlockCost], n: int = 10) -> list[BlockCost]:
-    return sorted(costs.values(), key=lambda b: -b.total_usd)[:n]
+def top_blocks(costs: dict[int, BlockCost], n: int | None = None) -> list[BlockCost]:
+    """Costliest first (ties by input-equivalents, then first sent); every block unless `n` is given."""
+    ordered = sorted(costs.values(), key=lambda b: (-b.total_usd, -b.input_equivalent, b.first_request))
+    return ordered if n is None else ordered[:n]

@@ -92,7 +92,8 @@ def _fixes(rep: Report) -> str:
             f'<td>{esc(f.get("detail", ""))}</td></tr>')
     head = ("<tr><th>fix</th><th>requests</th><th class=num>saves</th><th class=num>input-equivalents</th>"
             "<th class=num>of total</th><th>what to change</th></tr>")
-    note = ("Each saving comes from re-simulating the whole trace with only that change.")
+    note = ("Each saving comes from re-simulating the requests that change with only that fix; the total is "
+            "one simulation of what `kvprobe fix` writes.")
     return (f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(note)}</p>'
             f'<table id="kv-fixes"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></section>')
 

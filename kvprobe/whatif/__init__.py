@@ -1,1 +1,1 @@
-"""What-if fixes: each miss gets a concrete change, priced by re-simulating the whole trace with it."""
+"""What-if fixes: each miss gets a concrete change, priced by re-simulating the requests it can change."""

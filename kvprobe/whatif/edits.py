@@ -1,54 +1,84 @@
 """Edits of request bodies by block path: mark a breakpoint, replace a block's text, append a block.
 
-Every edit copies the record it changes; the input trace is never mutated.
+Every edit copies the record it changes (copy on write); the input trace is never mutated.
 """
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import replace
 from typing import Any
 
 from kvprobe.trace import TraceRecord
+from kvprobe.usage import normalize_usage
 
 _PATH = re.compile(r"^(tools|system|messages)(?:\[(\d+)\])?(?:\.content\[(\d+)\])?$")
 EPHEMERAL = "ephemeral"
 
 
 def copy_record(rec: TraceRecord, **changes: Any) -> TraceRecord:
-    """A copy with its own request body (deep) and no observed usage: what-if traces are simulated."""
-    out = replace(rec, request=copy.deepcopy(rec.request), response=None, extra=dict(rec.extra), **changes)
-    return out
+    """A copy with no logged usage (what-if records are simulated) and its own top-level request dict.
+
+    Copy on write: nested parts stay shared with the original until an edit makes them writable
+    (`block_at(..., writable=True)`, `append_after_last_breakpoint`, `with_all_ttls`), so editing one field of
+    a long request does not copy its whole history.
+    """
+    extra = dict(rec.extra)
+    if rec.usage is not None:  # the answer is not what a fix changes: its output is kept for pricing
+        extra.setdefault("output_tokens", normalize_usage(rec.provider or "anthropic", rec.usage).output_tokens)
+    if "request" not in changes:
+        changes["request"] = dict(rec.request) if rec.request is not None else None
+    return replace(rec, response=None, extra=extra, **changes)
 
 
-def _content_list(msg: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(msg.get("content"), str):
-        msg["content"] = [{"type": "text", "text": msg["content"]}]
-    return msg["content"]
+def _content_list(msg: dict[str, Any], writable: bool) -> list[dict[str, Any]]:
+    content = msg.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+        if writable:
+            msg["content"] = content
+    elif writable:
+        content = msg["content"] = list(content or [])
+    return content
 
 
-def block_at(body: dict[str, Any], path: str) -> tuple[dict[str, Any] | None, Any]:
-    """(the JSON object holding the block, the block) for an Anthropic path, or (None, None)."""
+def _writable_item(items: list, idx: int) -> dict:
+    items[idx] = dict(items[idx])
+    return items[idx]
+
+
+def block_at(body: dict[str, Any], path: str, writable: bool = False) -> tuple[dict[str, Any] | None, Any]:
+    """(the JSON object holding the block, the block) for an Anthropic path, or (None, None).
+
+    writable: the containers along the path are copied into `body` first, so the block may be edited without
+    touching the record it was copied from (a top-level copy, as `copy_record` makes)."""
     m = _PATH.match(path)
     if not m:
         return None, None
     level, i, j = m.group(1), m.group(2), m.group(3)
-    if level == "system":
-        if isinstance(body.get("system"), str):
-            body["system"] = [{"type": "text", "text": body["system"]}]
-        items = body.get("system") or []
+    if level in ("system", "tools"):
+        items = body.get(level)
+        if level == "system" and isinstance(items, str):
+            items = [{"type": "text", "text": items}]
+        items = list(items or [])
+        if writable:
+            body[level] = items
         idx = int(i or 0)
-        return (body, items[idx]) if idx < len(items) else (None, None)
-    if level == "tools":
-        items = body.get("tools") or []
-        idx = int(i or 0)
-        return (body, items[idx]) if idx < len(items) else (None, None)
+        if idx >= len(items):
+            return None, None
+        return body, (_writable_item(items, idx) if writable else items[idx])
     msgs = body.get("messages") or []
     if i is None or int(i) >= len(msgs):
         return None, None
-    parts = _content_list(msgs[int(i)])
+    if writable:
+        msgs = body["messages"] = list(msgs)
+        msg = _writable_item(msgs, int(i))
+    else:
+        msg = msgs[int(i)]
+    parts = _content_list(msg, writable)
     k = int(j or 0)
-    return (msgs[int(i)], parts[k]) if k < len(parts) else (None, None)
+    if k >= len(parts):
+        return None, None
+    return msg, (_writable_item(parts, k) if writable else parts[k])
 
 
 def breakpoint_count(body: dict[str, Any]) -> int:
@@ -74,22 +104,34 @@ def mark_breakpoint(body: dict[str, Any], path: str, ttl: str | None = None, lim
         return True
     if breakpoint_count(body) >= limit:
         return False
+    _, block = block_at(body, path, writable=True)
     block["cache_control"] = {"type": EPHEMERAL, **({"ttl": ttl} if ttl else {})}
     return True
 
 
-def set_all_ttls(body: dict[str, Any], ttl: str) -> None:
-    """Every breakpoint of the request gets the same TTL (so 1h entries never follow 5m ones)."""
-    def visit(obj: Any) -> None:
-        if isinstance(obj, dict):
-            if isinstance(obj.get("cache_control"), dict):
-                obj["cache_control"] = {**obj["cache_control"], "ttl": ttl}
-            for value in obj.values():
-                visit(value)
-        elif isinstance(obj, list):
-            for value in obj:
-                visit(value)
-    visit(body)
+def with_all_ttls(value: Any, ttl: str) -> tuple[Any, bool]:
+    """`value` with every breakpoint's TTL set to `ttl` (so 1h entries never follow 5m ones); containers are
+    copied only along the paths that change. Returns (new value, whether anything changed)."""
+    if isinstance(value, dict):
+        out = None
+        for key, item in value.items():
+            if key == "cache_control" and isinstance(item, dict):
+                new, changed = ({**item, "ttl": ttl}, True) if item.get("ttl") != ttl else (item, False)
+            else:
+                new, changed = with_all_ttls(item, ttl)
+            if changed:
+                out = out if out is not None else dict(value)
+                out[key] = new
+        return (out, True) if out is not None else (value, False)
+    if isinstance(value, list):
+        items = None
+        for idx, item in enumerate(value):
+            new, changed = with_all_ttls(item, ttl)
+            if changed:
+                items = items if items is not None else list(value)
+                items[idx] = new
+        return (items, True) if items is not None else (value, False)
+    return value, False
 
 
 def append_after_last_breakpoint(body: dict[str, Any], text: str) -> None:
@@ -97,8 +139,28 @@ def append_after_last_breakpoint(body: dict[str, Any], text: str) -> None:
     msgs = body.get("messages") or []
     if not msgs:
         return
-    last = msgs[-1]
-    if last.get("role") != "user":
+    msgs = body["messages"] = list(msgs)
+    if msgs[-1].get("role") != "user":
         msgs.append({"role": "user", "content": [{"type": "text", "text": text}]})
         return
-    _content_list(last).append({"type": "text", "text": text})
+    last = _writable_item(msgs, len(msgs) - 1)
+    _content_list(last, True).append({"type": "text", "text": text})
+
+
+def truncated_through(body: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """A body that ends with the block at a `messages[i].content[j]` path, marked, answering one token:
+    the warm-up request that writes a shared prefix before siblings fan out. None when the path is not the
+    end of a user turn."""
+    m = _PATH.match(path)
+    if not m or m.group(1) != "messages" or m.group(2) is None:
+        return None
+    i = int(m.group(2))
+    msgs = list((body.get("messages") or [])[: i + 1])
+    if len(msgs) != i + 1 or msgs[-1].get("role") != "user":
+        return None
+    out = {**body, "messages": msgs, "max_tokens": 1}
+    block_at(out, f"messages[{i}]", writable=True)  # own copies of the message and its content list
+    holder = out["messages"][i]
+    if m.group(3) is not None:
+        holder["content"] = holder["content"][: int(m.group(3)) + 1]
+    return out if mark_breakpoint(out, path) else None
