@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvprobe.analysis.sizing import SizeBook
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.changes import describe_change
 from kvprobe.request.model import Block, RenderedRequest
@@ -13,6 +12,9 @@ from kvprobe.sim import Prediction, cache_for
 from kvprobe.sim.implicit import round_cached
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.tokens import TokenCounter
+
+if TYPE_CHECKING:  # analysis imports diff (reported causes): sizes are imported where they are made
+    from kvprobe.analysis.sizing import SizeBook
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 16, 40
 
@@ -142,7 +144,7 @@ def trace_sizes(args: list[str]) -> SizeBook | None:
     """For `trace.jsonl#ID` arguments: the block sizes `report` gives those records (anchored on the trace's
     logged usage), from the records up to the last one named. None when no argument names a trace record."""
     from kvprobe.analysis.simulate import simulate
-    from kvprobe.analysis.sizing import BlockSizer
+    from kvprobe.analysis.sizing import BlockSizer, SizeBook
     from kvprobe.analysis.skeleton import BlockStore, skeletons
     from kvprobe.trace import read_trace
 

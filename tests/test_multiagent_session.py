@@ -280,3 +280,20 @@ def test_diff_of_trace_records_uses_the_sizes_report_uses(cli, tmp_path):
     assert data["first_change"]["path"] == "tools[2]"
     assert data["first_change"]["token_position"] == pytest.approx(TOOLS["A"] + TOOLS["B"], rel=0.05)
     assert data["predicted"]["cache_write_tokens"] == 10_660
+
+
+def test_report_and_fixed_trace_validate_against_the_shipped_schemas(cli, tmp_path):
+    from jsonschema import Draft202012Validator
+
+    from kvprobe.schemas import load_schema
+
+    trace, fixed = tmp_path / "session.jsonl", tmp_path / "fixed.jsonl"
+    write_trace(trace, session())
+    data = json.loads(cli("report", trace, "--json").stdout)
+    assert data["alternatives"] and any(d.get("siblings") for r in data["requests"] for d in r["diagnoses"])
+    assert not list(Draft202012Validator(load_schema("report")).iter_errors(data))
+    assert cli("fix", trace, "-o", fixed).exit_code == 0
+    lines = [json.loads(line) for line in fixed.read_text().splitlines()]
+    assert all("response" not in line and line["block_tokens"] for line in lines)
+    validator = Draft202012Validator(load_schema("trace"))
+    assert not [e for line in lines for e in validator.iter_errors(line)]
