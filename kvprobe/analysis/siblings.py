@@ -107,6 +107,7 @@ def diagnose_siblings(results: list["RequestResult"], noise) -> list[SiblingGrou
             diag = Diagnosis("not_yet_readable", detail, path=g.path, writer_id=g.members[0].sk.id,
                              siblings=[m.sk.id for m in g.members], shared_tokens=g.shared_tokens,
                              started_within_ms=g.spread_ms, wrote=wrote, missed_tokens=r.missed_tokens)
-            r.diagnoses = [diag] + [d for d in r.diagnoses
-                                    if d.kind not in ("not_yet_readable", "missing_breakpoint", "unexplained")]
+            reported = [d for d in r.diagnoses if not d.inferred]  # the provider's own verdict stays first
+            r.diagnoses = reported + [diag] + [d for d in r.diagnoses if d.inferred and d.kind not in
+                                               ("not_yet_readable", "missing_breakpoint", "unexplained")]
     return found
