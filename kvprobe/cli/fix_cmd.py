@@ -26,8 +26,8 @@ def fix(
     """Apply every fix that pays (or only --kind ones) and write the transformed trace.
 
     The output carries no logged usage (every record is now a prediction) and each record carries the block
-    sizes it was priced on (`block_tokens`), so `kvprobe report FIXED` against `kvprobe report --predicted
-    TRACE` reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
+    sizes it was priced on (`block_tokens`), so `kvprobe report FIXED` against `kvprobe report TRACE`
+    reproduces the savings. Example: kvprobe fix traces/sample_session.jsonl -o fixed.jsonl
     """
     with user_errors():
         output = output_path(output, [trace, *([price_file] if price_file else [])], force=force)
