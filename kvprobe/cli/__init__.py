@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
 # name -> (module, attribute, kind, command settings); kind "command" or "group" (a Typer sub-app)
 COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
@@ -37,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
 
 
 def _print_version(value: bool) -> None:
+    import typer
+
     if value:
         from importlib.metadata import version  # the installed distribution's version: one source of truth
 
@@ -44,15 +47,14 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                          help="Print kvprobe's version and exit.")] = False,
-) -> None:
-    """Profile and audit what AI agents pay for prompt caching."""
-
-
-def build_app(only: str | None = None) -> typer.Typer:
+def build_app(only: str | None = None) -> "typer.Typer":
     """The CLI with every command, or with `only` one of them (what a single invocation needs; "" for none)."""
+    import typer  # here, not at the top: `kvprobe --help` answers without it
+
+    def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print kvprobe's version and exit.")) -> None:
+        """Profile and audit what AI agents pay for prompt caching."""
+
     cli = typer.Typer(name="kvprobe", help="Profile and audit what AI agents pay for prompt caching.",
                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
     for name, (module_name, attr, kind, settings) in COMMANDS.items():
@@ -78,6 +80,11 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
+    from kvprobe.cli import fasthelp
+
+    if fasthelp.wanted(sys.argv[1:]) and (text := fasthelp.render(COMMANDS)) is not None:
+        sys.stdout.write(text)
+        raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if first is None and "--version" in sys.argv[1:]:
         build_app("")()  # no command module is imported just to print the version
