@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from bisect import bisect_right
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -69,8 +70,29 @@ class PriceBook:
             return None
         return self._unit_prices(provider, model, int(when // 86400) if when else None, input_tokens)
 
+    def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
+        """A representative day of the price period `day` falls in.
+
+        The dataset's prices change only at dated starts (a time-of-day rule, as for off-peak rates, keeps
+        every day apart), so all days of one period share one memo entry: a month of logs is priced with
+        a few dataset look-ups, not one per day.
+        """
+        if day is None:
+            return None
+        key = (provider, model, "starts")
+        if key not in self._memo:
+            self._memo[key] = _period_starts(provider, model)
+        starts = self._memo[key]
+        if starts is None:
+            return day
+        if not starts:
+            return 0
+        i = bisect_right(starts, day)
+        return starts[i - 1] if i else starts[0] - 1
+
     def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
         """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
+        day = self.period_day(provider, model, day)
         tiers = self.tier_starts(provider, model, day)
         if tiers is None:
             return None
@@ -88,6 +110,7 @@ class PriceBook:
 
     def tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
         """Total-input thresholds of the model's long-context price tiers (None: model not priced)."""
+        day = self.period_day(provider, model, day)
         key = (provider, model, day, "tiers")
         if key not in self._memo:
             from genai_prices.types import TieredPrices  # imported lazily: ~0.3 s
@@ -111,6 +134,24 @@ class PriceBook:
         stamp = dt.datetime.fromtimestamp(day * 86400 + 43200, dt.timezone.utc) if day is not None else None
         return calc_price(GUsage(**usage), model_ref=model, provider_id=_PROVIDER_IDS.get(provider or ""),
                           genai_request_timestamp=stamp)
+
+
+def _period_starts(provider: str | None, model: str) -> list[int] | None:
+    """Epoch days on which the model's prices change ([] : never; None: a time-of-day rule or unknown)."""
+    from genai_prices import data_snapshot
+    from genai_prices.types import StartDateConstraint
+
+    try:
+        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, _PROVIDER_IDS.get(provider or ""),
+                                                                   None)
+    except (LookupError, ValueError):
+        return None
+    conditions = list(info.prices) if isinstance(info.prices, list) else []
+    constraints = [c.constraint for c in conditions + list(info.price_variants or ()) if c.constraint is not None]
+    if any(not isinstance(c, StartDateConstraint) for c in constraints):
+        return None
+    epoch = dt.date(1970, 1, 1)
+    return sorted({(c.start_date - epoch).days for c in constraints})
 
 
 def _override_cost(prices: dict[str, float], usage: Usage) -> float:

@@ -17,6 +17,7 @@ class Usage:
     cache_write_1h_tokens: int = 0
     output_tokens: int = 0
     miss_reason: str | None = None  # provider-reported cache miss reason, when present
+    reasoning_output_tokens: int = 0  # part of output_tokens (OpenAI, Codex): shown apart, billed as output
 
     @property
     def cache_write_tokens(self) -> int:
@@ -30,7 +31,8 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.cache_read_tokens + other.cache_read_tokens,
                      self.cache_write_5m_tokens + other.cache_write_5m_tokens,
                      self.cache_write_1h_tokens + other.cache_write_1h_tokens,
-                     self.output_tokens + other.output_tokens)
+                     self.output_tokens + other.output_tokens,
+                   reasoning_output_tokens=self.reasoning_output_tokens + other.reasoning_output_tokens)
 
 
 def _int(d: dict[str, Any] | None, *keys: str) -> int:
@@ -62,7 +64,9 @@ def _openai(u: dict[str, Any]) -> Usage:
     total = _int(u, "prompt_tokens", "input_tokens")
     read = _int(details, "cached_tokens")
     write = _int(details, "cache_write_tokens") or _int(u, "cache_write_tokens")
-    return Usage(total, read, write, 0, _int(u, "completion_tokens", "output_tokens"))
+    out_details = u.get("output_tokens_details") or u.get("completion_tokens_details")
+    return Usage(total, read, write, 0, _int(u, "completion_tokens", "output_tokens"),
+                 reasoning_output_tokens=_int(out_details, "reasoning_tokens"))
 
 
 def _deepseek(u: dict[str, Any]) -> Usage:

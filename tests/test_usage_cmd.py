@@ -59,7 +59,7 @@ def test_price_file_overrides_and_unknown_models(cli, tmp_path):
 
 
 def test_bad_options_exit_2(cli):
-    assert cli("usage", FIX, "--by", "week").exit_code == 2
+    assert cli("usage", FIX, "--by", "year").exit_code == 2
     result = cli("usage", FIX, "--since", "last tuesday")
     assert result.exit_code == 2 and "--since" in result.output
     assert cli("usage", FIX, "--tz", "Mars/Olympus").exit_code == 2
@@ -75,10 +75,11 @@ def test_default_locations_are_claude_code_and_codex(cli, monkeypatch):
 
 def test_json_keys_are_stable(cli):
     data = _usage_json(cli, FIX / "codex")
-    assert set(data) == {"totals", "by_day", "by_session", "by_agent", "by_model", "unknown_models",
-                         "records_without_usage", "import"}
+    assert set(data) == {"totals", "by_day", "by_week", "by_month", "by_project", "by_session", "by_agent",
+                         "by_model", "unknown_models", "records_without_usage", "import"}
     row_keys = {"requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
-                "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "token_hit_ratio", "cost_usd",
-                "unpriced_requests", "errors"}
-    assert set(data["totals"]) == row_keys
+                "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "reasoning_output_tokens", "token_hit_ratio",
+                "cost_usd", "unpriced_requests", "errors"}
+    assert set(data["totals"]) == row_keys | {"models"}
     assert set(data["by_model"][0]) == row_keys | {"model"}
+    assert set(data["by_day"][0]) == row_keys | {"day", "models"}

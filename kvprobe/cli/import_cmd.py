@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from kvprobe.capture.redact import scrub
 from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, auto_workers, discover, load_any
@@ -75,6 +74,8 @@ def import_(
                              file=", ".join(map(str, sources)))
         records.sort(key=lambda r: (r.started_at is None, r.started_at or 0.0))
         if redact or hash_only:
+            from kvprobe.capture.redact import scrub  # here: `kvprobe usage` shares this module, not the proxy
+
             for record in records:
                 scrub(record, redact=redact, hash_only=hash_only)
         written = write_trace(target, records)

@@ -1,6 +1,8 @@
-"""`kvprobe usage [PATH...]`: tokens by class, cache hit ratio and cost of agent logs, by day/session/agent/model."""
+"""`kvprobe usage [PATH...]`: tokens by class, cache hit ratio and cost of agent logs, by day, week, month,
+project, session, agent or model, with a per-model breakdown of every row."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
 import typer
@@ -15,40 +17,59 @@ from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
 
 
-def _date(value: str | None, name: str) -> float | None:
+def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
+    """A bound of --since/--until: an RFC 3339 time, or a day (2026-09-10 or 20260910) in the --tz zone.
+
+    A day given to --until includes that whole day, as a reader of "until the 10th" expects.
+    """
     if value is None:
         return None
+    text = value.strip()
+    if len(text) == 8 and text.isdigit():
+        text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
     try:
-        return parse_time(value if "T" in value else value + "T00:00:00Z")
+        if "T" in text:
+            return parse_time(text)
+        day = dt.date.fromisoformat(text)
     except ValueError:
         raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {value!r}", field=name) from None
+    if end_of_day:
+        day += dt.timedelta(days=1)
+    return dt.datetime.combine(day, dt.time(), zone).timestamp()
 
 
 def usage(
     paths: Annotated[list[str] | None, typer.Argument(
         help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions]")] = None,
-    by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)}")] = "day",
-    since: Annotated[str | None, typer.Option("--since", help="Only requests from this date/time on")] = None,
-    until: Annotated[str | None, typer.Option("--until", help="Only requests before this date/time")] = None,
+    by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)} "
+                                    "(week: from Monday; project: working directory)")] = "day",
+    since: Annotated[str | None, typer.Option("--since", help="Only requests from this day (in --tz) or "
+                                              "RFC 3339 time on")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Only requests up to this day (included) or "
+                                              "before this RFC 3339 time")] = None,
     tz: Annotated[str, typer.Option("--tz", help="Time zone for days: UTC, local or an IANA name")] = "UTC",
+    breakdown: Annotated[bool, typer.Option("--breakdown", help="A sub-row per model under each row")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help=f"Force one format: {', '.join(FORMATS)}")] = None,
     price_file: Annotated[str | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     workers: Annotated[int, typer.Option("--workers", help="Processes parsing files in parallel (0: one per "
-                                         "core for inputs over 64 MB)")] = 1,
-    json_out: Annotated[bool, typer.Option("--json", help="Totals and every grouping as JSON")] = False,
+                                         "core for inputs over 64 MB)")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Totals and every grouping, each row with its "
+                                           "models, as JSON")] = False,
 ) -> None:
-    """Summarise what agent logs cost: tokens by class, token hit ratio and USD by day, session, agent, model.
+    """Summarise what agent logs cost: tokens by class, token hit ratio and USD by day, week, month, project,
+    session, agent or model.
 
-    The hit ratio is Σ cache-read tokens ÷ Σ all input tokens.
+    The hit ratio is Σ cache-read tokens ÷ Σ all input tokens. Reasoning tokens (Codex, OpenAI) are part of
+    output and shown apart.
 
-    Example: kvprobe usage ~/.claude/projects --by session --since 2026-09-01
+    Example: kvprobe usage ~/.claude/projects --by week --since 2026-09-01 --breakdown
     """
     if by not in GROUPINGS:
         fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {by!r}")
     report = ImportReport()
     with user_errors():
         zone = _zone(tz)
-        start, end = _date(since, "--since"), _date(until, "--until")
+        start, end = _date(since, "--since", zone), _date(until, "--until", zone, end_of_day=True)
         sources = list(paths or [str(p) for p in default_sources()])
         if not sources:
             fail("no logs found in ~/.claude/projects or ~/.codex/sessions: name a file or directory")
@@ -60,7 +81,7 @@ def usage(
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
-    render(summary, by)
+    render(summary, by, breakdown)
     report_skips(report)
 
 
@@ -90,23 +111,33 @@ def _cost(t: Totals) -> str:
     return text + "*" if t.unpriced_requests else text
 
 
-def render(summary: UsageSummary, by: str) -> None:
+def _cells(t: Totals, reasoning: bool) -> list[str]:
+    u = t.usage
+    cells = [f"{t.requests:,}", _n(u.input_tokens), _n(u.cache_read_tokens), _n(u.cache_write_tokens),
+             _n(u.fresh_input_tokens), _n(u.output_tokens)]
+    if reasoning:
+        cells.append(_n(t.reasoning_output_tokens))
+    return cells + [_ratio(t), _cost(t)]
+
+
+def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
     table = Table(title=f"Usage by {by}", title_justify="left", show_footer=True)
     total = summary.totals
-    columns = [(by, "Total"), ("reqs", f"{total.requests:,}"), ("input", _n(total.usage.input_tokens)),
-               ("read", _n(total.usage.cache_read_tokens)), ("write", _n(total.usage.cache_write_tokens)),
-               ("fresh", _n(total.usage.fresh_input_tokens)), ("output", _n(total.usage.output_tokens)),
-               ("hit", _ratio(total)), ("cost", _cost(total))]
-    for i, (name, footer) in enumerate(columns):
-        if i == 0:
-            widest = max((len(key) for key, _ in summary.rows(by)), default=10)
-            table.add_column(name, footer=footer, min_width=min(max(widest, 10), 40), overflow="fold")
-        else:
-            table.add_column(name, footer=footer, justify="right", no_wrap=True)
-    for key, t in summary.rows(by):
-        u = t.usage
-        table.add_row(key, f"{t.requests:,}", _n(u.input_tokens), _n(u.cache_read_tokens),
-                      _n(u.cache_write_tokens), _n(u.fresh_input_tokens), _n(u.output_tokens), _ratio(t), _cost(t))
+    reasoning = total.reasoning_output_tokens > 0  # a column only when some log reports them (Codex)
+    headers = ["reqs", "input", "read", "write", "fresh", "output"] + (["reasoning"] if reasoning else []) + \
+        ["hit", "cost"]
+    rows = summary.rows(by)
+    sub_rows = breakdown and by != "model"
+    widest = max([len(key) for key, _ in rows] + [len(m) + 4 for _, t in rows for m in t.models if sub_rows],
+                 default=10)
+    table.add_column(by, footer="Total", min_width=min(max(widest, 10), 40), overflow="fold")
+    for name, footer in zip(headers, _cells(total, reasoning)):
+        table.add_column(name, footer=footer, justify="right", no_wrap=True)
+    for key, t in rows:
+        table.add_row(key, *_cells(t, reasoning))
+        if sub_rows:
+            for model, m in t.ranked_models():
+                table.add_row(f"  └ {model}", *_cells(m, reasoning), style="dim")
     out.print(table)
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",

@@ -186,8 +186,31 @@ def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, 
     return batches
 
 
+def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceRecord]:
+    """Pass records through, holding back the provisional ones (a subagent call known from its parent's
+    progress line) until every file is read: one is kept only when no transcript had the same request."""
+    seen: set[str] = set()
+    held: dict[str, tuple[SourceStats, TraceRecord]] = {}
+    for stats, record in pairs:
+        if record.extra.get("via") == claude_code.VIA_PROGRESS:
+            if record.id in held:
+                stats.duplicates += 1
+            else:
+                held[record.id] = (stats, record)
+            continue
+        seen.add(record.id)
+        yield record
+    for rid, (stats, record) in held.items():
+        if rid in seen:
+            stats.duplicates += 1
+            continue
+        stats.records += 1
+        stats.from_progress += 1
+        yield record
+
+
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
-                   strict: bool) -> Iterator[TraceRecord]:
+                   strict: bool) -> Iterator[tuple[SourceStats, TraceRecord]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -199,12 +222,15 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
             for stats, records in result:
                 report.sources.append(stats)
                 for record in records:  # the same request in files of different batches
+                    if record.extra.get("via") == claude_code.VIA_PROGRESS:
+                        yield stats, record  # provisional: settled once every file is read
+                        continue
                     if record.id in seen:
                         stats.duplicates += 1
                         stats.records -= 1
                         continue
                     seen.add(record.id)
-                    yield record
+                    yield stats, record
                 if progress is not None:
                     progress(Path(stats.path).stat().st_size)
 
@@ -228,13 +254,19 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     files = _classify(discover(named), named, fmt, report)
     if workers > 1 and len(files) > 1:
-        yield from _load_parallel(files, workers, report, progress, strict_traces)
+        yield from _settle(_load_parallel(files, workers, report, progress, strict_traces))
         return
+    yield from _settle(_load_sequential(files, report, progress, strict_traces))
+
+
+def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,
+                     strict: bool) -> Iterator[tuple[SourceStats, TraceRecord]]:
     seen: set[str] = set()
     for path, kind in files:
         stats = SourceStats(str(path), kind)
         report.sources.append(stats)
-        yield from _read_one(path, kind, stats, seen, progress, strict_traces)
+        for record in _read_one(path, kind, stats, seen, progress, strict):
+            yield stats, record
 
 
 def auto_workers(paths: Iterable[str | Path]) -> int:

@@ -29,6 +29,7 @@ class SourceStats:
     skipped: Counter = field(default_factory=Counter)  # reason -> count
     examples: list[str] = field(default_factory=list)  # first few "path:line: reason (detail)"
     ignored: int = 0  # well-formed lines that are not requests (user turns, tool results, metadata)
+    from_progress: int = 0  # records (in `records`) known only from a parent's agent_progress line
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -51,7 +52,8 @@ class SourceStats:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
-                "duplicates": self.duplicates, "ignored": self.ignored, "skipped": self.skipped_total,
+                "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
+                "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -73,6 +75,10 @@ class ImportReport:
     def duplicates(self) -> int:
         return sum(s.duplicates for s in self.sources)
 
+    @property
+    def from_progress(self) -> int:
+        return sum(s.from_progress for s in self.sources)
+
     def reasons(self) -> Counter:
         total: Counter = Counter()
         for s in self.sources:
@@ -80,7 +86,8 @@ class ImportReport:
         return total
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "duplicates": self.duplicates, "skipped": self.skipped,
+        return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
+                "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -89,6 +96,9 @@ class ImportReport:
         formats = Counter(s.format for s in self.sources)
         lines = [f"read {self.records:,} requests from {len(self.sources)} file(s) "
                  f"({', '.join(f'{n} {f}' for f, n in formats.most_common())})"]
+        if self.from_progress:
+            lines.append(f"{self.from_progress:,} subagent requests read from the parent's progress lines "
+                         "(their own transcripts are absent)")
         if self.duplicates:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
         for reason, count in self.reasons().most_common():

@@ -10,6 +10,11 @@ Quirks:
 * Only one timestamp per line. `started_at` is the timestamp of the line the response answers
   (`parentUuid`: the user turn or tool result, written when the request was sent), `first_token_at` the first
   line of the response and `finished_at` its last line.
+* Subagent calls also appear in the parent transcript as `progress` lines (`data.type = "agent_progress"`)
+  whose `data.message` is the subagent's assistant line (message with usage, requestId, timestamp). They
+  are the same billed calls as the subagent's own transcript, so they are only provisional here (marked
+  `extra.via = "agent_progress"`): `load_any` keeps one only when no transcript line of the same request
+  was read, and counts how many came from there.
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
   provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
   `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
@@ -26,6 +31,7 @@ from kvprobe.trace import TraceRecord
 
 NAME = "claude_code"
 SYNTHETIC_MODEL = "<synthetic>"
+VIA_PROGRESS = "agent_progress"  # extra["via"] of a record read from a parent's progress line
 
 
 def default_paths() -> list[Path]:
@@ -73,6 +79,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     """Records of one transcript file, merged per request, in the order requests first appear."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
     pending: dict[str, _Pending] = {}
+    provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -84,17 +91,37 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         uuid = line.get("uuid")
         if isinstance(uuid, str):
             times[uuid] = line.get("timestamp")
-        if line.get("type") != "assistant":
+        kind = line.get("type")
+        if kind == "progress" and (nested := _progress_assistant(line)) is not None:
+            _assistant_line(path, nested, lineno, time_or_none(nested.get("timestamp")), times, provisional,
+                            stats, seen, provisional=True)
+            continue
+        if kind != "assistant":
             stats.ignored += 1
             continue
         _assistant_line(path, line, lineno, time_or_none(line.get("timestamp")), times, pending, stats, seen)
     for item in pending.values():
         stats.records += 1
         yield item.record
+    for item in provisional.values():  # counted by load_any once it knows whether a transcript had them
+        yield item.record
+
+
+def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
+    """The subagent's assistant line nested in a parent's agent_progress line, with the parent's session and
+    working directory and the subagent's id; None for any other progress line."""
+    data = line.get("data")
+    nested = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(nested, dict) or nested.get("type") != "assistant":
+        return None
+    agent_id = as_str(data.get("agentId"))
+    context = {k: line[k] for k in ("sessionId", "cwd", "gitBranch", "version") if k in line}
+    return {**context, **nested, "isSidechain": True, "agentId": agent_id or nested.get("agentId")}
 
 
 def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float | None, times: dict[str, Any],
-                    pending: dict[str, _Pending], stats: SourceStats, seen: set[str]) -> None:
+                    pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
+                    provisional: bool = False) -> None:
     message = line.get("message")
     if not isinstance(message, dict):
         stats.skip("assistant line without a message object", lineno)
@@ -119,7 +146,8 @@ def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float 
     if key in seen:
         stats.duplicates += 1
         return
-    seen.add(key)
+    if not provisional:  # a progress copy must not hide the subagent's own transcript line read later
+        seen.add(key)
     parent = line.get("parentUuid")
     started = time_or_none(times.get(parent)) if isinstance(parent, str) else None
     started = started if started is not None else stamp
@@ -133,6 +161,8 @@ def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float 
             extra[dst] = line[src]
     if isinstance(line.get("costUSD"), (int, float)):
         extra["logged_cost_usd"] = line["costUSD"]
+    if provisional:
+        extra["via"] = VIA_PROGRESS
     record = TraceRecord(id=request_id or message_id or key, provider="anthropic", started_at=started,
                          response=response, session=_session_of(path, line), agent=_agent_of(path, line),
                          endpoint="/v1/messages", first_token_at=stamp, finished_at=stamp, extra=extra,

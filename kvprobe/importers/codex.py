@@ -49,6 +49,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     turn_start: float | None = None
     previous_total: Any = None
     count = 0
+    cwd: str | None = None
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -59,6 +60,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         kind, payload = line.get("type"), line["payload"]
         stamp = time_or_none(line.get("timestamp"))
+        if kind in ("session_meta", "turn_context"):
+            cwd = as_str(payload.get("cwd")) or cwd
         if kind == "session_meta":
             session = as_str(payload.get("id")) or session
             model = as_str(payload.get("model")) or model
@@ -88,7 +91,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         yield TraceRecord(id=rid, provider=provider, started_at=turn_start or stamp,
                           response={"model": model, "usage": _usage(last)}, session=session, agent="main",
-                          endpoint="/v1/responses", finished_at=stamp, extra={"source_format": NAME},
+                          endpoint="/v1/responses", finished_at=stamp,
+                          extra={"source_format": NAME, **({"cwd": cwd} if cwd else {})},
                           source=str(path), line=lineno)
         turn_start = None
 

@@ -1,14 +1,18 @@
-"""`kvprobe usage`: tokens by class, token hit ratio and cost of imported logs, by day/session/agent/model.
+"""`kvprobe usage`: tokens by class, token hit ratio and cost of imported logs, grouped by day, week, month,
+project, session, agent or model, each row with its per-model breakdown.
 
 Pricing a million requests one by one through genai-prices costs ~0.4 ms each; prices are linear inside a
-long-context tier, so requests are summed per (provider, model, day, tier) and each group is priced once
-from per-token rates read off the dataset (cliff tiers: the request's total input picks the tier).
+long-context tier, so requests are summed per combination of row keys and (provider, model, price period,
+tier), and each such cell is priced once from per-token rates read off the dataset (cliff tiers: the
+request's total input picks the tier). Every grouping is then a sum of cells, so all groupings add up to
+the same totals.
 """
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -16,45 +20,68 @@ from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
-GROUPINGS = ("day", "session", "agent", "model")
+GROUPINGS = ("day", "week", "month", "project", "session", "agent", "model")
+CALENDAR = ("day", "week", "month")  # rows in time order; the others costliest first
+# Per-cell sums, in this order.
+_FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS = range(8)
 
 
 @dataclass(slots=True)
 class Totals:
     requests: int = 0
-    usage: Usage = field(default_factory=Usage)  # tokens by class, summed
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_output_tokens: int = 0
     cost_usd: float = 0.0
     unpriced_requests: int = 0  # model not in the price dataset
     errors: int = 0
+    models: dict[str, "Totals"] = field(default_factory=dict)  # per-model breakdown of this row
 
-    def add(self, u: Usage) -> None:
-        self.requests += 1
-        self.usage = self.usage + u
+    def add_cell(self, acc: list[int], cost: float | None) -> None:
+        self.requests += acc[_REQS]
+        self.errors += acc[_ERRS]
+        self.cache_read_tokens += acc[_READ]
+        self.cache_write_5m_tokens += acc[_W5M]
+        self.cache_write_1h_tokens += acc[_W1H]
+        self.input_tokens += acc[_FRESH] + acc[_READ] + acc[_W5M] + acc[_W1H]
+        self.output_tokens += acc[_OUT]
+        self.reasoning_output_tokens += acc[_REASON]
+        if cost is None:
+            self.unpriced_requests += acc[_REQS]
+        else:
+            self.cost_usd += cost
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.input_tokens, self.cache_read_tokens, self.cache_write_5m_tokens,
+                     self.cache_write_1h_tokens, self.output_tokens,
+                     reasoning_output_tokens=self.reasoning_output_tokens)
 
     @property
     def token_hit_ratio(self) -> float | None:
         """Σ cache reads ÷ Σ all input tokens (never an average of per-request ratios)."""
-        u = self.usage
-        return u.cache_read_tokens / u.input_tokens if u.input_tokens else None
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
 
-    def to_json(self) -> dict[str, Any]:
+    def ranked_models(self) -> list[tuple[str, "Totals"]]:
+        return sorted(self.models.items(), key=lambda kv: (-kv[1].cost_usd, -kv[1].input_tokens, kv[0]))
+
+    def to_json(self, with_models: bool = False) -> dict[str, Any]:
         ratio, u = self.token_hit_ratio, self.usage
-        return {"requests": self.requests, "input_tokens": u.input_tokens,
-                "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
-                "cache_write_5m_tokens": u.cache_write_5m_tokens,
-                "cache_write_1h_tokens": u.cache_write_1h_tokens,
-                "fresh_input_tokens": u.fresh_input_tokens, "output_tokens": u.output_tokens,
-                "token_hit_ratio": round(ratio, 4) if ratio is not None else None,
-                "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced_requests,
-                "errors": self.errors}
-
-
-@dataclass(slots=True)
-class _Group:
-    """Requests sharing provider, model, day and price tier: summed per table row, then priced once."""
-
-    members: list[tuple[str, ...]] = field(default_factory=list)  # per-request row keys, in order
-    member_usage: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+        out = {"requests": self.requests, "input_tokens": u.input_tokens,
+               "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
+               "cache_write_5m_tokens": u.cache_write_5m_tokens,
+               "cache_write_1h_tokens": u.cache_write_1h_tokens,
+               "fresh_input_tokens": u.fresh_input_tokens, "output_tokens": u.output_tokens,
+               "reasoning_output_tokens": self.reasoning_output_tokens,
+               "token_hit_ratio": round(ratio, 4) if ratio is not None else None,
+               "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced_requests,
+               "errors": self.errors}
+        if with_models:
+            out["models"] = [{"model": m, **t.to_json()} for m, t in self.ranked_models()]
+        return out
 
 
 class GroupPricer:
@@ -62,20 +89,30 @@ class GroupPricer:
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
+        self._starts: dict[tuple, tuple[int, ...]] = {}
+        self._rates: dict[tuple, tuple[float, ...] | None] = {}
 
     def tier_starts(self, provider: str | None, model: str | None, day: int | None) -> tuple[int, ...]:
-        if provider == "local" or (model and model in self.book.overrides) or not model:
-            return ()
-        return tuple(self.book.tier_starts(provider, model, day) or ())
+        key = (provider, model, day)
+        starts = self._starts.get(key)
+        if starts is None:
+            if provider == "local" or (model and model in self.book.overrides) or not model:
+                starts = ()
+            else:
+                starts = tuple(self.book.tier_starts(provider, model, day) or ())
+            self._starts[key] = starts
+        return starts
 
     def rates(self, provider: str | None, model: str | None, day: int | None, tier: int) -> tuple[float, ...] | None:
         """USD per token for fresh input, cache read, 5m write, 1h write, output."""
-        starts = self.tier_starts(provider, model, day)
-        n = (starts[tier - 1] + 1) if tier > 0 else 1  # a total input inside this tier
-        units = self.book.unit_prices(provider, model, day * 86400.0 if day is not None else None, n)
-        if units is None:
-            return None
-        return (units["fresh"], units["read"], units["write_5m"], units["write_1h"], units["output"])
+        key = (provider, model, day, tier)
+        if key not in self._rates:
+            starts = self.tier_starts(provider, model, day)
+            n = (starts[tier - 1] + 1) if tier > 0 else 1  # a total input inside this tier
+            units = self.book.unit_prices(provider, model, day * 86400.0 if day is not None else None, n)
+            self._rates[key] = None if units is None else (
+                units["fresh"], units["read"], units["write_5m"], units["write_1h"], units["output"])
+        return self._rates[key]
 
 
 @dataclass(slots=True)
@@ -89,24 +126,49 @@ class UsageSummary:
 
     def rows(self, grouping: str) -> list[tuple[str, Totals]]:
         items = self.by[grouping].items()
-        if grouping == "day":
+        if grouping in CALENDAR:
             return sorted(items)
-        return sorted(items, key=lambda kv: (-kv[1].cost_usd, -kv[1].usage.input_tokens, kv[0]))
+        return sorted(items, key=lambda kv: (-kv[1].cost_usd, -kv[1].input_tokens, kv[0]))
 
     def to_json(self) -> dict[str, Any]:
-        key_name = {"day": "day", "session": "session", "agent": "agent", "model": "model"}
-        out: dict[str, Any] = {"totals": self.totals.to_json()}
+        out: dict[str, Any] = {"totals": self.totals.to_json(with_models=True)}
         for g in GROUPINGS:
-            out[f"by_{g}"] = [{key_name[g]: k, **t.to_json()} for k, t in self.rows(g)]
+            out[f"by_{g}"] = [{g: k, **t.to_json(with_models=g != "model")} for k, t in self.rows(g)]
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
         return out
 
 
-def _day(ts: float | None, tz: dt.tzinfo) -> str:
-    if ts is None:
-        return "unknown"
-    return dt.datetime.fromtimestamp(ts, tz).date().isoformat()
+class _Calendar:
+    """Day, week (its Monday) and month of a timestamp in one time zone, cached per quarter hour (every
+    UTC offset in use is a multiple of 15 minutes, so a quarter hour never straddles two local days)."""
+
+    def __init__(self, tz: dt.tzinfo) -> None:
+        self.tz = tz
+        self._cache: dict[int, tuple[str, str, str]] = {}
+
+    def keys(self, ts: float | None) -> tuple[str, str, str]:
+        if ts is None:
+            return ("unknown", "unknown", "unknown")
+        slot = int(ts // 900)
+        found = self._cache.get(slot)
+        if found is None:
+            day = dt.datetime.fromtimestamp(ts, self.tz).date()
+            monday = day - dt.timedelta(days=day.weekday())
+            found = self._cache[slot] = (day.isoformat(), monday.isoformat(), day.isoformat()[:7])
+        return found
+
+
+def project_of(record: TraceRecord) -> str:
+    """The project a request belongs to: its working directory, else the Claude Code project folder."""
+    cwd = record.extra.get("cwd")
+    if isinstance(cwd, str) and cwd:
+        return cwd
+    if record.source:
+        parts = Path(record.source).parts
+        if "projects" in parts[:-1]:
+            return parts[parts.index("projects") + 1]
+    return "(none)"
 
 
 def _in_window(when: float | None, since: float | None, until: float | None) -> bool:
@@ -125,12 +187,13 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
 
 def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, tz: dt.tzinfo = dt.timezone.utc,
               since: float | None = None, until: float | None = None) -> UsageSummary:
-    """Aggregate usage by day, session, agent and model; price each (provider, model, day, tier) group once."""
+    """Aggregate usage by every grouping (with per-model breakdowns); price each cell once."""
     book = book or PriceBook()
     pricer = GroupPricer(book)
+    calendar = _Calendar(tz)
     summary = UsageSummary()
-    groups: dict[tuple, _Group] = {}
-    starts_cache: dict[tuple, tuple[int, ...]] = {}
+    cells: dict[tuple, list[int]] = {}
+    first = last = None
     for record in records:
         when = record.started_at if record.started_at is not None else record.finished_at
         if not _in_window(when, since, until):
@@ -139,59 +202,44 @@ def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, 
         if u is None:
             summary.without_usage += 1
             continue
-        model = record.model
-        keys = (_day(when, tz), record.session or "(none)", record.agent or "(none)", model or "(unknown)")
-        for grouping, key in zip(GROUPINGS, keys):
-            bucket = summary.by[grouping].get(key)
-            if bucket is None:
-                bucket = summary.by[grouping][key] = Totals()
-            bucket.add(u)
-            bucket.errors += record.error is not None
-        summary.totals.add(u)
-        summary.totals.errors += record.error is not None
         if when is not None:
-            summary.first_at = when if summary.first_at is None else min(summary.first_at, when)
-            summary.last_at = when if summary.last_at is None else max(summary.last_at, when)
-        uday = int(when // 86400) if when is not None else None
-        skey = (record.provider, model, uday)
-        starts = starts_cache.get(skey)
-        if starts is None:
-            starts = starts_cache[skey] = pricer.tier_starts(record.provider, model, uday)
-        tier = sum(1 for s in starts if u.input_tokens > s)
-        group = groups.get(skey + (tier,))
-        if group is None:
-            group = groups[skey + (tier,)] = _Group()
-        vec = (u.fresh_input_tokens, u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens,
-               u.output_tokens)
-        group.members.append(keys)
-        group.member_usage.append(vec)
-    _price(groups, pricer, summary)
+            first = when if first is None or when < first else first
+            last = when if last is None or when > last else last
+        model = record.model
+        uday = book.period_day(record.provider, model, int(when // 86400)) if when is not None and model else None
+        starts = pricer.tier_starts(record.provider, model, uday)
+        tier = sum(1 for s in starts if u.input_tokens > s) if starts else 0
+        key = (*calendar.keys(when), project_of(record), record.session or "(none)", record.agent or "(none)",
+               model or "(unknown)", record.provider, model, uday, tier)
+        acc = cells.get(key)
+        if acc is None:
+            acc = cells[key] = [0] * 8
+        acc[_FRESH] += u.fresh_input_tokens
+        acc[_READ] += u.cache_read_tokens
+        acc[_W5M] += u.cache_write_5m_tokens
+        acc[_W1H] += u.cache_write_1h_tokens
+        acc[_OUT] += u.output_tokens
+        acc[_REASON] += u.reasoning_output_tokens
+        acc[_REQS] += 1
+        acc[_ERRS] += record.error is not None
+    summary.first_at, summary.last_at = first, last
+    _price(cells, pricer, summary)
     summary.unknown_models = set(book.unknown_models)
     return summary
 
 
-def _price(groups: dict[tuple, _Group], pricer: GroupPricer, summary: UsageSummary) -> None:
-    for (provider, model, day, tier), group in groups.items():
+def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSummary) -> None:
+    for key, acc in cells.items():
+        provider, model, day, tier = key[-4:]
         rates = pricer.rates(provider, model, day, tier)
-        # Sum per row key first, then price each row once: costs stay linear and exact within the tier.
-        per_row: dict[tuple[str, ...], list[int]] = {}
-        for keys, vec in zip(group.members, group.member_usage):
-            acc = per_row.get(keys)
-            if acc is None:
-                per_row[keys] = list(vec) + [1]
-            else:
-                for i in range(5):
-                    acc[i] += vec[i]
-                acc[5] += 1
-        for keys, acc in per_row.items():
-            cost = sum(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
-            for grouping, key in zip(GROUPINGS, keys):
-                bucket = summary.by[grouping][key]
-                if cost is None:
-                    bucket.unpriced_requests += acc[5]
-                else:
-                    bucket.cost_usd += cost
-            if cost is None:
-                summary.totals.unpriced_requests += acc[5]
-            else:
-                summary.totals.cost_usd += cost
+        cost = sum(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
+        model_key = key[len(GROUPINGS) - 1]
+        summary.totals.add_cell(acc, cost)
+        summary.totals.models.setdefault(model_key, Totals()).add_cell(acc, cost)
+        for grouping, row_key in zip(GROUPINGS, key):
+            row = summary.by[grouping].get(row_key)
+            if row is None:
+                row = summary.by[grouping][row_key] = Totals()
+            row.add_cell(acc, cost)
+            if grouping != "model":
+                row.models.setdefault(model_key, Totals()).add_cell(acc, cost)
