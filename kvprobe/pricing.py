@@ -70,6 +70,13 @@ class PriceBook:
             return None
         return self._unit_prices(provider, model, int(when // 86400) if when else None, input_tokens)
 
+    def warm(self) -> None:
+        """Load the price dataset now (~0.5 s): called while parsing workers are still busy, it costs no wall
+        time; left to the first price look-up it would run after them."""
+        from genai_prices import data_snapshot
+
+        data_snapshot.get_snapshot()
+
     def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
         """A representative day of the price period `day` falls in.
 

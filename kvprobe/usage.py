@@ -40,6 +40,8 @@ def _int(d: dict[str, Any] | None, *keys: str) -> int:
         return 0
     for key in keys:
         value = d.get(key)
+        if value.__class__ is int:  # the common case, checked first: this runs for every logged request
+            return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value)
     return 0

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import math
+from datetime import datetime
 
 import orjson
 
 from kvprobe.trace.record import parse_time
 
 MAX_EXAMPLES = 5
+_fromisoformat = datetime.fromisoformat  # accepts a trailing Z from Python 3.11
 Progress = Callable[[int], None]  # called with bytes just read
 
 
@@ -107,7 +109,7 @@ class ImportReport:
 
 
 def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
-    """(line number, stripped bytes) of each non-blank line, reporting bytes read."""
+    """(line number, bytes with their line break) of each non-blank line, reporting bytes read."""
     with path.open("rb") as fh:
         pending = 0
         for lineno, raw in enumerate(fh, start=1):
@@ -115,8 +117,7 @@ def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[i
             if progress is not None and pending > 1 << 20:
                 progress(pending)
                 pending = 0
-            raw = raw.strip()
-            if raw:
+            if not raw.isspace():  # orjson ignores the line break: no copy of a multi-KB line to strip it
                 yield lineno, raw
         if progress is not None and pending:
             progress(pending)
@@ -127,6 +128,7 @@ def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | 
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        raw = raw.strip()
         truncated = raw.startswith((b"{", b"[")) and not raw.endswith((b"}", b"]"))
         stats.skip("truncated JSON line" if truncated else "invalid JSON line", lineno, str(exc))
         return None
@@ -136,31 +138,14 @@ def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | 
     return value
 
 
-_DAY_CACHE: dict[str, float] = {}
-
-
 def _fast_utc(text: str) -> float | None:
-    """'2026-09-10T10:00:03.123Z' (the shape agents write) without datetime; None for any other shape."""
-    if len(text) < 20 or text[-1] != "Z" or text[10] != "T" or text[13] != ":" or text[16] != ":":
+    """'2026-09-10T10:00:03.123Z' (the shape agents write) by the C parser; None for any other shape."""
+    if len(text) < 20 or text[-1] != "Z" or text[10] != "T":
         return None
-    day = _DAY_CACHE.get(text[:10])
-    if day is None:
-        try:
-            day = parse_time(text[:10] + "T00:00:00Z")
-        except ValueError:
-            return None
-        if len(_DAY_CACHE) < 100_000:
-            _DAY_CACHE[text[:10]] = day
-    clock = text[11:-1]
-    if not (clock[:2].isdigit() and clock[3:5].isdigit() and clock[6:8].isdigit()) or not clock.isascii():
+    try:
+        return _fromisoformat(text).timestamp()
+    except ValueError:
         return None
-    frac = clock[8:]
-    if frac and not (len(frac) > 1 and frac[0] == "." and frac[1:].isdigit()):
-        return None
-    hours, minutes, seconds = int(clock[:2]), int(clock[3:5]), int(clock[6:8])
-    if hours > 23 or minutes > 59 or seconds > 59:
-        return None
-    return day + hours * 3600 + minutes * 60 + seconds + (float(frac) if len(frac) > 1 else 0.0)
 
 
 def time_or_none(value: Any) -> float | None:

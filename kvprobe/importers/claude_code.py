@@ -52,8 +52,9 @@ def sniff(first: Any) -> bool:
 
 def _agent_of(path: Path, line: dict[str, Any]) -> str:
     agent_id = as_str(line.get("agentId"))
-    if path.stem.startswith("agent-"):
-        return f"agent-{agent_id or path.stem[6:]}"
+    stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
+    if stem.startswith("agent-"):
+        return f"agent-{agent_id or stem[6:]}"
     if line.get("isSidechain") is True:
         return f"agent-{agent_id}" if agent_id else "sidechain"
     return "main"

@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from kvprobe.capture.assemble import assemble
-from kvprobe.capture.recorder import AGENT_HEADER, KEPT_REQUEST_HEADERS, SESSION_HEADER
 from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
@@ -93,6 +91,10 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     if not isinstance(request, dict):
         stats.skip("model request without a JSON object body", where)
         return None
+    # imported here: `kvprobe usage` and `report` load the importers without the capture proxy's stack
+    from kvprobe.capture.assemble import assemble
+    from kvprobe.capture.recorder import AGENT_HEADER, KEPT_REQUEST_HEADERS, SESSION_HEADER
+
     content = resp.get("content") if isinstance(resp.get("content"), dict) else {}
     status = resp.get("status") if isinstance(resp.get("status"), int) else None
     result = assemble(_text(content) or b"", as_str(content.get("mimeType")), status)
