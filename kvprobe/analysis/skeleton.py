@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from kvprobe.analysis.reported import Reported, read_reported
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
-from kvprobe.request import RenderedRequest, render_request
+from kvprobe.request import RenderedRequest
+from kvprobe.request.incremental import StreamRenderer
 from kvprobe.request.model import Block
 from kvprobe.sim.gemini_explicit import parse_ttl
 from kvprobe.tokens import TokenCounter
@@ -81,9 +82,10 @@ class BlockStore:
         return raw_counts
 
 
-def _render(record: TraceRecord) -> RenderedRequest:
+def _render(record: TraceRecord, renderer: StreamRenderer) -> RenderedRequest:
     try:
-        return render_request(record.request, record.provider, record.endpoint, record.response)
+        return renderer.render(record.request, record.provider, record.endpoint, record.response,
+                               (record.session, record.agent))
     except InputError as exc:
         field = f"request.{exc.field}" if exc.field else "request"
         raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
@@ -126,13 +128,14 @@ def without_usage(sk: Skeleton) -> Skeleton:
 def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
     """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
     last_start = 0.0
+    renderer = StreamRenderer(share=True)  # each request's repeated history is not rendered (nor kept) twice
     for order, rec in enumerate(records):
         start = rec.started_at if rec.started_at is not None else last_start + _READABLE_EPSILON
         last_start = start
         provider = rec.provider or "anthropic"
         req, raw = None, []
         if rec.request is not None:
-            req = _render(rec)
+            req = _render(rec, renderer)
             provider = req.provider
             raw = store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + _READABLE_EPSILON

@@ -64,11 +64,13 @@ def _system_blocks(system: Any, default_ttl: str) -> list[Block]:
     return [_block(f"system[{i}]", "system", p, "system", None, default_ttl) for i, p in enumerate(system)]
 
 
-def _message_blocks(messages: Any, default_ttl: str) -> list[Block]:
+def _message_blocks(messages: Any, default_ttl: str, start: int = 0) -> list[Block]:
+    """Blocks of messages[start:] (the earlier ones may be reused from a previous request)."""
     if not isinstance(messages, list):
         raise InputError("expected a list of messages", field="messages")
     blocks: list[Block] = []
-    for i, msg in enumerate(messages):
+    for i in range(start, len(messages)):
+        msg = messages[i]
         if not isinstance(msg, dict) or "role" not in msg:
             raise InputError("expected a message object with 'role' and 'content'", field=f"messages[{i}]")
         role, content = str(msg["role"]), msg.get("content")
@@ -134,15 +136,39 @@ def render_anthropic(body: dict[str, Any], rules: ModelRules) -> RenderedRequest
     chain_hashes(blocks, params)
     req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, auto,
                           cache_mode="breakpoints")
+    check_breakpoints(req, rules)
+    return req
+
+
+def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block],
+                     reused_breakpoints: list[tuple[int, str]], first_new: int,
+                     params_before: dict[str, IdentityParam]) -> RenderedRequest | None:
+    """Render a body whose blocks up to messages[first_new] are `reused` (already hashed, shared with a
+    previous request of identical tools, system, model and leading messages); None when its identity
+    parameters differ from `params_before` (every key changes then: render it whole)."""
+    tail = _message_blocks(body["messages"], rules.get("default_ttl", "5m"), first_new)
+    blocks = reused + tail
+    params = _params(body, blocks, rules)
+    if params != params_before:
+        return None
+    chain_hashes(blocks, params, start=len(reused))
+    marks = reused_breakpoints + [(len(reused) + j, b.breakpoint) for j, b in enumerate(tail) if b.breakpoint]
+    req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, False,
+                          breakpoints=marks, cache_mode="breakpoints")
+    check_breakpoints(req, rules)
+    return req
+
+
+def check_breakpoints(req: RenderedRequest, rules: ModelRules) -> None:
+    """Warn about breakpoints the API would reject."""
     limit = rules.get("max_breakpoints", 4)
     count = len(req.breakpoint_indices)
     if count > limit:
         req.warnings.append(f"{count} cache breakpoints; the API accepts at most {limit} (the request would fail)")
     _check_ttl_order(req)
-    return req
 
 
 def _check_ttl_order(req: RenderedRequest) -> None:
-    ttls = [req.blocks[i].breakpoint for i in req.breakpoint_indices]
+    ttls = [ttl for _, ttl in req.breakpoints]
     if "1h" in ttls and "5m" in ttls and ttls.index("5m") < len(ttls) - 1 - ttls[::-1].index("1h"):
         req.warnings.append("a 1h breakpoint follows a 5m one; 1h entries must come before 5m entries")

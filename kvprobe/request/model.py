@@ -62,11 +62,12 @@ class RenderedRequest:
     warnings: list[str] = field(default_factory=list)
     # (block index, ttl) of each cache breakpoint. Held here, not only on blocks, because a session's
     # requests share deduplicated block objects while each request places its own markers.
-    breakpoints: list[tuple[int, str]] = field(default_factory=list)
+    # None: read off the blocks (a fresh rendering); given when blocks are shared with another request.
+    breakpoints: list[tuple[int, str]] = None  # type: ignore[assignment]
     cache_mode: str = "implicit"  # "breakpoints" (Anthropic), "explicit" (OpenAI 5.6+ explicit) or "implicit"
 
     def __post_init__(self) -> None:
-        if not self.breakpoints:
+        if self.breakpoints is None:
             self.breakpoints = [(i, b.breakpoint) for i, b in enumerate(self.blocks) if b.breakpoint]
 
     @property
@@ -96,12 +97,20 @@ def _level_rank(level: str) -> int:
     return 0 if level == "all" else LEVELS.index(level)
 
 
-def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam]) -> None:
-    """Fill content_hash and cache_key of every block, chaining parent hash and block bytes."""
+def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: int = 0) -> None:
+    """Fill content_hash and cache_key of every block, chaining parent hash and block bytes.
+
+    Blocks before `start` are already hashed under the same parameters (a prefix reused from another
+    request): the chain continues from the last of them.
+    """
     salts = _level_salts(params)
     parent_content = parent_key = b"\0" * 16
     seen_ranks: set[int] = set()
-    for block in blocks:
+    if start:
+        last = blocks[start - 1]
+        parent_content, parent_key = last.content_hash.to_bytes(16, "big"), last.cache_key.to_bytes(16, "big")
+        seen_ranks = set(range(max(_level_rank(b.level) for b in blocks[:start]) + 1))
+    for block in blocks[start:] if start else blocks:
         payload = (block.kind + "\0" + block.role + "\0" + block.meta + "\0" + block.text).encode(
             "utf-8", "surrogatepass")
         block.body_hash = xxhash.xxh3_64_intdigest(payload)

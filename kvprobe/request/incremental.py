@@ -1,0 +1,96 @@
+"""Render the requests of a trace without re-rendering the history each one repeats.
+
+An agent resends its tools, system prompt and whole conversation on every turn, so a session of n turns
+holds O(n²) message blocks while only O(n) of them are new. `StreamRenderer` keeps the previous request of
+each stream (session + agent): when a request has the same tools, system and model and starts with the
+same messages, the blocks of those messages are taken over as they are (hashes included, already
+interned by the caller) and only the rest is rendered and chained on. The result is what `render_request`
+returns for the body; anything unusual (another API, an automatic breakpoint, changed identity
+parameters, nothing in common) is simply rendered whole.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from kvprobe.catalog import rules_for
+from kvprobe.request import render_request
+from kvprobe.request.anthropic import extend_anthropic
+from kvprobe.request.model import RenderedRequest
+
+
+@dataclass(slots=True)
+class _Previous:
+    body: dict[str, Any]
+    provider: str
+    request: RenderedRequest  # its `blocks` may since have been swapped for shared (interned) ones
+    message_ends: list[int]  # index in request.blocks just after messages[i]
+    head: int  # blocks before the first message (tools, system)
+
+
+def _message_ends(req: RenderedRequest, count: int) -> tuple[int, list[int]]:
+    head = next((i for i, b in enumerate(req.blocks) if b.level == "messages"), len(req.blocks))
+    ends = [head] * count
+    for i, block in enumerate(req.blocks):
+        if block.level == "messages" and block.message_index is not None and block.message_index < count:
+            ends[block.message_index] = i + 1
+    for i in range(1, count):  # a message with no blocks (empty content) ends where the one before did
+        ends[i] = max(ends[i], ends[i - 1])
+    return head, ends
+
+
+def _common_messages(new: list[Any], old: list[Any], share: bool) -> int:
+    k = 0
+    for a, b in zip(new, old):
+        if a is not b and a != b:
+            break
+        if share:
+            new[k] = b  # the same value: keep one object, so kept records share their repeated history
+        k += 1
+    return k
+
+
+class StreamRenderer:
+    """`render_request` for the requests of a trace in order, reusing each stream's previous rendering."""
+
+    def __init__(self, share: bool = False) -> None:
+        """share=True replaces a body's leading messages equal to the previous request's by those objects."""
+        self.share = share
+        self._previous: dict[Hashable, _Previous] = {}
+
+    def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
+               stream: Hashable = None) -> RenderedRequest:
+        prev = self._previous.get(stream)
+        req = self._extend(prev, body, provider) if prev is not None else None
+        if req is None:
+            req = render_request(body, provider, endpoint, response)
+        if req.api == "anthropic_messages" and isinstance(body.get("messages"), list):
+            head, ends = _message_ends(req, len(body["messages"]))
+            self._previous[stream] = _Previous(body, req.provider, req, ends, head)
+        else:
+            self._previous.pop(stream, None)
+        return req
+
+    def _extend(self, prev: _Previous, body: Any, provider: str | None) -> RenderedRequest | None:
+        old = prev.body
+        if not isinstance(body, dict) or provider != prev.provider or "input" in body \
+                or "cache_control" in body or "cache_control" in old:
+            return None
+        messages = body.get("messages")
+        if not isinstance(messages, list) or body.get("model") != old.get("model") \
+                or body.get("tools") != old.get("tools") or body.get("system") != old.get("system"):
+            return None
+        k = _common_messages(messages, old["messages"], self.share)
+        cut = prev.message_ends[k - 1] if k else prev.head
+        if cut == 0:
+            return None
+        model = body.get("model")
+        if not isinstance(model, str) or model.startswith("models/"):
+            return None
+        reused = prev.request.blocks[:cut]
+        marks = [(i, ttl) for i, ttl in prev.request.breakpoints if i < cut]
+        req = extend_anthropic(body, rules_for(provider, model), reused, marks, k, prev.request.params)
+        if req is not None:
+            req.provider = provider  # type: ignore[assignment]
+        return req
