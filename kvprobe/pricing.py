@@ -3,11 +3,18 @@
 Covers base input, cache reads, 5m and 1h cache writes, output and long-context tiers (genai-prices applies
 the tier from the request's total input). A price file (TOML or JSON) maps model ids to per-million-token
 prices and wins over the dataset: ``[models."claude-sonnet-4-5"] input_mtok = 3.0 ...``.
+
+Loading the dataset costs ~0.5 s of CPU, more than pricing a whole trace: what each run reads from it (per
+model: the days its prices change, its tier thresholds and per-token rates) is kept in a small JSON file
+named after the installed genai-prices version, under $KVPROBE_CACHE_DIR (default ~/.cache/kvprobe), so
+later runs do not load the dataset at all. Delete the file to rebuild it; an unwritable folder only costs
+the time.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from bisect import bisect_right
 import tomllib
 from dataclasses import dataclass, field
@@ -28,11 +35,61 @@ class Cost:
     source: str  # "genai-prices", "price-file", "local" or "unknown"
 
 
+class DatasetCache:
+    """Look-ups in the genai-prices dataset, kept on disk between runs (one file per dataset version)."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder
+        self._data: dict[str, Any] | None = None
+        self._path: Path | None = None
+
+    def _load(self) -> dict[str, Any]:
+        if self._data is None:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                tag = version("genai-prices")
+            except PackageNotFoundError:
+                tag = "unknown"
+            folder = self.folder or Path(os.environ.get("KVPROBE_CACHE_DIR") or
+                                         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvprobe")
+            self._path = folder / f"genai-prices-{tag}.json"
+            try:
+                self._data = json.loads(self._path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self._data = {}
+        return self._data
+
+    def get(self, key: str, compute: Any) -> Any:
+        """The cached value of key, else compute() (stored; a None result is stored too)."""
+        data = self._load()
+        if key in data:
+            return data[key]
+        value = data[key] = compute()
+        self._save()
+        return value
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        try:
+            from kvprobe.trace.writer import write_atomic
+
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self._path, json.dumps(self._data, sort_keys=True).encode())
+        except OSError:
+            pass  # a read-only home only costs the time of loading the dataset next run
+
+
+_DATASET = DatasetCache()
+
+
 @dataclass(slots=True)
 class PriceBook:
     overrides: dict[str, dict[str, float]] = field(default_factory=dict)
     _memo: dict[tuple, Any] = field(default_factory=dict)
     unknown_models: set[str] = field(default_factory=set)
+    dataset: DatasetCache = field(default_factory=lambda: _DATASET)
 
     @classmethod
     def from_file(cls, path: str | Path | None) -> "PriceBook":
@@ -70,13 +127,6 @@ class PriceBook:
             return None
         return self._unit_prices(provider, model, int(when // 86400) if when else None, input_tokens)
 
-    def warm(self) -> None:
-        """Load the price dataset now (~0.5 s): called while parsing workers are still busy, it costs no wall
-        time; left to the first price look-up it would run after them."""
-        from genai_prices import data_snapshot
-
-        data_snapshot.get_snapshot()
-
     def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
         """A representative day of the price period `day` falls in.
 
@@ -88,7 +138,7 @@ class PriceBook:
             return None
         key = (provider, model, "starts")
         if key not in self._memo:
-            self._memo[key] = _period_starts(provider, model)
+            self._memo[key] = self.dataset.get(f"starts|{provider}|{model}", lambda: _period_starts(provider, model))
         starts = self._memo[key]
         if starts is None:
             return day
@@ -106,30 +156,42 @@ class PriceBook:
         tier = sum(1 for start in tiers if input_tokens > start)
         key = (provider, model, day, tier)
         if key not in self._memo:
-            n = max(input_tokens, 1)
-            calc = lambda **kw: self._calc(provider, model, day, n, kw)  # noqa: E731
-            base = calc()
-            self._memo[key] = {"fresh": base / n, "read": calc(cache_read_tokens=n) / n,
-                               "write_5m": calc(cache_write_tokens=n) / n,
-                               "write_1h": calc(cache_write_tokens=n, cache_write_1h_tokens=n) / n,
-                               "output": (calc(output_tokens=n) - base) / n}
+            # a total input inside the tier (rates are linear there), large enough to keep float precision
+            n = tiers[tier - 1] + 1 if tier else (tiers[0] if tiers else 1_000_000)
+            compute = lambda: self._rates(provider, model, day, n)  # noqa: E731
+            self._memo[key] = compute() if day is None else \
+                self.dataset.get(f"units|{provider}|{model}|{day}|{tier}", compute)
         return self._memo[key]
+
+    def _rates(self, provider: str | None, model: str, day: int | None, n: int) -> dict[str, float]:
+        calc = lambda **kw: self._calc(provider, model, day, n, kw)  # noqa: E731
+        base = calc()
+        return {"fresh": base / n, "read": calc(cache_read_tokens=n) / n,
+                "write_5m": calc(cache_write_tokens=n) / n,
+                "write_1h": calc(cache_write_tokens=n, cache_write_1h_tokens=n) / n,
+                "output": (calc(output_tokens=n) - base) / n}
 
     def tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
         """Total-input thresholds of the model's long-context price tiers (None: model not priced)."""
         day = self.period_day(provider, model, day)
         key = (provider, model, day, "tiers")
         if key not in self._memo:
-            from genai_prices.types import TieredPrices  # imported lazily: ~0.3 s
-            try:
-                price = self._price(provider, model, day, {"input_tokens": 1})
-            except (LookupError, ValueError):
-                self.unknown_models.add(model)
-                self._memo[key] = None
-                return None
-            self._memo[key] = sorted({t.start for v in vars(price.model_price).values()
-                                      if isinstance(v, TieredPrices) for t in v.tiers})
+            compute = lambda: self._tiers(provider, model, day)  # noqa: E731
+            self._memo[key] = compute() if day is None else \
+                self.dataset.get(f"tiers|{provider}|{model}|{day}", compute)
+        if self._memo[key] is None:
+            self.unknown_models.add(model)
         return self._memo[key]
+
+    def _tiers(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
+        from genai_prices.types import TieredPrices  # imported lazily: ~0.3 s
+
+        try:
+            price = self._price(provider, model, day, {"input_tokens": 1})
+        except (LookupError, ValueError):
+            return None
+        return sorted({t.start for v in vars(price.model_price).values()
+                       if isinstance(v, TieredPrices) for t in v.tiers})
 
     def _calc(self, provider: str | None, model: str, day: int | None, n: int, kw: dict[str, int]) -> float:
         return float(self._price(provider, model, day, {"input_tokens": n, **kw}).total_price)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,11 @@ from typer.testing import CliRunner
 from kvprobe.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    # the price-dataset cache (kvprobe.pricing) goes to a folder of this run, not the user's ~/.cache
+    os.environ.setdefault("KVPROBE_CACHE_DIR", tempfile.mkdtemp(prefix="kvprobe-test-cache-"))
 
 
 @pytest.fixture

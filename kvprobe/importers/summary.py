@@ -202,8 +202,6 @@ def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, 
         if u is None:
             summary.without_usage += 1
             continue
-        if not cells and record.model and record.model not in book.overrides and record.provider != "local":
-            book.warm()  # the first record: parsing workers, if any, are still reading the rest
         if when is not None:
             first = when if first is None or when < first else first
             last = when if last is None or when > last else last
