@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -25,8 +26,13 @@ def _line(**kw) -> str:
     return json.dumps(kw, separators=(",", ":")) + "\n"
 
 
-def write_session(path: Path, session: str, turns: int, rng: random.Random, agent: str | None = None) -> int:
+def write_session(path: Path | None, session: str, turns: int, rng: random.Random, agent: str | None = None,
+                  progress: list[dict] | None = None, calls: list[dict] | None = None) -> int:
+    """One transcript (path None: only collect `calls`). `progress`: a subagent's calls, written after the
+    first turn as the parent's agent_progress lines (as Claude Code does while a subagent runs); `calls`
+    collects this transcript's assistant lines in that nested shape."""
     size = 0
+    ids = f"{session}-{agent}" if agent else session  # every API call has its own message and request id
     parent = None
     t = 1_789_000_000.0 + rng.random() * 86400 * 30
     cached = 0
@@ -34,7 +40,7 @@ def write_session(path: Path, session: str, turns: int, rng: random.Random, agen
               "sessionId": session, "version": "2.0.14", "gitBranch": "main"}
     if agent:
         common["agentId"] = agent
-    with path.open("w") as fh:
+    with (path.open("w") if path else open(os.devnull, "w")) as fh:
         for turn in range(turns):
             stamp = lambda: f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t))}.{int(t * 1000) % 1000:03d}Z"
             uid = f"u-{session}-{turn}"
@@ -49,20 +55,30 @@ def write_session(path: Path, session: str, turns: int, rng: random.Random, agen
                      "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0},
                      "output_tokens": rng.randint(20, 800), "service_tier": "standard"}
             model = "claude-sonnet-4-5-20250929" if agent is None else "claude-haiku-4-5-20251001"
-            message = {"id": f"msg_{session}_{turn}", "type": "message", "role": "assistant", "model": model,
+            message = {"id": f"msg_{ids}_{turn}", "type": "message", "role": "assistant", "model": model,
                        "stop_reason": None, "stop_sequence": None, "usage": usage}
-            a1 = _line(parentUuid=uid, **common, type="assistant", requestId=f"req_{session}_{turn}",
+            a1 = _line(parentUuid=uid, **common, type="assistant", requestId=f"req_{ids}_{turn}",
                        message={**message, "content": [{"type": "thinking", "thinking": "Let me check. " * 20,
                                                         "signature": "EqMB" * 40}]},
                        uuid=f"a1-{session}-{turn}", timestamp=stamp())
             a2 = _line(parentUuid=f"a1-{session}-{turn}", **common, type="assistant",
-                       requestId=f"req_{session}_{turn}",
+                       requestId=f"req_{ids}_{turn}",
                        message={**message, "content": [{"type": "tool_use", "id": f"toolu_{turn + 1}",
                                                         "name": "Read", "input": {"file_path": "src/app.py"}}]},
                        uuid=f"a2-{session}-{turn}", timestamp=stamp())
             parent = f"a2-{session}-{turn}"
             t += 1 + rng.random() * 60
             chunk = text + a1 + a2
+            if calls is not None:
+                calls.append({"type": "assistant", "timestamp": stamp(), "requestId": f"req_{ids}_{turn}",
+                              "uuid": f"a2-{ids}-{turn}", "message": {**message, "content": []}})
+            if progress and turn == 0:
+                for k, nested in enumerate(progress):
+                    chunk += _line(parentUuid=parent, **common, type="progress",
+                                   data={"type": "agent_progress", "agentId": nested["agentId"],
+                                         "prompt": "Explore the repository", "message": nested["line"]},
+                                   toolUseID=f"agent_msg_{ids}_{k}", parentToolUseID=f"toolu_{turn + 1}",
+                                   uuid=f"p-{ids}-{k}", timestamp=nested["line"]["timestamp"])
             if turn % 97 == 5:
                 chunk += '{"parentUuid":"x","type":"assistant","message":{"id":\n'  # a line cut by a crash
             fh.write(chunk)
@@ -71,17 +87,28 @@ def write_session(path: Path, session: str, turns: int, rng: random.Random, agen
 
 
 def generate(root: Path, target_bytes: int) -> int:
+    """Projects of sessions; every third session has a subagent with its own transcript (its calls also
+    appear as the parent's progress lines: counted once), every third other one a subagent known only from
+    those progress lines (its transcript absent)."""
     rng = random.Random(7)
     total, n = 0, 0
     while total < target_bytes:
         project = root / f"-home-me-project{n % 7}"
         session = f"{n:04d}-4f1c-8a2b-session"
         project.mkdir(parents=True, exist_ok=True)
-        total += write_session(project / f"{session}.jsonl", session, 120, rng)
-        if n % 3 == 0:
+        progress: list[dict] = []
+        if n % 3 in (0, 1):
+            calls: list[dict] = []
+            agent = f"{n:x}"
             sub = project / session / "subagents"
-            sub.mkdir(parents=True, exist_ok=True)
-            total += write_session(sub / f"agent-{n:x}.jsonl", session, 40, rng, agent=f"{n:x}")
+            if n % 3 == 0:
+                sub.mkdir(parents=True, exist_ok=True)
+            total += write_session(sub / f"agent-{agent}.jsonl" if n % 3 == 0 else None, session, 40, rng,
+                                   agent=agent, calls=calls) if n % 3 == 0 else 0
+            if n % 3 == 1:
+                write_session(None, session, 40, rng, agent=agent, calls=calls)
+            progress = [{"agentId": agent, "line": c} for c in calls]
+        total += write_session(project / f"{session}.jsonl", session, 120, rng, progress=progress)
         n += 1
     return total
 

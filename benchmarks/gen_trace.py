@@ -20,7 +20,8 @@ def _text(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def session_records(session: int, rng: random.Random, requests: int, start: float):
+def session_records(session: int, rng: random.Random, requests: int, start: float,
+                    result_words: tuple[int, int] = (500, 4000)):
     tools = [{"name": f"tool_{i}", "description": _text(rng, 60), "input_schema": {"type": "object"}}
              for i in range(12)]
     system = [{"type": "text", "text": _text(rng, 2500), "cache_control": {"type": "ephemeral"}}]
@@ -47,19 +48,25 @@ def session_records(session: int, rng: random.Random, requests: int, start: floa
             {"role": "assistant", "content": [{"type": "text", "text": _text(rng, 40)},
                                               {"type": "tool_use", "id": call, "name": "tool_1", "input": {"q": i}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call,
-                                          "content": _text(rng, rng.randint(500, 4000))}]}]
+                                          "content": _text(rng, rng.randint(*result_words))}]}]
 
 
-def generate(out: Path, megabytes: float, requests_per_session: int = 14, seed: int = 0) -> int:
+def generate(out: Path, megabytes: float, requests_per_session: int = 14, seed: int = 0,
+             max_requests: int | None = None, result_words: tuple[int, int] = (500, 4000)) -> int:
+    """Write sessions until the file reaches `megabytes` (or `max_requests` requests); returns bytes written."""
     rng = random.Random(seed)
     limit = int(megabytes * 1_000_000)
-    written, session = 0, 0
+    written, session, count = 0, 0, 0
     with out.open("wb") as fh:
-        while written < limit:
-            for rec in session_records(session, rng, requests_per_session, 1_757_498_875.0 + session * 3600):
+        while written < limit and (max_requests is None or count < max_requests):
+            for rec in session_records(session, rng, requests_per_session, 1_757_498_875.0 + session * 3600,
+                                       result_words):
+                if max_requests is not None and count >= max_requests:
+                    break
                 line = orjson.dumps(rec) + b"\n"
                 fh.write(line)
                 written += len(line)
+                count += 1
             session += 1
     return written
 

@@ -1,0 +1,286 @@
+"""kvprobe against its peers on the same inputs, in one interleaved run: time, CPU and peak memory as ratios.
+
+Peers are installed at benchmark time into a throwaway folder (never vendored): cacheeconomics and cachelint
+from PyPI (into their own virtual environment), ccusage from npm (with its native binary for this
+platform). A peer that cannot be installed is skipped with the reason. Inputs are generated here, never
+committed: ~100 MB and ~1 GB agent traces (gen_trace), a 3,000-request multi-session trace (reported with
+fixes on), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
+subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
+the standard library's `json.loads` over every line, in its own process.
+
+Every job runs its commands round-robin `--repeat` times (kvprobe, each peer, the floor, then again), and
+reports medians: on a shared machine only ratios taken in the same run mean anything; the load average
+is printed before and after.
+
+Usage: uv run python benchmarks/bench_peers.py [--quick] [--repeat 3] [--work DIR] [--only report usage ...]
+  --quick: 200 MB instead of 1 GB for the large trace and the Claude Code folder.
+  --work DIR: keep the generated inputs and installed peers there (reused by the next run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import bench_usage  # noqa: E402
+from gen_trace import generate  # noqa: E402
+
+FLOOR = ("import json, sys\n"
+         "for name in sys.argv[1:]:\n"
+         "    paths = [name] if not __import__('os').path.isdir(name) else "
+         "[str(p) for p in __import__('pathlib').Path(name).rglob('*.jsonl')]\n"
+         "    for path in paths:\n"
+         "        with open(path, 'rb') as fh:\n"
+         "            for line in fh:\n"
+         "                try:\n"
+         "                    json.loads(line)\n"
+         "                except ValueError:\n"
+         "                    pass\n")
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    rss_mb: float
+    ok: bool
+    out: str = ""
+
+
+@dataclass
+class Tool:
+    name: str
+    cmd: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+
+    def median(self, attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in self.runs)
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
+    """Wall time, user+system CPU and peak RSS of one command and the processes it waited for."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.005)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode == 0, text)
+
+
+# ---------------------------------------------------------------- peers
+
+
+def install_python_peers(folder: Path) -> tuple[Path | None, str]:
+    venv = folder / "py"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        uv = shutil.which("uv")
+        steps = ([[uv, "venv", "-q", str(venv)], [uv, "pip", "install", "-q", "--python", str(python),
+                                                     "cacheeconomics", "cachelint"]] if uv else
+                 [[sys.executable, "-m", "venv", str(venv)],
+                  [str(python), "-m", "pip", "install", "-q", "cacheeconomics", "cachelint"]])
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                return None, f"pip install failed: {done.stderr.strip()[-200:]}"
+    return venv / "bin", ""
+
+
+def install_ccusage(folder: Path) -> tuple[list[str] | None, str]:
+    """ccusage ships a native binary per platform as an optional npm dependency; when the newest ccusage has
+    none for this platform yet, the newest version that has one is installed."""
+    npm = shutil.which("npm")
+    if not npm:
+        return None, "npm not found"
+    prefix = folder / "npm"
+    cli = prefix / "node_modules" / ".bin" / "ccusage"
+    probe = lambda: subprocess.run([str(cli), "--version"], capture_output=True, text=True)  # noqa: E731
+    if cli.exists() and probe().returncode == 0:
+        return [str(cli)], ""
+    arch = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), platform.machine())
+    native = f"@ccusage/ccusage-{sys.platform}-{arch}"
+    view = subprocess.run([npm, "view", native, "version"], capture_output=True, text=True)
+    version = view.stdout.strip()
+    if view.returncode != 0 or not version:
+        return None, f"no {native} package on the registry"
+    done = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                           f"ccusage@{version}", f"{native}@{version}"], capture_output=True, text=True)
+    if done.returncode != 0 or probe().returncode != 0:
+        return None, f"npm install failed: {(done.stderr or probe().stderr).strip()[-200:]}"
+    return [str(cli)], ""
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def bodies_file(trace: Path, out: Path) -> Path:
+    """The request bodies of a trace, one per line: the input cachelint analyses."""
+    if not out.exists():
+        with trace.open("rb") as src, out.open("wb") as dst:
+            for line in src:
+                dst.write(json.dumps(json.loads(line)["request"]).encode() + b"\n")
+    return out
+
+
+def inputs(work: Path, quick: bool) -> dict[str, Path]:
+    big = 200 if quick else 1000
+    made = {"t100": work / "trace_100mb.jsonl", "tbig": work / f"trace_{big}mb.jsonl",
+            "t3000": work / "trace_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects"}
+    if not made["t100"].exists():
+        generate(made["t100"], 100)
+    if not made["tbig"].exists():
+        generate(made["tbig"], big)
+    if not made["t3000"].exists():  # 200 sessions of 15 requests, shorter tool results
+        generate(made["t3000"], 10_000, requests_per_session=15, max_requests=3000, result_words=(40, 400))
+    if not made["claude"].exists():
+        bench_usage.generate(made["claude"], big * 1_000_000)
+    return made
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def kvprobe_cmd() -> list[str]:
+    script = Path(sys.executable).with_name("kvprobe")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kvprobe"]
+
+
+def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[str] | None,
+         skipped: dict[str, str]) -> dict[str, list[Tool]]:
+    kv, floor = kvprobe_cmd(), [sys.executable, "-c", FLOOR]
+    hmac = {"CACHEECONOMICS_HMAC_KEY": "kvprobe-benchmark-key-0123456789abcdef"}
+    out: dict[str, list[Tool]] = {}
+    size = lambda p: f"{p.stat().st_size / 1e6:,.0f} MB"  # noqa: E731
+    t100, tbig, t3000 = made["t100"], made["tbig"], made["t3000"]
+    report_100 = [Tool("kvprobe report --json (fixes on)", [*kv, "report", str(t100), "--json", "--what-if"])]
+    if py_bin:
+        report_100.append(Tool("cacheeconomics analyze", [str(py_bin / "cacheeconomics"), "analyze", str(t100),
+                                                          "--from", "bodies", "--format", "json"], hmac))
+        report_100.append(Tool("cachelint analyze", [str(py_bin / "cachelint"), "analyze",
+                                                     str(bodies_file(t100, work / "bodies_100mb.jsonl"))]))
+    out[f"report, {size(t100)} trace"] = report_100 + [Tool("json parse floor", [*floor, str(t100)])]
+    report_big = [Tool("kvprobe report --json", [*kv, "report", str(tbig), "--json"])]
+    if py_bin:
+        report_big.append(Tool("cacheeconomics analyze", [str(py_bin / "cacheeconomics"), "analyze", str(tbig),
+                                                          "--from", "bodies", "--format", "json"], hmac))
+    out[f"report, {size(tbig)} trace"] = report_big + [Tool("json parse floor", [*floor, str(tbig)])]
+    out[f"report with fixes, 3,000 requests ({size(t3000)})"] = [
+        Tool("kvprobe report --json (fixes on)", [*kv, "report", str(t3000), "--json", "--what-if"]),
+        Tool("json parse floor", [*floor, str(t3000)])]
+    claude = made["claude"]
+    usage = [Tool("kvprobe usage --json", [*kv, "usage", str(claude), "--json"])]
+    if ccusage:
+        usage.append(Tool("ccusage daily --json", [*ccusage, "daily", "--json", "--offline"],
+                          {"CLAUDE_CONFIG_DIR": str(claude.parent)}))
+    out[f"usage, Claude Code folder ({sum(p.stat().st_size for p in claude.rglob('*.jsonl')) / 1e6:,.0f} MB)"] = \
+        usage + [Tool("json parse floor", [*floor, str(claude)])]
+    a, b = ROOT / "examples" / "request_a.json", ROOT / "examples" / "request_b.json"
+    small = [Tool("kvprobe diff", [*kv, "diff", str(a), str(b)]), Tool("kvprobe --help", [*kv, "--help"])]
+    if py_bin:
+        small.append(Tool("cachelint diff", [str(py_bin / "cachelint"), "diff", str(a), str(b)]))
+    out["start-up: diff of two small requests, --help"] = small
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
+    return out
+
+
+def same_usage_totals(tools: list[Tool]) -> str:
+    """kvprobe usage and ccusage daily agree on every token class?"""
+    kv = next((t for t in tools if t.name.startswith("kvprobe")), None)
+    cc = next((t for t in tools if t.name.startswith("ccusage")), None)
+    if not kv or not cc or not kv.runs or not cc.runs or not kv.runs[-1].ok or not cc.runs[-1].ok:
+        return ""
+    k = json.loads(kv.runs[-1].out[kv.runs[-1].out.index("{"):])["totals"]
+    c = json.loads(cc.runs[-1].out[cc.runs[-1].out.index("{"):])["totals"]
+    pairs = [("fresh input", k["fresh_input_tokens"], c["inputTokens"]),
+             ("cache write", k["cache_write_tokens"], c["cacheCreationTokens"]),
+             ("cache read", k["cache_read_tokens"], c["cacheReadTokens"]),
+             ("output", k["output_tokens"], c["outputTokens"])]
+    verdict = "same token totals" if all(x == y for _, x, y in pairs) else "token totals DIFFER: " + ", ".join(
+        f"{n} {x:,} vs {y:,}" for n, x, y in pairs if x != y)
+    return (f"  {verdict} ({k['requests']:,} requests); USD ${k['cost_usd']:,.2f} (genai-prices) vs "
+            f"${c['totalCost']:,.2f} (ccusage's LiteLLM prices)")
+
+
+def print_job(title: str, tools: list[Tool]) -> None:
+    base = tools[0]
+    floor = next((t for t in tools if t.name == "json parse floor"), None)
+    print(f"\n## {title}")
+    print(f"  {'tool':36} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'wall vs kvprobe':>16}")
+    for t in tools:
+        if not t.runs:
+            continue
+        bad = "" if all(r.ok for r in t.runs) else "  (failed: " + t.runs[-1].out.strip()[-120:] + ")"
+        ratio = t.median("wall") / base.median("wall") if base.runs else float("nan")
+        print(f"  {t.name:36} {t.median('wall'):8.2f} {t.median('cpu'):8.2f} {t.median('rss_mb'):12.0f} "
+              f"{ratio:15.2f}x{bad}")
+    if floor and floor.runs and base.runs:
+        print(f"  kvprobe / parse floor: {base.median('wall') / floor.median('wall'):.2f}x wall, "
+              f"{base.median('cpu') / floor.median('cpu'):.2f}x CPU")
+    if note := same_usage_totals(tools):
+        print(note)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--only", nargs="*", default=[])
+    args = parser.parse_args()
+    keep = args.work is not None
+    work = args.work or Path(tempfile.mkdtemp(prefix="kvprobe-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        skipped: dict[str, str] = {}
+        py_bin, why = install_python_peers(work / "peers")
+        if why:
+            skipped["cacheeconomics, cachelint"] = why
+        ccusage, why = install_ccusage(work / "peers")
+        if why:
+            skipped["ccusage"] = why
+        t0 = time.perf_counter()
+        made = inputs(work, args.quick)
+        print(f"inputs ready in {time.perf_counter() - t0:.0f} s under {work}")
+        print(f"machine: {os.cpu_count()} cores; load average before: {os.getloadavg()}")
+        for title, tools in jobs(made, work, py_bin, ccusage, skipped).items():
+            if args.only and not any(o in title for o in args.only):
+                continue
+            for _ in range(args.repeat):
+                for tool in tools:
+                    tool.runs.append(measure(tool.cmd, tool.env))
+            print_job(title, tools)
+        print(f"\nload average after: {os.getloadavg()}")
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
