@@ -130,7 +130,7 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
     sub_rows = breakdown and by != "model"
     widest = max([len(key) for key, _ in rows] + [len(m) + 4 for _, t in rows for m in t.models if sub_rows],
                  default=10)
-    table.add_column(by, footer="Total", min_width=min(max(widest, 10), 40), overflow="fold")
+    table.add_column(by, footer="Total", min_width=min(max(widest, 10), 22), overflow="fold")
     for name, footer in zip(headers, _cells(total, reasoning)):
         table.add_column(name, footer=footer, justify="right", no_wrap=True)
     for key, t in rows:
