@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
@@ -137,7 +138,8 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
         table.add_row(key, *_cells(t, reasoning))
         if sub_rows:
             for model, m in t.ranked_models():
-                table.add_row(f"  └ {model}", *_cells(m, reasoning), style="dim")
+                label = Text(f"  └ {model}", overflow="ellipsis", no_wrap=True)  # cut, never split, when narrow
+                table.add_row(label, *_cells(m, reasoning), style="dim")
     out.print(table)
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
