@@ -80,11 +80,12 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    from kvprobe.cli import fasthelp
+    if sys.argv[1:] in ([], ["--help"]):  # answered without Typer or any command module
+        from kvprobe.cli import fasthelp
 
-    if fasthelp.wanted(sys.argv[1:]) and (text := fasthelp.render(COMMANDS)) is not None:
-        sys.stdout.write(text)
-        raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
+        if (text := fasthelp.render(COMMANDS)) is not None:
+            sys.stdout.write(text)
+            raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if first is None and "--version" in sys.argv[1:]:
         build_app("")()  # no command module is imported just to print the version

@@ -63,8 +63,3 @@ def render(commands: dict[str, tuple[str, str, str, dict]]) -> str | None:
         lines.extend(" " * (name_width + 2) + more for more in wrapped[1:])
     lines += ["", "Run `kvprobe COMMAND --help` for a command's options."]
     return "\n".join(lines) + "\n"
-
-
-def wanted(argv: list[str]) -> bool:
-    """True for `kvprobe`, `kvprobe --help`: the cases answered here."""
-    return argv in ([], ["--help"])

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT_VERSION = 1
-KNOWN_KEYS = ("kvprobe", "id", "session", "agent", "provider", "endpoint", "started_at", "first_token_at",
-              "finished_at", "request", "response", "error")
+KNOWN_KEYS = frozenset(("kvprobe", "id", "session", "agent", "provider", "endpoint", "started_at",
+                        "first_token_at", "finished_at", "request", "response", "error"))
 
 
 @dataclass(slots=True)
