@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
 from kvprobe.errors import InputError
@@ -23,6 +22,8 @@ def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterato
         return
     with contextlib.suppress(Exception):
         total = sum(p.stat().st_size for p in discover(paths))
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn  # ~0.1 s
+
     columns = (TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(label, total=locals().get("total"))

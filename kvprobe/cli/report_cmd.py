@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -77,6 +76,8 @@ def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, sh
               "outcomes": outcomes}
     if not show_progress or total < PROGRESS_MIN_BYTES:
         return build_report(traces, **kwargs)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn  # ~0.1 s
+
     columns = (TextColumn("reading"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("read", total=total)
