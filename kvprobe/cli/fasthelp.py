@@ -54,9 +54,10 @@ def render(commands: dict[str, tuple[str, str, str, dict]]) -> str | None:
             return None
         rows.append((name, text))
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
-    name_width = max(len(n) for n, _ in rows) + 2
+    name_width = max(len(n) for n, _ in rows + [("--version", "")]) + 2
     lines = ["Usage: kvprobe [OPTIONS] COMMAND [ARGS]...", "", f"  {DESCRIPTION}", "",
-             "Options:", f"  {'--help':<{name_width}}Show this message and exit.", "", "Commands:"]
+             "Options:", f"  {'--version':<{name_width}}Print kvprobe's version and exit.",
+             f"  {'--help':<{name_width}}Show this message and exit.", "", "Commands:"]
     for name, text in rows:
         wrapped = textwrap.wrap(text, max(width - name_width - 2, 30)) or [""]
         lines.append(f"  {name:<{name_width}}{wrapped[0]}")
