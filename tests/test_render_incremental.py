@@ -96,3 +96,14 @@ def test_shared_history_is_one_object_and_skeletons_agree():
     first, later = records[2].request["messages"], records[3].request["messages"]
     if first[0] == later[0]:
         assert first[0] is later[0]
+
+
+def test_memory_is_bounded_by_recent_streams():
+    rng = random.Random(11)
+    sessions = {f"s{i}": _session(rng, 4) for i in range(8)}
+    renderer = StreamRenderer(share=True, streams=3)
+    for turn in range(4):
+        for name, bodies in sessions.items():  # eight sessions interleaved, only three remembered
+            expected = _shape(render_request(copy.deepcopy(bodies[turn]), "anthropic"))
+            assert _shape(renderer.render(bodies[turn], "anthropic", stream=name)) == expected
+            assert len(renderer._previous) <= 3

@@ -10,6 +10,7 @@ parameters, nothing in common) is simply rendered whole.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -52,12 +53,17 @@ def _common_messages(new: list[Any], old: list[Any], share: bool) -> int:
 
 
 class StreamRenderer:
-    """`render_request` for the requests of a trace in order, reusing each stream's previous rendering."""
+    """`render_request` for the requests of a trace in order, reusing each stream's previous rendering.
 
-    def __init__(self, share: bool = False) -> None:
+    Only the `streams` most recently seen streams are remembered (a finished session's last body would
+    otherwise stay in memory to the end of a long trace); an older one is rendered whole when it resumes.
+    """
+
+    def __init__(self, share: bool = False, streams: int = 64) -> None:
         """share=True replaces a body's leading messages equal to the previous request's by those objects."""
         self.share = share
-        self._previous: dict[Hashable, _Previous] = {}
+        self.streams = streams
+        self._previous: OrderedDict[Hashable, _Previous] = OrderedDict()
 
     def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
                stream: Hashable = None) -> RenderedRequest:
@@ -65,11 +71,12 @@ class StreamRenderer:
         req = self._extend(prev, body, provider) if prev is not None else None
         if req is None:
             req = render_request(body, provider, endpoint, response)
+        self._previous.pop(stream, None)
         if req.api == "anthropic_messages" and isinstance(body.get("messages"), list):
             head, ends = _message_ends(req, len(body["messages"]))
             self._previous[stream] = _Previous(body, req.provider, req, ends, head)
-        else:
-            self._previous.pop(stream, None)
+            if len(self._previous) > self.streams:
+                self._previous.popitem(last=False)  # the stream seen least recently
         return req
 
     def _extend(self, prev: _Previous, body: Any, provider: str | None) -> RenderedRequest | None:
