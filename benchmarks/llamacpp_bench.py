@@ -110,10 +110,10 @@ def main() -> int:
         print("llama-cpp-python is not installed: comparison skipped. Install it (about an hour to build on 2 "
               "cores): CMAKE_ARGS=\"-DGGML_NATIVE=ON\" uv pip install llama-cpp-python")
         return 0
-    from localengine.loader import smollm2_gguf_path
+    from localengine.loader import default_model_path
 
     ours = Ours(args.dtype, args.threads)
-    peer = LlamaCpp(str(smollm2_gguf_path()), args.threads, n_ctx=8192)
+    peer = LlamaCpp(str(default_model_path()), args.threads, n_ctx=8192)
     vocab = ours.vocab
     p512, p2048 = ids(512, 512, vocab), ids(2048, 2048, vocab)
     shared, suffix = ids(3840, 1, vocab), ids(256, 2, vocab)
@@ -136,7 +136,7 @@ def main() -> int:
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     load = os.getloadavg()
     print(f"medians of {args.rounds} interleaved rounds, {args.threads} threads, same GGUF "
-          f"({os.path.basename(str(smollm2_gguf_path()))}); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+          f"({os.path.basename(str(default_model_path()))}); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     print(f"{'task':<38} {ours.label:>32} {'llama.cpp':>11} {'kvprobe ÷ llama.cpp':>20}")
     for task in times["ours"]:
         a, b = statistics.median(times["ours"][task]), statistics.median(times["peer"][task])

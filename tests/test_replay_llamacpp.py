@@ -124,10 +124,10 @@ def _free_port() -> int:
                     reason="llama-cpp-python is not installed (optional; CMAKE_ARGS=-DGGML_NATIVE=ON pip install "
                     "'llama-cpp-python[server]', about an hour to build on 2 cores)")
 def test_real_llama_cpp_python_server(cli, tmp_path):
-    from localengine.loader import smollm2_gguf_path
+    from localengine.loader import default_model_path
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf_path()),
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
                              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
                              "--chat_format", "chatml"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
