@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("trace", nargs="?", default=str(ROOT / "traces" / "sample_session.jsonl"))
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N records")
     args = parser.parse_args()
 
     from kvprobe.replay import LocalTarget, Timing, replay_trace
@@ -36,7 +37,7 @@ def main() -> None:
     start = time.perf_counter()
     engine = Engine(device="cpu", dtype=args.dtype)
     print(f"engine loaded in {time.perf_counter() - start:.1f} s ({engine.kernels})")
-    records = list(read_trace(args.trace))
+    records = list(read_trace(args.trace))[: args.limit]
     target = LocalTarget(engine, args.max_tokens)
     cpu, wall = time.process_time(), time.perf_counter()
     report = replay_trace(records, target, timing=Timing.parse("fast"), max_tokens=args.max_tokens)

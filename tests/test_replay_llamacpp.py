@@ -14,11 +14,11 @@ import time
 
 import httpx
 import pytest
-
 from conftest import ROOT
+from llamacpp_fake import LlamaCppFake, running
+
 from kvprobe.replay.drive import Measured
 from kvprobe.trace import TraceRecord, write_trace
-from llamacpp_fake import LlamaCppFake, running
 
 TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]
 SYSTEM = "You are a coding agent"  # 5 words

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Self
 
 import typer
 from rich import box
@@ -69,7 +69,7 @@ class _Status:
         self.started: float | None = None
         self.what: str | None = None
 
-    def __enter__(self) -> _Status:
+    def __enter__(self) -> Self:
         if self.bar is not None:
             self.bar.start()
         return self
