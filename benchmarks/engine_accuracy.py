@@ -1,7 +1,7 @@
 """Accuracy cost of the engine's fast path against the float32 reference, on a long real prompt.
 
     uv run python benchmarks/engine_accuracy.py                  # fast path (dtype auto) vs float32
-    uv run python benchmarks/engine_accuracy.py --dtype bfloat16 --positions 64
+    uv run python benchmarks/engine_accuracy.py --int8-head --tokens 1536 --positions 24
 
 The prompt is this repository's README (real prose, code and tables), cut to `--tokens`. Both engines read
 the same prefixes, teacher-forced: at `--positions` evenly spaced cut points the next-token logits of each
@@ -29,13 +29,14 @@ def cut_logits(engine: Engine, ids: list[int], cuts: list[int]) -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="auto", help="the path to check (default: auto, the fast path)")
+    parser.add_argument("--int8-head", action="store_true", help="also hold the vocabulary head in int8")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--positions", type=int, default=32)
     parser.add_argument("--decode", type=int, default=64, help="greedy tokens compared after the prompt")
     args = parser.parse_args()
 
     ref = Engine(device="cpu", dtype="float32")
-    fast = Engine(device="cpu", dtype=args.dtype)
+    fast = Engine(device="cpu", dtype=args.dtype, int8_head=args.int8_head)
     ids = ref.tokenizer.encode(README.read_text())[: args.tokens]
     step = max(1, len(ids) // args.positions)
     cuts = list(range(step, len(ids) + 1, step))[: args.positions]

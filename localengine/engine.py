@@ -122,11 +122,14 @@ class Engine:
     model: "smollm2-135m-instruct" (bundled GGUF), "tiny-random", a .gguf path or a Hugging Face directory.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:1", ...
     dtype: "auto" (the fast path, default): bfloat16 on CUDA; on CPU bfloat16 where the CPU computes it
-        natively (AVX512-BF16/AMX), else float32, and the vocabulary head in int8 (per-channel scales).
+        natively (AVX512-BF16/AMX), else float32.
         "float32", "bfloat16", "float16": every weight in that type. "float64": the exact reference path
         (batch-invariant kernels, bitwise-identical cached and uncached logits).
     block_size / num_blocks: tokens per KV block / blocks in the store (None: sized from memory).
     seed: sampling seed, and the weights of "tiny-random".
+    int8_head: hold the vocabulary head in int8 (per-channel scales) on CPU: reads a quarter of float32's
+        bytes per token, but its per-call activation quantization costs accuracy (top-1 agreement with
+        float32 fell to 87.5% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
     """
 
     def __init__(
@@ -141,6 +144,7 @@ class Engine:
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 8192,
         batch_invariant: bool | None = None,
+        int8_head: bool = False,
     ):
         self.config = EngineConfig(
             model,
@@ -160,7 +164,7 @@ class Engine:
         del loaded
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
         # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
-        self.kernels = (None if exact else net.pack_for_cpu(int8_head=dtype == "auto")) or (
+        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head)) or (
             "exact (batch-invariant)" if exact else "F.linear"
         )
         self.uses_onednn = self.kernels.startswith("oneDNN")

@@ -36,8 +36,8 @@ def replay(
     model: Annotated[str, typer.Option("--model", help="Local engine model: smollm2-135m-instruct, tiny-random, "
                                        "a .gguf file or a Hugging Face directory")] = "smollm2-135m-instruct",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda")] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="auto (the fast path: bfloat16 where the CPU has it, "
-                                       "int8 head), float32, bfloat16, float16 or float64")] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (the fast path: bfloat16 where the CPU has it), "
+                                       "float32, bfloat16, float16 or float64")] = "auto",
     kv_blocks: Annotated[int | None, typer.Option("--kv-blocks", help="KV cache size in blocks of 16 tokens")] = None,
 ) -> None:
     """Replay a trace on a real engine: ground-truth cached tokens, prefill and decode time, time to first

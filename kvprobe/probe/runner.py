@@ -119,7 +119,7 @@ def _local_server(model: str, on_status: Callable[[str], None] | None = None) ->
 
     if on_status:
         on_status("loading the local engine (SmolLM2-135M-Instruct)")
-    # dtype auto: the engine's fast path (bfloat16 where the CPU has it, int8 vocabulary head)
+    # dtype auto: the engine's fast path (bfloat16 matmuls where the CPU has them)
     with start_server(cache="emulate", emulate=f"anthropic/{model}", port=0, dtype="auto") as handle:
         yield handle.base_url
 

@@ -63,8 +63,8 @@ class Linear(nn.Module):
       prefill in float32; bfloat16 runs on AVX512-BF16/AMX at about 3x float32's prefill rate, and reads half
       the bytes per decoded token), with the SiLU, product and residual sum fused into the matmul's output;
     - int8 weights, one scale per output channel (fbgemm's dynamic quantized linear: activations quantized
-      per call); used for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads a
-      quarter of float32's bytes per token;
+      per call); optional for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads
+      a quarter of float32's bytes per token but costs accuracy (see `Engine(int8_head=...)`);
     - else F.linear.
     """
 
