@@ -75,7 +75,7 @@ class SchedulerConfig:
 class EngineConfig:
     model: str = "smollm2-135m-instruct"
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"
     seed: int = 0
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -3,8 +3,8 @@
 Blocking use::
 
     from localengine import Engine
-    engine = Engine()                                   # SmolLM2-135M-Instruct, float32, CUDA if present
-    Engine(dtype="auto")                                # bfloat16 on CUDA, float32 on CPU
+    engine = Engine()                                   # SmolLM2-135M-Instruct, fast path, CUDA if present
+    Engine(dtype="float32")                             # every weight in float32 (the accuracy reference)
     Engine(model="tiny-random", dtype="float64")        # seeded random weights, bitwise-exact cache reuse
     ids = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
     result = engine.generate(ids, max_tokens=32)        # .text, .token_ids, .num_cached_tokens, timings
@@ -103,9 +103,14 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX: oneDNN runs bfloat16 matmuls natively (else it would emulate them, slower than fp32)."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if device.type == "cuda" or _cpu_has_bf16() else torch.float32
     if dtype not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported (choose from auto, {', '.join(_DTYPES)})")
     return _DTYPES[dtype]
@@ -116,16 +121,22 @@ class Engine:
 
     model: "smollm2-135m-instruct" (bundled GGUF), "tiny-random", a .gguf path or a Hugging Face directory.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:1", ...
-    dtype: "float32", "bfloat16", "float16", "float64" or "auto" (bfloat16 on CUDA, float32 on CPU).
+    dtype: "auto" (the fast path, default): bfloat16 on CUDA; on CPU bfloat16 where the CPU computes it
+        natively (AVX512-BF16/AMX), else float32.
+        "float32", "bfloat16", "float16": every weight in that type. "float64": the exact reference path
+        (batch-invariant kernels, bitwise-identical cached and uncached logits).
     block_size / num_blocks: tokens per KV block / blocks in the store (None: sized from memory).
     seed: sampling seed, and the weights of "tiny-random".
+    int8_head: hold the vocabulary head in int8 (per-channel scales) on CPU: reads a quarter of float32's
+        bytes per token, but its per-call activation quantization costs accuracy (top-1 agreement with
+        float32 fell to 87.5% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
     """
 
     def __init__(
         self,
         model: str = "smollm2-135m-instruct",
         device: str = "auto",
-        dtype: str = "float32",
+        dtype: str = "auto",
         block_size: int = 16,
         num_blocks: int | None = None,
         seed: int = 0,
@@ -133,6 +144,7 @@ class Engine:
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 8192,
         batch_invariant: bool | None = None,
+        int8_head: bool = False,
     ):
         self.config = EngineConfig(
             model,
@@ -151,7 +163,11 @@ class Engine:
         net = build_model(loaded.config, loaded.weights, self.device, self.dtype)
         del loaded
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
-        self.uses_onednn = not exact and net.pack_for_cpu()
+        # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
+        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head)) or (
+            "exact (batch-invariant)" if exact else "F.linear"
+        )
+        self.uses_onednn = self.kernels.startswith("oneDNN")
         blocks = num_blocks or self._default_num_blocks(block_size)
         self.block_manager = BlockManager(blocks, block_size)
         self.runner = ModelRunner(net, blocks, block_size, self.device, self.dtype, exact, seed)

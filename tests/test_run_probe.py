@@ -37,11 +37,15 @@ def test_the_four_requests_differ_exactly_as_described(provider, model):
     assert diff_requests(prepare, confirm).identical
     d3 = diff_requests(prepare, question)
     assert d3.first_change.path.startswith("messages[") and d3.first_change.block_index == len(prepare.blocks) - 1
-    d4 = diff_requests(prepare, changed)
+    d4 = diff_requests(question, changed)  # 3 -> 4: only the version marker, early in the prefix
     first = d4.first_change
     assert first.block_index == 0 and first.char_offset == len("Probe run run123\nDocument version: ")
     assert "version: A" in first.a_snippet and "version: B" in first.b_snippet
     assert d4.b_tokens == d4.a_tokens and not d4.params_changed
+    body3, body4 = cases[2].body, cases[3].body  # the question is the same: only the prefix's marker differs
+    assert {k: v for k, v in body3.items() if k not in ("system", "messages")} == \
+        {k: v for k, v in body4.items() if k not in ("system", "messages")}
+    assert body3["messages"][-1] == body4["messages"][-1]
     for case in cases:
         assert case.body["model"] == model and case.body["max_tokens"] == 96 and case.body["stream"] is True
     if provider == "anthropic":
@@ -140,3 +144,10 @@ def test_local_probe_runs_the_same_sdk_path_on_the_bundled_engine(tmp_path, monk
     assert len(result.verdict.supports) == 3
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["case"] for line in lines] == ["prepare", "confirm", "new_question", "changed_beginning"]
+
+
+def test_unknown_provider_is_refused_before_anything_runs(cli):
+    result = cli("run-probe", NOTES, "--provider", "mistral")
+    assert result.exit_code == 2
+    assert "running 4 requests" not in result.output
+    assert "--provider" in result.output and "mistral" in result.output

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Self
 
 import typer
 from rich import box
@@ -12,7 +12,7 @@ from rich.text import Text
 from kvprobe.analysis.reported import side_by_side
 from kvprobe.cli.common import Force, err, out, output_path, print_json, user_errors
 from kvprobe.probe.cases import build_cases, new_run_id, read_document
-from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, estimate, run_probe
+from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, check_provider, estimate, run_probe
 from kvprobe.probe.verdict import usage_of
 
 
@@ -37,6 +37,7 @@ def run_probe_cmd(
     Example: kvprobe run-probe examples/public_notes.txt
     """
     with user_errors():
+        check_provider(provider)  # before anything is printed, written or started
         if out_file is not None or out_alias is not None:
             out_file = output_path(out_file, [document], force=force, alias=out_alias)
         if dry_run:
@@ -45,8 +46,9 @@ def run_probe_cmd(
         if not json_out:
             err.print(f"running 4 requests on {provider}" + (" (starting the local engine)" if provider == "local"
                                                              else ""))
-        result = run_probe(document, provider, model, base_url, out_file,
-                           on_outcome=None if json_out else _progress, diagnostics=diagnostics)
+        with _Status(enabled=not json_out and err.is_terminal) as status:
+            result = run_probe(document, provider, model, base_url, out_file, diagnostics=diagnostics,
+                               on_outcome=None if json_out else status.outcome, on_status=status.update)
     if json_out:
         print_json(_to_json(result))
     else:
@@ -54,15 +56,49 @@ def run_probe_cmd(
     raise typer.Exit(result.exit_code)
 
 
-def _progress(o) -> None:
-    status = "error" if o.error else "done"
-    err.print(f"  {o.case}: {status} in {o.request_s:.1f}s")
+class _Status:
+    """A spinner with elapsed time on stderr while the engine loads and while a request waits for its reply
+    (on a terminal); a line per finished step either way (unless --json)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                            transient=True) if enabled else None
+        self.task = None
+        self.started: float | None = None
+        self.what: str | None = None
+
+    def __enter__(self) -> Self:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, text: str) -> None:
+        import time
+
+        if self.what and self.what.startswith("loading") and self.started is not None:
+            err.print(f"  engine loaded in {time.perf_counter() - self.started:.1f}s")
+        self.started, self.what = time.perf_counter(), text
+        if text.startswith("loading"):
+            err.print(f"  {text} ...")
+        if self.bar is None:
+            return
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+        self.task = self.bar.add_task(text, total=None)
+
+    def outcome(self, o) -> None:
+        status = "error" if o.error else "done"
+        err.print(f"  {o.case}: {status} in {o.request_s:.1f}s")
 
 
 def _dry_run(document: Path, provider: str, model: str | None, json_out: bool) -> None:
-    if provider not in PROVIDERS:
-        from kvprobe.errors import InputError
-        raise InputError(f"expected one of {', '.join(PROVIDERS)}", field="--provider")
+    check_provider(provider)
     model = model or PROVIDERS[provider]["model"]
     cases = build_cases(read_document(document), provider, model, new_run_id())
     est = estimate(cases, provider, model)

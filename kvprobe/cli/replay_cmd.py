@@ -36,7 +36,8 @@ def replay(
     model: Annotated[str, typer.Option("--model", help="Local engine model: smollm2-135m-instruct, tiny-random, "
                                        "a .gguf file or a Hugging Face directory")] = "smollm2-135m-instruct",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda")] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or auto")] = "float32",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (the fast path: bfloat16 where the CPU has it), "
+                                       "float32, bfloat16, float16 or float64")] = "auto",
     kv_blocks: Annotated[int | None, typer.Option("--kv-blocks", help="KV cache size in blocks of 16 tokens")] = None,
 ) -> None:
     """Replay a trace on a real engine: ground-truth cached tokens, prefill and decode time, time to first
@@ -46,8 +47,12 @@ def replay(
     before it started). Where the provider reused less than the engine's ideal prefix cache, the table
     estimates what that cost in prefill time.
 
-    --engine openai-compatible replays against vLLM or SGLang (Anthropic bodies are converted to Chat
-    Completions). Start vLLM with --enable-prompt-tokens-details (cached tokens in usage) and prefix caching
+    Exit code 1 when every request failed (nothing was replayed).
+
+    --engine openai-compatible replays against vLLM, SGLang or llama.cpp's servers (Anthropic bodies are converted to Chat
+    Completions). llama.cpp (`llama-server`, or `python -m llama_cpp.server`): cached tokens come from its
+    stream timings (llama-server) or stay unknown (llama-cpp-python); prompt sizes from its /tokenize when it
+    reports none; a chat format that cannot render tools is flagged. Start vLLM with --enable-prompt-tokens-details (cached tokens in usage) and prefix caching
     on (--enable-prefix-caching; the default in vLLM V1); with tools, also --enable-auto-tool-choice
     --tool-call-parser <parser>. Start SGLang with --enable-cache-report.
 
@@ -81,8 +86,13 @@ def replay(
             target.stop()
     if json_out:
         print_json(report.to_json())
-        return
-    render(report)
+    else:
+        render(report)
+    totals = report.baseline.totals
+    if totals["requests"] and not totals["replayed"] and totals["failed"]:
+        err.print(f"error: every request failed ({totals['failed']} of {totals['requests']}); nothing was replayed",
+                  highlight=False)
+        raise typer.Exit(1)
 
 
 def _local_target(model: str, device: str, dtype: str, kv_blocks: int | None, max_tokens: int,
@@ -163,21 +173,31 @@ def render(report: Any) -> None:
 
 def _render_totals(report: Any) -> None:
     t = report.baseline.totals
+    hit = t["engine_hit_ratio"]
     out.print(Text.assemble(("Replayed ", "bold"), f"{t['replayed']} of {t['requests']} requests · ",
-                            (f"engine hit ratio {100 * t['engine_hit_ratio']:.1f}%", "green"), " · provider ",
+                            (f"engine hit ratio {100 * hit:.1f}%", "green") if hit is not None
+                            else ("engine hit ratio unknown (the server reports no cached tokens)", "yellow"),
+                            " · provider ",
                             f"{_pct(t['provider_hit_ratio'])}%" if t["provider_hit_ratio"] is not None else "n/a",
                             f" · prefill {t['prefill_seconds']:.2f} s · decode {t['decode_seconds']:.2f} s"))
+    sources = [s for s in t.get("prompt_tokens_sources", []) if s != "engine"]
+    if sources:
+        out.print(Text(f"prompt sizes from: {', '.join(sources)}", style="dim"))
+    unknown = f" · cache unknown {t['cache_unknown_requests']}" if t.get("cache_unknown_requests") else ""
     out.print(f"Cold {t['cold_requests']} (mean TTFT {_s(t['mean_first_token_seconds_cold'])} s) · warm "
-              f"{t['warm_requests']} (mean TTFT {_s(t['mean_first_token_seconds_warm'])} s) · prefill "
-              f"{t['prefill_tokens_per_second'] or '-'} tok/s on uncached tokens", highlight=False)
+              f"{t['warm_requests']} (mean TTFT {_s(t['mean_first_token_seconds_warm'])} s){unknown} · prefill "
+              f"{t['prefill_tokens_per_second'] or '-'} tok/s on uncached tokens  "
+              "(warm: at least half the prompt from the cache)", highlight=False)
     if t["provider_shortfall_tokens"]:
         out.print(Text(f"The provider reused {t['provider_shortfall_tokens']:,} engine tokens less than an ideal "
                        f"prefix cache: ≈ {_s(t['provider_shortfall_seconds_est'], 2)} s more prefill",
                        style="yellow"))
     if t["truncated"]:
         out.print(Text(f"{t['truncated']} prompts cut to the context (marked *)", style="yellow"))
+    ids = t.get("not_replayed_ids", {})
     for reason, count in t["not_replayed"].items():
-        out.print(Text(f"not replayed ({count}): {reason}", style="yellow"))
+        who = ", ".join(ids.get(reason, [])[:4]) + (", ..." if len(ids.get(reason, [])) > 4 else "")
+        out.print(Text(f"not replayed ({count}: {who}): {reason}", style="yellow"))
 
 
 def _render_what_if(report: Any) -> None:

@@ -3,7 +3,10 @@
 1 prepare         the document as a cached prefix, a unique run id and "Document version: A" at its start
 2 confirm         exactly request 1
 3 new question    request 1 with only the final question changed
-4 changed start   request 1 with only the version marker changed from A to B
+4 changed start   request 3 with only the version marker changed from A to B
+
+So 1 -> 2 shows reuse of an identical request, 1 -> 3 reuse under a new question, and 3 -> 4 isolates the early
+change: request 4 differs from request 3 (whose prefix is now cached) in the version marker alone.
 """
 from __future__ import annotations
 
@@ -66,4 +69,4 @@ def build_cases(document: str, provider: str, model: str, run_id: str) -> list[P
     return [ProbeCase("prepare", prepare),
             ProbeCase("confirm", copy.deepcopy(prepare)),
             ProbeCase("new_question", make(model, _prefix(run_id, "A", document), OTHER_QUESTION)),
-            ProbeCase("changed_beginning", make(model, _prefix(run_id, "B", document), SUMMARY_QUESTION))]
+            ProbeCase("changed_beginning", make(model, _prefix(run_id, "B", document), OTHER_QUESTION))]

@@ -102,8 +102,14 @@ def check_length(est: Estimate, model: str, document: Path) -> None:
                          f"{est.minimum:,} tokens. Use a longer document", file=str(document))
 
 
+def check_provider(provider: str) -> None:
+    """Refuse an unknown provider before anything is printed or started."""
+    if provider not in PROVIDERS:
+        raise InputError(f"expected one of {', '.join(PROVIDERS)}, got {provider!r}", field="--provider")
+
+
 @contextlib.contextmanager
-def _local_server(model: str) -> Iterator[str]:
+def _local_server(model: str, on_status: Callable[[str], None] | None = None) -> Iterator[str]:
     try:
         from kvprobe.serve import start_server  # needs the engine extra (torch)
     except ImportError as exc:
@@ -111,7 +117,10 @@ def _local_server(model: str) -> Iterator[str]:
                          "`uv run --extra engine kvprobe run-probe ...`, or pass --provider anthropic|openai|deepseek",
                          field="--provider") from None
 
-    with start_server(cache="emulate", emulate=f"anthropic/{model}", port=0) as handle:
+    if on_status:
+        on_status("loading the local engine (SmolLM2-135M-Instruct)")
+    # dtype auto: the engine's fast path (bfloat16 matmuls where the CPU has them)
+    with start_server(cache="emulate", emulate=f"anthropic/{model}", port=0, dtype="auto") as handle:
         yield handle.base_url
 
 
@@ -146,12 +155,13 @@ def _record(result: ProbeResult, index: int, outcome: Outcome) -> TraceRecord:
 def run_probe(document: Path, provider: str = "local", model: str | None = None, base_url: str | None = None,
               out: Path | None = None, key_prompt: Callable[[str], str] | None = None,
               client_options: dict[str, Any] | None = None,
-              on_outcome: Callable[[Outcome], None] | None = None, diagnostics: bool = False) -> ProbeResult:
+              on_outcome: Callable[[Outcome], None] | None = None, diagnostics: bool = False,
+              on_status: Callable[[str], None] | None = None) -> ProbeResult:
     """The four requests, sequentially; stops at the first error or an unconfirmed hit after request 2.
 
-    diagnostics=True asks the API to compare each request with the previous one (Anthropic only)."""
-    if provider not in PROVIDERS:
-        raise InputError(f"expected one of {', '.join(PROVIDERS)}", field="--provider")
+    diagnostics=True asks the API to compare each request with the previous one (Anthropic only).
+    `on_status` hears what is under way (loading the engine, which request is waiting for its reply)."""
+    check_provider(provider)
     if diagnostics and PROVIDERS[provider]["sdk"] != "anthropic":
         raise InputError("only the Anthropic Messages API reports cache diagnostics", field="--diagnostics")
     model = model or PROVIDERS[provider]["model"]
@@ -163,10 +173,10 @@ def run_probe(document: Path, provider: str = "local", model: str | None = None,
     key = api_key(provider, key_prompt)
     log: list[TraceRecord] = []
     try:
-        with (_local_server(model) if provider == "local" and base_url is None
+        with (_local_server(model, on_status) if provider == "local" and base_url is None
               else contextlib.nullcontext(base_url)) as url:
             client = _client(provider, url, key, client_options or {})
-            _run_cases(result, client, key, log, on_outcome, diagnostics)
+            _run_cases(result, client, key, log, on_outcome, diagnostics, on_status)
     finally:
         if out is not None and log:  # whatever ran, written at once (atomically): never a half-written log
             write_trace(out, log)
@@ -179,9 +189,12 @@ def run_probe(document: Path, provider: str = "local", model: str | None = None,
 
 
 def _run_cases(result: ProbeResult, client: Any, key: str | None, log: list[TraceRecord],
-               on_outcome: Callable[[Outcome], None] | None, diagnostics: bool = False) -> None:
+               on_outcome: Callable[[Outcome], None] | None, diagnostics: bool = False,
+               on_status: Callable[[str], None] | None = None) -> None:
     run = run_anthropic if PROVIDERS[result.provider]["sdk"] == "anthropic" else run_openai
     for i, case in enumerate(result.cases):
+        if on_status:
+            on_status(f"request {i + 1}/4 ({case.name.replace('_', ' ')}): prefill and reply")
         if diagnostics:  # compare with the previous request (null on the first: opts in)
             previous = result.outcomes[-1].extra.get("message_id") if result.outcomes else None
             case.body["diagnostics"] = {"previous_message_id": previous}

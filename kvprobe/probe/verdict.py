@@ -35,9 +35,9 @@ def judge(provider: str, outcomes: list[Outcome], minimum: int | None) -> Verdic
     if len(reads) > 2 and reads[2]:
         v.supports.append(f"reuse despite a new final question: request 3 read {reads[2]:,} tokens "
                           "(the cache is keyed on the prefix, not the whole request)")
-    if len(reads) > 3 and reads[3] is not None and reads[1] and reads[3] < reads[1]:
-        v.supports.append(f"a changed beginning breaks reuse: request 4 read {reads[3]:,} tokens after only "
-                          "the version marker at the start changed")
+    if len(reads) > 3 and reads[3] is not None and reads[2] and reads[3] < reads[2]:
+        v.supports.append(f"a changed beginning breaks reuse: request 4 read {reads[3]:,} tokens where request 3 "
+                          f"read {reads[2]:,}, after only the version marker at the start changed")
     v.not_shown += ["how long entries live (TTL) or when they are evicted", "behaviour under concurrency",
                     "prices beyond this run's usage"]
     return v

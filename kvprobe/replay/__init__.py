@@ -111,6 +111,7 @@ def replay_trace(records: list[TraceRecord], target: Any, *, timing: Timing, wha
     notes: list[str] = []
     base = _run("baseline", records, target, timing, progress, False, notes)
     report = ReplayReport(target.describe(), str(timing), max_tokens, base, notes=notes)
+    notes.extend(getattr(target, "notes", list)())
     if base.totals["truncated"]:
         notes.append(f"{base.totals['truncated']} prompts were longer than the engine's context and were cut "
                      "to it (the prefix is kept); use --too-long skip to leave them out")

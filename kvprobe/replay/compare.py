@@ -7,6 +7,7 @@ the prefill throughput measured in the same replay estimates the latency the pro
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +70,8 @@ def _round(value: float | None, digits: int) -> float | None:
 
 def seconds_per_fresh_token(measured: list[Measured]) -> float | None:
     """Prefill seconds per computed (uncached) prompt token over the replay: a throughput fit."""
-    done = [m for m in measured if m.status == "replayed" and m.prefill_seconds is not None]
+    done = [m for m in measured if m.status == "replayed" and m.prefill_seconds is not None
+            and m.cached_tokens is not None and m.prompt_tokens]
     tokens = sum(m.fresh_tokens for m in done)
     seconds = sum(m.prefill_seconds or 0.0 for m in done)
     return seconds / tokens if tokens > 0 and seconds > 0 else None
@@ -79,28 +81,48 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
+def _shape(reason: str | None) -> str:
+    """A reason with its numbers and its tail blanked: errors that differ only in sizes, ids or the server's
+    detail text are one kind."""
+    return re.sub(r"\d+", "#", reason or "")[:60]
+
+
+def group_not_replayed(measured: list[Measured]) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """One entry per kind of reason (the first request's full reason names it): counts and request ids."""
+    keys: dict[tuple[str, str], str] = {}
+    counts: dict[str, int] = {}
+    ids: dict[str, list[str]] = {}
+    for m in measured:
+        if m.status == "replayed":
+            continue
+        key = keys.setdefault((m.status, _shape(m.reason)), f"{m.status}: {m.reason}")
+        counts[key] = counts.get(key, 0) + 1
+        ids.setdefault(key, []).append(m.id)
+    return counts, ids
+
+
 def summarize(rows: list[Row]) -> dict[str, Any]:
     measured = [r.measured for r in rows]
     done = [m for m in measured if m.status == "replayed"]
-    spt = seconds_per_fresh_token(measured)
-    prompt = sum(m.prompt_tokens for m in done)
-    cached = sum(m.cached_tokens or 0 for m in done)
-    known = [r for r in rows if r.provider_fraction is not None and r.measured.status == "replayed"]
-    provider_read = sum(round((r.provider_fraction or 0.0) * r.measured.prompt_tokens) for r in known)
-    provider_prompt = sum(r.measured.prompt_tokens for r in known)
+    known = [m for m in done if m.cached_tokens is not None]  # unknown cached tokens are left out, not zeros
+    spt = seconds_per_fresh_token(known)
+    prompt = sum(m.prompt_tokens for m in known)
+    cached = sum(m.cached_tokens or 0 for m in known)
+    with_provider = [r for r in rows if r.provider_fraction is not None and r.measured.status == "replayed"]
+    provider_read = sum(round((r.provider_fraction or 0.0) * r.measured.prompt_tokens) for r in with_provider)
+    provider_prompt = sum(r.measured.prompt_tokens for r in with_provider)
     shortfall = sum(r.shortfall_tokens or 0 for r in rows)
-    skipped: dict[str, int] = {}
-    for m in measured:
-        if m.status != "replayed":
-            key = f"{m.status}: {m.reason}"
-            skipped[key] = skipped.get(key, 0) + 1
+    not_replayed, not_replayed_ids = group_not_replayed(measured)
+    sources = sorted({m.prompt_tokens_source or "unknown" for m in done})
     return {
         "requests": len(measured), "replayed": len(done),
         "skipped": sum(m.status == "skipped" for m in measured), "failed": sum(m.status == "failed" for m in measured),
         "truncated": sum(m.truncated_from is not None for m in done),
-        "not_replayed": skipped,
-        "prompt_tokens": prompt, "cached_tokens": cached,
-        "engine_hit_ratio": round(cached / prompt, 4) if prompt else 0.0,
+        "not_replayed": not_replayed, "not_replayed_ids": not_replayed_ids,
+        "prompt_tokens": sum(m.prompt_tokens for m in done), "prompt_tokens_sources": sources,
+        "cached_tokens": cached if known else None,
+        "cache_unknown_requests": len(done) - len(known),
+        "engine_hit_ratio": round(cached / prompt, 4) if prompt else None,
         "provider_hit_ratio": round(provider_read / provider_prompt, 4) if provider_prompt else None,
         "cold_requests": sum(m.warm is False for m in done), "warm_requests": sum(m.warm is True for m in done),
         "mean_first_token_seconds_cold": _mean([m.first_token_seconds for m in done

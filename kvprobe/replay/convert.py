@@ -54,7 +54,9 @@ def _assistant(content: list[Any]) -> dict[str, Any]:
                                        "arguments": json.dumps(part.get("input") or {})}})
         elif part.get("type") == "text":
             texts.append(str(part.get("text", "")))
-    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    # "" rather than null: llama.cpp's servers reject a null content (HTTP 500, or a crash mid-stream when
+    # the field is left out); OpenAI and vLLM accept "" beside tool_calls.
+    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
     if calls:
         message["tool_calls"] = calls
     return message
@@ -89,5 +91,8 @@ def to_chat_body(body: dict[str, Any], api: str) -> dict[str, Any] | None:
         return anthropic_to_chat(body)
     if api == "openai_chat":
         keep = ("messages", "tools", "tool_choice", "parallel_tool_calls")
-        return {k: body[k] for k in keep if k in body}
+        out = {k: body[k] for k in keep if k in body}
+        out["messages"] = [m | {"content": ""} if isinstance(m, dict) and m.get("content") is None else m
+                           for m in out.get("messages") or []]  # null or missing content: see _assistant
+        return out
     return None

@@ -23,10 +23,17 @@ class Measured:
     decode_seconds: float | None = None
     output_tokens: int = 0
     truncated_from: int | None = None  # the prompt's length before it was cut to the context
+    # Where prompt_tokens comes from: "engine" (local), "usage", "server timings", "server /tokenize",
+    # "kvprobe estimate"; None: unknown (prompt_tokens is then 0).
+    prompt_tokens_source: str | None = None
 
     @property
     def warm(self) -> bool | None:
-        return None if self.cached_tokens is None else self.cached_tokens > 0
+        """Warm when at least half the prompt came from the cache: a request that reused a short system
+        prompt and computed the rest waits like a cold one, and would skew the warm mean. None: unknown."""
+        if self.cached_tokens is None or not self.prompt_tokens:
+            return None
+        return 2 * self.cached_tokens >= self.prompt_tokens
 
     @property
     def fresh_tokens(self) -> int:
@@ -34,7 +41,7 @@ class Measured:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "reason": self.reason, "prompt_tokens": self.prompt_tokens,
-                "cached_tokens": self.cached_tokens,
+                "prompt_tokens_source": self.prompt_tokens_source, "cached_tokens": self.cached_tokens,
                 "cache": None if self.warm is None else ("warm" if self.warm else "cold"),
                 "first_token_seconds": _r(self.first_token_seconds), "prefill_seconds": _r(self.prefill_seconds),
                 "decode_seconds": _r(self.decode_seconds), "output_tokens": self.output_tokens,

@@ -9,6 +9,8 @@ Tokens of all sequences in a step are flattened into one `[T, D]` batch; only at
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,19 +21,64 @@ from .attention import AttentionBatch, exact_linear, paged_attention
 _ONEDNN_BATCH_HINT = 512  # oneDNN picks a weight layout for this batch size; measured good from 1 to 4k rows
 
 
+_ONEDNN_OK: dict[torch.dtype, bool] = {}  # per dtype: does oneDNN's prepacked linear agree with F.linear here
+
+
+def _onednn_agrees(dtype: torch.dtype) -> bool:
+    """Check once per process and dtype (not per layer: each check builds oneDNN primitives, ~20 ms each)
+    that the prepacked kernels and their fused post-ops give F.linear's answers on this CPU."""
+    if dtype not in _ONEDNN_OK:
+        _ONEDNN_OK[dtype] = _probe_onednn(dtype)
+    return _ONEDNN_OK[dtype]
+
+
+def _probe_onednn(dtype: torch.dtype) -> bool:
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 64, generator=gen).to(dtype)
+    probe = torch.randn(3, 64, generator=gen).to(dtype)
+    other = torch.randn(3, 48, generator=gen).to(dtype)
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
+        want = F.linear(probe.float(), w.float())
+        got = [
+            (torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], ""), want),
+            (torch.ops.mkldnn._linear_pointwise(probe, packed, None, "swish", [], ""), F.silu(want)),
+            (torch.ops.mkldnn._linear_pointwise.binary(probe, other, packed, None, "mul"), want * other.float()),
+            (torch.ops.mkldnn._linear_pointwise.binary(probe, other, packed, None, "add"), want + other.float()),
+        ]
+    except (RuntimeError, AttributeError):
+        return False
+    tol = 1e-4 if dtype == torch.float32 else 0.1  # bf16 keeps 8 significant bits
+    return all(torch.allclose(a.float(), b, rtol=tol, atol=tol) for a, b in got)
+
+
 class Linear(nn.Module):
-    """y = x @ W.T, through the batch-invariant kernel in exact mode, or through oneDNN with a prepacked
-    weight on CPU (about 1.7x MKL's single-threaded GEMV at decode, 1.2x at prefill, and the SiLU, product
-    and residual sum fused into the matmul's output), else F.linear."""
+    """y = x @ W.T, through one of:
+    - the batch-invariant kernel (exact mode);
+    - oneDNN with a prepacked float32 or bfloat16 weight on CPU (about 1.7x MKL's GEMV at decode, 1.2x at
+      prefill in float32; bfloat16 runs on AVX512-BF16/AMX at about 3x float32's prefill rate, and reads half
+      the bytes per decoded token), with the SiLU, product and residual sum fused into the matmul's output;
+    - int8 weights, one scale per output channel (fbgemm's dynamic quantized linear: activations quantized
+      per call); optional for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads
+      a quarter of float32's bytes per token but costs accuracy (see `Engine(int8_head=...)`);
+    - else F.linear.
+    """
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.packed: torch.Tensor | None = None
+        self.int8: object | None = None  # fbgemm's packed int8 weight
 
     def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         if exact:
             return exact_linear(x, self.weight)
+        if self.int8 is not None:
+            return torch.ops.quantized.linear_dynamic(x.float(), self.int8, False).to(x.dtype)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
         return F.linear(x, self.weight)
@@ -55,26 +102,29 @@ class Linear(nn.Module):
         return self(x, exact) + other
 
     def pack_for_cpu(self) -> bool:
-        """Prepack the weight for oneDNN (float32 CPU); keeps F.linear if oneDNN is missing or disagrees."""
+        """Prepack the weight for oneDNN (float32 or bfloat16 on CPU); False keeps F.linear."""
         w = self.weight
-        if w.device.type != "cpu" or w.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16) or not _onednn_agrees(w.dtype):
             return False
         try:
-            packed = torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
-            probe = torch.randn(3, w.shape[1], dtype=w.dtype)
-            want = F.linear(probe, w)
-            other = torch.randn_like(want)
-            got = [
-                (torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], ""), want),
-                (torch.ops.mkldnn._linear_pointwise(probe, packed, None, "swish", [], ""), F.silu(want)),
-                (torch.ops.mkldnn._linear_pointwise.binary(probe, other, packed, None, "mul"), want * other),
-                (torch.ops.mkldnn._linear_pointwise.binary(probe, other, packed, None, "add"), want + other),
-            ]
-        except (RuntimeError, AttributeError):
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
+        except RuntimeError:
             return False
-        if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in got):
+        return True
+
+    def quantize_int8(self, source: torch.Tensor | None = None) -> bool:
+        """Hold the weight as int8 with a float scale per output row (symmetric, absmax / 127)."""
+        if not hasattr(torch.ops.quantized, "linear_prepack") or "fbgemm" not in torch.backends.quantized.supported_engines:
             return False
-        self.packed = packed
+        w = (self.weight if source is None else source).detach().float()
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+        zeros = torch.zeros(w.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():  # the quantized-tensor constructors warn of a future deprecation
+            warnings.simplefilter("ignore")
+            torch.backends.quantized.engine = "fbgemm"
+            q = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+            self.int8 = torch.ops.quantized.linear_prepack(q, None)
+        self.packed = None
         return True
 
 
@@ -198,16 +248,20 @@ class LlamaForCausalLM(nn.Module):
         # hidden: [B, D] (only the positions that need logits) -> [B, V]
         return self.lm_head(self.norm(hidden), exact)
 
-    def pack_for_cpu(self) -> bool:
-        """Prepack every projection for oneDNN and drop the dense copies (the embedding stays dense)."""
+    def pack_for_cpu(self, int8_head: bool = False) -> str | None:
+        """Prepack every projection for oneDNN and drop the dense copies (the embedding stays dense); with
+        `int8_head`, hold the vocabulary head as int8 instead. Returns the kernels used, or None (F.linear)."""
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         if not all(m.pack_for_cpu() for m in linears):
             for m in linears:
                 m.packed = None
-            return False
+            return None
+        kernels = f"oneDNN {str(self.embed_tokens.weight.dtype).removeprefix('torch.')}"
+        if int8_head and self.lm_head.quantize_int8():
+            kernels += ", int8 head"
         for m in linears:  # a tied head only drops its reference: the embedding keeps the tensor
             m.weight = nn.Parameter(torch.empty(0, dtype=m.weight.dtype), requires_grad=False)
-        return True
+        return kernels
 
 
 def fuse_hf_weights(cfg: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

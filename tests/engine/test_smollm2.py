@@ -55,3 +55,19 @@ def test_second_turn_reuses_the_first_turn(engine):
     second = engine.generate(engine.apply_chat_template(conversation), max_tokens=12)
     assert second.num_cached_tokens >= 32
     assert second.text.strip()
+
+
+def test_default_fast_path_gives_the_same_answer_as_float32(engine):
+    """Engine() picks the fast path (bfloat16 matmuls where the CPU has them); its greedy answer and
+    next-token choice match the float32 reference on a plain question."""
+    import torch
+
+    fast = Engine(model="smollm2-135m-instruct", device="cpu")
+    assert fast.uses_onednn
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert fast.dtype == torch.bfloat16 and "bfloat16" in fast.kernels
+    ids = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in fast.generate(ids, max_tokens=20).text
+    ref, got = engine.logits(ids, use_prefix_cache=False).logits, fast.logits(ids, use_prefix_cache=False).logits
+    assert got.float().argmax() == ref.argmax()
+    assert (got.float() - ref).abs().max().item() < 1.5  # bfloat16 keeps ~3 significant digits of logits ~20
