@@ -1,0 +1,116 @@
+"""`kvprobe lint REQUEST|TRACE...`: catch cache breakers in request bodies and traces before they cost."""
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.lint import LintResult, lint_paths
+
+_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    json = "json"
+    sarif = "sarif"
+
+
+class FailOn(str, enum.Enum):
+    note = "note"
+    warning = "warning"
+    error = "error"
+    never = "never"
+
+
+def lint(
+    inputs: Annotated[list[Path], typer.Argument(help="Request bodies or trace records (.json), traces (.jsonl)")],
+    json_out: Annotated[bool, typer.Option("--json", help="Findings as JSON (same as --format json)")] = False,
+    fmt: Annotated[Format, typer.Option("--format", help="table, json, or sarif (SARIF 2.1.0 for GitHub "
+                                        "code scanning)")] = Format.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the JSON/SARIF here instead "
+                                                "of standard output")] = None,
+    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this "
+                                            "severity")] = FailOn.error,
+) -> None:
+    """Check request bodies (any supported API) or every request of traces for what breaks prompt caching:
+    volatile text before the last breakpoint, breakpoints missing, too many or below the minimum, tools or
+    identity parameters that change within a session, history past the lookback window.
+
+    Example: kvprobe lint traces/sample_session.jsonl --format sarif -o kvprobe.sarif --fail-on warning
+    """
+    with user_errors():
+        result = lint_paths(list(inputs))
+    chosen = Format.json if json_out else fmt
+    if chosen is Format.table:
+        render(result)
+    else:
+        data = result.to_json() if chosen is Format.json else result.to_sarif()
+        if output is None:
+            print_json(data)
+        else:
+            _write(output, data)
+    if fail_on is not FailOn.never and result.at_or_above(fail_on.value):
+        raise typer.Exit(1)
+
+
+def _write(path: Path, data: dict) -> None:
+    """Whole file or nothing: written beside the target, then renamed over it."""
+    import orjson
+
+    tmp = path.with_name(path.name + ".tmp")
+    with user_errors():
+        tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        tmp.replace(path)
+
+
+def _where(f) -> str:
+    s = f.subject
+    place = f"{s.id} (#{s.index})"
+    if f.path:
+        place += f" {f.path}"
+    if f.span:
+        place += f" chars {f.span[0]}-{f.span[1]}"
+    if f.region is not None and s.source:
+        place += f"\n{Path(s.source).name}:{f.region.start_line}"
+        if f.region.start_column:
+            place += f":{f.region.start_column}"
+    return place
+
+
+def render(result: LintResult) -> None:
+    if not result.findings:
+        out.print(Text(f"No findings in {result.requests} request{'s' if result.requests != 1 else ''}.",
+                       style="green"))
+        _render_inputs(result)
+        return
+    table = Table(show_lines=True)
+    for col in ("severity", "rule", "where", "finding", "fix"):
+        table.add_column(col, overflow="fold")
+    for f in result.findings:
+        finding = Text(f.message)
+        if f.snippet:
+            finding.append(f"\n{f.snippet}", style="dim")
+        if f.repeats:
+            finding.append(f"\n(repeats in {f.repeats} later request{'s' if f.repeats > 1 else ''})", style="dim")
+        table.add_row(Text(f.severity, style=_STYLE[f.severity]), f"{f.rule.id}\n{f.rule.name}", _where(f),
+                      finding, Text(f.fix, style="cyan"))
+    out.print(table)
+    counts = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in result.counts().items() if n)
+    out.print(Text(f"{len(result.findings)} findings in {result.requests} requests: {counts}", style="bold"))
+    _render_inputs(result)
+
+
+def _render_inputs(result: LintResult) -> None:
+    for s in result.inputs:
+        if s.usage_only:
+            out.print(Text(f"{s.file}: {s.usage_only} records have usage only (no request body): not linted",
+                           style="yellow"))
+        if s.skipped_lines:
+            out.print(Text(f"{s.file}: {s.skipped_lines} malformed lines skipped; first: {s.errors[0]}",
+                           style="yellow"))
