@@ -110,7 +110,7 @@ def _render_inputs(result: LintResult) -> None:
     for s in result.inputs:
         if s.usage_only:
             out.print(Text(f"{s.file}: {s.usage_only} records have usage only (no request body): not linted",
-                           style="yellow"))
+                           style="yellow"), soft_wrap=True)
         if s.skipped_lines:
             out.print(Text(f"{s.file}: {s.skipped_lines} malformed lines skipped; first: {s.errors[0]}",
-                           style="yellow"))
+                           style="yellow"), soft_wrap=True)

@@ -26,7 +26,7 @@ def volatile_in_prefix(s: Subject, cat: LintCatalog) -> list[Finding]:
             continue
         for start, end, label in volatile_spans(block.text, cat):
             found.append(make_finding(rule, s, block.path, (block.path, label, start), span=(start, end),
-                                      text=block.text, label=label.capitalize()))
+                                      text=block.text, label=label[:1].upper() + label[1:]))
     return found
 
 

@@ -58,7 +58,7 @@ def _result(f: Finding, index: dict[str, int], base: Path) -> dict[str, Any]:
     text = f"{f.message}. Fix: {f.fix}."
     if f.repeats:
         text += f" (Repeats in {f.repeats} later request{'s' if f.repeats > 1 else ''} of {s.stream}.)"
-    fingerprint = xxhash.xxh3_64_hexdigest("\0".join(map(str, (f.rule.id, s.stream, f.path, *f.key))))
+    fingerprint = xxhash.xxh3_64_hexdigest("\0".join(map(str, (f.rule.id, s.stream, f.path, *f.key))).encode())
     result: dict[str, Any] = {
         "ruleId": f.rule.id, "ruleIndex": index[f.rule.id], "level": f.severity, "message": {"text": text},
         "locations": [_location(f, base)], "partialFingerprints": {"kvprobeFinding/v1": fingerprint},

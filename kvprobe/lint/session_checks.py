@@ -116,7 +116,7 @@ def prefix_changed(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Findin
                              previous=prev.id, tokens=f"{lost:,}")]
     span_a, span_b, label = changed_span(x.text, y.text, cat)
     return [make_finding(cat.rule("prefix-changed"), cur, y.path, (y.path, label), span=span_b, text=y.text,
-                         label=label.capitalize(), previous=prev.id, before=_quote(x.text[slice(*span_a)]),
+                         label=label[:1].upper() + label[1:], previous=prev.id, before=_quote(x.text[slice(*span_a)]),
                          after=_quote(y.text[slice(*span_b)]), tokens=f"{lost:,}")]
 
 
