@@ -71,38 +71,43 @@ def _write(path: Path, data: dict) -> None:
 
 def _where(f) -> str:
     s = f.subject
-    place = f"{s.id} (#{s.index})"
+    place = f"{Path(s.source).name}:{f.region.start_line}" if f.region is not None and s.source else s.id
+    if f.region is not None and f.region.start_column:
+        place += f":{f.region.start_column}"
+    place += f"\n{s.id} (#{s.index})"
     if f.path:
-        place += f" {f.path}"
+        place += f"\n{f.path}"
     if f.span:
-        place += f" chars {f.span[0]}-{f.span[1]}"
-    if f.region is not None and s.source:
-        place += f"\n{Path(s.source).name}:{f.region.start_line}"
-        if f.region.start_column:
-            place += f":{f.region.start_column}"
+        place += f" [{f.span[0]}:{f.span[1]}]"
     return place
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def render(result: LintResult) -> None:
     if not result.findings:
-        out.print(Text(f"No findings in {result.requests} request{'s' if result.requests != 1 else ''}.",
-                       style="green"))
+        out.print(Text(f"No findings in {_plural(result.requests, 'request')}.", style="green"))
         _render_inputs(result)
         return
     table = Table(show_lines=True)
-    for col in ("severity", "rule", "where", "finding", "fix"):
-        table.add_column(col, overflow="fold")
+    for col, ratio in (("where", 2), ("rule", 2), ("finding and fix", 7)):
+        table.add_column(col, overflow="fold", ratio=ratio)
     for f in result.findings:
         finding = Text(f.message)
         if f.snippet:
             finding.append(f"\n{f.snippet}", style="dim")
+        finding.append(f"\nfix: {f.fix}", style="cyan")
         if f.repeats:
-            finding.append(f"\n(repeats in {f.repeats} later request{'s' if f.repeats > 1 else ''})", style="dim")
-        table.add_row(Text(f.severity, style=_STYLE[f.severity]), f"{f.rule.id}\n{f.rule.name}", _where(f),
-                      finding, Text(f.fix, style="cyan"))
+            finding.append(f"\n(repeats in {_plural(f.repeats, 'later request')})", style="dim")
+        rule = Text(f.severity, style=_STYLE[f.severity])
+        rule.append(f"\n{f.rule.id}\n{f.rule.name}", style="")
+        table.add_row(_where(f), rule, finding)
     out.print(table)
-    counts = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in result.counts().items() if n)
-    out.print(Text(f"{len(result.findings)} findings in {result.requests} requests: {counts}", style="bold"))
+    counts = ", ".join(_plural(n, sev) for sev, n in result.counts().items() if n)
+    out.print(Text(f"{_plural(len(result.findings), 'finding')} in {_plural(result.requests, 'request')}: "
+                   f"{counts}", style="bold"))
     _render_inputs(result)
 
 

@@ -71,6 +71,17 @@ def load_lint_catalog() -> LintCatalog:
 
 def volatile_spans(text: str, catalog: LintCatalog) -> list[tuple[int, int, str]]:
     """(start, end, label) of every volatile-looking span, earliest first; overlaps keep the first label."""
+    if catalog is load_lint_catalog():  # the same system prompt and tools come back in every request
+        return list(_default_spans(text))
+    return _spans(text, catalog)
+
+
+@lru_cache(maxsize=4096)
+def _default_spans(text: str) -> tuple[tuple[int, int, str], ...]:
+    return tuple(_spans(text, load_lint_catalog()))
+
+
+def _spans(text: str, catalog: LintCatalog) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
     for pattern in catalog.volatile:
         for m in pattern.regex.finditer(text):

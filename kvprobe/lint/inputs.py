@@ -29,6 +29,17 @@ class InputStats:
                 "skipped_lines": self.skipped_lines, "errors": self.errors}
 
 
+_counters: dict[tuple[str, str | None], TokenCounter] = {}
+
+
+def _counter(provider: str, model: str | None) -> TokenCounter:
+    """One counter per model for the whole run: a session's repeated blocks are tokenized once."""
+    key = (provider, model)
+    if key not in _counters:
+        _counters[key] = TokenCounter(rules_for(provider, model))
+    return _counters[key]
+
+
 def _subject(body: dict[str, Any], *, rid: str, stream: str, source: str, provider: str | None = None,
              endpoint: str | None = None, response: Any = None, line: int | None = None,
              offset: int | None = None, in_record: bool = False, started_at: float | None = None,
@@ -39,7 +50,7 @@ def _subject(body: dict[str, Any], *, rid: str, stream: str, source: str, provid
         field_name = f"request.{exc.field}" if in_record and exc.field else exc.field
         raise InputError(exc.message, file=source, line=line, field=field_name) from None
     rules = rules_for(req.provider, req.model)
-    TokenCounter(rules).count_request(req)
+    _counter(req.provider, req.model).count_request(req)
     return Subject(rid, stream, 0, req, rules, body, source, line, offset, in_record, started_at, order)
 
 

@@ -71,7 +71,8 @@ class CacheRecording:
     @property
     def hit_ratio(self) -> float:
         """Cache-read tokens over all input tokens of the warm requests: every request but the first of
-        each session/agent (a first request can only write)."""
+        each session/agent and cold starts (nothing was cached before them that they could have read, e.g.
+        the prompt only now grew past the model's minimum cacheable length)."""
         warm = _warm(self.results)
         total = sum(r.usage.input_tokens for r in warm)
         return sum(r.usage.cache_read_tokens for r in warm) / total if total else 0.0
@@ -119,7 +120,7 @@ def _warm(results: list[RequestResult]) -> list[RequestResult]:
     warm = []
     for r in results:
         key = (r.sk.session, r.sk.agent)
-        if key in seen:
+        if key in seen and r.write_kind != "cold_start":
             warm.append(r)
         seen.add(key)
     return warm
