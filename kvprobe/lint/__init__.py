@@ -18,13 +18,13 @@ from typing import Any
 
 from kvprobe.errors import InputError
 from kvprobe.lint.catalog import SEVERITIES, LintCatalog, load_lint_catalog, severity_rank
-from kvprobe.lint.inputs import InputStats, load_subjects
+from kvprobe.lint.inputs import InputStats, iter_subjects
 from kvprobe.lint.locate import locate, record_text, steps_for
-from kvprobe.lint.model import Finding, Subject
-from kvprobe.lint.request_checks import check_request
-from kvprobe.lint.session_checks import check_stream
+from kvprobe.lint.model import Finding, Region, Subject
+from kvprobe.lint.request_checks import check_request, tail_past_lookback
+from kvprobe.lint.session_checks import BreakpointWatch, check_pair
 
-__all__ = ["Finding", "LintResult", "lint_paths", "lint_streams", "SEVERITIES"]
+__all__ = ["Finding", "LintResult", "lint_paths", "lint_subjects", "SEVERITIES"]
 
 
 @dataclass(slots=True)
@@ -54,16 +54,48 @@ class LintResult:
         return to_sarif(self, base)
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """One finding per (stream, problem): the first request that shows it; later ones counted as repeats."""
-    first: dict[tuple[Any, ...], Finding] = {}
-    for f in findings:
-        key = (f.subject.stream, *f.key)
-        if key in first:
-            first[key].repeats += 1
+@dataclass(slots=True)
+class _StreamState:
+    """What lint keeps of one session while reading on: its last request and the findings so far."""
+
+    previous: Subject | None = None
+    watch: BreakpointWatch = field(default_factory=BreakpointWatch)
+    found: dict[tuple[Any, ...], Finding] = field(default_factory=dict)  # one per problem, first request
+    estimate: list[Finding] = field(default_factory=list)  # lookback estimated on a request alone
+
+    def add(self, findings: Iterable[Finding]) -> None:
+        """A problem that repeats is reported once, at its first request; later ones count as repeats."""
+        for f in findings:
+            if f.key in self.found:
+                self.found[f.key].repeats += 1
+            else:
+                self.found[f.key] = f
+
+
+def _finish(state: _StreamState, cat: LintCatalog) -> list[Finding]:
+    state.add(state.watch.findings(cat))
+    if state.estimate:  # a lone request: nothing followed it to check the lookback exactly
+        state.add(state.estimate)
+    return list(state.found.values())
+
+
+def lint_subjects(subjects: Iterable[Subject], catalog: LintCatalog | None = None) -> list[Finding]:
+    """Findings of requests given in session order (streams interleaved freely)."""
+    cat = catalog or load_lint_catalog()
+    streams: dict[str, _StreamState] = {}
+    for s in subjects:
+        state = streams.setdefault(s.ref.stream, _StreamState())
+        state.add(check_request(s, cat))
+        if state.previous is None:
+            state.estimate = tail_past_lookback(s, cat)
         else:
-            first[key] = f
-    return list(first.values())
+            state.estimate = []
+            state.add(check_pair(state.previous, s, cat))
+            state.watch.update(state.previous, s)
+        state.previous = s
+    found = [f for state in streams.values() for f in _finish(state, cat)]
+    found.sort(key=lambda f: (f.subject.order, -severity_rank(f.severity), f.rule.id))
+    return found
 
 
 def _place(f: Finding, texts: dict[tuple[str, int | None], str | None]) -> None:
@@ -77,30 +109,16 @@ def _place(f: Finding, texts: dict[tuple[str, int | None], str | None]) -> None:
     if text is not None:
         f.region = locate(text, steps_for(f.path, s.in_record), s.line or 1, f.block_text, f.span)
     if f.region is None and s.line is not None:
-        from kvprobe.lint.model import Region
-
         f.region = Region(s.line)
-
-
-def lint_streams(streams: Iterable[list[Subject]], catalog: LintCatalog | None = None) -> list[Finding]:
-    """Findings of streams of subjects (each stream: one session's requests in start order)."""
-    cat = catalog or load_lint_catalog()
-    found: list[Finding] = []
-    for stream in streams:
-        per_stream = [f for s in stream for f in check_request(s, cat, alone=len(stream) == 1)]
-        per_stream += check_stream(stream, cat)
-        found += _dedupe(per_stream)
-    found.sort(key=lambda f: (f.subject.order, -severity_rank(f.severity), f.rule.id))
-    return found
 
 
 def lint_paths(paths: list[str | Path]) -> LintResult:
     """Lint request bodies (.json), trace records (.json) and traces (.jsonl)."""
     if not paths:
         raise InputError("nothing to lint: give request bodies (.json) or traces (.jsonl)")
-    streams, stats = load_subjects(paths)
-    findings = lint_streams(streams)
+    stats: list[InputStats] = []
+    findings = lint_subjects(iter_subjects(paths, stats))
     texts: dict[tuple[str, int | None], str | None] = {}
     for f in findings:
         _place(f, texts)
-    return LintResult(findings, sum(len(s) for s in streams), stats)
+    return LintResult(findings, sum(s.requests for s in stats), stats)

@@ -11,22 +11,31 @@ from kvprobe.request.model import RenderedRequest
 SNIPPET_CONTEXT = 24
 
 
-@dataclass(slots=True)
-class Subject:
-    """One request of the input: the rendered request, its raw body and its place in a file and a stream."""
+@dataclass(frozen=True, slots=True)
+class RequestRef:
+    """Where a request came from: what a finding keeps of it (not its content)."""
 
     id: str
     stream: str  # session/agent (trace records) or the file (a lone request body)
-    index: int  # 1-based position in its stream, by start time
-    request: RenderedRequest
-    rules: ModelRules
-    body: dict[str, Any]
+    index: int  # 1-based position in its stream
     source: str | None = None
     line: int | None = None  # the record's line in a JSONL trace; None for a JSON file
     offset: int | None = None  # byte offset of that line
     in_record: bool = False  # the body sits under "request" of a trace record
-    started_at: float | None = None
-    order: int = 0
+    order: int = 0  # position in the whole input
+
+
+@dataclass(slots=True)
+class Subject:
+    """One request of the input: the rendered request and its place in a file and a stream."""
+
+    ref: RequestRef
+    request: RenderedRequest
+    rules: ModelRules
+
+    @property
+    def id(self) -> str:
+        return self.ref.id
 
     @property
     def cached_extent(self) -> int:
@@ -38,6 +47,11 @@ class Subject:
 
     def tokens_before(self, index: int) -> int:
         return sum(b.tokens for b in self.request.blocks[:index])
+
+    def light(self) -> Subject:
+        """Itself without its content: what a finding made later needs (ids, model)."""
+        req = self.request
+        return Subject(self.ref, RenderedRequest(req.provider, req.api, req.model, [], {}), self.rules)
 
 
 @dataclass(slots=True)
@@ -63,7 +77,7 @@ class Finding:
     rule: LintRule
     message: str
     fix: str
-    subject: Subject
+    subject: RequestRef
     path: str | None  # block path (system[0], messages[3].content[1], tools[2]) or parameter name
     span: tuple[int, int] | None = None  # characters of the block's canonical text
     snippet: str | None = None
@@ -91,7 +105,7 @@ def make_finding(rule: LintRule, subject: Subject, path: str | None, key: tuple[
     fields = {"path": path, "model": subject.request.model or "this model", "provider": subject.request.provider,
               **values}
     snippet = snippet_of(text, span) if text is not None and span is not None else None
-    return Finding(rule, rule.message.format(**fields), rule.fix.format(**fields), subject, path, span, snippet,
+    return Finding(rule, rule.message.format(**fields), rule.fix.format(**fields), subject.ref, path, span, snippet,
                    (rule.id, *key), block_text=text)
 
 

@@ -95,9 +95,7 @@ def tail_past_lookback(s: Subject, cat: LintCatalog) -> list[Finding]:
 CHECKS = (volatile_in_prefix, breakpoint_count, below_minimum, ttl_order)
 
 
-def check_request(s: Subject, cat: LintCatalog, alone: bool) -> list[Finding]:
-    """Every single-request check; `alone`: no following request to compare with (then estimate lookback)."""
-    found = [f for check in CHECKS for f in check(s, cat)]
-    if alone:
-        found += tail_past_lookback(s, cat)
-    return found
+def check_request(s: Subject, cat: LintCatalog) -> list[Finding]:
+    """Every single-request check (the lookback estimate is separate: with a following request of the same
+    session, the session checks say it exactly)."""
+    return [f for check in CHECKS for f in check(s, cat)]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from itertools import pairwise
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -146,22 +146,26 @@ def lookback(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding]:
 PAIR_CHECKS = (params_changed, tools_changed, prefix_changed, lookback)
 
 
-def changing_breakpoints(stream: list[Subject], cat: LintCatalog) -> list[Finding]:
-    """A breakpoint on a block whose own content differs in every following request (two or more)."""
-    seen: dict[str, list[Any]] = {}  # path -> [first subject, transitions, changed]
-    for prev, cur in pairwise(stream):
+@dataclass(slots=True)
+class BreakpointWatch:
+    """Per stream: how often the block under each breakpoint path changed in the next request."""
+
+    seen: dict[str, list[Any]] = field(default_factory=dict)  # path -> [first finding subject, turns, changed]
+
+    def update(self, prev: Subject, cur: Subject) -> None:
         by_path = {blk.path: blk for blk in cur.request.blocks}
         for idx in prev.request.breakpoint_indices:
             block = prev.request.blocks[idx]
-            if block.path not in by_path:
-                continue
-            entry = seen.setdefault(block.path, [prev, 0, 0])
-            entry[1] += 1
-            entry[2] += by_path[block.path].body_hash != block.body_hash
-    return [make_finding(cat.rule("breakpoint-on-changing-block"), first, path, (path,), turns=turns)
-            for path, (first, turns, changed) in seen.items() if turns >= 2 and changed == turns]
+            if block.path in by_path:
+                entry = self.seen.setdefault(block.path, [prev.light(), 0, 0])
+                entry[1] += 1
+                entry[2] += by_path[block.path].body_hash != block.body_hash
+
+    def findings(self, cat: LintCatalog) -> list[Finding]:
+        """A breakpoint on a block whose own content differs in every following request (two or more)."""
+        return [make_finding(cat.rule("breakpoint-on-changing-block"), first, path, (path,), turns=turns)
+                for path, (first, turns, changed) in self.seen.items() if turns >= 2 and changed == turns]
 
 
-def check_stream(stream: list[Subject], cat: LintCatalog) -> list[Finding]:
-    found = [f for prev, cur in pairwise(stream) for check in PAIR_CHECKS for f in check(prev, cur, cat)]
-    return found + changing_breakpoints(stream, cat)
+def check_pair(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding]:
+    return [f for check in PAIR_CHECKS for f in check(prev, cur, cat)]
