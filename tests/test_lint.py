@@ -210,3 +210,35 @@ def test_bad_input_names_file_and_field(cli, tmp_path):
     trace.write_text(json.dumps({"kvprobe": 1, "id": "a", "request": anthropic("Hi")}) + "\n{\"id\": \n")
     result = cli("lint", trace)
     assert result.exit_code == 0 and "1 malformed lines skipped" in result.stdout
+
+
+def test_openai_explicit_mode_without_breakpoints_and_implicit_wording(cli, tmp_path):
+    explicit = {"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"},
+                "messages": [{"role": "developer", "content": "You are Ada." + FILLER},
+                             {"role": "user", "content": "Hi"}]}
+    _, data = lint_json(cli, write(tmp_path, "explicit.json", explicit))
+    assert found(data) == {("KV103", "explicit.json", None, None, None)}
+    assert "prompt_cache_breakpoint" in data["findings"][0]["fix"]
+    implicit = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Date: 2026-11-30." + FILLER}]}
+    _, data = lint_json(cli, write(tmp_path, "implicit.json", implicit))
+    assert found(data) == {("KV101", "implicit.json", "messages[0]", 6, 16)}  # "Date: " is 6 characters
+    assert "in the prefix the provider caches automatically" in data["findings"][0]["message"]
+
+
+def test_regenerated_tool_ids_and_changed_attributes_of_cached_blocks(cli, tmp_path):
+    def body(tool_id: str, cited: int) -> dict:
+        citation = {"type": "char_location", "cited_text": "Fix", "document_index": 0, "start_char_index": 0,
+                    "end_char_index": cited}
+        return anthropic([{"type": "text", "text": "You are Ada." + FILLER, "cache_control": EPH}], [
+            {"role": "user", "content": "Fix it."},
+            {"role": "assistant", "content": [{"type": "text", "text": "On it.", "citations": [citation]},
+                                              {"type": "tool_use", "id": tool_id, "name": "grep", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "none",
+                                          "cache_control": EPH}]}])
+    _, data = lint_json(cli, write_trace(tmp_path, [body("toolu_01", 3), body("toolu_99", 3), body("toolu_99", 4)]))
+    # r2: the tool_use block's JSON '{"type":"tool_use","id":"toolu_' is 31 characters, then "01" -> "99"
+    # r3: only the citation of the text block changed: its text is the same, its attributes are not
+    assert found(data) == {("KV102", "r2", "messages[1].content[1]", 31, 33),
+                           ("KV102", "r3", "messages[1].content[0]", None, None)}
+    attrs = next(f for f in data["findings"] if f["request"] == "r3")
+    assert "The attributes (not the text)" in attrs["message"]

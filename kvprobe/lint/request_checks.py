@@ -20,13 +20,15 @@ def _is_template(block: Block) -> bool:
 
 def volatile_in_prefix(s: Subject, cat: LintCatalog) -> list[Finding]:
     rule = cat.rule("volatile-in-prefix")
+    where = ("before the last cache breakpoint" if _uses_breakpoints(s)
+             else "in the prefix the provider caches automatically")
     found = []
     for block in s.request.blocks[: s.cached_extent]:
         if not _is_template(block):
             continue
         for start, end, label in volatile_spans(block.text, cat):
             found.append(make_finding(rule, s, block.path, (block.path, label, start), span=(start, end),
-                                      text=block.text, label=label[:1].upper() + label[1:]))
+                                      text=block.text, label=label[:1].upper() + label[1:], where=where))
     return found
 
 

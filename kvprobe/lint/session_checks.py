@@ -109,7 +109,11 @@ def prefix_changed(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Findin
         return []  # nothing cached was lost, or the tools rule reports it
     lost = prev.tokens_before(extent) - prev.tokens_before(i)
     x, y = a[i], (b[i] if i < len(b) else None)
-    if y is None or x.kind != y.kind or x.role != y.role or x.meta != y.meta:
+    if y is not None and x.kind == y.kind and x.role == y.role and x.text == y.text:  # ids, flags, media
+        return [make_finding(cat.rule("prefix-changed"), cur, y.path, (y.path, "attributes"),
+                             label="The attributes (not the text)", previous=prev.id, before=_quote(x.meta),
+                             after=_quote(y.meta), tokens=f"{lost:,}")]
+    if y is None or x.kind != y.kind or x.role != y.role:
         what = (f"{x.path} and everything after it were removed" if y is None
                 else f"{y.path} was replaced (a {x.kind} block became a {y.kind} block)")
         return [make_finding(cat.rule("history-rewritten"), cur, (y or x).path, ((y or x).path,), what=what,
