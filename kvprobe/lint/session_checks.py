@@ -79,7 +79,7 @@ def tools_changed(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding
     else:
         added = [n for n in names_b if n not in names_a]
         removed = [n for n in names_a if n not in names_b]
-        parts = ([f"added {', '.join(added)}"] if added else []) + ([f"removed {', '.join(removed)}"] if removed else [])
+        parts = [f"{verb} {', '.join(names)}" for verb, names in (("added", added), ("removed", removed)) if names]
         what, kind = "the tool set changed: " + "; ".join(parts), "set"
     return [make_finding(cat.rule("tools-vary"), cur, path, (kind,), span=span, text=text, what=what,
                          previous=prev.id)]
