@@ -6,13 +6,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import err, fail, out, print_json, user_errors
 from kvprobe.lint import LintResult, lint_paths
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
+PROGRESS_MIN_BYTES = 20_000_000
 
 
 class Format(str, enum.Enum):
@@ -44,9 +46,11 @@ def lint(
 
     Example: kvprobe lint traces/sample_session.jsonl --format sarif -o kvprobe.sarif --fail-on warning
     """
-    with user_errors():
-        result = lint_paths(list(inputs))
     chosen = Format.json if json_out else fmt
+    if output is not None and chosen is Format.table:
+        fail("--output writes JSON or SARIF: add --format json or --format sarif")
+    with user_errors():
+        result = _lint(inputs, show_progress=chosen is Format.table or output is not None)
     if chosen is Format.table:
         render(result)
     else:
@@ -59,14 +63,24 @@ def lint(
         raise typer.Exit(1)
 
 
+def _lint(inputs: list[Path], show_progress: bool) -> LintResult:
+    total = sum(p.stat().st_size for p in inputs if p.is_file())
+    if not show_progress or total < PROGRESS_MIN_BYTES:
+        return lint_paths(list(inputs))
+    columns = (TextColumn("linting"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("lint", total=total)
+        return lint_paths(list(inputs), progress=lambda n: bar.advance(task, n))
+
+
 def _write(path: Path, data: dict) -> None:
-    """Whole file or nothing: written beside the target, then renamed over it."""
+    """Whole file or nothing (temp file + rename)."""
     import orjson
 
-    tmp = path.with_name(path.name + ".tmp")
+    from kvprobe.trace.writer import write_atomic
+
     with user_errors():
-        tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-        tmp.replace(path)
+        write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def _where(f) -> str:

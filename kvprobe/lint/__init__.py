@@ -11,7 +11,7 @@ once, at its first request, with the number of repeats.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,12 +112,12 @@ def _place(f: Finding, texts: dict[tuple[str, int | None], str | None]) -> None:
         f.region = Region(s.line)
 
 
-def lint_paths(paths: list[str | Path]) -> LintResult:
-    """Lint request bodies (.json), trace records (.json) and traces (.jsonl)."""
+def lint_paths(paths: list[str | Path], progress: Callable[[int], None] | None = None) -> LintResult:
+    """Lint request bodies (.json), trace records (.json) and traces (.jsonl); `progress` gets bytes read."""
     if not paths:
         raise InputError("nothing to lint: give request bodies (.json) or traces (.jsonl)")
     stats: list[InputStats] = []
-    findings = lint_subjects(iter_subjects(paths, stats))
+    findings = lint_subjects(iter_subjects(paths, stats, progress))
     texts: dict[tuple[str, int | None], str | None] = {}
     for f in findings:
         _place(f, texts)

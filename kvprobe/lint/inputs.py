@@ -1,7 +1,7 @@
 """Read what lint is given: request bodies, trace records (JSON) and traces (JSONL) -> subjects by stream."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,9 +68,14 @@ def _from_record(rec: TraceRecord, source: str, streams: _Streams) -> Subject:
     return _subject(rec.request or {}, ref, streams, rec.provider, rec.endpoint, rec.response)
 
 
-def _from_trace(path: Path, stats: InputStats, streams: _Streams) -> Iterator[Subject]:
+def _from_trace(path: Path, stats: InputStats, streams: _Streams,
+                progress: Callable[[int], None] | None) -> Iterator[Subject]:
     read = ReadStats()
+    done = 0
     for rec in read_trace(path, strict=False, stats=read, check_duplicates=False):
+        if progress:
+            progress(read.bytes_read - done)
+            done = read.bytes_read
         if rec.request is None:
             stats.usage_only += 1
             continue
@@ -98,7 +103,8 @@ def _from_json(path: Path, streams: _Streams) -> Subject:
     return _subject(raw, streams.ref(path.name, str(path), source=str(path)), streams)
 
 
-def iter_subjects(paths: list[str | Path], stats_out: list[InputStats]) -> Iterator[Subject]:
+def iter_subjects(paths: list[str | Path], stats_out: list[InputStats],
+                  progress: Callable[[int], None] | None = None) -> Iterator[Subject]:
     """Every request of every input in input order (one record in memory at a time). Requests of a session
     are compared in this order: the order a capture trace lists them (sequential agents: start order)."""
     streams = _Streams()
@@ -109,7 +115,7 @@ def iter_subjects(paths: list[str | Path], stats_out: list[InputStats]) -> Itera
         stats = InputStats(str(path))
         stats_out.append(stats)
         if path.suffix in (".jsonl", ".ndjson"):
-            yield from _from_trace(path, stats, streams)
+            yield from _from_trace(path, stats, streams, progress)
         else:
             stats.requests = 1
             yield _from_json(path, streams)
