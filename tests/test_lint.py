@@ -241,3 +241,16 @@ def test_regenerated_tool_ids_and_changed_attributes_of_cached_blocks(cli, tmp_p
                            ("KV102", "r3", "messages[1].content[0]", None, None)}
     attrs = next(f for f in data["findings"] if f["request"] == "r3")
     assert "The attributes (not the text)" in attrs["message"]
+
+
+def test_json_output_validates_against_the_shipped_schema(cli, tmp_path):
+    schema = json.loads(cli("schema", "lint").stdout)
+    validator = jsonschema.Draft202012Validator(schema)
+    _, trace = lint_json(cli, ROOT / "traces" / "sample_session.jsonl")
+    _, body = lint_json(cli, write(tmp_path, "long.json", anthropic("You are Ada." + FILLER)))  # path null
+    for data in (trace, body):
+        assert not list(validator.iter_errors(data))
+    broken = json.loads(json.dumps(trace))
+    del broken["findings"][0]["span"]
+    broken["findings"][1]["severity"] = "fatal"
+    assert len(list(validator.iter_errors(broken))) == 2
