@@ -28,9 +28,9 @@ def write(tmp_path: Path, name: str, body: dict) -> Path:
     return path
 
 
-def write_trace(tmp_path: Path, bodies: list[dict], session: str = "s1") -> Path:
+def write_trace(tmp_path: Path, bodies: list[dict], session: str = "s1", provider: str = "anthropic") -> Path:
     path = tmp_path / "trace.jsonl"
-    lines = [json.dumps({"kvprobe": 1, "id": f"r{i}", "session": session, "provider": "anthropic",
+    lines = [json.dumps({"kvprobe": 1, "id": f"r{i}", "session": session, "provider": provider,
                          "started_at": f"2026-11-30T10:0{i}:00Z", "request": body,
                          "response": {"usage": {"input_tokens": 10, "output_tokens": 5}}})
              for i, body in enumerate(bodies, start=1)]
@@ -254,3 +254,14 @@ def test_json_output_validates_against_the_shipped_schema(cli, tmp_path):
     del broken["findings"][0]["span"]
     broken["findings"][1]["severity"] = "fatal"
     assert len(list(validator.iter_errors(broken))) == 2
+
+
+def test_server_side_conversations_are_not_compared_as_rewritten_history(cli, tmp_path):
+    first = {"model": "gpt-5", "instructions": "You are Ada." + FILLER, "input": "Read a.py"}
+    follow = {"model": "gpt-5", "instructions": "You are Ada." + FILLER, "input": "Now b.py",
+              "previous_response_id": "resp_1"}
+    _, data = lint_json(cli, write_trace(tmp_path, [first, follow], provider="openai"))
+    assert data["findings"] == []
+    follow["model"] = "gpt-5-mini"  # identity parameters still count
+    _, data = lint_json(cli, write_trace(tmp_path, [first, follow], provider="openai"))
+    assert found(data) == {("KV108", "r2", "model", None, None)}

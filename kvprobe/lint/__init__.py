@@ -98,14 +98,16 @@ def lint_subjects(subjects: Iterable[Subject], catalog: LintCatalog | None = Non
     return found
 
 
-def _place(f: Finding, texts: dict[tuple[str, int | None], str | None]) -> None:
+def _place(f: Finding, last: dict[tuple[str, int | None], str | None]) -> None:
+    """Line and columns of a finding in its file (`last`: the record read for the previous finding)."""
     s = f.subject
     if s.source is None:
         return
     key = (s.source, s.offset)
-    if key not in texts:
-        texts[key] = record_text(s.source, s.offset)
-    text = texts[key]
+    if key not in last:  # findings come in input order: keep one record's text, not the whole trace's
+        last.clear()
+        last[key] = record_text(s.source, s.offset)
+    text = last[key]
     if text is not None:
         f.region = locate(text, steps_for(f.path, s.in_record), s.line or 1, f.block_text, f.span)
     if f.region is None and s.line is not None:
@@ -118,7 +120,7 @@ def lint_paths(paths: list[str | Path], progress: Callable[[int], None] | None =
         raise InputError("nothing to lint: give request bodies (.json) or traces (.jsonl)")
     stats: list[InputStats] = []
     findings = lint_subjects(iter_subjects(paths, stats, progress))
-    texts: dict[tuple[str, int | None], str | None] = {}
+    last: dict[tuple[str, int | None], str | None] = {}
     for f in findings:
-        _place(f, texts)
+        _place(f, last)
     return LintResult(findings, sum(s.requests for s in stats), stats)

@@ -59,7 +59,8 @@ def _subject(body: dict[str, Any], ref: RequestRef, streams: _Streams, provider:
         field_name = f"request.{exc.field}" if ref.in_record and exc.field else exc.field
         raise InputError(exc.message, file=ref.source, line=ref.line, field=field_name) from None
     streams.counter(req.provider, req.model).count_request(req)
-    return Subject(ref, req, rules_for(req.provider, req.model))
+    continues = bool(body.get("previous_response_id") or body.get("conversation"))
+    return Subject(ref, req, rules_for(req.provider, req.model), continues)
 
 
 def _from_record(rec: TraceRecord, source: str, streams: _Streams) -> Subject:

@@ -32,6 +32,8 @@ class Subject:
     ref: RequestRef
     request: RenderedRequest
     rules: ModelRules
+    continues: bool = False  # continues a server-side conversation (Responses previous_response_id): its
+    # body holds only the new turn, so comparing its prefix with the previous request's says nothing
 
     @property
     def id(self) -> str:
@@ -51,7 +53,7 @@ class Subject:
     def light(self) -> Subject:
         """Itself without its content: what a finding made later needs (ids, model)."""
         req = self.request
-        return Subject(self.ref, RenderedRequest(req.provider, req.api, req.model, [], {}), self.rules)
+        return Subject(self.ref, RenderedRequest(req.provider, req.api, req.model, [], {}), self.rules, self.continues)
 
 
 @dataclass(slots=True)

@@ -172,4 +172,5 @@ class BreakpointWatch:
 
 
 def check_pair(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding]:
-    return [f for check in PAIR_CHECKS for f in check(prev, cur, cat)]
+    checks = (params_changed, tools_changed) if cur.continues else PAIR_CHECKS
+    return [f for check in checks for f in check(prev, cur, cat)]
