@@ -265,3 +265,16 @@ def test_server_side_conversations_are_not_compared_as_rewritten_history(cli, tm
     follow["model"] = "gpt-5-mini"  # identity parameters still count
     _, data = lint_json(cli, write_trace(tmp_path, [first, follow], provider="openai"))
     assert found(data) == {("KV108", "r2", "model", None, None)}
+
+
+def test_output_file_follows_the_output_convention(cli, tmp_path):
+    body = write(tmp_path, "b.json", anthropic("Be brief."))
+    out = tmp_path / "lint.sarif"
+    assert cli("lint", body, "--format", "sarif", "-o", out).exit_code == 0
+    first = out.read_text()
+    result = cli("lint", body, "--format", "sarif", "-o", out)
+    assert result.exit_code == 2 and "--force" in result.output and out.read_text() == first
+    assert cli("lint", body, "--format", "sarif", "-o", out, "--force").exit_code == 0
+    result = cli("lint", body, "--format", "json", "-o", body, "--force")  # never an input
+    assert result.exit_code == 2 and json.loads(body.read_text())["model"] == "claude-sonnet-4-5"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "lint.sarif"]  # no temp file left

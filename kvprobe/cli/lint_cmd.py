@@ -10,7 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from kvprobe.cli.common import err, fail, out, print_json, user_errors
+from kvprobe.cli.common import Force, err, fail, out, output_path, print_json, user_errors
 from kvprobe.lint import LintResult, lint_paths
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
@@ -37,6 +37,7 @@ def lint(
                                         "code scanning)")] = Format.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the JSON/SARIF here instead "
                                                 "of standard output")] = None,
+    force: Force = False,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this "
                                             "severity")] = FailOn.error,
 ) -> None:
@@ -50,6 +51,8 @@ def lint(
     if output is not None and chosen is Format.table:
         fail("--output writes JSON or SARIF: add --format json or --format sarif")
     with user_errors():
+        if output is not None:  # checked before any work: never an input, never replaced without --force
+            output = output_path(output, inputs, force=force)
         result = _lint(inputs, show_progress=chosen is Format.table or output is not None)
     if chosen is Format.table:
         render(result)
@@ -74,13 +77,13 @@ def _lint(inputs: list[Path], show_progress: bool) -> LintResult:
 
 
 def _write(path: Path, data: dict) -> None:
-    """Whole file or nothing (temp file + rename)."""
+    """Whole file or nothing (temp file beside it, renamed when complete)."""
     import orjson
 
-    from kvprobe.trace.writer import write_atomic
+    from kvprobe.output import write_bytes_atomic
 
     with user_errors():
-        write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        write_bytes_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def _where(f) -> str:
