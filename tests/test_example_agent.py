@@ -59,3 +59,13 @@ def test_github_actions_example_runs_the_same_commands():
     for command in ("kvprobe serve --emulate anthropic/claude-opus-5", "kvprobe capture -o trace.jsonl",
                     "examples/agent.py", "kvprobe gate trace.jsonl --baseline examples/agent-baseline.json"):
         assert command in workflow
+
+
+def test_example_cache_test_passes_through_the_pytest_plugin(emulated_api):
+    """examples/test_agent_cache.py, as a user's suite would run it: the plugin is on by installation."""
+    env = {**os.environ, "ANTHROPIC_BASE_URL": emulated_api}
+    run = subprocess.run([sys.executable, "-m", "pytest", str(EXAMPLES / "test_agent_cache.py"), "-q",
+                          "-p", "no:cacheprovider", "-o", "addopts="],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout

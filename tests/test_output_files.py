@@ -31,6 +31,7 @@ WRITERS = {
     "html": ("report.html", lambda t: ["html", t, "--no-fixes"]),
     "plot": ("timeline.svg", lambda t: ["plot", t]),
     "import": ("imported.jsonl", lambda t: ["import", t]),
+    "lint": ("lint.sarif", lambda t: ["lint", t, "--format", "sarif", "--fail-on", "never"]),
 }
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # name -> (module, attribute, kind, command settings); kind "command" or "group" (a Typer sub-app)
 COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "diff": ("diff_cmd", "diff", "command", {}),
+    "lint": ("lint_cmd", "lint", "command", {}),
     "providers": ("providers_cmd", "providers", "command", {}),
     "report": ("report_cmd", "report", "command", {}),
     "fix": ("fix_cmd", "fix", "command", {}),

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvprobe.errors import InputError
 
-NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch")
+NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch", "lint")
 
 
 def schema_text(name: str) -> str:
