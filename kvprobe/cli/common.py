@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,8 +15,20 @@ from rich.console import Console
 from kvprobe.errors import InputError, KvprobeError
 from kvprobe.output import check_output
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+def _console(stderr: bool = False) -> Console:
+    # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included
+    no_color = os.environ.get("NO_COLOR", "") != ""
+    return Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+
+
+out = _console()
+err = _console(stderr=True)
+
+
+def plain(console: Console) -> bool:
+    """Output for a pipe, a CI log or NO_COLOR: no styles, no box lines."""
+    return not console.is_terminal or console.color_system is None
 
 
 def print_json(data: Any) -> None:

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
@@ -47,6 +48,7 @@ def report(
         fixes = False if no_fixes else (True if what_if else None)
         loaded = load_outcomes(outcomes) if outcomes else None
         rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
+        require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
     if json_out:
         print_json(rep.to_json())
     elif markdown:
@@ -58,6 +60,21 @@ def report(
         render_fixes(rep)
         if what_if:
             render_what_if(rep)
+
+
+def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | None]) -> None:
+    """An empty input or filters that match nothing is a mistake to report (exit 2), not an empty table."""
+    if rep.results:
+        return
+    if rep.considered:
+        given = [f"{flag} {value}" for flag, value in filters.items() if value is not None]
+        raise InputError(f"none of the {rep.considered:,} requests matches {' and '.join(given)}",
+                         field=given[0].split()[0] if len(given) == 1 else None)
+    names = ", ".join(map(str, traces))
+    skipped = sum(stats.skipped for _, stats in rep.stats)
+    why = f" ({skipped} malformed lines skipped)" if skipped else ""
+    raise InputError(f"no requests found{why}: expected a kvprobe trace (JSONL) or agent logs kvprobe can "
+                     "import", file=names)
 
 
 def _since(value: str | None) -> float | None:
@@ -92,14 +109,15 @@ def _diag_words(r) -> str:
     return "; ".join(d.short for d in r.diagnoses)
 
 
+REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("input", "right", drop=5),
+                   Col("read", "right", wrap=True), Col("write", "right", drop=3), Col("fresh", "right", drop=2),
+                   Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=20))
+
+
 def render(rep: Report) -> None:
-    table = Table(title="Requests", title_justify="left", show_lines=False)
-    for col, just in (("time", "left"), ("id", "left"), ("agent", "left"), ("input", "right"), ("read", "right"),
-                      ("write", "right"), ("fresh", "right"), ("hit %", "right"), ("cost", "right"),
-                      ("why", "left")):
-        table.add_column(col, justify=just, overflow="fold")
     days = {format_time(r.sk.started_at)[:10] for r in rep.results}
     stamp = slice(5, 19) if len(days) > 1 else slice(11, 19)
+    rows = []
     for r in rep.results:
         u, p = r.usage, r.predicted
         read = f"{u.cache_read_tokens:,}"
@@ -107,19 +125,37 @@ def render(rep: Report) -> None:
             read += f" (pred {p.cache_read_tokens:,})"
         hit = f"{100 * u.cache_read_tokens / u.input_tokens:.0f}" if u.input_tokens else "-"
         why = _diag_words(r) or ("cold start" if r.write_kind == "cold_start" else "")
-        table.add_row(format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent, f"{u.input_tokens:,}", read,
-                      f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit, _money(r.cost_usd),
-                      Text(why, style="yellow" if r.diagnoses else "dim"))
-    out.print(table)
+        rows.append([format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent,
+                     f"{u.input_tokens:,}", read, f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit,
+                     _money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
+    print_table("Requests", REQUEST_COLUMNS, rows)
     t = rep.totals
-    out.print(Text.assemble(("Total: ", "bold"), f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
+    out.print(Text.assemble((f"Total ({_basis(rep)}): ", "bold"),
+                            f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
                             (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", "green"), " · ",
                             f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
-                            (f"{_money(t['cost_usd'])}", "bold")))
+                            (_total_cost(t), "bold")))
     out.print(f"Writes: cold start {t['cold_start_write_tokens']:,} tokens, rebuilds "
               f"{t['rebuild_write_tokens']:,} tokens; missed reads {t['missed_read_tokens']:,} tokens")
     _render_misses(rep)
     _render_notes(rep)
+
+
+def _basis(rep: Report) -> str:
+    """Which figures the total adds up: the usage the provider logged, kvprobe's prediction, or both."""
+    predicted = sum(not r.observed for r in rep.results)
+    if not predicted:
+        return "logged usage"
+    if predicted == len(rep.results):
+        return "predicted: no usage logged" if not any(r.observed for r in rep.results) else "predicted"
+    return f"logged usage; predicted for {predicted} requests without it"
+
+
+def _total_cost(t: dict) -> str:
+    unpriced = t["unpriced_requests"]
+    if t["cost_usd"] is None or not unpriced:
+        return _money(t["cost_usd"])
+    return f"{_money(t['cost_usd'])} + n/a for {unpriced} unpriced request{'s' if unpriced > 1 else ''}"
 
 
 def _render_misses(rep: Report) -> None:
@@ -138,14 +174,12 @@ def _render_misses(rep: Report) -> None:
 def render_blocks(rep: Report) -> None:
     if not rep.blocks:
         return
-    table = Table(title="Costliest blocks over the task", title_justify="left")
-    for col in ("block", "kind", "first", "tokens", "requests", "write", "reads", "fresh", "total"):
-        table.add_column(col, justify="right" if col in ("tokens", "requests", "write", "reads", "fresh", "total")
-                         else "left")
-    for b in rep.blocks[:5]:
-        table.add_row(b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), _money(b.write_usd),
-                      _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd))
-    out.print(table)
+    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=1)]
+    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 5), ("requests", 3), ("write", None),
+                                                              ("reads", None), ("fresh", 4), ("total", None))]
+    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), _money(b.write_usd),
+             _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd)] for b in rep.blocks[:5]]
+    print_table("Costliest blocks over the task", cols, rows)
     from kvprobe.economics.attribution import carry_note
     for b in rep.blocks[:10]:  # every block is in --json; the notes follow the costliest
         note = carry_note(b)
@@ -196,16 +230,15 @@ def render_what_if(rep: Report) -> None:
     if rep.what_if is None:
         return
     before = {r.sk.id: r for r in rep.what_if.baseline}
-    table = Table(title="What if: predicted before → after all fixes", title_justify="left")
-    for col in ("id", "read", "write", "fresh", "cost"):
-        table.add_column(col, justify="left" if col == "id" else "right")
+    cols = [Col("id", wrap=True)] + [Col(name, "right", wrap=True) for name in ("read", "write", "fresh", "cost")]
+    rows = []
     for r in rep.what_if.fixed:
         b = before.get(r.sk.id)
         cost = f"{_money(b.cost_usd)} → {_money(r.cost_usd)}" if b else f"+{_money(r.cost_usd)}"
         cells = [_before_after(b.usage if b else None, r.usage, name)
                  for name in ("cache_read_tokens", "cache_write_tokens", "fresh_input_tokens")]
-        table.add_row(r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost)
-    out.print(table)
+        rows.append([r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost])
+    print_table("What if: predicted before → after all fixes", cols, rows)
 
 
 def _before_after(before, after, name: str) -> str:
