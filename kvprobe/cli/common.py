@@ -36,6 +36,11 @@ def print_json(data: Any) -> None:
                                   default=str).decode() + "\n")
 
 
+def money(value: float | None) -> str:
+    """USD for a person: n/a when kvprobe could not price it (an unknown cost is not $0)."""
+    return "n/a" if value is None else f"${value:,.4f}"
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
     raise typer.Exit(code)

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvprobe.analysis.diagnosis import ADVICE
-from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.cli.common import err, money, out, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
@@ -101,10 +101,6 @@ def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, sh
         return build_report(traces, progress=lambda n: bar.advance(task, n), **kwargs)
 
 
-def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}"
-
-
 def _diag_words(r) -> str:
     return "; ".join(d.short for d in r.diagnoses)
 
@@ -127,7 +123,7 @@ def render(rep: Report) -> None:
         why = _diag_words(r) or ("cold start" if r.write_kind == "cold_start" else "")
         rows.append([format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent,
                      f"{u.input_tokens:,}", read, f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit,
-                     _money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
+                     money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
     print_table("Requests", REQUEST_COLUMNS, rows)
     t = rep.totals
     out.print(Text.assemble((f"Total ({_basis(rep)}): ", "bold"),
@@ -154,8 +150,8 @@ def _basis(rep: Report) -> str:
 def _total_cost(t: dict) -> str:
     unpriced = t["unpriced_requests"]
     if t["cost_usd"] is None or not unpriced:
-        return _money(t["cost_usd"])
-    return f"{_money(t['cost_usd'])} + n/a for {unpriced} unpriced request{'s' if unpriced > 1 else ''}"
+        return money(t["cost_usd"])
+    return f"{money(t['cost_usd'])} + n/a for {unpriced} unpriced request{'s' if unpriced > 1 else ''}"
 
 
 def _render_misses(rep: Report) -> None:
@@ -165,7 +161,7 @@ def _render_misses(rep: Report) -> None:
     out.print(Text("Costliest misses", style="bold"))
     for m in rep.misses:
         d = m.result.diagnoses[0]
-        out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{_money(m.usd)}", "bold red"),
+        out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{money(m.usd)}", "bold red"),
                                 f" ({m.input_equivalent:,.0f} input-equivalents) ", (d.kind, "magenta")))
         out.print(Text(f"    why: {d.detail}"))
         out.print(Text(f"    what to do: {ADVICE.get(d.kind, '')}", style="cyan"))
@@ -177,8 +173,8 @@ def render_blocks(rep: Report) -> None:
     cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=1)]
     cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 5), ("requests", 3), ("write", None),
                                                               ("reads", None), ("fresh", 4), ("total", None))]
-    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), _money(b.write_usd),
-             _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd)] for b in rep.blocks[:5]]
+    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), money(b.write_usd),
+             money(b.read_usd), money(b.fresh_usd), money(b.total_usd)] for b in rep.blocks[:5]]
     print_table("Costliest blocks over the task", cols, rows)
     from kvprobe.economics.attribution import carry_note
     for b in rep.blocks[:10]:  # every block is in --json; the notes follow the costliest
@@ -189,7 +185,7 @@ def render_blocks(rep: Report) -> None:
         j = c.to_json()
         be = j["break_even_turns"]
         out.print(Text(f"Compaction at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
-                       f"summary {_money(j['summary_cost_usd'])}, rebuild {_money(j['rebuild_cost_usd'])}; "
+                       f"summary {money(j['summary_cost_usd'])}, rebuild {money(j['rebuild_cost_usd'])}; "
                        + (f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
                           if be else "never pays back"), style="cyan"))
 
@@ -200,7 +196,7 @@ def render_tasks(rep: Report) -> None:
     o = overall(rep.tasks)
     rate = "n/a" if o["pass_rate"] is None else f"{100 * o['pass_rate']:.0f}%"
     out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']} · pass rate {rate} · cost per accepted task ",
-                            (_money(o["cost_per_accepted_task_usd"]), "bold"),
+                            (money(o["cost_per_accepted_task_usd"]), "bold"),
                             f" · median {o['median_duration_s']:.0f}s · slowest decile "
                             f"{o['slowest_decile_duration_s']:.0f}s"))
 
@@ -211,18 +207,18 @@ def render_fixes(rep: Report) -> None:
     out.print(Text("Fixes (each priced alone by re-simulating the requests it changes)", style="bold"))
     for fix in rep.fixes:
         out.print(Text.assemble("  ", (fix["kind"], "magenta"), f" ({', '.join(fix['requests'])}): saves ",
-                                (f"{_money(fix['saving_usd'])}", "bold green"),
+                                (f"{money(fix['saving_usd'])}", "bold green"),
                                 f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents)"))
         out.print(Text(f"    {fix['detail']}", style="cyan"))
     for alt in rep.alternatives:  # same misses, a chosen fix does better: priced, not applied
         out.print(Text.assemble("  or ", (alt["kind"], "magenta"), f" ({', '.join(alt['requests'])}) instead of "
-                                f"{' + '.join(alt.get('instead_of', []))}: saves {_money(alt['saving_usd'])} "
+                                f"{' + '.join(alt.get('instead_of', []))}: saves {money(alt['saving_usd'])} "
                                 f"({alt['saving_input_equivalent_tokens']:,.0f} input-equivalents)", style="dim"))
         out.print(Text(f"    {alt['detail']}", style="dim"))
     a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
     out.print(Text.assemble(("With all fixes: ", "bold"), f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
-                            (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {_money(a['cost_usd'])} → ",
-                            (_money(b["cost_usd"]), "green"),
+                            (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {money(a['cost_usd'])} → ",
+                            (money(b["cost_usd"]), "green"),
                             " (predicted, one simulation of what `kvprobe fix` writes)"))
 
 
@@ -234,7 +230,7 @@ def render_what_if(rep: Report) -> None:
     rows = []
     for r in rep.what_if.fixed:
         b = before.get(r.sk.id)
-        cost = f"{_money(b.cost_usd)} → {_money(r.cost_usd)}" if b else f"+{_money(r.cost_usd)}"
+        cost = f"{money(b.cost_usd)} → {money(r.cost_usd)}" if b else f"+{money(r.cost_usd)}"
         cells = [_before_after(b.usage if b else None, r.usage, name)
                  for name in ("cache_read_tokens", "cache_write_tokens", "fresh_input_tokens")]
         rows.append([r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost])
@@ -263,12 +259,12 @@ def to_markdown(rep: Report) -> str:
     lines = ["### kvprobe report", "",
              "| requests | input tokens | hit ratio | input-equivalents | cost |", "|---:|---:|---:|---:|---:|",
              f"| {t['requests']} | {t['input_tokens']:,} | {100 * t['token_hit_ratio']:.1f}% | "
-             f"{t['input_equivalent_tokens']:,.0f} | {_money(t['cost_usd'])} |", ""]
+             f"{t['input_equivalent_tokens']:,.0f} | {money(t['cost_usd'])} |", ""]
     if rep.misses:
         lines += ["| request | cost of miss | cause | what to do |", "|---|---:|---|---|"]
         for m in rep.misses:
             d = m.result.diagnoses[0]
-            lines.append(f"| {m.result.sk.id} | {_money(m.usd)} | {d.kind}: {d.detail} | {ADVICE.get(d.kind, '')} |")
+            lines.append(f"| {m.result.sk.id} | {money(m.usd)} | {d.kind}: {d.detail} | {ADVICE.get(d.kind, '')} |")
     else:
         lines.append("No cache misses.")
     return "\n".join(lines)

@@ -17,14 +17,8 @@ from kvprobe.analysis.siblings import SiblingGroup, find_groups
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
-from kvprobe.whatif.edits import (
-    append_after_last_breakpoint,
-    block_at,
-    copy_record,
-    mark_breakpoint,
-    truncated_through,
-    with_all_ttls,
-)
+from kvprobe.whatif.edits import (append_after_last_breakpoint, block_at, copy_record, mark_breakpoint,
+                                  truncated_through, with_all_ttls)
 from kvprobe.wording import show
 
 Records = list[TraceRecord]
