@@ -55,8 +55,12 @@ def build_app(only: str | None = None) -> "typer.Typer":
                                            help="Print kvprobe's version and exit.")) -> None:
         """Profile and audit what AI agents pay for prompt caching."""
 
+    from kvprobe.cli.help import KvprobeGroup
+
+    # plain help (no rich markup: brackets stay), values named by words (cli/help.py), shell completion
     cli = typer.Typer(name="kvprobe", help="Profile and audit what AI agents pay for prompt caching.",
-                      no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                      no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                      cls=KvprobeGroup)
     for name, (module_name, attr, kind, settings) in COMMANDS.items():
         if only is not None and name != only:
             continue

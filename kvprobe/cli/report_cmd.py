@@ -216,10 +216,14 @@ def render_fixes(rep: Report) -> None:
                                 f"({alt['saving_input_equivalent_tokens']:,.0f} input-equivalents)", style="dim"))
         out.print(Text(f"    {alt['detail']}", style="dim"))
     a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
-    out.print(Text.assemble(("With all fixes: ", "bold"), f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
+    # both sides are kvprobe's prediction; say so next to the logged total printed above
+    logged = rep.totals["cost_usd"] if any(r.observed for r in rep.results) else None
+    out.print(Text.assemble(("With all fixes (predicted before → after): ", "bold"),
+                            f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
                             (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {money(a['cost_usd'])} → ",
                             (money(b["cost_usd"]), "green"),
-                            " (predicted, one simulation of what `kvprobe fix` writes)"))
+                            " (one simulation of what `kvprobe fix` writes"
+                            + (f"; the logged total is {money(logged)})" if logged is not None else ")")))
 
 
 def render_what_if(rep: Report) -> None:
