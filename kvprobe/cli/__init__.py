@@ -91,7 +91,8 @@ def main() -> None:
             sys.stdout.write(text)
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    # one program name however it was started (`python -m kvprobe` too): help and completion say `kvprobe`
     if first is None and "--version" in sys.argv[1:]:
-        build_app("")()  # no command module is imported just to print the version
+        build_app("")(prog_name="kvprobe")  # no command module is imported just to print the version
     else:
-        build_app(first if first in COMMANDS else None)()
+        build_app(first if first in COMMANDS else None)(prog_name="kvprobe")

@@ -19,7 +19,10 @@ from kvprobe.output import check_output
 def _console(stderr: bool = False) -> Console:
     # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included
     no_color = os.environ.get("NO_COLOR", "") != ""
-    return Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+    console = Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+    # off a terminal, sentences stay on one line (grep, CI logs); tables are fitted to the width anyway
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 out = _console()

@@ -173,8 +173,12 @@ def render_blocks(rep: Report) -> None:
     cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=1)]
     cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 5), ("requests", 3), ("write", None),
                                                               ("reads", None), ("fresh", 4), ("total", None))]
-    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), money(b.write_usd),
-             money(b.read_usd), money(b.fresh_usd), money(b.total_usd)] for b in rep.blocks[:5]]
+    priced = rep.totals["cost_usd"] is not None  # blocks of an unpriced trace cost n/a, not $0
+
+    def usd(value: float) -> str:
+        return money(value if priced else None)
+    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), usd(b.write_usd),
+             usd(b.read_usd), usd(b.fresh_usd), usd(b.total_usd)] for b in rep.blocks[:5]]
     print_table("Costliest blocks over the task", cols, rows)
     from kvprobe.economics.attribution import carry_note
     for b in rep.blocks[:10]:  # every block is in --json; the notes follow the costliest

@@ -96,10 +96,10 @@ def print_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[
     table, hidden = build(title, cols, rows, console)
     if plain(console):  # no trailing blanks for grep, diff and CI logs
         with console.capture() as captured:
-            console.print(table)
+            console.print(table, soft_wrap=False)
         console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
     else:
-        console.print(table)
+        console.print(table, soft_wrap=False)
     if hidden:
         console.print(Text(f"(not shown at {console.width} columns: {', '.join(hidden)}; --json has every "
                            "field)", style="dim"))

@@ -1,0 +1,129 @@
+"""What every command's output owes a terminal, a pipe and a CI log: tables that fit, words never split,
+no styles when piped or under NO_COLOR, help that reads like other tools, shell completion."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SAMPLE = ROOT / "traces" / "sample_session.jsonl"
+BOX = set("┃│┏┓┗┛┡┩━─╇╈┼╭╮╰╯")
+
+
+def _kvprobe(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """The real program with stdout on a pipe (not a terminal), in a chosen environment."""
+    base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "LINES")}
+    return subprocess.run([sys.executable, "-m", "kvprobe", *map(str, args)], capture_output=True, text=True,
+                          env={**base, **env}, timeout=120, check=False)
+
+
+def _table(stdout: str, title: str) -> list[str]:
+    """The lines of the table titled `title`: up to the next blank line, note or sentence."""
+    lines = stdout.splitlines()
+    start = lines.index(title) + 1
+    body = []
+    for line in lines[start:]:
+        if not line.strip() or line.startswith(("(not shown", "Total", "Fixes", "Costliest", "With all")):
+            break
+        body.append(line)
+    return body
+
+
+@pytest.mark.parametrize(("args", "title"), [
+    (["report", SAMPLE, "--what-if"], "Requests"),
+    (["report", SAMPLE, "--what-if"], "Costliest blocks over the task"),
+    (["report", SAMPLE, "--what-if"], "What if: predicted before → after all fixes"),
+    (["providers", "claude-sonnet-4-5"], "anthropic · claude-sonnet-4-5 → claude-sonnet-4-5"),
+    (["usage", SAMPLE, "--by", "session"], "Usage by session"),
+])
+def test_tables_fit_80_columns_when_piped_and_no_word_is_split(args, title):
+    narrow = _kvprobe(*args, COLUMNS="80")
+    wide = _kvprobe(*args, COLUMNS="400")
+    assert narrow.returncode == wide.returncode == 0, narrow.stderr
+    rows = _table(narrow.stdout, title)
+    assert len(rows) >= 2
+    assert all(len(line) <= 80 for line in rows), "\n".join(rows)
+    assert not BOX & set(narrow.stdout) and "\x1b[" not in narrow.stdout  # plain on a pipe
+    # every word printed at 80 columns is a whole word of the unconstrained table: nothing split, nothing cut
+    words = set(" ".join(_table(wide.stdout, title)).split())
+    broken = [w for line in rows for w in line.split() if w not in words]
+    assert not broken, f"split or cut cells: {broken}\n" + "\n".join(rows)
+
+
+def test_requests_table_at_80_columns_keeps_whole_cells_and_says_what_it_left_out():
+    res = _kvprobe("report", SAMPLE, "--no-fixes", COLUMNS="80")
+    rows = _table(res.stdout, "Requests")
+    # the sample's logged costs per request, as the README lists them
+    for rid, cost in (("req_1", "$0.0140"), ("req_3", "$0.0167"), ("req_4", "$0.0181"), ("req_6", "$0.0061")):
+        assert any(rid in line and cost in line for line in rows), (rid, cost, rows)
+    assert any("TTL expired (+120s)" in line for line in rows)
+    assert "(not shown at 80 columns: agent, fresh; --json has every field)" in res.stdout
+    wide = _kvprobe("report", SAMPLE, "--no-fixes", COLUMNS="160")
+    assert "not shown" not in wide.stdout and _table(wide.stdout, "Requests")[0].split()[2] == "agent"
+
+
+def test_no_color_means_no_styles_even_on_a_forced_terminal():
+    forced = _kvprobe("report", SAMPLE, "--no-fixes", COLUMNS="120", FORCE_COLOR="1")
+    assert "\x1b[" in forced.stdout  # the styled output this test would otherwise miss
+    plain = _kvprobe("report", SAMPLE, "--no-fixes", COLUMNS="120", FORCE_COLOR="1", NO_COLOR="1")
+    assert "\x1b[" not in plain.stdout and not BOX & set(plain.stdout)
+    assert "req_4" in plain.stdout and "TTL expired (+120s)" in plain.stdout
+
+
+def test_predicted_total_says_which_is_which(cli):
+    res = cli("report", SAMPLE)
+    assert "Total (logged usage): 6 requests" in res.stdout
+    assert "With all fixes (predicted before → after):" in res.stdout
+    assert "(the logged total is $0.0706)" in res.stdout
+
+
+def test_messages_show_json_or_words_not_python_values(cli):
+    res = cli("report", SAMPLE)
+    assert 'tool_choice changed from not set to {"type": "any"}' in res.stdout
+    assert "keep tool_choice unset for the whole task" in res.stdout
+    assert "None" not in res.output and "{'" not in res.output and "'}" not in res.output
+
+
+def _commands() -> list[list[str]]:
+    from kvprobe.cli import COMMANDS
+
+    names = [[n] for n, spec in COMMANDS.items() if spec[2] == "command"]
+    return names + [["db", "load"], ["db", "schema"]]
+
+
+@pytest.mark.parametrize("command", _commands(), ids=" ".join)
+def test_help_names_values_with_words_and_flags_with_none(cli, command):
+    res = cli(*command, "--help")
+    assert res.exit_code == 0
+    python_types = r"<(bool|str|int|float|path|Path|list\[\w+\]|tuple\[.*?\]|datetime)(\.\.\.)?>"
+    assert not re.search(python_types, res.output), res.output
+    for line in res.output.splitlines():
+        flag = re.match(r"\s+(?:-\w, )?(--json|--help|--force|--what-if|--no-fixes)\b(\S*)\s", line)
+        if flag:
+            assert flag.group(2) == "" and not re.match(r"\s+\S+ [A-Z]", line), line
+
+
+def test_help_keeps_square_brackets(cli):
+    gate = " ".join(cli("gate", "--help").output.split())
+    assert "`kvprobe.toml` [gate] or `pyproject.toml` [tool.kvprobe.gate]" in gate
+    usage = " ".join(cli("usage", "--help").output.split())
+    assert "[default: ~/.claude/projects and ~/.codex/sessions]" in usage
+    assert "--price-file PATH" in usage and "--since TIME" in usage
+    serve = " ".join(cli("serve", "--help").output.split())
+    assert "--model MODEL" in serve and "--port N" in serve
+
+
+def test_shell_completion_is_offered_and_completes_commands_and_options():
+    top = _kvprobe("--help")
+    assert "--install-completion" in top.stdout and "--show-completion" in top.stdout
+    script = _kvprobe("--show-completion", "bash")
+    assert script.returncode == 0 and "complete -o default -F _kvprobe_completion kvprobe" in script.stdout
+    env = {"_KVPROBE_COMPLETE": "complete_bash", "COMP_CWORD": "1", "COMP_WORDS": "kvprobe rep"}
+    assert _kvprobe(**env).stdout.split() == ["report", "replay"]
+    env.update(COMP_CWORD="2", COMP_WORDS="kvprobe gate --min")
+    assert _kvprobe(**env).stdout.split() == ["--min-hit-ratio"]
