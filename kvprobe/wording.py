@@ -14,8 +14,9 @@ def show(value: Any, limit: int | None = MAX_CHARS, quote: bool = True) -> str:
     """
     if value is None:
         return "not set"
-    if isinstance(value, str) and not quote:
-        text = value
-    else:
-        text = json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str):  # shorten inside the quotes, so a cut string still reads as one
+        if limit is not None and len(value) > limit - 2:
+            value = value[: limit - 3] + "…"
+        return value if not quote else json.dumps(value, ensure_ascii=False)
+    text = json.dumps(value, ensure_ascii=False, default=str)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"

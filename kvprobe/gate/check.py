@@ -79,7 +79,7 @@ def unpriced(report: Report) -> Counter[str]:
 
 def _unpriced_check(name: str, limit: float, missing: Counter[str]) -> Check:
     models = ", ".join(f"{model} ({n} request{'s' if n > 1 else ''})" for model, n in sorted(missing.items()))
-    return Check(name, limit, None, None, f"cannot decide: no price for {models}; "
+    return Check(name, limit, None, None, f"no price for {models}; "
                                           "pass --price-file with their prices")
 
 
