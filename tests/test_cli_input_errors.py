@@ -90,3 +90,13 @@ def test_diff_across_providers_shares_no_cache_and_invents_no_parameter_changes(
 def test_diff_refuses_a_body_of_no_known_api_naming_gemini_too(cli, write_json):
     res = cli("diff", write_json("x.json", {"prompt": "hi"}), write_json("y.json", {"prompt": "hi"}))
     assert res.exit_code == 2 and "x.json" in res.output and "'contents'" in res.output
+
+
+def test_a_bad_value_in_a_trace_is_quoted_as_json(cli, tmp_path):
+    record = json.loads(SAMPLE.read_text().splitlines()[0])
+    record["finished_at"] = {"at": 1}
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(json.dumps(record) + "\n")
+    res = cli("report", trace)
+    assert res.exit_code == 2
+    assert "bad.jsonl:1 field 'finished_at': expected an RFC 3339 timestamp, got {\"at\": 1}" in res.output

@@ -7,8 +7,8 @@ so square brackets (`[tool.kvprobe.gate]`, `[default: ...]`) stay as written.
 """
 from __future__ import annotations
 
-from typing import Any
 from pathlib import Path, PurePath
+from typing import Any
 
 from typer.core import TyperGroup
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from kvprobe.cli.common import err, fail, out, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
+from kvprobe.wording import show
 
 
 def replay(
@@ -58,9 +59,9 @@ def replay(
 
     with user_errors():
         if engine not in ("local", "openai-compatible"):
-            fail(f"--engine: expected local or openai-compatible, got {engine!r}")
+            fail(f"--engine: expected local or openai-compatible, got {show(engine)}")
         if too_long not in ("truncate", "skip"):
-            fail(f"--too-long: expected truncate or skip, got {too_long!r}")
+            fail(f"--too-long: expected truncate or skip, got {show(too_long)}")
         if max_tokens < 0:
             fail("--max-tokens: expected 0 or more")
         parsed_timing = Timing.parse(timing)

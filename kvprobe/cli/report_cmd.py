@@ -16,6 +16,7 @@ from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import format_time, parse_time
+from kvprobe.wording import show
 
 PROGRESS_MIN_BYTES = 20_000_000
 
@@ -83,7 +84,7 @@ def _since(value: str | None) -> float | None:
     try:
         return parse_time(value)
     except ValueError:
-        raise InputError(f"expected an RFC 3339 time, got {value!r}", field="--since") from None
+        raise InputError(f"expected an RFC 3339 time, got {show(value)}", field="--since") from None
 
 
 def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool,

@@ -16,6 +16,7 @@ from kvprobe.importers import FORMATS, ImportReport, auto_workers, default_sourc
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
+from kvprobe.wording import show
 
 
 def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
@@ -33,7 +34,7 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
             return parse_time(text)
         day = dt.date.fromisoformat(text)
     except ValueError:
-        raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {value!r}", field=name) from None
+        raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {show(value)}", field=name) from None
     if end_of_day:
         day += dt.timedelta(days=1)
     return dt.datetime.combine(day, dt.time(), zone).timestamp()
@@ -66,7 +67,7 @@ def usage(
     Example: kvprobe usage ~/.claude/projects --by week --since 2026-09-01 --breakdown
     """
     if by not in GROUPINGS:
-        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {by!r}")
+        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {show(by)}")
     report = ImportReport()
     with user_errors():
         zone = _zone(tz)
@@ -90,7 +91,7 @@ def _zone(tz: str):
     try:
         return resolve_tz(tz)
     except Exception:
-        raise InputError(f"unknown time zone {tz!r}", field="--tz") from None
+        raise InputError(f"unknown time zone {show(tz)}", field="--tz") from None
 
 
 def _ratio(t: Totals) -> str:
