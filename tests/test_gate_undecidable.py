@@ -115,3 +115,12 @@ def test_config_percentage_is_accepted(cli, tmp_path, monkeypatch):
     (tmp_path / "kvprobe.toml").write_text('[gate]\nmin_hit_ratio = "30%"\n')
     res = cli("gate", SAMPLE)
     assert res.exit_code == 0 and "39.9% ≥ 30.0%" in res.output
+
+
+def test_compare_does_not_call_an_unpriced_candidate_cheaper(cli, tmp_path):
+    trace = _unknown_model_trace(tmp_path)
+    res = cli("compare", SAMPLE, trace)
+    assert res.exit_code == 0
+    assert "Total cost: $0.0706 → n/a; regressed: none; cheaper: none" in res.stdout
+    data = json.loads(cli("compare", SAMPLE, trace, "--json").stdout)
+    assert data["tasks"][0]["cost_usd"]["candidate"] is None and data["improved"] == []
