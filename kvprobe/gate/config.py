@@ -37,11 +37,6 @@ class Thresholds:
     def empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self) if f.name != "max_regression")
 
-    @property
-    def prices_needed(self) -> bool:
-        """A cost threshold (or a regression check, which compares cost) needs every request priced."""
-        return self.max_cost_usd is not None or self.max_cost_per_task is not None or self.baseline is not None
-
     def check_complete(self, source: str | None = None) -> None:
         """Refuse a regression limit without a baseline (`source`: the config file that set it, if any)."""
         if self.max_regression is not None and self.baseline is None:
