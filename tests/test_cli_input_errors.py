@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from conftest import ROOT
+from kvprobe.schemas import load_schema
 
 SAMPLE = ROOT / "traces" / "sample_session.jsonl"
 EXAMPLES = ROOT / "examples"
@@ -82,6 +84,7 @@ def test_diff_across_providers_shares_no_cache_and_invents_no_parameter_changes(
     assert "A goes to anthropic and B to openai: providers do not share a cache" in res.stdout
     assert "Parameter changed" not in res.stdout and "null" not in res.stdout and "None" not in res.stdout
     data = json.loads(cli("diff", EXAMPLES / "request_a.json", b, "--json").stdout)
+    Draft202012Validator(load_schema("diff")).validate(data)
     assert data["shared_cache"] is False and data["a_provider"] == "anthropic" and data["provider"] == "openai"
     assert data["params_changed"] == [] and data["predicted"]["cache_read_tokens"] == 0
     assert cli("diff", EXAMPLES / "request_a.json", b, "--exit-code").exit_code == 1

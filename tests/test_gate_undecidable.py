@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from conftest import ROOT
+from kvprobe.schemas import load_schema
 
 SAMPLE = ROOT / "traces" / "sample_session.jsonl"
 
@@ -36,6 +38,7 @@ def test_cost_gate_on_an_unknown_model_is_undecidable_and_names_it(cli, tmp_path
     assert "no price for anthropic/acme-model-1 (6 requests)" in res.output and "--price-file" in res.output
     assert "0 USD" not in res.output  # it used to print "0 USD ≤ 0.001 USD" and pass
     data = json.loads(cli("gate", trace, "--max-cost-usd", "0.001", "--json").stdout)
+    Draft202012Validator(load_schema("gate")).validate(data)  # the shipped contract allows an undecided check
     assert data["decidable"] is False and data["passed"] is None
     assert data["checks"][0]["passed"] is None and data["checks"][0]["actual"] is None
 
@@ -69,7 +72,9 @@ def test_unpriced_report_shows_na_not_zero(cli, tmp_path):
     assert res.exit_code == 0
     total = res.stdout[res.stdout.index("Total"):].split("Writes:")[0]
     assert "n/a" in total and "$0.0000" not in res.stdout
-    assert json.loads(cli("report", trace, "--json", "--no-fixes").stdout)["totals"]["cost_usd"] is None
+    data = json.loads(cli("report", trace, "--json", "--no-fixes").stdout)
+    Draft202012Validator(load_schema("report")).validate(data)
+    assert data["totals"]["cost_usd"] is None and data["tasks"][0]["cost_usd"] is None
 
 
 @pytest.mark.parametrize(("args", "message"), [
