@@ -21,6 +21,7 @@ from kvprobe.cli.common import out, plain
 
 Cell = str | Text
 MIN_WRAP = 12  # narrowest a wrapping column gets (unless its longest word is wider)
+MIN_CUT = 6  # narrowest any column gets when the table cannot fit otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,10 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int, boxe
         shown.remove(min(droppable, key=lambda i: (cols[i].drop, -i)))
     widths = {i: least[i] for i in shown}
     spare = width - sum(widths.values()) - _overhead(len(shown), boxed)
+    while spare < 0 and max(widths.values()) > MIN_CUT:  # nothing left to drop: narrow the widest column,
+        widest = max(widths, key=lambda i: (widths[i], i))  # whose longest words then end in "…"
+        widths[widest] -= 1
+        spare += 1
     # wrapping columns grow back toward their natural width, the nearest first: most columns on one line
     for i in sorted((i for i in shown if cols[i].wrap), key=lambda i: natural[i] - widths[i]):
         grow = max(min(spare, natural[i] - widths[i]), 0)
