@@ -116,7 +116,7 @@ def test_predicted_total_says_which_is_which(cli):
     res = cli("report", SAMPLE)
     assert "Total (logged usage): 6 requests" in res.stdout
     assert "With all fixes (predicted before → after):" in res.stdout
-    assert "(the logged total is $0.0706)" in res.stdout
+    assert "the logged total is $0.0706)" in res.stdout
 
 
 def test_messages_show_json_or_words_not_python_values(cli):
