@@ -152,7 +152,7 @@ def test_help_keeps_square_brackets(cli):
     assert "[default: ~/.claude/projects and ~/.codex/sessions]" in usage
     assert "--price-file PATH" in usage and "--since TIME" in usage
     serve = " ".join(cli("serve", "--help").output.split())
-    assert "--model MODEL" in serve and "--port N" in serve
+    assert "--model MODEL" in serve and "--port PORT" in serve
 
 
 def test_shell_completion_is_offered_and_completes_commands_and_options(cli):
