@@ -49,6 +49,8 @@ def describe_change(a_blocks: list[Block], b_blocks: list[Block], index: int, of
         if b.text in a_tools[index + 1:]:
             return f"the tool at {a.path} was removed"
         return f"the definition of {b.path} changed"
+    if a.path != b.path:  # the blocks hold different places (e.g. A has tools, B none; or another API's shape)
+        return f"A's {a.path} ({a.kind.replace('_', ' ')}) and B's {b.path} ({b.kind.replace('_', ' ')}) differ"
     if a.kind != b.kind:
         return f"{b.path} changed from a {a.kind} block to a {b.kind} block"
     if a.text == b.text:

@@ -125,7 +125,8 @@ class Comparison:
     @property
     def improved(self) -> list[TaskDelta]:
         return [t for t in self.tasks if not t.regressed and t.base and t.cand
-                and (t.cand.get("cost_usd") or 0) < (t.base.get("cost_usd") or 0)]
+                and None not in (t.cand.get("cost_usd"), t.base.get("cost_usd"))
+                and t.cand["cost_usd"] < t.base["cost_usd"]]
 
     def totals(self) -> dict[str, Any]:
         keys = ("cost_usd", "input_equivalent_tokens", "token_hit_ratio", "pass_rate", "cost_per_accepted_task_usd",

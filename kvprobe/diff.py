@@ -56,11 +56,17 @@ class DiffResult:
     warnings: list[str] = field(default_factory=list)
     tokens_exact: bool = False
     tokens_source: str = "estimated"  # exact | estimated | anchored (sized on a trace's logged usage)
+    a_provider: str = ""  # differs from `provider` (B's) when the two requests go to different providers
+
+    @property
+    def shared_cache(self) -> bool:
+        """Whether B could read what A cached: only requests to the same provider share a cache."""
+        return self.a_provider in ("", self.provider)
 
     @property
     def breaks_reuse(self) -> bool:
-        """True when B cannot reuse all of A (a change before A's end, or a parameter change)."""
-        return not (self.identical or self.extends) or bool(self.params_changed)
+        """True when B cannot reuse all of A (another provider, a change before A's end, a parameter change)."""
+        return not self.shared_cache or not (self.identical or self.extends) or bool(self.params_changed)
 
     def to_json(self) -> dict[str, Any]:
         fc = self.first_change
@@ -82,6 +88,8 @@ class DiffResult:
             "tokens": {"a": self.a_tokens, "b": self.b_tokens, "exact": self.tokens_exact,
                        "source": self.tokens_source},
             "model_known": self.rules.known_model,
+            "a_provider": self.a_provider or self.provider,
+            "shared_cache": self.shared_cache,
             "warnings": self.warnings,
         }
 
@@ -185,6 +193,8 @@ def _params_changed(a: RenderedRequest, b: RenderedRequest) -> list[dict[str, An
 def _predict(a: RenderedRequest, b: RenderedRequest, ra: ModelRules, rb: ModelRules,
              common_keys: int, partial_tokens: int) -> Prediction:
     cache = cache_for(b.provider, b.cache_mode)
+    if a.provider != b.provider:  # A went to another provider's cache: B starts cold
+        return cache.process(b, rb, "B", start=1.0, readable_at=1.0)
     cache.process(a, ra, "A", start=0.0, readable_at=0.0)
     pred = cache.process(b, rb, "B", start=1.0, readable_at=1.0)
     if b.cache_mode == "implicit" and partial_tokens and b.blocks:
@@ -200,19 +210,23 @@ def _predict(a: RenderedRequest, b: RenderedRequest, ra: ModelRules, rb: ModelRu
 def diff_requests(a: RenderedRequest, b: RenderedRequest, sizes: SizeBook | None = None) -> DiffResult:
     """Diff two rendered requests (B against A as if A had been sent and cached just before).
 
-    sizes: block sizes from a trace (`trace_sizes`), so trace records are diffed on the sizes `report` uses."""
+    sizes: block sizes from a trace (`trace_sizes`), so trace records are diffed on the sizes `report` uses.
+    Across providers nothing is shared: B starts cold, parameters of two APIs are not compared (their
+    names and defaults differ), and the content is compared block text by block text.
+    """
     rb = rules_for(b.provider, b.model)
     ra = rules_for(a.provider, a.model)
     counter = TokenCounter(rb)
     counter.count_request(a)
     counter.count_request(b)
     anchored = sizes is not None and _apply_sizes(a, sizes) | _apply_sizes(b, sizes)
-    common = _common_blocks(a.blocks, b.blocks, "content_hash")
-    common_keys = _common_blocks(a.blocks, b.blocks, "cache_key")
+    same = a.provider == b.provider
+    common = _common_blocks(a.blocks, b.blocks, "content_hash" if same else "text")
+    common_keys = _common_blocks(a.blocks, b.blocks, "cache_key") if same else 0
     extends = common == len(a.blocks) and len(b.blocks) > len(a.blocks)
     identical = common == len(a.blocks) == len(b.blocks)
     first = None if (identical or extends) else _first_change(a, b, common, counter)
-    params = _params_changed(a, b)
+    params = _params_changed(a, b) if same else []
     partial = 0
     if first and common_keys == common and first.block_index < len(b.blocks) and first.char_offset:
         partial = _tokens_before(counter, b.blocks[first.block_index], first.char_offset)
@@ -223,4 +237,4 @@ def diff_requests(a: RenderedRequest, b: RenderedRequest, sizes: SizeBook | None
     return DiffResult(b.provider, b.model, rb, identical and not params, extends, first, params, pred, bps,
                       a.total_tokens, b.total_tokens, [*a.warnings, *b.warnings],
                       all(x.tokens_exact for x in b.blocks), "anchored" if anchored else
-                      ("exact" if all(x.tokens_exact for x in b.blocks) else "estimated"))
+                      ("exact" if all(x.tokens_exact for x in b.blocks) else "estimated"), a.provider)

@@ -14,6 +14,9 @@ from kvprobe.trace.reader import record_from_json
 from kvprobe.trace.validate import model_problem
 
 
+BODY_KEYS = ("messages", "input", "contents")  # Anthropic and OpenAI Chat, OpenAI Responses, Gemini
+
+
 @dataclass(slots=True)
 class LoadedRequest:
     label: str
@@ -58,9 +61,9 @@ def _from_json(path: Path) -> LoadedRequest:
         raise InputError("expected a JSON object: a request body or a trace record", file=str(path))
     if "kvprobe" in raw or isinstance(raw.get("request"), dict):
         return _from_record(record_from_json(raw, str(path), 1), str(path))
-    if "messages" not in raw and "input" not in raw:
-        raise InputError("not a known request format: expected an Anthropic Messages or OpenAI Chat/"
-                         "Responses body ('messages' or 'input'), or a kvprobe trace record",
+    if not any(key in raw for key in BODY_KEYS):
+        raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat/Responses "
+                         "or Gemini body ('messages', 'input' or 'contents'), or a kvprobe trace record",
                          file=str(path), field="messages")
     bad = model_problem(raw, "")
     if bad is not None:

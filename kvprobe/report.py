@@ -58,6 +58,7 @@ class Report:
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
+    considered: int = 0  # requests read before the filters: tells "empty input" from "nothing matched"
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -113,7 +114,9 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
         "output_tokens": total.output_tokens,
         "token_hit_ratio": round(total.cache_read_tokens / total.input_tokens, 4) if total.input_tokens else 0.0,
         "input_equivalent_tokens": round(sum(r.input_equivalent for r in results), 1),
-        "cost_usd": _usd(sum(c for c in costs if c is not None)),
+        # None (shown as n/a) when no request could be priced: an unknown cost is not $0
+        "cost_usd": _usd(sum(c for c in costs if c is not None)) if any(c is not None for c in costs) or not costs
+        else None,
         "unpriced_requests": sum(c is None for c in costs),
         "cold_start_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "cold_start"),
         "rebuild_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "rebuild"),
@@ -235,6 +238,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], _reread_factory(), store, BlockSizer(book))
     price_results(results, prices)
+    considered = len(results)
     if filters:
         results = [r for r in results if filters.keep(r)]
     misses = []
@@ -245,7 +249,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
     rep = Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models),
-                 notes=notes)
+                 notes=notes, considered=considered)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.tasks = summarize_tasks(results, outcomes)

@@ -46,3 +46,9 @@ def test_bare_command_prints_help_and_exits_2_like_typer():
 def test_command_help_still_comes_from_typer():
     res = _run("usage", "--help")
     assert res.returncode == 0 and "--since" in res.stdout
+
+
+def test_fast_help_lists_the_completion_options_typer_offers():
+    fast = " ".join(_run("--help").stdout.split())
+    for option in ("--install-completion", "--show-completion", "--version"):
+        assert option in fast

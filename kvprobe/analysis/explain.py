@@ -11,6 +11,7 @@ from kvprobe.request import RenderedRequest
 from kvprobe.sim.implicit import retention_seconds
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.tokens import count_text
+from kvprobe.wording import show
 
 if TYPE_CHECKING:
     from kvprobe.analysis.simulate import RequestResult
@@ -38,7 +39,7 @@ def _param_changes(a: RenderedRequest, b: RenderedRequest) -> list[Diagnosis]:
     for name, pb in b.params.items():
         pa = a.params.get(name)
         if pa is not None and pa.value != pb.value:
-            out.append(Diagnosis("params_changed", f"{name} changed from {pa.value!r} to {pb.value!r}; this "
+            out.append(Diagnosis("params_changed", f"{name} changed from {show(pa.value)} to {show(pb.value)}; this "
                                  f"invalidates {pb.invalidates}", param=name, a=pa.value, b=pb.value,
                                  invalidates=pb.invalidates))
     return out

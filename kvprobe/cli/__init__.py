@@ -56,8 +56,12 @@ def build_app(only: str | None = None) -> "typer.Typer":
                                            help="Print kvprobe's version and exit.")) -> None:
         """Profile and audit what AI agents pay for prompt caching."""
 
+    from kvprobe.cli.help import KvprobeGroup
+
+    # plain help (no rich markup: brackets stay), values named by words (cli/help.py), shell completion
     cli = typer.Typer(name="kvprobe", help="Profile and audit what AI agents pay for prompt caching.",
-                      no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                      no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                      cls=KvprobeGroup)
     for name, (module_name, attr, kind, settings) in COMMANDS.items():
         if only is not None and name != only:
             continue
@@ -88,7 +92,8 @@ def main() -> None:
             sys.stdout.write(text)
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    # one program name however it was started (`python -m kvprobe` too): help and completion say `kvprobe`
     if first is None and "--version" in sys.argv[1:]:
-        build_app("")()  # no command module is imported just to print the version
+        build_app("")(prog_name="kvprobe")  # no command module is imported just to print the version
     else:
-        build_app(first if first in COMMANDS else None)()
+        build_app(first if first in COMMANDS else None)(prog_name="kvprobe")

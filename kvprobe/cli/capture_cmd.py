@@ -48,7 +48,7 @@ def capture(
                                             "prompt text (diff and report still work)")] = False,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback unless told otherwise)")]
     = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port)")] = 0,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port)")] = 0,
     upstream_timeout: Annotated[float, typer.Option("--upstream-timeout", help="Seconds without upstream "
                                                     "progress before a request is cut")] = 600.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary (and, for serve, "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,13 +15,33 @@ from rich.console import Console
 from kvprobe.errors import InputError, KvprobeError
 from kvprobe.output import check_output
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+def _console(stderr: bool = False) -> Console:
+    # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included
+    no_color = os.environ.get("NO_COLOR", "") != ""
+    console = Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+    # off a terminal, sentences stay on one line (grep, CI logs); tables are fitted to the width anyway
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
+
+
+def plain(console: Console) -> bool:
+    """Output for a pipe, a CI log or NO_COLOR: no styles, no box lines."""
+    return not console.is_terminal or console.color_system is None
 
 
 def print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
                                   default=str).decode() + "\n")
+
+
+def money(value: float | None) -> str:
+    """USD for a person: n/a when kvprobe could not price it (an unknown cost is not $0)."""
+    return "n/a" if value is None else f"${value:,.4f}"
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

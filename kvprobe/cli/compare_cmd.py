@@ -5,10 +5,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import money, out, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.compare import compare, load_baseline, summary_of, to_markdown
 from kvprobe.economics.tasks import load_outcomes
 from kvprobe.report import build_report
@@ -52,18 +52,19 @@ def compare_cmd(
     if markdown:
         out.print(to_markdown(result), markup=False, highlight=False, soft_wrap=True)
         return
-    table = Table(title="Tasks: base → candidate", title_justify="left")
-    for col in ("task", "cost", "input-equiv.", "hit ratio", "passed", "worse", "new diagnoses"):
-        table.add_column(col)
+    cols = (Col("task", wrap=True), Col("cost", wrap=True), Col("input-equiv.", wrap=True, drop=2),
+            Col("hit ratio", wrap=True), Col("passed", wrap=True, drop=1), Col("worse", wrap=True),
+            Col("new diagnoses", wrap=True, drop=3))
+    rows = []
     for t in result.tasks:
         row = t.to_json()
-        table.add_row(t.task, _cell(row, "cost_usd", ".4f"), _cell(row, "input_equivalent_tokens", ",.0f"),
-                      _cell(row, "token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
-                                                      f"{_yes_no(row['passed']['candidate'])}",
-                      Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses))
-    out.print(table)
+        rows.append([t.task, _cell(row, "cost_usd", ".4f"), _cell(row, "input_equivalent_tokens", ",.0f"),
+                     _cell(row, "token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
+                                                           f"{_yes_no(row['passed']['candidate'])}",
+                     Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses)])
+    print_table("Tasks: base → candidate", cols, rows)
     totals = result.totals()
     cost = totals["cost_usd"]
-    out.print(f"Total cost: ${cost['base'] or 0:.4f} → ${cost['candidate'] or 0:.4f}; "
+    out.print(f"Total cost: {money(cost['base'])} → {money(cost['candidate'])}; "
               f"regressed: {', '.join(t.task for t in result.regressed) or 'none'}; "
               f"cheaper: {', '.join(t.task for t in result.improved) or 'none'}")

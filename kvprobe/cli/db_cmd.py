@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.output import check_output
 from kvprobe.pricing import PriceBook
 
@@ -49,15 +49,15 @@ def load(
     if json_out:
         print_json({"db": str(db), "traces": [r.to_json() for r in results]})
         return
-    table = Table(title=f"Loaded into {db}", title_justify="left")
-    for col in ("trace", "id", "status", "requests", "blocks", "diagnoses", "fixes"):
-        numeric = col in ("requests", "blocks", "diagnoses", "fixes")
-        table.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=col != "trace")
+    cols = [Col("trace", wrap=True), Col("id", drop=1), Col("status", wrap=True)] + [
+        Col(name, "right", drop=drop) for name, drop in (("requests", None), ("blocks", 3), ("diagnoses", 2),
+                                                         ("fixes", 4))]
+    rows = []
     for r in results:
         counts = [f"{r.counts[k]:,}" if k in r.counts else "" for k in ("requests", "blocks", "diagnoses", "fixes")]
         status = r.status + (f" ({r.counts['same_as']})" if "same_as" in r.counts else "")
-        table.add_row(r.path, r.trace_id, status, *counts)
-    out.print(table)
+        rows.append([r.path, r.trace_id, status, *counts])
+    print_table(f"Loaded into {db}", cols, rows)
 
 
 @app.command("schema")
@@ -81,12 +81,9 @@ def schema(
         out.print(";\n".join(ddl()) + ";", markup=False, highlight=False, soft_wrap=True)
         return
     for t in describe():
-        table = Table(title=f"{t['table']}: {t['doc']} (key: {', '.join(t['key'])})", title_justify="left")
-        for col in ("column", "type", "meaning"):
-            table.add_column(col, overflow="fold")
-        for c in t["columns"]:
-            table.add_row(c["name"], c["type"], c["doc"])
-        out.print(table)
+        print_table(f"{t['table']}: {t['doc']} (key: {', '.join(t['key'])})",
+                    (Col("column"), Col("type", wrap=True), Col("meaning", wrap=True, least=24)),
+                    [[c["name"], c["type"], c["doc"]] for c in t["columns"]])
 
 
 def _cell(value: Any) -> Text:
@@ -130,13 +127,10 @@ def sql(
     if json_out:
         print_json(result.records())
         return
-    table = Table(show_lines=False, title_justify="left")
-    for name, type_ in zip(result.columns, result.types):
-        numeric = any(k in type_.upper() for k in _NUMERIC)
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
-    for row in result.rows[:max_rows]:
-        table.add_row(*(_cell(v) for v in row))
-    out.print(table)
+    # a query's columns are the user's choice: none is dropped; long text wraps between words
+    cols = [Col(name, "right") if any(k in type_.upper() for k in _NUMERIC) else Col(name, wrap=True)
+            for name, type_ in zip(result.columns, result.types)]
+    print_table(None, cols, [[_cell(v) for v in row] for row in result.rows[:max_rows]])
     shown = min(len(result.rows), max_rows)
     more = f" (showing {shown}; use --max-rows or --json)" if shown < len(result.rows) else ""
     out.print(Text(f"{len(result.rows):,} row(s){more}", style="dim"))

@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
 from kvprobe.diff import DiffResult, diff_requests, trace_sizes
 from kvprobe.inputs import load_request
+from kvprobe.wording import show
 
 
 def diff(
@@ -41,8 +41,7 @@ def diff(
 
 
 def _fmt_value(value: object) -> str:
-    text = orjson.dumps(value, default=str).decode()
-    return text if len(text) <= 60 else text[:57] + "..."
+    return show(value)
 
 
 def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
@@ -53,17 +52,21 @@ def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
 
 
 def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
-    model = result.model or "unknown model"
-    flag = "" if result.rules.known_model else " (model not in the catalog: provider defaults)"
+    model = result.model or "model not named"
+    flag = "" if result.rules.known_model else " (not in the catalog: provider defaults)"
     out.print(Text.assemble(("kvprobe diff ", "bold"), f"{Path(a.split('#')[0]).name} → "
                             f"{Path(b.split('#')[0]).name}  ", (f"{result.provider} · {model}{flag}", "cyan")))
     est = {"anchored": "sized on the trace's logged usage"}.get(result.tokens_source, result.tokens_source)
     out.print(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})")
+    if not result.shared_cache:
+        out.print(Text(f"A goes to {result.a_provider} and B to {result.provider}: providers do not share a "
+                       "cache, so B can reuse nothing of A. Content compared only.", style="yellow"))
     _render_change(result, show_content)
     _render_params(result)
     _render_breakpoints(result)
     p = result.predicted
-    out.print(Text.assemble(("Predicted for B if A was cached: ", "bold"),
+    head = "Predicted for B if A was cached: " if result.shared_cache else "Predicted for B (a cold cache): "
+    out.print(Text.assemble((head, "bold"),
                             (f"read {p.cache_read_tokens:,}", "green"), " · ",
                             (f"write {p.cache_write_tokens:,}", "yellow"), " · ",
                             (f"fresh {p.fresh_input_tokens:,}", "red"), " tokens"))
@@ -73,6 +76,9 @@ def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> Non
 
 def _render_change(result: DiffResult, show_content: bool) -> None:
     fc = result.first_change
+    if fc is None and not result.shared_cache:
+        out.print("Same content." if not result.extends else "B's content extends A's (append-only).")
+        return
     if result.identical:
         out.print(Text("Identical: B reuses all of A.", style="green"))
         return

@@ -45,6 +45,23 @@ def summary(module: str, attr: str, kind: str) -> str | None:
     return None
 
 
+# the root options, as Typer lists them (the completion pair is Typer's own)
+OPTIONS = (("--version", "Print kvprobe's version and exit."),
+           ("--install-completion", "Install completion for the current shell."),
+           ("--show-completion", "Show completion for the current shell, to copy it or customize the installation."),
+           ("--help", "Show this message and exit."))
+
+
+def _option_lines(width: int) -> list[str]:
+    name_width = max(len(o) for o, _ in OPTIONS) + 2
+    lines = []
+    for option, text in OPTIONS:
+        wrapped = textwrap.wrap(text, max(width - name_width - 2, 30))
+        lines.append(f"  {option:<{name_width}}{wrapped[0]}")
+        lines.extend(" " * (name_width + 2) + more for more in wrapped[1:])
+    return lines
+
+
 def render(commands: dict[str, tuple[str, str, str, dict]]) -> str | None:
     """The top-level help text, or None when a summary cannot be read (the caller uses Typer's)."""
     rows = []
@@ -54,10 +71,9 @@ def render(commands: dict[str, tuple[str, str, str, dict]]) -> str | None:
             return None
         rows.append((name, text))
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
-    name_width = max(len(n) for n, _ in rows + [("--version", "")]) + 2
+    name_width = max(len(n) for n, _ in rows) + 2
     lines = ["Usage: kvprobe [OPTIONS] COMMAND [ARGS]...", "", f"  {DESCRIPTION}", "",
-             "Options:", f"  {'--version':<{name_width}}Print kvprobe's version and exit.",
-             f"  {'--help':<{name_width}}Show this message and exit.", "", "Commands:"]
+             "Options:", *_option_lines(width), "", "Commands:"]
     for name, text in rows:
         wrapped = textwrap.wrap(text, max(width - name_width - 2, 30)) or [""]
         lines.append(f"  {name:<{name_width}}{wrapped[0]}")

@@ -13,6 +13,7 @@ from kvprobe.report import records_from
 from kvprobe.trace import write_trace
 from kvprobe.whatif.evaluate import evaluate
 from kvprobe.whatif.proposals import APPLY_ORDER
+from kvprobe.wording import show
 
 
 def fix(
@@ -33,7 +34,7 @@ def fix(
         output = output_path(output, [trace, *([price_file] if price_file else [])], force=force)
         unknown = set(kind or ()) - set(APPLY_ORDER)
         if unknown:
-            raise InputError(f"unknown fix kind {sorted(unknown)[0]!r}; expected one of {', '.join(APPLY_ORDER)}",
+            raise InputError(f"unknown fix kind {show(sorted(unknown)[0])}; expected one of {', '.join(APPLY_ORDER)}",
                              field="--kind")
         records = list(records_from([trace], []))
         result = evaluate(records, PriceBook.from_file(price_file), set(kind) if kind else None)

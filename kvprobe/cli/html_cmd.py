@@ -11,6 +11,7 @@ from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import parse_time
+from kvprobe.wording import show
 
 Traces = Annotated[list[Path], typer.Argument(help="Trace files (JSONL)")]
 Session = Annotated[str | None, typer.Option("--session", help="Only this session")]
@@ -29,7 +30,7 @@ def load_report(traces: list[Path], session: str | None, agent: str | None, sinc
         try:
             start = parse_time(since)
         except ValueError:
-            raise InputError(f"expected an RFC 3339 time, got {since!r}", field="--since") from None
+            raise InputError(f"expected an RFC 3339 time, got {show(since)}", field="--since") from None
     return build_report(traces, filters=Filters(session, agent, start), prices=PriceBook.from_file(price_file),
                         fixes=fixes)
 

@@ -5,12 +5,11 @@ from pathlib import Path
 from typing import Annotated, Self
 
 import typer
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.analysis.reported import side_by_side
-from kvprobe.cli.common import Force, err, out, output_path, print_json, user_errors
+from kvprobe.cli.common import Force, err, money, out, output_path, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.probe.cases import build_cases, new_run_id, read_document
 from kvprobe.probe.runner import PROVIDERS, ProbeResult, check_length, check_provider, estimate, run_probe
 from kvprobe.probe.verdict import usage_of
@@ -115,16 +114,13 @@ def _dry_run(document: Path, provider: str, model: str | None, json_out: bool) -
         print_json({"provider": provider, "model": model, "prefix_tokens": est.prefix_tokens,
                     "minimum_tokens": est.minimum, "requests": rows})
         return
-    table = Table(title=f"Dry run: {provider} · {model} · document prefix ≈{est.prefix_tokens:,} tokens "
-                        f"(minimum {est.minimum:,})", title_justify="left")
-    for col in ("case", "prefix starts", "question", "read", "write", "fresh", "est. cost"):
-        table.add_column(col)
-    for r in rows:
-        p = r["predicted"]
-        cost = "n/a" if r["estimated_cost_usd"] is None else f"${r['estimated_cost_usd']:.4f}"
-        table.add_row(r["case"], r["prefix_start"], r["question"], f"{p['cache_read_tokens']:,}",
-                      f"{p['cache_write_tokens']:,}", f"{p['fresh_input_tokens']:,}", cost)
-    out.print(table)
+    cols = (Col("case", wrap=True), Col("prefix starts", wrap=True, drop=2), Col("question", wrap=True, drop=1),
+            Col("read", "right"), Col("write", "right"), Col("fresh", "right"), Col("est. cost", "right"))
+    table = [[r["case"], r["prefix_start"], r["question"], f"{r['predicted']['cache_read_tokens']:,}",
+              f"{r['predicted']['cache_write_tokens']:,}", f"{r['predicted']['fresh_input_tokens']:,}",
+              money(r["estimated_cost_usd"])] for r in rows]
+    print_table(f"Dry run: {provider} · {model} · document prefix ≈{est.prefix_tokens:,} tokens "
+                f"(minimum {est.minimum:,})", cols, table)
 
 
 def _to_json(result: ProbeResult) -> dict:
@@ -142,18 +138,20 @@ def _to_json(result: ProbeResult) -> dict:
 def _render(result: ProbeResult) -> None:
     emulated = " (local engine, Anthropic emulation; prices as if on the API)" if result.provider == "local" else ""
     out.print(Text(f"run-probe {result.run_id}: {result.provider} · {result.model}{emulated}", style="bold"))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    for col in ("request", "read", "write", "fresh", "out", "1st text", "total", "cost", "stop"):
-        table.add_column(col, justify="left" if col in ("request", "stop") else "right", no_wrap=True)
+    cols = (Col("request", wrap=True),) + tuple(Col(name, "right", drop=drop) for name, drop in (
+        ("read", None), ("write", None), ("fresh", 3), ("out", 2), ("1st text", 1), ("total", 4), ("cost", None))) \
+        + (Col("stop", wrap=True, drop=5),)
+    rows = []
     for i, (o, cost) in enumerate(zip(result.outcomes, result.costs), start=1):
         u = usage_of(result.provider, o)
         cells = [f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}",
                  f"{u.output_tokens:,}"] if u else ["–"] * 4
-        table.add_row(f"{i} {o.case.replace('_', ' ').replace('beginning', 'start')}", *cells,
-                      "–" if o.first_text_s is None else f"{o.first_text_s:.1f}s",
-                      "–" if o.request_s is None else f"{o.request_s:.1f}s",
-                      "–" if cost is None else f"${cost:.4f}", (o.stop_reason or ("error" if o.error else "–")).replace("_", " "))
-    out.print(table)
+        rows.append([f"{i} {o.case.replace('_', ' ').replace('beginning', 'start')}", *cells,
+                     "–" if o.first_text_s is None else f"{o.first_text_s:.1f}s",
+                     "–" if o.request_s is None else f"{o.request_s:.1f}s",
+                     "–" if cost is None else f"${cost:.4f}",
+                     (o.stop_reason or ("error" if o.error else "–")).replace("_", " ")])
+    print_table(None, cols, rows)
     _render_diagnostics(result)
     v = result.verdict
     if result.stopped:
@@ -185,17 +183,16 @@ def _render_diagnostics(result: ProbeResult) -> None:
             out.print(Text("--diagnostics: the API returned no diagnostics object (not supported there?)",
                            style="yellow"))
         return
-    table = Table(title="Cache diagnostics: each request against the previous one", title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False)
-    for col in ("request", "the API reports", "kvprobe expects", ""):
-        table.add_column(col, no_wrap=True)
+    rows: list[list[str | Text]] = []
     for i, o in enumerate(result.outcomes):
         compared = _diagnostics_json(result, i).get("diagnostics_compared")
         if compared is None:
-            table.add_row(f"{i + 1} {o.case}", Text("–", style="dim"), "", "")
+            rows.append([f"{i + 1} {o.case}", Text("–", style="dim"), "", ""])
             continue
         ours = compared["kvprobe_reason"] or ("no divergence" if i else "nothing to compare")
         api = compared["api"] if i or compared["api_reason"] else "nothing to compare"
-        table.add_row(f"{i + 1} {o.case}", api, ours,
-                      Text("agree", style="green") if compared["agree"] else Text("differ", style="bold yellow"))
-    out.print(table)
+        rows.append([f"{i + 1} {o.case}", api, ours,
+                     Text("agree", style="green") if compared["agree"] else Text("differ", style="bold yellow")])
+    cols = (Col("request", wrap=True), Col("the API reports", wrap=True), Col("kvprobe expects", wrap=True),
+            Col(""))
+    print_table("Cache diagnostics: each request against the previous one", cols, rows)

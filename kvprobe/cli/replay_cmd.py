@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import err, fail, out, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
+from kvprobe.wording import show
 
 
 def replay(
@@ -63,9 +64,9 @@ def replay(
 
     with user_errors():
         if engine not in ("local", "openai-compatible"):
-            fail(f"--engine: expected local or openai-compatible, got {engine!r}")
+            fail(f"--engine: expected local or openai-compatible, got {show(engine)}")
         if too_long not in ("truncate", "skip"):
-            fail(f"--too-long: expected truncate or skip, got {too_long!r}")
+            fail(f"--too-long: expected truncate or skip, got {show(too_long)}")
         if max_tokens < 0:
             fail("--max-tokens: expected 0 or more")
         parsed_timing = Timing.parse(timing)
@@ -141,26 +142,26 @@ def _pct(value: float | None) -> str:
 
 def render(report: Any) -> None:
     base = report.baseline
-    table = Table(title=f"Replay on {report.engine.get('model') or report.engine.get('base_url')} "
-                  f"(timing {report.timing}, replies ≤ {report.max_tokens} tokens; times in seconds)",
-                  title_justify="left")
-    table.add_column("id", no_wrap=True, overflow="ellipsis", max_width=16)
-    for col in ("prompt", "cached", "hit%", "prov%", "TTFT", "decode", "miss"):
-        table.add_column(col, justify="right", no_wrap=True)
+    cols = (Col("id", wrap=True),) + tuple(Col(name, "right", drop=drop) for name, drop in (
+        ("prompt", None), ("cached", 2), ("hit%", None), ("prov%", None), ("TTFT", None), ("decode", 1),
+        ("miss", 3)))
+    rows: list[list[str | Text]] = []
     for row in base.rows:
         m = row.measured
         if m.status != "replayed":
-            table.add_row(m.id, Text(m.status, style="yellow"), "", "", "", "", "", "")
+            rows.append([m.id, Text(m.status, style="yellow"), "", "", "", "", "", ""])
             continue
         hit = m.cached_tokens / m.prompt_tokens if m.cached_tokens is not None and m.prompt_tokens else None
         short = row.shortfall_tokens
         cost = short * base.seconds_per_token if short and base.seconds_per_token else None
         prompt = f"{m.prompt_tokens:,}" + ("*" if m.truncated_from else "")
         observed = row.result is not None and row.result.observed
-        table.add_row(m.id, prompt, "-" if m.cached_tokens is None else f"{m.cached_tokens:,}", _pct(hit),
-                      Text(_pct(row.provider_fraction), style="" if observed else "italic"),
-                      _s(m.first_token_seconds), _s(m.decode_seconds), Text(_s(cost), style="red" if cost else "dim"))
-    out.print(table)
+        rows.append([m.id, prompt, "-" if m.cached_tokens is None else f"{m.cached_tokens:,}", _pct(hit),
+                     Text(_pct(row.provider_fraction), style="" if observed else "italic"),
+                     _s(m.first_token_seconds), _s(m.decode_seconds),
+                     Text(_s(cost), style="red" if cost else "dim")])
+    print_table(f"Replay on {report.engine.get('model') or report.engine.get('base_url')} (timing {report.timing}, "
+                f"replies ≤ {report.max_tokens} tokens; times in seconds)", cols, rows)
     out.print(Text("prov%: the provider's cache reads as a share of its input, observed (italic: simulated). "
                    "miss: estimated extra prefill from what the provider did not reuse but this cache did.",
                    style="dim"))
@@ -201,12 +202,10 @@ def _render_totals(report: Any) -> None:
 
 
 def _render_what_if(report: Any) -> None:
-    table = Table(title="What-if, replayed from a cold cache each", title_justify="left")
-    for col in ("fix", "saving (input-eq.)", "engine hit %", "provider hit %", "prefill saved s",
-                "TTFT saved s", "provider prefill saved s (est.)"):
-        table.add_column(col, justify="left" if col == "fix" else "right")
-    for w in report.what_if:
-        table.add_row(w["kind"], f"{w['predicted_saving_input_equivalent_tokens']:,.0f}", _pct(w["engine_hit_ratio"]),
-                      _pct(w["provider_hit_ratio"]), _s(w["prefill_seconds_saved"]), _s(w["first_token_seconds_saved"]),
-                      _s(w["provider_prefill_seconds_saved_est"]))
-    out.print(table)
+    cols = (Col("fix", wrap=True),) + tuple(Col(name, "right", wrap=True, drop=drop) for name, drop in (
+        ("saving (input-eq.)", 2), ("engine hit %", None), ("provider hit %", None), ("prefill saved s", 3),
+        ("TTFT saved s", None), ("provider prefill saved s (est.)", 1)))
+    rows = [[w["kind"], f"{w['predicted_saving_input_equivalent_tokens']:,.0f}", _pct(w["engine_hit_ratio"]),
+             _pct(w["provider_hit_ratio"]), _s(w["prefill_seconds_saved"]), _s(w["first_token_seconds_saved"]),
+             _s(w["provider_prefill_seconds_saved_est"])] for w in report.what_if]
+    print_table("What-if, replayed from a cold cache each", cols, rows)

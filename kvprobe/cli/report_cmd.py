@@ -9,12 +9,14 @@ from rich.table import Table
 from rich.text import Text
 
 from kvprobe.analysis.diagnosis import ADVICE
-from kvprobe.cli.common import err, out, print_json, user_errors
+from kvprobe.cli.common import err, money, out, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import format_time, parse_time
+from kvprobe.wording import show
 
 PROGRESS_MIN_BYTES = 20_000_000
 
@@ -47,6 +49,7 @@ def report(
         fixes = False if no_fixes else (True if what_if else None)
         loaded = load_outcomes(outcomes) if outcomes else None
         rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
+        require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
     if json_out:
         print_json(rep.to_json())
     elif markdown:
@@ -60,13 +63,28 @@ def report(
             render_what_if(rep)
 
 
+def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | None]) -> None:
+    """An empty input or filters that match nothing is a mistake to report (exit 2), not an empty table."""
+    if rep.results:
+        return
+    if rep.considered:
+        given = [f"{flag} {value}" for flag, value in filters.items() if value is not None]
+        raise InputError(f"none of the {rep.considered:,} requests matches {' and '.join(given)}",
+                         field=given[0].split()[0] if len(given) == 1 else None)
+    names = ", ".join(map(str, traces))
+    skipped = sum(stats.skipped for _, stats in rep.stats)
+    why = f" ({skipped} malformed lines skipped)" if skipped else ""
+    raise InputError(f"no requests found{why}: expected a kvprobe trace (JSONL) or agent logs kvprobe can "
+                     "import", file=names)
+
+
 def _since(value: str | None) -> float | None:
     if value is None:
         return None
     try:
         return parse_time(value)
     except ValueError:
-        raise InputError(f"expected an RFC 3339 time, got {value!r}", field="--since") from None
+        raise InputError(f"expected an RFC 3339 time, got {show(value)}", field="--since") from None
 
 
 def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool,
@@ -84,22 +102,19 @@ def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, sh
         return build_report(traces, progress=lambda n: bar.advance(task, n), **kwargs)
 
 
-def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}"
-
-
 def _diag_words(r) -> str:
     return "; ".join(d.short for d in r.diagnoses)
 
 
+REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("input", "right", drop=5),
+                   Col("read", "right", wrap=True), Col("write", "right", drop=3), Col("fresh", "right", drop=2),
+                   Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=20))
+
+
 def render(rep: Report) -> None:
-    table = Table(title="Requests", title_justify="left", show_lines=False)
-    for col, just in (("time", "left"), ("id", "left"), ("agent", "left"), ("input", "right"), ("read", "right"),
-                      ("write", "right"), ("fresh", "right"), ("hit %", "right"), ("cost", "right"),
-                      ("why", "left")):
-        table.add_column(col, justify=just, overflow="fold")
     days = {format_time(r.sk.started_at)[:10] for r in rep.results}
     stamp = slice(5, 19) if len(days) > 1 else slice(11, 19)
+    rows = []
     for r in rep.results:
         u, p = r.usage, r.predicted
         read = f"{u.cache_read_tokens:,}"
@@ -107,19 +122,37 @@ def render(rep: Report) -> None:
             read += f" (pred {p.cache_read_tokens:,})"
         hit = f"{100 * u.cache_read_tokens / u.input_tokens:.0f}" if u.input_tokens else "-"
         why = _diag_words(r) or ("cold start" if r.write_kind == "cold_start" else "")
-        table.add_row(format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent, f"{u.input_tokens:,}", read,
-                      f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit, _money(r.cost_usd),
-                      Text(why, style="yellow" if r.diagnoses else "dim"))
-    out.print(table)
+        rows.append([format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent,
+                     f"{u.input_tokens:,}", read, f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit,
+                     money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
+    print_table("Requests", REQUEST_COLUMNS, rows)
     t = rep.totals
-    out.print(Text.assemble(("Total: ", "bold"), f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
+    out.print(Text.assemble((f"Total ({_basis(rep)}): ", "bold"),
+                            f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
                             (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", "green"), " · ",
                             f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
-                            (f"{_money(t['cost_usd'])}", "bold")))
+                            (_total_cost(t), "bold")))
     out.print(f"Writes: cold start {t['cold_start_write_tokens']:,} tokens, rebuilds "
               f"{t['rebuild_write_tokens']:,} tokens; missed reads {t['missed_read_tokens']:,} tokens")
     _render_misses(rep)
     _render_notes(rep)
+
+
+def _basis(rep: Report) -> str:
+    """Which figures the total adds up: the usage the provider logged, kvprobe's prediction, or both."""
+    predicted = sum(not r.observed for r in rep.results)
+    if not predicted:
+        return "logged usage"
+    if predicted == len(rep.results):
+        return "predicted: no usage logged" if not any(r.observed for r in rep.results) else "predicted"
+    return f"logged usage; predicted for {predicted} requests without it"
+
+
+def _total_cost(t: dict) -> str:
+    unpriced = t["unpriced_requests"]
+    if t["cost_usd"] is None or not unpriced:
+        return money(t["cost_usd"])
+    return f"{money(t['cost_usd'])} + n/a for {unpriced} unpriced request{'s' if unpriced > 1 else ''}"
 
 
 def _render_misses(rep: Report) -> None:
@@ -129,7 +162,7 @@ def _render_misses(rep: Report) -> None:
     out.print(Text("Costliest misses", style="bold"))
     for m in rep.misses:
         d = m.result.diagnoses[0]
-        out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{_money(m.usd)}", "bold red"),
+        out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{money(m.usd)}", "bold red"),
                                 f" ({m.input_equivalent:,.0f} input-equivalents) ", (d.kind, "magenta")))
         out.print(Text(f"    why: {d.detail}"))
         out.print(Text(f"    what to do: {ADVICE.get(d.kind, '')}", style="cyan"))
@@ -138,14 +171,16 @@ def _render_misses(rep: Report) -> None:
 def render_blocks(rep: Report) -> None:
     if not rep.blocks:
         return
-    table = Table(title="Costliest blocks over the task", title_justify="left")
-    for col in ("block", "kind", "first", "tokens", "requests", "write", "reads", "fresh", "total"):
-        table.add_column(col, justify="right" if col in ("tokens", "requests", "write", "reads", "fresh", "total")
-                         else "left")
-    for b in rep.blocks[:5]:
-        table.add_row(b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), _money(b.write_usd),
-                      _money(b.read_usd), _money(b.fresh_usd), _money(b.total_usd))
-    out.print(table)
+    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=1)]
+    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 5), ("requests", 3), ("write", None),
+                                                              ("reads", None), ("fresh", 4), ("total", None))]
+    priced = rep.totals["cost_usd"] is not None  # blocks of an unpriced trace cost n/a, not $0
+
+    def usd(value: float) -> str:
+        return money(value if priced else None)
+    rows = [[b.path, b.kind, b.first_request, f"{b.tokens:,}", str(b.requests), usd(b.write_usd),
+             usd(b.read_usd), usd(b.fresh_usd), usd(b.total_usd)] for b in rep.blocks[:5]]
+    print_table("Costliest blocks over the task", cols, rows)
     from kvprobe.economics.attribution import carry_note
     for b in rep.blocks[:10]:  # every block is in --json; the notes follow the costliest
         note = carry_note(b)
@@ -155,7 +190,7 @@ def render_blocks(rep: Report) -> None:
         j = c.to_json()
         be = j["break_even_turns"]
         out.print(Text(f"Compaction at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
-                       f"summary {_money(j['summary_cost_usd'])}, rebuild {_money(j['rebuild_cost_usd'])}; "
+                       f"summary {money(j['summary_cost_usd'])}, rebuild {money(j['rebuild_cost_usd'])}; "
                        + (f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
                           if be else "never pays back"), style="cyan"))
 
@@ -166,7 +201,7 @@ def render_tasks(rep: Report) -> None:
     o = overall(rep.tasks)
     rate = "n/a" if o["pass_rate"] is None else f"{100 * o['pass_rate']:.0f}%"
     out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']} · pass rate {rate} · cost per accepted task ",
-                            (_money(o["cost_per_accepted_task_usd"]), "bold"),
+                            (money(o["cost_per_accepted_task_usd"]), "bold"),
                             f" · median {o['median_duration_s']:.0f}s · slowest decile "
                             f"{o['slowest_decile_duration_s']:.0f}s"))
 
@@ -177,35 +212,38 @@ def render_fixes(rep: Report) -> None:
     out.print(Text("Fixes (each priced alone by re-simulating the requests it changes)", style="bold"))
     for fix in rep.fixes:
         out.print(Text.assemble("  ", (fix["kind"], "magenta"), f" ({', '.join(fix['requests'])}): saves ",
-                                (f"{_money(fix['saving_usd'])}", "bold green"),
+                                (f"{money(fix['saving_usd'])}", "bold green"),
                                 f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents)"))
         out.print(Text(f"    {fix['detail']}", style="cyan"))
     for alt in rep.alternatives:  # same misses, a chosen fix does better: priced, not applied
         out.print(Text.assemble("  or ", (alt["kind"], "magenta"), f" ({', '.join(alt['requests'])}) instead of "
-                                f"{' + '.join(alt.get('instead_of', []))}: saves {_money(alt['saving_usd'])} "
+                                f"{' + '.join(alt.get('instead_of', []))}: saves {money(alt['saving_usd'])} "
                                 f"({alt['saving_input_equivalent_tokens']:,.0f} input-equivalents)", style="dim"))
         out.print(Text(f"    {alt['detail']}", style="dim"))
     a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
-    out.print(Text.assemble(("With all fixes: ", "bold"), f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
-                            (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {_money(a['cost_usd'])} → ",
-                            (_money(b["cost_usd"]), "green"),
-                            " (predicted, one simulation of what `kvprobe fix` writes)"))
+    # both sides are kvprobe's prediction; say so next to the logged total printed above
+    logged = rep.totals["cost_usd"] if any(r.observed for r in rep.results) else None
+    out.print(Text.assemble(("With all fixes (predicted before → after): ", "bold"),
+                            f"hit ratio {100 * a['token_hit_ratio']:.1f}% → ",
+                            (f"{100 * b['token_hit_ratio']:.1f}%", "green"), f", {money(a['cost_usd'])} → ",
+                            (money(b["cost_usd"]), "green"),
+                            " (one simulation of what `kvprobe fix` writes"
+                            + (f"; the logged total is {money(logged)})" if logged is not None else ")")))
 
 
 def render_what_if(rep: Report) -> None:
     if rep.what_if is None:
         return
     before = {r.sk.id: r for r in rep.what_if.baseline}
-    table = Table(title="What if: predicted before → after all fixes", title_justify="left")
-    for col in ("id", "read", "write", "fresh", "cost"):
-        table.add_column(col, justify="left" if col == "id" else "right")
+    cols = [Col("id", wrap=True)] + [Col(name, "right", wrap=True) for name in ("read", "write", "fresh", "cost")]
+    rows = []
     for r in rep.what_if.fixed:
         b = before.get(r.sk.id)
-        cost = f"{_money(b.cost_usd)} → {_money(r.cost_usd)}" if b else f"+{_money(r.cost_usd)}"
+        cost = f"{money(b.cost_usd)} → {money(r.cost_usd)}" if b else f"+{money(r.cost_usd)}"
         cells = [_before_after(b.usage if b else None, r.usage, name)
                  for name in ("cache_read_tokens", "cache_write_tokens", "fresh_input_tokens")]
-        table.add_row(r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost)
-    out.print(table)
+        rows.append([r.sk.id + (" (keep-alive)" if r.sk.extra.get("keep_alive") else ""), *cells, cost])
+    print_table("What if: predicted before → after all fixes", cols, rows)
 
 
 def _before_after(before, after, name: str) -> str:
@@ -230,12 +268,12 @@ def to_markdown(rep: Report) -> str:
     lines = ["### kvprobe report", "",
              "| requests | input tokens | hit ratio | input-equivalents | cost |", "|---:|---:|---:|---:|---:|",
              f"| {t['requests']} | {t['input_tokens']:,} | {100 * t['token_hit_ratio']:.1f}% | "
-             f"{t['input_equivalent_tokens']:,.0f} | {_money(t['cost_usd'])} |", ""]
+             f"{t['input_equivalent_tokens']:,.0f} | {money(t['cost_usd'])} |", ""]
     if rep.misses:
         lines += ["| request | cost of miss | cause | what to do |", "|---|---:|---|---|"]
         for m in rep.misses:
             d = m.result.diagnoses[0]
-            lines.append(f"| {m.result.sk.id} | {_money(m.usd)} | {d.kind}: {d.detail} | {ADVICE.get(d.kind, '')} |")
+            lines.append(f"| {m.result.sk.id} | {money(m.usd)} | {d.kind}: {d.detail} | {ADVICE.get(d.kind, '')} |")
     else:
         lines.append("No cache misses.")
     return "\n".join(lines)

@@ -5,9 +5,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from kvprobe.cli.common import out, print_json, user_errors
+from kvprobe.cli.common import print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.schemas import NAMES, load_schema, schema_text
 
 
@@ -27,9 +27,5 @@ def schema(
     if json_out:
         print_json([{"name": n, "title": t} for n, t in titles.items()])
         return
-    table = Table(title="kvprobe schema NAME prints one (JSON Schema 2020-12)", title_justify="left")
-    table.add_column("name")
-    table.add_column("describes")
-    for n, t in titles.items():
-        table.add_row(n, t)
-    out.print(table)
+    print_table("kvprobe schema NAME prints one (JSON Schema 2020-12)", (Col("name"), Col("describes", wrap=True)),
+                [[n, t] for n, t in titles.items()])

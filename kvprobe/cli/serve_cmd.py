@@ -14,7 +14,7 @@ DEFAULT_EMULATE = "anthropic/claude-sonnet-4-5"
 
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port)")] = 8089,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port)")] = 8089,
     model: Annotated[str, typer.Option("--model", help="smollm2-135m-instruct, tiny-random, a .gguf file "
                                        "or a Hugging Face model directory")] = "smollm2-135m-instruct",
     cache: Annotated[str, typer.Option("--cache", help="engine: report what the engine really reused; "
@@ -51,7 +51,7 @@ def serve(
     if emulate is not None:
         cache = "emulate"
     if cache not in ("engine", "emulate"):
-        fail(f"--cache: expected engine or emulate, got {cache!r}")
+        fail(f"--cache: expected engine or emulate, got {cache}")
     try:
         EmulateSpec.parse(emulate or DEFAULT_EMULATE)
     except ValueError as exc:

@@ -6,16 +6,17 @@ import datetime as dt
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, auto_workers, default_sources, load_any
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
+from kvprobe.wording import show
 
 
 def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
@@ -33,7 +34,7 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
             return parse_time(text)
         day = dt.date.fromisoformat(text)
     except ValueError:
-        raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {value!r}", field=name) from None
+        raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {show(value)}", field=name) from None
     if end_of_day:
         day += dt.timedelta(days=1)
     return dt.datetime.combine(day, dt.time(), zone).timestamp()
@@ -66,7 +67,7 @@ def usage(
     Example: kvprobe usage ~/.claude/projects --by week --since 2026-09-01 --breakdown
     """
     if by not in GROUPINGS:
-        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {by!r}")
+        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {show(by)}")
     report = ImportReport()
     with user_errors():
         zone = _zone(tz)
@@ -90,7 +91,7 @@ def _zone(tz: str):
     try:
         return resolve_tz(tz)
     except Exception:
-        raise InputError(f"unknown time zone {tz!r}", field="--tz") from None
+        raise InputError(f"unknown time zone {show(tz)}", field="--tz") from None
 
 
 def _ratio(t: Totals) -> str:
@@ -122,25 +123,21 @@ def _cells(t: Totals, reasoning: bool) -> list[str]:
 
 
 def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
-    table = Table(title=f"Usage by {by}", title_justify="left", show_footer=True)
     total = summary.totals
     reasoning = total.reasoning_output_tokens > 0  # a column only when some log reports them (Codex)
-    headers = ["reqs", "input", "read", "write", "fresh", "output"] + (["reasoning"] if reasoning else []) + \
-        ["hit", "cost"]
-    rows = summary.rows(by)
-    sub_rows = breakdown and by != "model"
-    widest = max([len(key) for key, _ in rows] + [len(m) + 4 for _, t in rows for m in t.models if sub_rows],
-                 default=10)
-    table.add_column(by, footer="Total", min_width=min(max(widest, 10), 22), overflow="fold")
-    for name, footer in zip(headers, _cells(total, reasoning)):
-        table.add_column(name, footer=footer, justify="right", no_wrap=True)
-    for key, t in rows:
-        table.add_row(key, *_cells(t, reasoning))
-        if sub_rows:
+    # (header, drop order: None = always shown) — at 80 columns the token detail goes first, hit and cost stay
+    names = [("reqs", 3), ("input", 4), ("read", None), ("write", 2), ("fresh", 1), ("output", 5)] + \
+        ([("reasoning", 6)] if reasoning else []) + [("hit", None), ("cost", None)]
+    cols = [Col(by, wrap=True, footer="Total")] + [Col(name, "right", footer=footer, drop=drop)
+                                                    for (name, drop), footer in zip(names, _cells(total, reasoning))]
+    rows: list[list[str | Text]] = []
+    for key, t in summary.rows(by):
+        rows.append([key, *_cells(t, reasoning)])
+        if breakdown and by != "model":
             for model, m in t.ranked_models():
-                label = Text(f"  └ {model}", overflow="ellipsis", no_wrap=True)  # cut, never split, when narrow
-                table.add_row(label, *_cells(m, reasoning), style="dim")
-    out.print(table)
+                rows.append([Text(f"  └ {model}", style="dim"),
+                             *(Text(cell, style="dim") for cell in _cells(m, reasoning))])
+    print_table(f"Usage by {by}", cols, rows)
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)

@@ -8,13 +8,12 @@ from typing import Annotated
 
 import orjson
 import typer
-from rich import box
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import err, fail, out, user_errors
+from kvprobe.cli.tables import Col, build
 from kvprobe.importers import default_sources
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import format_time
@@ -111,13 +110,11 @@ def _header(w: Watch, files: int) -> Text:
 
 
 def _view(w: Watch, recent: deque[Event]) -> Group:
-    table = Table(box=box.SIMPLE_HEAD, title="Recent misses", title_justify="left", show_edge=False)
-    for col in ("time", "request", "agent", "not read", "extra cost", "cause"):
-        table.add_column(col, justify="right" if col in ("not read", "extra cost") else "left", overflow="fold")
-    for e in recent:
-        r = e.result
-        table.add_row(format_time(r.sk.started_at)[11:19], r.sk.id, r.sk.agent, f"{r.missed_tokens:,}",
-                      _money(e.miss_usd), _cause(e, detail=False))
+    cols = (Col("time", drop=2), Col("request", wrap=True), Col("agent", wrap=True, drop=1),
+            Col("not read", "right"), Col("extra cost", "right"), Col("cause", wrap=True))
+    rows = [[format_time(e.result.sk.started_at)[11:19], e.result.sk.id, e.result.sk.agent,
+             f"{e.result.missed_tokens:,}", _money(e.miss_usd), _cause(e, detail=False)] for e in recent]
+    table, _ = build("Recent misses", cols, rows)
     parts = [_header(w, len(w.follower.files))]
     return Group(*parts, table) if recent else Group(*parts, Text("no misses so far", style="green"))
 

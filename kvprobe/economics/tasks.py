@@ -60,7 +60,9 @@ class TaskSummary:
         return {d.kind for r in self.requests for d in r.diagnoses}
 
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.task, "requests": len(self.requests), "cost_usd": round(self.cost_usd, 6),
+        priced = any(r.cost_usd is not None for r in self.requests)  # else the cost is unknown, not $0
+        return {"task": self.task, "requests": len(self.requests),
+                "cost_usd": round(self.cost_usd, 6) if priced else None,
                 "input_equivalent_tokens": round(self.input_equivalent, 1), "token_hit_ratio": round(self.hit_ratio, 4),
                 "passed": self.outcome.passed, "duration_s": round(self.duration_s, 3), "cold": self.cold,
                 "agents": sorted({r.sk.agent for r in self.requests}),

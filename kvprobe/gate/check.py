@@ -1,6 +1,7 @@
 """Check a report against thresholds: which failed, by how much, and the top causes with their fixes."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ class Check:
     name: str
     limit: float
     actual: float | None
-    passed: bool
+    passed: bool | None  # None: could not be decided (e.g. a cost limit over unpriced requests)
     detail: str
 
 
@@ -27,17 +28,25 @@ class GateResult:
     reason: str = ""
 
     @property
+    def failed(self) -> bool:
+        return any(c.passed is False for c in self.checks)
+
+    @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
 
     @property
     def exit_code(self) -> int:
+        """1 when a check failed (even if another could not be decided), 3 when any could not be decided."""
         if not self.decidable:
             return 3
-        return 0 if self.passed else 1
+        if self.failed:
+            return 1
+        return 0 if self.passed else 3
 
     def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed if self.decidable else None, "decidable": self.decidable,
+        decided = self.exit_code != 3
+        return {"passed": self.passed if decided else None, "decidable": decided,
                 "reason": self.reason or None,
                 "checks": [{"name": c.name, "limit": c.limit, "actual": c.actual, "passed": c.passed,
                             "detail": c.detail} for c in self.checks],
@@ -63,6 +72,17 @@ def _regression(name: str, base: float | None, actual: float | None, limit: floa
     return Check(name, limit, round(change, 4), ok, detail)
 
 
+def unpriced(report: Report) -> Counter[str]:
+    """Requests kvprobe could not price, by model."""
+    return Counter(f"{r.sk.provider}/{r.sk.model}" for r in report.results if r.cost_usd is None)
+
+
+def _unpriced_check(name: str, limit: float, missing: Counter[str]) -> Check:
+    models = ", ".join(f"{model} ({n} request{'s' if n > 1 else ''})" for model, n in sorted(missing.items()))
+    return Check(name, limit, None, None, f"no price for {models}; "
+                                          "pass --price-file with their prices")
+
+
 def causes(report: Report, n: int = 3) -> list[dict[str, Any]]:
     fixes = {rid: f for f in report.fixes for rid in f["requests"]}
     out = []
@@ -85,13 +105,13 @@ def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = No
                                                       "on kvprobe's simulation)")
     totals = report.totals
     checks = []
+    missing = unpriced(report)
     if t.max_cost_usd is not None:
-        checks.append(_max("max_cost_usd", t.max_cost_usd, totals["cost_usd"] or 0.0, " USD"))
+        checks.append(_unpriced_check("max_cost_usd", t.max_cost_usd, missing) if missing else
+                      _max("max_cost_usd", t.max_cost_usd, totals["cost_usd"] or 0.0, " USD"))
     if t.max_cost_per_task is not None:
-        worst = max(report.tasks, key=lambda task: task.cost_usd)
-        check = _max("max_cost_per_task", t.max_cost_per_task, worst.cost_usd, " USD")
-        check.detail = f"task {worst.task}: {check.detail}"
-        checks.append(check)
+        checks.append(_unpriced_check("max_cost_per_task", t.max_cost_per_task, missing) if missing else
+                      _task_check(report, t.max_cost_per_task))
     if t.min_hit_ratio is not None:
         ratio = totals["token_hit_ratio"]
         ok = ratio >= t.min_hit_ratio
@@ -105,6 +125,9 @@ def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = No
         limit = t.max_regression if t.max_regression is not None else 0.1
         cand = summary_of(report)
         for name, higher in (("cost_usd", False), ("input_equivalent_tokens", False), ("token_hit_ratio", True)):
+            if name == "cost_usd" and missing:
+                checks.append(_unpriced_check("regression:cost_usd", limit, missing))
+                continue
             checks.append(_regression(f"regression:{name}", baseline["totals"].get(name), cand["totals"].get(name),
                                       limit, higher))
         comp = compare(baseline, cand, limit)
@@ -115,13 +138,23 @@ def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = No
     return GateResult(checks, causes(report))
 
 
+def _task_check(report: Report, limit: float) -> Check:
+    worst = max(report.tasks, key=lambda task: task.cost_usd)
+    check = _max("max_cost_per_task", limit, worst.cost_usd, " USD")
+    check.detail = f"task {worst.task}: {check.detail}"
+    return check
+
+
+_MARK = {True: "✅", False: "❌", None: "❔"}
+
+
 def to_markdown(result: GateResult) -> str:
     if not result.decidable:
         return f"### kvprobe gate: could not decide\n\n{result.reason}"
-    head = "### kvprobe gate: ✅ passed" if result.passed else "### kvprobe gate: ❌ failed"
-    lines = [head, "", "| check | result |", "|---|---|"]
-    lines += [f"| {'✅' if c.passed else '❌'} {c.name} | {c.detail} |" for c in result.checks]
-    if result.causes and not result.passed:
+    head = {0: "✅ passed", 1: "❌ failed", 3: "could not decide"}[result.exit_code]
+    lines = [f"### kvprobe gate: {head}", "", "| check | result |", "|---|---|"]
+    lines += [f"| {_MARK[c.passed]} {c.name} | {c.detail} |" for c in result.checks]
+    if result.causes and result.failed:
         lines += ["", "**Top causes**", "", "| request | cause | cost | fix |", "|---|---|---:|---|"]
         for c in result.causes:
             cost = "–" if c["cost_usd"] is None else f"${c['cost_usd']:.4f}"

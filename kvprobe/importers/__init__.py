@@ -26,6 +26,7 @@ from kvprobe.importers import claude_code, codex, har, litellm, otel
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.validate import response_usage_problem
+from kvprobe.wording import show
 
 IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, otel, litellm)}
 FORMATS = ("kvprobe", *IMPORTERS)
@@ -249,7 +250,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
     """
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}", field="--format")
+        raise InputError(f"unknown format {show(fmt)}: expected one of {', '.join(FORMATS)}", field="--format")
     report = report if report is not None else ImportReport()
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     files = _classify(discover(named), named, fmt, report)

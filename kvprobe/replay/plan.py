@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import TraceRecord
+from kvprobe.wording import show
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Timing:
                 scale = -1.0
             if scale >= 0:
                 return cls("scaled", scale)
-        raise InputError(f"expected real, fast or scaled:X (X >= 0 multiplies recorded gaps), got {value!r}",
+        raise InputError(f"expected real, fast or scaled:X (X >= 0 multiplies recorded gaps), got {show(value)}",
                          field="--timing")
 
     def __str__(self) -> str:

@@ -23,7 +23,8 @@ def render_request(body: Any, provider: str | None = None, endpoint: str | None 
     provider = provider or infer_provider(body, endpoint, response)
     if provider is None:
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat "
-                         "Completions, OpenAI Responses or DeepSeek body ('messages' or 'input')")
+                         "Completions, OpenAI Responses, DeepSeek or Gemini body ('messages', 'input' or "
+                         "'contents')")
     model = body.get("model") or _model_from_endpoint(endpoint)
     if isinstance(model, str) and model.startswith("models/"):  # Gemini names models as resources
         model = model[len("models/"):]

@@ -12,6 +12,7 @@ from kvprobe.errors import InputError
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
+from kvprobe.wording import show
 
 PROVIDER_NAMES = ("anthropic", "openai", "deepseek", "gemini", "local")
 
@@ -43,7 +44,7 @@ def _optional_time(raw: dict[str, Any], key: str, where: dict[str, Any]) -> floa
     try:
         return parse_time(value)
     except ValueError as exc:
-        raise InputError(f"expected an RFC 3339 timestamp, got {value!r}", **where, field=key) from exc
+        raise InputError(f"expected an RFC 3339 timestamp, got {show(value)}", **where, field=key) from exc
 
 
 def record_from_json(raw: Any, source: str | None = None, line: int | None = None) -> TraceRecord:

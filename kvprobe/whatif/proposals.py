@@ -19,6 +19,7 @@ from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import (append_after_last_breakpoint, block_at, copy_record, mark_breakpoint,
                                   truncated_through, with_all_ttls)
+from kvprobe.wording import show
 
 Records = list[TraceRecord]
 Edit = Callable[[TraceRecord], TraceRecord | None]
@@ -150,7 +151,7 @@ def _stabilize_text(by_id: dict[str, TraceRecord], session: list[str], stream_id
             new.extra["size_hints"] = hints
         return new
 
-    detail = (f"move the changing line(s) of {path} (e.g. {sample!r}) out of the cached prefix, to after the "
+    detail = (f"move the changing line(s) of {path} (e.g. {show(sample, 80)}) out of the cached prefix, to after the "
               f"last breakpoint (the end of the last user message), in all {len(scope)} requests that carry it")
     return Candidate("stabilize_prefix", touched, detail, lambda recs: _map(recs, scope, edit),
                      extra={"edited_requests": len(scope)})
@@ -249,10 +250,14 @@ def propose_stable_params(records: Records, results: list[RequestResult]) -> lis
                 else:
                     new.request[name] = first
                 return new
-            shown = "unset" if first is None else repr(first)
+            shown = _at(first)  # JSON or words, never a Python repr
             out.append(Candidate("stable_params", touched, f"keep {name} {shown} for the whole task instead "
                                  "of changing it mid-session", lambda recs, e=edit, s=set(ids): _map(recs, s, e)))
     return out
+
+
+def _at(value: object) -> str:
+    return "unset" if value is None else f"at {show(value)}"
 
 
 # --- keep_alive and ttl_1h -------------------------------------------------------------------------------
