@@ -52,14 +52,24 @@ def _from_jsonl(path: Path, wanted: str | None) -> LoadedRequest:
     raise InputError(f"no record with id {wanted!r}", file=str(path), field="id")
 
 
-def _from_json(path: Path) -> LoadedRequest:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A `.json` input: one request body or one trace record, as a JSON object (errors name the file/line)."""
     try:
         raw = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise InputError(f"not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
     if not isinstance(raw, dict):
         raise InputError("expected a JSON object: a request body or a trace record", file=str(path))
-    if "kvprobe" in raw or isinstance(raw.get("request"), dict):
+    return raw
+
+
+def is_trace_record(raw: dict[str, Any]) -> bool:
+    return "kvprobe" in raw or isinstance(raw.get("request"), dict)
+
+
+def _from_json(path: Path) -> LoadedRequest:
+    raw = read_json_object(path)
+    if is_trace_record(raw):
         return _from_record(record_from_json(raw, str(path), 1), str(path))
     if not any(key in raw for key in BODY_KEYS):
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat/Responses "

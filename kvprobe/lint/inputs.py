@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
+from kvprobe.inputs import is_trace_record, read_json_object
 from kvprobe.lint.model import RequestRef, Subject
 from kvprobe.request import render_request
 from kvprobe.tokens import TokenCounter
@@ -89,13 +88,8 @@ def _from_trace(path: Path, stats: InputStats, streams: _Streams,
 
 
 def _from_json(path: Path, streams: _Streams) -> Subject:
-    try:
-        raw = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
-    if not isinstance(raw, dict):
-        raise InputError("expected a JSON object: a request body or a trace record", file=str(path))
-    if "kvprobe" in raw or isinstance(raw.get("request"), dict):
+    raw = read_json_object(path)
+    if is_trace_record(raw):
         rec = record_from_json(raw, str(path), None)
         if rec.request is None:
             raise InputError("this record has usage only (no request body) and cannot be linted",
