@@ -171,9 +171,10 @@ def _render_misses(rep: Report) -> None:
 def render_blocks(rep: Report) -> None:
     if not rep.blocks:
         return
-    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=1)]
-    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 5), ("requests", 3), ("write", None),
-                                                              ("reads", None), ("fresh", 4), ("total", None))]
+    # "first" tells apart two versions of one path (system[0] before and after an edit): it goes last
+    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=5)]
+    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 4), ("requests", 3), ("write", None),
+                                                              ("reads", None), ("fresh", 1), ("total", None))]
     priced = rep.totals["cost_usd"] is not None  # blocks of an unpriced trace cost n/a, not $0
 
     def usd(value: float) -> str:
