@@ -28,7 +28,8 @@ def serve(
     trace: Annotated[Path | None, typer.Option("--output", "-o", help="Write every answered request to this "
                                                "JSONL trace (replay it with `kvprobe replay`)")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda")] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16 or auto")] = "float32",
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (the fast path: bfloat16 where the CPU has it, as "
+                                       "replay and run-probe use), float32, bfloat16 or float16")] = "auto",
     kv_blocks: Annotated[int | None, typer.Option("--kv-blocks", help="KV cache size in blocks of 16 tokens "
                                                   "(default: sized from the model and memory)")] = None,
     default_max_tokens: Annotated[int, typer.Option("--default-max-tokens", help="Reply limit for OpenAI "
