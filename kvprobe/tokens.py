@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import quicktok
 
-from kvprobe.catalog import ModelRules
+from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request.model import Block, RenderedRequest
 
 ESTIMATE_ENCODING = "cl100k_base"  # loads 3x faster than o200k; close to Claude's vocabulary size
@@ -84,3 +84,12 @@ class TokenCounter:
 
 def counter_for(rules: ModelRules, ratio: float | None = None) -> TokenCounter:
     return TokenCounter(rules, ratio)
+
+
+def pooled_counter(counters: dict[tuple[str, str | None], TokenCounter], provider: str,
+                   model: str | None) -> TokenCounter:
+    """The counter of one provider/model, kept in `counters` so a run tokenizes each repeated block once."""
+    key = (provider, model)
+    if key not in counters:
+        counters[key] = TokenCounter(rules_for(provider, model))
+    return counters[key]

@@ -11,13 +11,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from kvprobe.analysis.reported import Reported, read_reported
-from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest
 from kvprobe.request.incremental import StreamRenderer
 from kvprobe.request.model import Block
 from kvprobe.sim.gemini_explicit import parse_ttl
-from kvprobe.tokens import TokenCounter
+from kvprobe.tokens import TokenCounter, pooled_counter
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
@@ -59,10 +58,7 @@ class BlockStore:
     counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
 
     def counter(self, provider: str, model: str | None) -> TokenCounter:
-        key = (provider, model)
-        if key not in self.counters:
-            self.counters[key] = TokenCounter(rules_for(provider, model))
-        return self.counters[key]
+        return pooled_counter(self.counters, provider, model)
 
     def intern(self, req: RenderedRequest, counter: TokenCounter) -> list[int]:
         shared, raw_counts = [], []

@@ -11,7 +11,7 @@ from kvprobe.errors import InputError
 from kvprobe.inputs import is_trace_record, read_json_object
 from kvprobe.lint.model import RequestRef, Subject
 from kvprobe.request import render_request
-from kvprobe.tokens import TokenCounter
+from kvprobe.tokens import TokenCounter, pooled_counter
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
 
@@ -39,10 +39,7 @@ class _Streams:
     counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
 
     def counter(self, provider: str, model: str | None) -> TokenCounter:
-        key = (provider, model)
-        if key not in self.counters:
-            self.counters[key] = TokenCounter(rules_for(provider, model))
-        return self.counters[key]
+        return pooled_counter(self.counters, provider, model)
 
     def ref(self, rid: str, stream: str, **where: Any) -> RequestRef:
         self.counts[stream] = self.counts.get(stream, 0) + 1
