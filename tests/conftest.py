@@ -21,6 +21,17 @@ def pytest_configure(config):
 
 
 @pytest.fixture
+def fake():
+    """A local fake Anthropic/OpenAI upstream speaking the real wire protocol (SSE included)."""
+    from kvprobe.capture.testing import FakeProvider  # imported here: most test files never start one
+
+    provider = FakeProvider()
+    provider.start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
 def cli():
     runner = CliRunner()
 

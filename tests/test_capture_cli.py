@@ -12,7 +12,6 @@ import pytest
 
 import kvprobe.capture
 from conftest import ROOT, anthropic_body
-from kvprobe.capture.testing import FakeProvider
 from kvprobe.trace import read_trace
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -28,14 +27,6 @@ CHILD = textwrap.dedent("""
                                    stream_options={"include_usage": True}))
     sys.exit(int(sys.argv[1]))
 """)
-
-
-@pytest.fixture
-def fake():
-    provider = FakeProvider()
-    provider.start()
-    yield provider
-    provider.stop()
 
 
 def _kvprobe(*args: str, **kw) -> subprocess.CompletedProcess:

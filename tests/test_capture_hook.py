@@ -10,19 +10,11 @@ import openai
 import pytest
 
 import kvprobe.capture
-from kvprobe.capture.testing import DEFAULT_USAGE, FakeProvider
+from kvprobe.capture.testing import DEFAULT_USAGE
 from kvprobe.trace import read_trace
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MESSAGES = [{"role": "user", "content": "Summarise the design doc."}]
-
-
-@pytest.fixture
-def fake():
-    provider = FakeProvider()
-    provider.start()
-    yield provider
-    provider.stop()
 
 
 def test_sync_anthropic_client_records_json_and_streams(fake, tmp_path):

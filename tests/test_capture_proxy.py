@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from kvprobe.capture import CaptureProxy, ProxyThread, Recorder
-from kvprobe.capture.testing import DEFAULT_USAGE, FakeProvider
+from kvprobe.capture.testing import DEFAULT_USAGE
 from kvprobe.trace import read_trace
 
 ANTHROPIC_KEY = "sk-ant-api03-TESTKEY-do-not-leak-0123456789abcdef"
@@ -21,14 +21,6 @@ OPENAI_KEY = "sk-proj-TESTKEY-do-not-leak-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "Fix the login bug."}]
 CUT = (anthropic.APIConnectionError, openai.APIConnectionError, httpx2.RemoteProtocolError)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDKs warn on older model ids
-
-
-@pytest.fixture
-def fake():
-    provider = FakeProvider()
-    provider.start()
-    yield provider
-    provider.stop()
 
 
 @pytest.fixture

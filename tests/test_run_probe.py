@@ -6,7 +6,6 @@ import json
 import pytest
 
 from conftest import ROOT
-from kvprobe.capture.testing import FakeProvider
 from kvprobe.diff import diff_requests
 from kvprobe.errors import InputError
 from kvprobe.probe.cases import build_cases
@@ -15,14 +14,6 @@ from kvprobe.request import render_request
 
 NOTES = ROOT / "examples" / "public_notes.txt"
 SECRET = "sk-ant-test-0123456789abcdefSECRET"
-
-
-@pytest.fixture
-def fake():
-    server = FakeProvider()
-    server.start()
-    yield server
-    server.stop()
 
 
 def _render(case):

@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 import kvprobe.capture
 from conftest import ROOT, anthropic_body, openai_chat_body
-from kvprobe.capture.testing import FakeProvider
 from kvprobe.cli import app
 from kvprobe.schemas import NAMES
 
@@ -55,14 +54,6 @@ def samples(tmp_path_factory):
         "usage": run_json("usage", FIX / "claude", "--json"),
         "run-probe": run_json("run-probe", EXAMPLES / "public_notes.txt", "--dry-run", "--json"),
     }
-
-
-@pytest.fixture
-def fake():
-    server = FakeProvider()
-    server.start()
-    yield server
-    server.stop()
 
 
 def errors(schema: dict, instance) -> list[str]:
