@@ -149,9 +149,13 @@ class PriceBook:
 
     def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
         """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
-        day = self.period_day(provider, model, day)
-        tiers = self.tier_starts(provider, model, day)
+        settled = self._memo.get((provider, model, day, "day"))  # every request of a day asks the same
+        if settled is None:
+            pday = self.period_day(provider, model, day)
+            settled = self._memo[(provider, model, day, "day")] = (pday, self.tier_starts(provider, model, pday))
+        day, tiers = settled
         if tiers is None:
+            self.unknown_models.add(model)
             return None
         tier = sum(1 for start in tiers if input_tokens > start)
         key = (provider, model, day, tier)

@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvprobe.analysis import split_parse
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.analysis.simulate import RequestResult, simulate
@@ -220,7 +221,9 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
     notes: list[str] = []
-    source = records if records is not None else records_from(paths, stats, progress, notes)
+    split = records is None and _all_kvprobe_traces([Path(p) for p in paths]) \
+        and split_parse.worth_splitting([Path(p) for p in paths])
+    source = records if records is not None or split else records_from(paths, stats, progress, notes)
     if fixes is None:
         size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
         fixes = size <= FIXES_AUTO_MAX_BYTES
@@ -229,9 +232,12 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                          f"{(size - FIXES_AUTO_MAX_BYTES) / 1e6:,.0f} MB over the {FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB "
                          "kept in memory for them by default (their time is linear; use --what-if to force)")
     kept: list[TraceRecord] | None = None
-    if fixes:
-        source = kept = list(source)
-    sks = list(skeletons(source, store))
+    if split:  # large kvprobe traces: the parse pass on two cores
+        sks, kept = split_parse.parse([Path(p) for p in paths], store, stats, progress, keep_records=bool(fixes))
+    else:
+        if fixes:
+            source = kept = list(source)
+        sks = list(skeletons(source, store))
     sizer = BlockSizer()
     results = simulate(sks, _reread_factory(), store, sizer)
     book = sizer.book_of(store) if kept is not None or predicted_only else None

@@ -36,20 +36,18 @@ class TokenCounter:
     rules: ModelRules
     ratio: float | None = None  # estimated provider tokens per o200k token; None: from the catalog
     _cache: dict[int, int] = field(default_factory=dict)
+    # settled once from the rules: scale() runs for every block of every request
+    exact: bool = field(init=False)
+    encoding: str = field(init=False)
+    effective_ratio: float = field(init=False)
+    message_overhead: int = field(init=False)
 
-    @property
-    def exact(self) -> bool:
-        return self.rules.provider == "openai"
-
-    @property
-    def encoding(self) -> str:
-        return str(self.rules.get("tokenizer", ESTIMATE_ENCODING)) if self.exact else ESTIMATE_ENCODING
-
-    @property
-    def effective_ratio(self) -> float:
-        if self.exact:
-            return 1.0
-        return self.ratio if self.ratio is not None else float(self.rules.get("token_estimate_ratio", 1.0))
+    def __post_init__(self) -> None:
+        self.exact = self.rules.provider == "openai"
+        self.encoding = str(self.rules.get("tokenizer", ESTIMATE_ENCODING)) if self.exact else ESTIMATE_ENCODING
+        self.effective_ratio = 1.0 if self.exact else (
+            self.ratio if self.ratio is not None else float(self.rules.get("token_estimate_ratio", 1.0)))
+        self.message_overhead = int(self.rules.get("per_message_overhead_tokens", 0))
 
     def raw_count(self, text: str) -> int:
         """Tokens of a text with the counting encoding (before any ratio)."""
@@ -64,8 +62,7 @@ class TokenCounter:
         if raw is None:
             raw = self.raw_count(block.text) + (self.raw_count(block.meta) if block.meta else 0)
             self._cache[key] = raw
-        overhead = int(self.rules.get("per_message_overhead_tokens", 0)) if block.first_in_message else 0
-        return self.scale(raw) + overhead
+        return self.scale(raw) + (self.message_overhead if block.first_in_message else 0)
 
     def count_request(self, request: RenderedRequest) -> int:
         exact = self.exact and all(b.kind in ("text", "tool_result") for b in request.blocks
@@ -77,7 +74,7 @@ class TokenCounter:
 
     def tokens_before_offset(self, block: Block, char_offset: int) -> int:
         """Tokens of a block's text before a character offset (BPE boundary effects: +-1 token)."""
-        overhead = int(self.rules.get("per_message_overhead_tokens", 0)) if block.first_in_message else 0
+        overhead = self.message_overhead if block.first_in_message else 0
         meta = self.raw_count(block.meta) if block.meta else 0
         return self.scale(self.raw_count(block.text[:char_offset]) + meta) + overhead
 

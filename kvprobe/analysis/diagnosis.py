@@ -43,10 +43,10 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "kind" and (value is not None or f.name in ("path", "token_position")):
-                out[f.name] = round(value, 1) if isinstance(value, float) else value
+        for name in _FIELD_NAMES:
+            value = getattr(self, name)
+            if value is not None or name in ("path", "token_position"):
+                out[name] = round(value, 1) if isinstance(value, float) else value
         return out
 
     @property
@@ -93,3 +93,6 @@ ADVICE = {
     "missing_breakpoint": "add a cache_control breakpoint at the end of the shared prefix",
     "unexplained": "compare with the provider's cache diagnostics; eviction and routing are not predictable",
 }
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Diagnosis) if f.name != "kind")  # to_json runs once per miss

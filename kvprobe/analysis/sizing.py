@@ -56,7 +56,7 @@ class BlockSizer:
         """
         req = sk.request
         assert req is not None
-        overhead = int(counter.rules.get("per_message_overhead_tokens", 0))
+        overhead = counter.message_overhead
         usage = sk.observed
         carried = sk.extra.get(CARRIED_KEY)
         if usage is None and isinstance(carried, list) and len(carried) == len(req.blocks):
@@ -71,7 +71,10 @@ class BlockSizer:
                     hinted = hints.get(block.path)
                     self._set([block], [hinted if hinted is not None else book.size(block, estimate, model)])
             return "observed" if book.scale else ("exact" if counter.exact else "estimated")
-        estimates = [counter.scale(raw) + (overhead if b.first_in_message else 0)
+        # only blocks never sized need an estimate (a request resends its whole history)
+        sized, exact, ratio = self._sized, counter.exact, counter.effective_ratio
+        estimates = [0 if id(b) in sized else
+                     (raw if exact else round(raw * ratio)) + (overhead if b.first_in_message else 0)
                      for b, raw in zip(req.blocks, sk.raw_tokens)]
         how = "exact" if counter.exact else "estimated"
         cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(req.blocks)

@@ -21,7 +21,8 @@ from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
 _NOT_A_CAUSE = ("unavailable", "previous_message_not_found")
-_READABLE_EPSILON = 0.001  # a request with no response timing is taken as readable right after it starts
+PENDING = -1  # a raw token count not known yet (BlockStore.pending)
+READABLE_EPSILON = 0.001  # a request with no response timing is taken as readable right after it starts
 
 
 @dataclass(slots=True)
@@ -56,6 +57,9 @@ class BlockStore:
     raw: dict[int, int] = field(default_factory=dict)  # cache_key -> raw token count
     raw_by_body: dict[int, int] = field(default_factory=dict)  # a moved block (new key, same body): counted once
     counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
+    # body hash -> (encoding, text, meta) of blocks to count later, elsewhere (split_parse hands them to the
+    # process that has the tokenizer loaded); None counts at once
+    pending: dict[int, tuple[str, str, str]] | None = None
 
     def counter(self, provider: str, model: str | None) -> TokenCounter:
         return pooled_counter(self.counters, provider, model)
@@ -66,7 +70,10 @@ class BlockStore:
             known = self.blocks.get(block.cache_key)
             if known is None:
                 raw = self.raw_by_body.get(block.body_hash)
-                if raw is None:
+                if raw is None and self.pending is not None:
+                    self.pending[block.body_hash] = (counter.encoding, block.text, block.meta)
+                    raw = self.raw_by_body[block.body_hash] = PENDING
+                elif raw is None:
                     raw = counter.raw_count(block.text) + (counter.raw_count(block.meta) if block.meta else 0)
                     self.raw_by_body[block.body_hash] = raw
                 block.text = block.meta = ""  # the text is not needed again here; memory stays flat
@@ -76,6 +83,23 @@ class BlockStore:
             raw_counts.append(self.raw[block.cache_key])
         req.blocks = shared
         return raw_counts
+
+    def settle(self, counts: dict[int, int], sks: list[Skeleton]) -> None:
+        """Put the counts of the pending blocks (by body hash) where placeholders stand."""
+        for body, raw in self.raw_by_body.items():
+            if raw == PENDING:
+                self.raw_by_body[body] = counts[body]
+        for key, raw in self.raw.items():
+            if raw == PENDING:
+                self.raw[key] = counts[self.blocks[key].body_hash]
+        for sk in sks:
+            raws = sk.raw_tokens
+            if PENDING in raws:
+                assert sk.request is not None
+                for i, block in enumerate(sk.request.blocks):
+                    if raws[i] == PENDING:
+                        raws[i] = self.raw[block.cache_key]
+        self.pending = None
 
 
 def _render(record: TraceRecord, renderer: StreamRenderer) -> RenderedRequest:
@@ -126,7 +150,7 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
     last_start = 0.0
     renderer = StreamRenderer(share=True)  # each request's repeated history is not rendered (nor kept) twice
     for order, rec in enumerate(records):
-        start = rec.started_at if rec.started_at is not None else last_start + _READABLE_EPSILON
+        start = rec.started_at if rec.started_at is not None else last_start + READABLE_EPSILON
         last_start = start
         provider = rec.provider or "anthropic"
         req, raw = None, []
@@ -134,7 +158,7 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
             req = _render(rec, renderer)
             provider = req.provider
             raw = store.intern(req, store.counter(provider, req.model))
-        readable = rec.readable_at or start + _READABLE_EPSILON
+        readable = rec.readable_at or start + READABLE_EPSILON
         logged = normalize_usage(provider, rec.usage)
         observed = logged if use_observed else None
         kept = {k: rec.extra[k] for k in _CARRIED if k in rec.extra}

@@ -82,6 +82,7 @@ def _segments(r: RequestResult) -> list[tuple[int, int, str]]:
 
 
 _IE_WEIGHT_KEYS = {"read": "read_multiplier"}
+_FIELD = {"read": "read_usd", "fresh": "fresh_usd", "write_5m": "write_usd", "write_1h": "write_usd"}
 
 
 def _weights(r: RequestResult) -> dict[str, float]:
@@ -100,20 +101,29 @@ def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, Bloc
             continue
         units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, r.usage.input_tokens) or {}
         weights = _weights(r)
-        spans, pos = [], 0
-        for block in req.blocks:
-            spans.append((block, pos, pos + block.tokens))
-            pos += block.tokens
         segments = _segments(r)
-        for block, start, end in spans:
+        priced = [(s, e, units.get(cls, 0.0), weights[cls], _FIELD[cls]) for s, e, cls in segments]
+        seg, pos = 0, 0
+        for block in req.blocks:
+            start, pos = pos, pos + block.tokens
             # one row per block by its own content: the same tool, file or turn sent after an earlier change
             # (a new chained prefix) is still the block first sent by the first request that carried it
             entry = costs.get(block.body_hash)
             if entry is None:
                 entry = costs[block.body_hash] = BlockCost(block.body_hash, block.path,
                                                            _label(block.level, block.kind), r.sk.id, block.tokens)
-            _charge(entry, start, end, segments, units, weights)
             entry.requests += 1
+            # blocks and segments both run in prompt order: walk them together
+            while seg < len(priced) and priced[seg][1] <= start:
+                seg += 1
+            k = seg
+            while k < len(priced) and priced[k][0] < pos:
+                s, e, unit, weight, name = priced[k]
+                overlap = (pos if pos < e else e) - (start if start > s else s)
+                if overlap > 0:
+                    setattr(entry, name, getattr(entry, name) + overlap * unit)
+                    entry.input_equivalent += overlap * weight
+                k += 1
         if pos < r.usage.input_tokens:  # counted by the provider beyond the sized blocks
             extra = costs.setdefault(UNATTRIBUTED, BlockCost(UNATTRIBUTED, "(unattributed)", "overhead",
                                                              r.sk.id, 0))

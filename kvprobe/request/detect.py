@@ -1,6 +1,8 @@
 """Which provider and which API a request body belongs to."""
 from __future__ import annotations
 
+import os
+from functools import lru_cache
 from typing import Any
 
 from kvprobe.catalog import load_catalog
@@ -23,6 +25,11 @@ def _by_endpoint(endpoint: str | None, model: str | None) -> str | None:
 def _by_model(model: Any) -> str | None:
     if not isinstance(model, str):
         return None
+    return _provider_of_model(model, os.environ.get("KVPROBE_PROVIDERS_DIR"))
+
+
+@lru_cache(maxsize=1024)  # called for every record of a trace; a log names a handful of models
+def _provider_of_model(model: str, _rules_dir: str | None) -> str | None:
     name = model.lower().rsplit("/", 1)[-1]
     for cat in load_catalog().values():
         if any(name.startswith(p) for p in cat.model_prefixes):

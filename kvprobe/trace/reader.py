@@ -82,26 +82,34 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
 
 
 def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None = None,
-               check_duplicates: bool = True) -> Iterator[TraceRecord]:
+               check_duplicates: bool = True, byte_range: tuple[int, int] | None = None) -> Iterator[TraceRecord]:
     """Yield the records of a JSONL trace one at a time (a 1 GB file never sits in memory).
 
     strict=True raises InputError on the first malformed line; strict=False skips and counts it in `stats`.
+    byte_range=(start, end): only the lines starting in it (start at a line start); line numbers then count
+    from `start` and duplicate ids are checked within the range only. Offsets stay absolute.
     """
     path = Path(path)
     stats = stats if stats is not None else ReadStats()
     if not path.is_file():
         raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
     seen: dict[str, int] = {}
+    start, end = byte_range if byte_range is not None else (0, None)
+    source = str(path)
     with path.open("rb") as fh:
+        fh.seek(start)
+        offset = start
         for lineno, raw_line in enumerate(fh, start=1):
-            offset = stats.bytes_read
+            if end is not None and offset >= end:
+                break
             stats.bytes_read += len(raw_line)
-            if not raw_line.strip():
+            record_offset, offset = offset, offset + len(raw_line)
+            if raw_line.isspace():  # (no copy of a multi-megabyte line, unlike strip())
                 stats.blank_lines += 1
                 continue
             try:
-                record = _parse_line(raw_line, str(path), lineno)
-                record.offset = offset
+                record = _parse_line(raw_line, source, lineno)
+                record.offset = record_offset
                 if check_duplicates:
                     if record.id in seen:
                         raise InputError(f"duplicate id {record.id!r} (first seen on line {seen[record.id]})",

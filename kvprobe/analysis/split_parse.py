@@ -1,0 +1,312 @@
+"""The parse pass of large traces on two cores.
+
+Reading, rendering, hashing and tokenizing the records is most of `report`'s time, and it needs no state
+across requests but the block store. So each large file is cut in two at a line boundary: a second process
+reads the second half while this one reads the first. Its skeletons come back pickled (a few MB per GB of
+trace: the block texts are already dropped) and join the store here, where shared blocks become the same
+objects again (sizing relies on it). The result is what one sequential pass gives: input order, absolute
+line numbers, ids made unique across files, the first error in file order, duplicate ids across the cut,
+and start times inferred from the record before.
+
+When what-if fixes need the records themselves, this process still reads every record (the what-if edits
+them), but renders and tokenizes only the first halves.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
+from kvprobe.errors import InputError
+from kvprobe.tokens import count_text
+from kvprobe.trace import ReadStats, TraceRecord, read_trace
+
+MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
+SHARE_HERE = 0.6  # of each large file's bytes, read in this process
+
+
+def min_split_bytes() -> int:
+    """The smallest file cut in two ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a small trace)."""
+    value = os.environ.get("KVPROBE_SPLIT_MIN_BYTES")
+    return int(value) if value and value.isdigit() else MIN_SPLIT_BYTES
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worth_splitting(paths: list[Path]) -> bool:
+    return usable_cpus() >= 2 and any(p.stat().st_size >= min_split_bytes() for p in paths)
+
+
+@dataclass(slots=True)
+class Piece:
+    """The skeletons of one byte range of one file, as a fresh pass over that range saw them."""
+
+    path: Path
+    skeletons: list[Skeleton]
+    stats: ReadStats
+    from_helper: bool = False
+    error: tuple[str, int | None, str | None] | None = None  # message, line within the range, field
+    leading: list[bool] = field(default_factory=list)  # records before the first start time: readable unknown?
+    raw_by_body: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def lines(self) -> int:  # every line of a strictly read range is a record or blank
+        return self.stats.records + self.stats.blank_lines + self.stats.skipped
+
+
+def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
+          progress: Callable[[int], None] | None = None,
+          keep_records: bool = False) -> tuple[list[Skeleton], list[TraceRecord] | None]:
+    """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked."""
+    cuts = {p: _cut(p) for p in paths}
+    jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
+    helper = _Helper(jobs) if jobs else None
+    joined = _Joiner(store, stats_out, multi=len(paths) > 1)
+    kept: list[TraceRecord] | None = [] if keep_records else None
+    if helper is not None:
+        store.pending = {}  # the helper has the tokenizer loaded: this process never loads it (~0.3 s)
+    try:
+        for path in paths:
+            cut = cuts[path]
+            joined.add(_read_here(path, cut, store, progress, helper, kept))
+            if cut is not None:
+                assert helper is not None
+                joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
+        if helper is not None:
+            store.settle(helper.count(store.pending or {}), joined.skeletons)
+        for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
+            rec.id, rec.line = sk.id, sk.line
+        return joined.skeletons, kept
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+def _cut(path: Path) -> int | None:
+    """A line start past the middle of a large file, or None when the file is read whole here.
+
+    The helper loads the tokenizer (~0.3 s) and counts every new block's tokens, this process's included, so
+    this process takes the larger share."""
+    size = path.stat().st_size
+    if size < min_split_bytes() or size < 2:
+        return None
+    with path.open("rb") as fh:
+        fh.seek(int(size * float(os.environ.get("KVPROBE_SPLIT_SHARE", SHARE_HERE))))
+        fh.readline()
+        cut = fh.tell()
+    return cut if cut < size else None
+
+
+def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callable[[int], None] | None,
+               helper: _Helper | None, kept: list[TraceRecord] | None) -> Piece:
+    """The first half (or the whole of a small file) in this process; its errors are raised at once, being
+    the first in file order."""
+    stats = ReadStats()
+    records: Iterable[TraceRecord] = read_trace(path, stats=stats, byte_range=(0, cut) if cut else None)
+    if kept is not None:
+        records = _keeping(records, kept, path, cut)
+    piece = Piece(path, [], stats)
+    last = 0
+    for sk in skeletons(_leading(records, piece.leading), store):
+        piece.skeletons.append(sk)
+        if progress is not None:
+            progress(stats.bytes_read - last)
+            last = stats.bytes_read
+            if helper is not None:
+                helper.report(progress)
+    return piece
+
+
+def _keeping(records: Iterable[TraceRecord], kept: list[TraceRecord], path: Path,
+             cut: int | None) -> Iterator[TraceRecord]:
+    """Keep the records of the first half as they pass, then read and keep the second half's without
+    rendering them (an error there is the helper's to report, with its line)."""
+    for rec in records:
+        kept.append(rec)
+        yield rec
+    if cut is not None:
+        try:
+            kept.extend(read_trace(path, byte_range=(cut, path.stat().st_size), check_duplicates=False))
+        except InputError:
+            pass
+
+
+def _leading(records: Iterable[TraceRecord], flags: list[bool]) -> Iterator[TraceRecord]:
+    """Note, for the records before the first one with a start time, whether their readable time is unknown
+    too: a pass over a range cannot know the start time of the record before the range."""
+    records = iter(records)
+    for rec in records:
+        if rec.started_at is not None:
+            yield rec
+            break
+        flags.append(not rec.readable_at)
+        yield rec
+    yield from records
+
+
+class _Joiner:
+    """Adds pieces in input order, making them what one pass over all files would have made."""
+
+    def __init__(self, store: BlockStore, stats_out: list[tuple[str, ReadStats]], multi: bool) -> None:
+        self.store, self.stats_out, self.multi = store, stats_out, multi
+        self.skeletons: list[Skeleton] = []
+        self._ids: set[str] = set()  # across files (ids made unique)
+        self._file_ids: dict[str, int] = {}  # id -> line within the current file
+        self._path: Path | None = None
+        self._stats = ReadStats()
+        self._line_shift = 0
+        self._last_start = 0.0
+
+    def add(self, piece: Piece) -> None:
+        if piece.path != self._path:
+            self._path, self._line_shift, self._file_ids, self._stats = piece.path, 0, {}, ReadStats()
+            self.stats_out.append((str(piece.path), self._stats))
+        _merge_stats(self._stats, piece.stats)
+        for k, sk in enumerate(piece.skeletons):
+            self._place(sk, piece, inferred=k < len(piece.leading), readable_unknown=piece.leading[k]
+                        if k < len(piece.leading) else False)
+        if piece.error is not None:
+            message, line, fld = piece.error
+            raise InputError(message, file=str(piece.path), line=((line or 0) + self._line_shift) or None,
+                             field=fld)
+        for body, raw in piece.raw_by_body.items():
+            self.store.raw_by_body.setdefault(body, raw)
+        self._line_shift += piece.lines
+
+    def _place(self, sk: Skeleton, piece: Piece, inferred: bool, readable_unknown: bool) -> None:
+        if sk.line is not None:
+            sk.line += self._line_shift
+        if sk.id in self._file_ids:
+            raise InputError(f"duplicate id {sk.id!r} (first seen on line {self._file_ids[sk.id]})",
+                             file=str(piece.path), line=sk.line, field="id")
+        self._file_ids[sk.id] = sk.line or 0
+        if inferred:  # its start time came from a record outside the range it was read in
+            sk.started_at = self._last_start + READABLE_EPSILON
+            if readable_unknown:
+                sk.readable_at = sk.started_at + READABLE_EPSILON
+        self._last_start = sk.started_at
+        if self.multi and sk.id in self._ids:
+            sk.id = f"{piece.path.stem}:{sk.id}"
+        self._ids.add(sk.id)
+        sk.order = len(self.skeletons)
+        if piece.from_helper and sk.request is not None:
+            _adopt(sk, self.store)
+        self.skeletons.append(sk)
+
+
+def _adopt(sk: Skeleton, store: BlockStore) -> None:
+    """Point a helper's skeleton at this store's blocks (one object per chained key, as sizing expects)."""
+    assert sk.request is not None
+    blocks = sk.request.blocks
+    for j, (block, raw) in enumerate(zip(blocks, sk.raw_tokens)):
+        known = store.blocks.get(block.cache_key)
+        if known is None:
+            store.blocks[block.cache_key], store.raw[block.cache_key] = block, raw
+        elif known is not block:
+            blocks[j] = known
+
+
+def _merge_stats(into: ReadStats, part: ReadStats) -> None:
+    into.records += part.records
+    into.blank_lines += part.blank_lines
+    into.skipped += part.skipped
+    into.errors.extend(part.errors[: max(0, 20 - len(into.errors))])
+    into.bytes_read += part.bytes_read
+
+
+# ---------------------------------------------------------------- the second process
+
+
+class _Helper:
+    """One process that parses the second half of each large file, in input order."""
+
+    def __init__(self, jobs: list[tuple[str, int, int]]) -> None:
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")  # fork: no re-import
+        self._done = ctx.Value("q", 0, lock=False)
+        self._reported = 0
+        self._conn, theirs = ctx.Pipe()
+        self._proc = ctx.Process(target=_helper_main, args=(jobs, theirs, self._done), daemon=True)
+        self._proc.start()
+        theirs.close()
+
+    def report(self, progress: Callable[[int], None]) -> None:
+        done = self._done.value
+        if done > self._reported:
+            progress(done - self._reported)
+            self._reported = done
+
+    def result(self, path: str, progress: Callable[[int], None] | None) -> Piece:
+        return self._receive(f"parsing the second half of {path}", progress)
+
+    def count(self, pending: dict[int, tuple[str, str, str]]) -> dict[int, int]:
+        """Raw token counts of this process's new blocks, by body hash."""
+        self._conn.send_bytes(pickle.dumps(list(pending.items()), protocol=pickle.HIGHEST_PROTOCOL))
+        return self._receive("counting tokens", None)
+
+    def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
+        while not self._conn.poll(0.1):
+            if progress is not None:
+                self.report(progress)
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                raise RuntimeError(f"the process {what} ended (exit code {self._proc.exitcode})")
+        kind, payload = pickle.loads(self._conn.recv_bytes())
+        if progress is not None:
+            self.report(progress)
+        if kind == "crash":
+            raise RuntimeError(f"{what} failed in a second process:\n{payload}")
+        return payload
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._conn.close()
+
+
+def _helper_main(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> None:
+    try:
+        if _parse_halves(jobs, conn, done):
+            _count_for_parent(conn)
+    except BaseException:  # noqa: BLE001 - the parent reports it
+        conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
+
+
+def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
+    """Send a piece per job; False after one that ends in an error (the parent stops there)."""
+    store = BlockStore()
+    total = 0
+    for path, cut, size in jobs:
+        stats = ReadStats()
+        piece = Piece(Path(path), [], stats, from_helper=True)
+        try:
+            records = read_trace(path, stats=stats, byte_range=(cut, size), check_duplicates=False)
+            for sk in skeletons(_leading(records, piece.leading), store):
+                piece.skeletons.append(sk)
+                done.value = total + stats.bytes_read
+        except InputError as exc:
+            piece.error = (exc.message, exc.line, exc.field)
+        total += stats.bytes_read
+        piece.raw_by_body, store.raw_by_body = store.raw_by_body, {}
+        conn.send_bytes(pickle.dumps(("piece", piece), protocol=pickle.HIGHEST_PROTOCOL))
+        if piece.error is not None:
+            return False
+    return True
+
+
+def _count_for_parent(conn: Any) -> None:
+    pending = pickle.loads(conn.recv_bytes())
+    counts = {body: count_text(text, encoding) + (count_text(meta, encoding) if meta else 0)
+              for body, (encoding, text, meta) in pending}
+    conn.send_bytes(pickle.dumps(("counts", counts), protocol=pickle.HIGHEST_PROTOCOL))
