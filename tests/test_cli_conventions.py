@@ -163,8 +163,10 @@ def test_shell_completion_is_offered_and_completes_commands_and_options(cli):
     top = cli("--help").stdout
     assert "--install-completion" in top and "--show-completion" in top
     runner = CliRunner()
-    script = runner.invoke(app, ["--show-completion", "bash"], prog_name="kvprobe")
-    assert script.exit_code == 0 and "complete -o default -F _kvprobe_completion kvprobe" in script.stdout
+    # typer finds the shell among the process's parents: run it from bash, as a user would
+    script = subprocess.run(["bash", "-c", f'"{sys.executable}" -m kvprobe --show-completion; true'],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert "complete -o default -F _kvprobe_completion kvprobe" in script.stdout, script.stderr
     env = {"_KVPROBE_COMPLETE": "complete_bash", "COMP_CWORD": "1", "COMP_WORDS": "kvprobe rep"}
     assert runner.invoke(app, [], prog_name="kvprobe", env=env).stdout.split() == ["report", "replay"]
     env.update(COMP_CWORD="2", COMP_WORDS="kvprobe gate --min")
