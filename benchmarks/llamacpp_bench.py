@@ -80,16 +80,22 @@ class LlamaCpp:
         self._eval(prompt)
         return time.perf_counter() - start
 
-    def decode(self, prompt: list[int], new: int) -> tuple[float, list[int]]:
+    def _next(self) -> int:
+        """Greedy token from the last evaluated position (llama-cpp-python >= 0.3 keeps `scores` only with
+        logits_all, so the logits are read from the context)."""
         import numpy as np
 
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.llm.n_vocab(),))
+        return int(np.argmax(logits))
+
+    def decode(self, prompt: list[int], new: int) -> tuple[float, list[int]]:
         self._eval(prompt)
-        token = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+        token = self._next()
         out = [token]
         start = time.perf_counter()
         for _ in range(new):
             self.llm.eval([token])
-            token = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+            token = self._next()
             out.append(token)
         return time.perf_counter() - start, out
 

@@ -2,14 +2,15 @@
 
 Reading, rendering, hashing and tokenizing the records is most of `report`'s time, and it needs no state
 across requests but the block store. So each large file is cut in two at a line boundary: a second process
-reads the second half while this one reads the first. Its skeletons come back pickled (a few MB per GB of
+(the helper) reads the second part while this one reads the first. Its skeletons come back pickled (a few MB per GB of
 trace: the block texts are already dropped) and join the store here, where shared blocks become the same
 objects again (sizing relies on it). The result is what one sequential pass gives: input order, absolute
 line numbers, ids made unique across files, the first error in file order, duplicate ids across the cut,
 and start times inferred from the record before.
 
 When what-if fixes need the records themselves, this process still reads every record (the what-if edits
-them), but renders and tokenizes only the first halves.
+them) but renders only its share, and the helper, which has the tokenizer loaded, counts the new blocks of
+both sides: this process then never pays for loading the tokenizer.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from kvprobe.tokens import count_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
-SHARE_HERE = 0.6  # of each large file's bytes, read in this process
+# Of each large file's bytes, the share this process renders when it also counts nothing (the helper loads the
+# tokenizer, ~0.3 s, and counts the tokens of both sides).
+SHARE_WITH_RECORDS = 0.6
 
 
 def min_split_bytes() -> int:
@@ -69,13 +72,16 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
           progress: Callable[[int], None] | None = None,
           keep_records: bool = False) -> tuple[list[Skeleton], list[TraceRecord] | None]:
     """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked."""
-    cuts = {p: _cut(p) for p in paths}
+    cuts = {p: _cut(p, SHARE_WITH_RECORDS if keep_records else 0.5) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
     helper = _Helper(jobs) if jobs else None
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
     kept: list[TraceRecord] | None = [] if keep_records else None
-    if helper is not None:
-        store.pending = {}  # the helper has the tokenizer loaded: this process never loads it (~0.3 s)
+    if helper is not None and keep_records:
+        # this process also reads every record for the what-if: the helper, which has the tokenizer loaded,
+        # counts this process's new blocks too (this one never loads it, ~0.3 s). Without the what-if, the
+        # texts waiting to be counted would cost more memory than the load costs time: each side counts its own.
+        store.pending = {}
     try:
         for path in paths:
             cut = cuts[path]
@@ -84,7 +90,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
         if helper is not None:
-            store.settle(helper.count(store.pending or {}), joined.skeletons)
+            store.settle(helper.count(store.pending or {}), joined.skeletons)  # an empty request ends it
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
         return joined.skeletons, kept
@@ -93,16 +99,13 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
             helper.close()
 
 
-def _cut(path: Path) -> int | None:
-    """A line start past the middle of a large file, or None when the file is read whole here.
-
-    The helper loads the tokenizer (~0.3 s) and counts every new block's tokens, this process's included, so
-    this process takes the larger share."""
+def _cut(path: Path, share: float = 0.5) -> int | None:
+    """A line start after `share` of a large file's bytes, or None when the file is read whole here."""
     size = path.stat().st_size
     if size < min_split_bytes() or size < 2:
         return None
     with path.open("rb") as fh:
-        fh.seek(int(size * float(os.environ.get("KVPROBE_SPLIT_SHARE", SHARE_HERE))))
+        fh.seek(int(size * share))
         fh.readline()
         cut = fh.tell()
     return cut if cut < size else None

@@ -35,8 +35,15 @@ def plain(console: Console) -> bool:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS,
-                                  default=str).decode() + "\n")
+    encoded = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE,
+                           default=str)
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:  # the bytes as they are: no decoded copy (tens of MB for a large report)
+        sys.stdout.flush()
+        buffer.write(encoded)
+        buffer.flush()
+    else:  # a text-only stream (some test runners)
+        sys.stdout.write(encoded.decode())
 
 
 def money(value: float | None) -> str:
