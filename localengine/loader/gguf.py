@@ -172,7 +172,7 @@ def _config(meta: dict[str, object], path: Path, has_output: bool) -> ModelConfi
 
 
 def load_gguf(path: str | Path) -> GGUFModel:
-    from gguf.quants import dequantize
+    from .dequant import dequantize
 
     path = Path(path)
     meta, tensors, data = read_gguf(path)
@@ -185,10 +185,11 @@ def load_gguf(path: str | Path) -> GGUFModel:
         raw, qtype = _tensor_bytes(info, data)
         if qtype.name not in SUPPORTED_TYPES:
             raise ValueError(f"{path}: tensor {info.name} has unsupported type {qtype.name}")
-        array = np.asarray(dequantize(raw, qtype), dtype=np.float32).reshape(info.shape)
+        array = dequantize(raw, qtype).reshape(info.shape)
         if name.endswith("q_proj.weight"):
             array = unpermute_qk(array, cfg.num_heads)
         elif name.endswith("k_proj.weight"):
             array = unpermute_qk(array, cfg.num_kv_heads)
-        weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=True))
+        # writable and owning its memory (not a view of the mapped file)
+        weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=not array.flags.owndata))
     return GGUFModel(cfg, weights, meta)

@@ -152,3 +152,21 @@ def test_safetensors_round_trip_keeps_dtype_and_shape(tmp_path):
 def test_unknown_model_name_says_what_is_accepted():
     with pytest.raises(FileNotFoundError, match="tiny-random"):
         Engine(model="no-such-model")
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0])
+def test_torch_dequantization_is_bitwise_gguf_s(qtype):
+    """The engine's torch dequantizer (the bundled model's types) against the gguf package's reference, on
+    quantized random rows including zeros, tiny and large values."""
+    from gguf.quants import dequantize as reference
+
+    from localengine.loader.dequant import dequantize
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((48, 256)).astype(np.float32) * rng.choice([1e-4, 1.0, 300.0], size=(48, 1))
+    values[3] = 0.0
+    raw = quantize(values, qtype)
+    want = np.asarray(reference(raw, qtype), dtype=np.float32)
+    got = dequantize(raw, qtype)
+    assert got.shape == want.shape == values.shape and got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
