@@ -30,13 +30,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="auto", help="the path to check (default: auto, the fast path)")
     parser.add_argument("--int8-head", action="store_true", help="also hold the vocabulary head in int8")
+    parser.add_argument("--no-int8-decode", action="store_true", help="single-token steps in bfloat16 too")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--positions", type=int, default=32)
     parser.add_argument("--decode", type=int, default=64, help="greedy tokens compared after the prompt")
     args = parser.parse_args()
 
     ref = Engine(device="cpu", dtype="float32")
-    fast = Engine(device="cpu", dtype=args.dtype, int8_head=args.int8_head)
+    fast = Engine(device="cpu", dtype=args.dtype, int8_head=args.int8_head,
+                  int8_decode=False if args.no_int8_decode else None)
     ids = ref.tokenizer.encode(README.read_text())[: args.tokens]
     step = max(1, len(ids) // args.positions)
     cuts = list(range(step, len(ids) + 1, step))[: args.positions]
@@ -49,6 +51,15 @@ def main() -> None:
     print(f"  top-1 agreement {top1:.1%}; reference top-1 within the checked path's top-5: {in_top5:.1%}")
     print(f"  max |logit difference| {diff.max().item():.3f} (median per position {diff.median().item():.3f}; "
           f"logits span about {a.max().item() - a.min().item():.0f})")
+    # single-token steps (the decode path, int8 weights by default): a prefix of 16k + 1 tokens computes only
+    # its last token, the 16k before it being cached in full blocks
+    block = fast.block_manager.block_size
+    singles = [c for c in range(block + 1, len(ids) + 1, block)][-args.positions:]
+    a1, b1 = cut_logits(ref, ids, singles), cut_logits(fast, ids, singles)
+    top1_one = (a1.argmax(-1) == b1.argmax(-1)).float().mean().item()
+    diff_one = (a1 - b1).abs().amax(-1)
+    print(f"  single-token steps at {len(singles)} positions: top-1 agreement {top1_one:.1%}; max |logit difference| "
+          f"{diff_one.max().item():.3f} (median {diff_one.median().item():.3f})")
     ga = ref.generate(ids, max_tokens=args.decode, ignore_eos=True).token_ids
     gb = fast.generate(ids, max_tokens=args.decode, ignore_eos=True).token_ids
     same = next((i for i, (x, y) in enumerate(zip(ga, gb)) if x != y), len(ga))

@@ -35,13 +35,13 @@ def ids(n: int, seed: int, vocab: int) -> list[int]:
 
 
 class Ours:
-    def __init__(self, dtype: str, threads: int) -> None:
+    def __init__(self, dtype: str, threads: int, int8_decode: bool | None = None) -> None:
         import torch
 
         from localengine import Engine
 
         torch.set_num_threads(threads)
-        self.engine = Engine(device="cpu", dtype=dtype)
+        self.engine = Engine(device="cpu", dtype=dtype, int8_decode=int8_decode)
         self.vocab = self.engine.model_config.vocab_size
         self.label = f"kvprobe ({self.engine.kernels})"
 
@@ -111,6 +111,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="auto", help="kvprobe's engine dtype (default: its fast path)")
+    parser.add_argument("--also-bf16-decode", action="store_true",
+                        help="also time the engine with its single-token steps in bfloat16 (no int8 copy)")
     args = parser.parse_args()
     if importlib.util.find_spec("llama_cpp") is None:
         print("llama-cpp-python is not installed: comparison skipped. Install it (about an hour to build on 2 "
@@ -124,6 +126,8 @@ def main() -> int:
     p512, p2048 = ids(512, 512, vocab), ids(2048, 2048, vocab)
     shared, suffix = ids(3840, 1, vocab), ids(256, 2, vocab)
     engines = {"ours": ours, "peer": peer}
+    if args.also_bf16_decode:
+        engines["ours, bf16 decode"] = Ours(args.dtype, args.threads, int8_decode=False)
     times: dict[str, dict[str, list[float]]] = {k: {} for k in engines}
     agree: list[int] = []
     for r in range(args.rounds):
@@ -137,7 +141,7 @@ def main() -> int:
             t.setdefault("first token, 4,096 cold", []).append(eng.prefill(shared + suffix))
             if name == "ours":
                 ours_tokens = tokens
-            else:
+            elif name == "peer":
                 agree.append(next((i for i, (a, b) in enumerate(zip(ours_tokens, tokens)) if a != b), len(tokens)))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     load = os.getloadavg()
@@ -147,6 +151,9 @@ def main() -> int:
     for task in times["ours"]:
         a, b = statistics.median(times["ours"][task]), statistics.median(times["peer"][task])
         print(f"{task:<38} {a:>30.2f} s {b:>9.2f} s {a / b:>19.2f}x")
+    for extra in [k for k in times if k not in ("ours", "peer")]:
+        a, b = statistics.median(times[extra]["decode 128 after 2,048"]), statistics.median(times["peer"]["decode 128 after 2,048"])
+        print(f"{'decode 128 after 2,048 (' + extra + ')':<38} {a:>30.2f} s {b:>9.2f} s {a / b:>19.2f}x")
     dec_a = statistics.median(times["ours"]["decode 128 after 2,048"])
     dec_b = statistics.median(times["peer"]["decode 128 after 2,048"])
     print(f"decode: kvprobe {128 / dec_a:.1f} tok/s, llama.cpp {128 / dec_b:.1f} tok/s (target: ≤ 1.5x llama.cpp's time)")

@@ -127,6 +127,8 @@ class Engine:
         (batch-invariant kernels, bitwise-identical cached and uncached logits).
     block_size / num_blocks: tokens per KV block / blocks in the store (None: sized from memory).
     seed: sampling seed, and the weights of "tiny-random".
+    int8_decode: single-token steps read int8 copies of the layers' weights (one scale per output row,
+        activations unquantized): fewer bytes per decoded token. None: on with dtype "auto" on a bfloat16 CPU.
     int8_head: hold the vocabulary head in int8 (per-channel scales) on CPU: reads a quarter of float32's
         bytes per token, but its per-call activation quantization costs accuracy (top-1 agreement with
         float32 fell to 87.5% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
@@ -145,6 +147,7 @@ class Engine:
         max_num_batched_tokens: int = 8192,
         batch_invariant: bool | None = None,
         int8_head: bool = False,
+        int8_decode: bool | None = None,
     ):
         self.config = EngineConfig(
             model,
@@ -164,7 +167,9 @@ class Engine:
         del loaded
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
         # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
-        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head)) or (
+        if int8_decode is None:  # part of the fast path: on with dtype "auto" where it runs bfloat16 on CPU
+            int8_decode = dtype == "auto" and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head, int8_decode=int8_decode)) or (
             "exact (batch-invariant)" if exact else "F.linear"
         )
         self.uses_onednn = self.kernels.startswith("oneDNN")

@@ -62,6 +62,9 @@ class Linear(nn.Module):
     - oneDNN with a prepacked float32 or bfloat16 weight on CPU (about 1.7x MKL's GEMV at decode, 1.2x at
       prefill in float32; bfloat16 runs on AVX512-BF16/AMX at about 3x float32's prefill rate, and reads half
       the bytes per decoded token), with the SiLU, product and residual sum fused into the matmul's output;
+    - for a single row (one decoded token), int8 weight-only: one scale per output row, the activations kept
+      as they are (`aten._weight_int8pack_mm`); half of bfloat16's bytes per token, where decode is bound by
+      reading the weights (the other calls keep the oneDNN weight);
     - int8 weights, one scale per output channel (fbgemm's dynamic quantized linear: activations quantized
       per call); optional for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads
       a quarter of float32's bytes per token but costs accuracy (see `Engine(int8_head=...)`);
@@ -73,10 +76,17 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.packed: torch.Tensor | None = None
         self.int8: object | None = None  # fbgemm's packed int8 weight
+        self.row_int8: torch.Tensor | None = None  # [out, in] int8 weight for single-row calls
+        self.row_scales: torch.Tensor | None = None  # [out], in the activations' dtype
+
+    def _single_row(self, x: torch.Tensor, exact: bool) -> bool:
+        return self.row_int8 is not None and not exact and x.shape[0] == 1
 
     def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         if exact:
             return exact_linear(x, self.weight)
+        if self._single_row(x, exact):
+            return torch.ops.aten._weight_int8pack_mm(x, self.row_int8, self.row_scales)
         if self.int8 is not None:
             return torch.ops.quantized.linear_dynamic(x.float(), self.int8, False).to(x.dtype)
         if self.packed is not None:
@@ -85,19 +95,19 @@ class Linear(nn.Module):
 
     def silu(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """silu(x @ W.T)"""
-        if self.packed is not None and not exact:
+        if self.packed is not None and not exact and not self._single_row(x, exact):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "swish", [], "")
         return F.silu(self(x, exact))
 
     def times(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """(x @ W.T) * other"""
-        if self.packed is not None and not exact:
+        if self.packed is not None and not exact and not self._single_row(x, exact):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "mul")
         return self(x, exact) * other
 
     def plus(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """(x @ W.T) + other: a residual connection"""
-        if self.packed is not None and not exact:
+        if self.packed is not None and not exact and not self._single_row(x, exact):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "add")
         return self(x, exact) + other
 
@@ -110,6 +120,21 @@ class Linear(nn.Module):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
         except RuntimeError:
             return False
+        return True
+
+    def quantize_rows_int8(self) -> bool:
+        """Keep an int8 copy (symmetric, absmax / 127 per output row) for single-row calls."""
+        if not hasattr(torch.ops.aten, "_weight_int8pack_mm") or self.weight.device.type != "cpu":
+            return False
+        w = self.weight.detach().float()
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        rows = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        try:
+            torch.ops.aten._weight_int8pack_mm(torch.zeros(1, w.shape[1], dtype=self.weight.dtype), rows,
+                                               scales.to(self.weight.dtype))
+        except RuntimeError:  # a shape or dtype this build's kernel does not take
+            return False
+        self.row_int8, self.row_scales = rows, scales.to(self.weight.dtype)
         return True
 
     def quantize_int8(self, source: torch.Tensor | None = None) -> bool:
@@ -248,9 +273,10 @@ class LlamaForCausalLM(nn.Module):
         # hidden: [B, D] (only the positions that need logits) -> [B, V]
         return self.lm_head(self.norm(hidden), exact)
 
-    def pack_for_cpu(self, int8_head: bool = False) -> str | None:
+    def pack_for_cpu(self, int8_head: bool = False, int8_decode: bool = False) -> str | None:
         """Prepack every projection for oneDNN and drop the dense copies (the embedding stays dense); with
-        `int8_head`, hold the vocabulary head as int8 instead. Returns the kernels used, or None (F.linear)."""
+        `int8_head`, hold the vocabulary head as int8 instead; with `int8_decode`, the layers' projections
+        also keep an int8 copy for single-token steps. Returns the kernels used, or None (F.linear)."""
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         if not all(m.pack_for_cpu() for m in linears):
             for m in linears:
@@ -259,6 +285,12 @@ class LlamaForCausalLM(nn.Module):
         kernels = f"oneDNN {str(self.embed_tokens.weight.dtype).removeprefix('torch.')}"
         if int8_head and self.lm_head.quantize_int8():
             kernels += ", int8 head"
+        layers = [m for m in linears if m is not self.lm_head]  # the head is compute-bound: int8 gains nothing
+        if int8_decode and all(m.quantize_rows_int8() for m in layers):
+            kernels += ", int8 decode"
+        else:
+            for m in layers:
+                m.row_int8 = m.row_scales = None
         for m in linears:  # a tied head only drops its reference: the embedding keeps the tensor
             m.weight = nn.Parameter(torch.empty(0, dtype=m.weight.dtype), requires_grad=False)
         return kernels

@@ -65,9 +65,27 @@ def test_default_fast_path_gives_the_same_answer_as_float32(engine):
     fast = Engine(model="smollm2-135m-instruct", device="cpu")
     assert fast.uses_onednn
     if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert fast.dtype == torch.bfloat16 and "bfloat16" in fast.kernels
+        assert fast.dtype == torch.bfloat16 and "bfloat16" in fast.kernels and "int8 decode" in fast.kernels
     ids = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
     assert "Paris" in fast.generate(ids, max_tokens=20).text
     ref, got = engine.logits(ids, use_prefix_cache=False).logits, fast.logits(ids, use_prefix_cache=False).logits
     assert got.float().argmax() == ref.argmax()
     assert (got.float() - ref).abs().max().item() < 1.5  # bfloat16 keeps ~3 significant digits of logits ~20
+
+
+def test_single_token_steps_on_int8_weights_agree_with_float32(engine):
+    """A step that computes one token (decode, or a prompt whose blocks but the last token are cached) reads the
+    int8 copies of the weights on the fast path; its next-token choice is float32's."""
+    fast = Engine(model="smollm2-135m-instruct", device="cpu")
+    if "int8 decode" not in fast.kernels:
+        pytest.skip(f"no int8 decode on this CPU's fast path ({fast.kernels})")
+    question = "Explain in two sentences why the sky is blue, then name the scientist who explained it first."
+    ids = engine.apply_chat_template([{"role": "user", "content": question}])
+    block = fast.block_manager.block_size
+    cut = (len(ids) - 1) // block * block + 1  # all but the last token fill whole blocks
+    fast.logits(ids[:cut])
+    step = fast.logits(ids[:cut])  # now only the last token is computed: a single-row step
+    assert step.num_cached_tokens == cut - 1
+    ref = engine.logits(ids[:cut], use_prefix_cache=False).logits
+    assert step.logits.float().argmax() == ref.argmax()
+    assert (step.logits.float() - ref).abs().max().item() < 1.5
