@@ -22,7 +22,6 @@ from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import read_record_at
 from kvprobe.trace.record import format_time
-from kvprobe.usage import Usage
 
 
 @dataclass(slots=True)
@@ -102,26 +101,43 @@ def _usd(value: float | None) -> float | None:
 
 
 def summarize(results: list[RequestResult]) -> dict[str, Any]:
-    total = sum((r.usage for r in results), Usage())
-    costs = [r.cost_usd for r in results]
+    # one pass, plain sums (this runs for the totals and for every session and agent of a large trace)
+    inp = read = w5m = w1h = out = cold = rebuild = missed = unpriced = 0
+    ie, cost, priced = 0.0, 0.0, False
+    for r in results:
+        u = r.usage
+        inp += u.input_tokens
+        read += u.cache_read_tokens
+        w5m += u.cache_write_5m_tokens
+        w1h += u.cache_write_1h_tokens
+        out += u.output_tokens
+        ie += r.input_equivalent
+        if r.cost_usd is None:
+            unpriced += 1
+        else:
+            cost, priced = cost + r.cost_usd, True
+        if r.write_kind == "cold_start":
+            cold += u.cache_write_tokens
+        elif r.write_kind == "rebuild":
+            rebuild += u.cache_write_tokens
+        missed += r.missed_tokens
     return {
         "requests": len(results),
-        "input_tokens": total.input_tokens,
-        "cache_read_tokens": total.cache_read_tokens,
-        "cache_write_tokens": total.cache_write_tokens,
-        "cache_write_5m_tokens": total.cache_write_5m_tokens,
-        "cache_write_1h_tokens": total.cache_write_1h_tokens,
-        "fresh_input_tokens": total.fresh_input_tokens,
-        "output_tokens": total.output_tokens,
-        "token_hit_ratio": round(total.cache_read_tokens / total.input_tokens, 4) if total.input_tokens else 0.0,
-        "input_equivalent_tokens": round(sum(r.input_equivalent for r in results), 1),
+        "input_tokens": inp,
+        "cache_read_tokens": read,
+        "cache_write_tokens": w5m + w1h,
+        "cache_write_5m_tokens": w5m,
+        "cache_write_1h_tokens": w1h,
+        "fresh_input_tokens": inp - read - w5m - w1h,
+        "output_tokens": out,
+        "token_hit_ratio": round(read / inp, 4) if inp else 0.0,
+        "input_equivalent_tokens": round(ie, 1),
         # None (shown as n/a) when no request could be priced: an unknown cost is not $0
-        "cost_usd": _usd(sum(c for c in costs if c is not None)) if any(c is not None for c in costs) or not costs
-        else None,
-        "unpriced_requests": sum(c is None for c in costs),
-        "cold_start_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "cold_start"),
-        "rebuild_write_tokens": sum(r.usage.cache_write_tokens for r in results if r.write_kind == "rebuild"),
-        "missed_read_tokens": sum(r.missed_tokens for r in results),
+        "cost_usd": _usd(cost if priced else 0) if priced or not results else None,
+        "unpriced_requests": unpriced,
+        "cold_start_write_tokens": cold,
+        "rebuild_write_tokens": rebuild,
+        "missed_read_tokens": missed,
     }
 
 
