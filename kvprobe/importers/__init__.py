@@ -14,7 +14,7 @@ naming the file and line.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -145,14 +145,22 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
         stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
 
 
-def _read_batch(batch: list[tuple[str, str]], strict: bool) -> list[tuple[SourceStats, list[TraceRecord]]]:
-    """Worker side of a parallel load: every file of one batch, with its own stats."""
+def _read_batch(batch: list[tuple[str, str]], strict: bool,
+                reduce: Callable[[TraceRecord], Any] | None = None) -> list[tuple[SourceStats, list[Any]]]:
+    """Worker side of a parallel load: every file of one batch, with its own stats; each record passed
+    through `reduce` here, when given (what travels back is then only what the caller needs)."""
     seen: set[str] = set()
     out = []
     for name, kind in batch:
         stats = SourceStats(name, kind)
-        out.append((stats, list(_read_one(Path(name), kind, stats, seen, None, strict))))
+        records = _read_one(Path(name), kind, stats, seen, None, strict)
+        out.append((stats, [reduce(r) for r in records] if reduce is not None else list(records)))
     return out
+
+
+def _via(item: Any) -> Any:
+    """How a record (or a reduced one with `via`) was known: claude_code.VIA_PROGRESS for a provisional one."""
+    return item.extra.get("via") if isinstance(item, TraceRecord) else getattr(item, "via", None)
 
 
 def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
@@ -193,7 +201,7 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
     seen: set[str] = set()
     held: dict[str, tuple[SourceStats, TraceRecord]] = {}
     for stats, record in pairs:
-        if record.extra.get("via") == claude_code.VIA_PROGRESS:
+        if _via(record) == claude_code.VIA_PROGRESS:
             if record.id in held:
                 stats.duplicates += 1
             else:
@@ -211,7 +219,8 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
 
 
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
-                   strict: bool) -> Iterator[tuple[SourceStats, TraceRecord]]:
+                   strict: bool, reduce: Callable[[TraceRecord], Any] | None = None
+                   ) -> Iterator[tuple[SourceStats, Any]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -219,11 +228,11 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     seen: set[str] = set()
     batches = _batches(files, workers * 4)
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        for result in pool.map(_read_batch, batches, [strict] * len(batches)):
+        for result in pool.map(_read_batch, batches, [strict] * len(batches), [reduce] * len(batches)):
             for stats, records in result:
                 report.sources.append(stats)
                 for record in records:  # the same request in files of different batches
-                    if record.extra.get("via") == claude_code.VIA_PROGRESS:
+                    if _via(record) == claude_code.VIA_PROGRESS:
                         yield stats, record  # provisional: settled once every file is read
                         continue
                     if record.id in seen:
@@ -238,14 +247,17 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
 
 def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
              report: ImportReport | None = None, progress: Progress | None = None,
-             strict_traces: bool = False, workers: int = 1) -> Iterator[TraceRecord]:
+             strict_traces: bool = False, workers: int = 1,
+             reduce: Callable[[TraceRecord], Any] | None = None) -> Iterator[Any]:
     """Yield trace records from traces and agent logs, whatever their format.
 
     `paths`: files and/or directories. `fmt` forces one format for every file. `report` collects per-file
     counts (records, duplicates, skipped lines by reason). `progress` is called with bytes read.
     `strict_traces=True` makes a malformed line in a kvprobe trace an InputError (as `read_trace` does)
     instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
-    many processes (same records, same order); worth it from a few tens of MB.
+    many processes (same records, same order); worth it from a few tens of MB. `reduce` (a module-level
+    function, with `id` and `via` on what it returns) maps each record where it is read: the caller gets
+    its results instead of records.
     Records are deduplicated across all files by id (the same request logged twice is read once).
     Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
     """
@@ -255,9 +267,10 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     files = _classify(discover(named), named, fmt, report)
     if workers > 1 and len(files) > 1:
-        yield from _settle(_load_parallel(files, workers, report, progress, strict_traces))
+        yield from _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
         return
-    yield from _settle(_load_sequential(files, report, progress, strict_traces))
+    pairs = _load_sequential(files, report, progress, strict_traces)
+    yield from _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,

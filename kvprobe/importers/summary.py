@@ -185,8 +185,33 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
     return ZoneInfo(name)
 
 
-def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, tz: dt.tzinfo = dt.timezone.utc,
-              since: float | None = None, until: float | None = None) -> UsageSummary:
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What `usage` needs of one request: small enough to send back from the processes that parse the logs
+    (a whole record, with its bodies and metadata, costs several times more to pickle than to use)."""
+
+    id: str
+    via: str | None  # how the request was known (see importers.claude_code.VIA_PROGRESS)
+    when: float | None
+    provider: str | None
+    model: str | None
+    project: str
+    session: str | None
+    agent: str | None
+    usage: Usage | None
+    error: bool
+
+
+def usage_row(record: TraceRecord) -> UsageRow:
+    via = record.extra.get("via")
+    return UsageRow(record.id, via if isinstance(via, str) else None,
+                    record.started_at if record.started_at is not None else record.finished_at,
+                    record.provider, record.model, project_of(record), record.session, record.agent,
+                    normalize_usage(record.provider, record.usage), record.error is not None)
+
+
+def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | None = None,
+              tz: dt.tzinfo = dt.timezone.utc, since: float | None = None, until: float | None = None) -> UsageSummary:
     """Aggregate usage by every grouping (with per-model breakdowns); price each cell once."""
     book = book or PriceBook()
     pricer = GroupPricer(book)
@@ -194,23 +219,24 @@ def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, 
     summary = UsageSummary()
     cells: dict[tuple, list[int]] = {}
     first = last = None
-    for record in records:
-        when = record.started_at if record.started_at is not None else record.finished_at
+    for item in records:
+        row = item if isinstance(item, UsageRow) else usage_row(item)
+        when = row.when
         if not _in_window(when, since, until):
             continue
-        u = normalize_usage(record.provider, record.usage)
+        u = row.usage
         if u is None:
             summary.without_usage += 1
             continue
         if when is not None:
             first = when if first is None or when < first else first
             last = when if last is None or when > last else last
-        model = record.model
-        uday = book.period_day(record.provider, model, int(when // 86400)) if when is not None and model else None
-        starts = pricer.tier_starts(record.provider, model, uday)
+        model = row.model
+        uday = book.period_day(row.provider, model, int(when // 86400)) if when is not None and model else None
+        starts = pricer.tier_starts(row.provider, model, uday)
         tier = sum(1 for s in starts if u.input_tokens > s) if starts else 0
-        key = (*calendar.keys(when), project_of(record), record.session or "(none)", record.agent or "(none)",
-               model or "(unknown)", record.provider, model, uday, tier)
+        key = (*calendar.keys(when), row.project, row.session or "(none)", row.agent or "(none)",
+               model or "(unknown)", row.provider, model, uday, tier)
         acc = cells.get(key)
         if acc is None:
             acc = cells[key] = [0] * 8
@@ -221,7 +247,7 @@ def summarize(records: Iterable[TraceRecord], *, book: PriceBook | None = None, 
         acc[_OUT] += u.output_tokens
         acc[_REASON] += u.reasoning_output_tokens
         acc[_REQS] += 1
-        acc[_ERRS] += record.error is not None
+        acc[_ERRS] += row.error
     summary.first_at, summary.last_at = first, last
     _price(cells, pricer, summary)
     summary.unknown_models = set(book.unknown_models)
