@@ -286,6 +286,17 @@ def test_bad_input_exits_2_and_leaves_the_old_output(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "t.jsonl"]
 
 
+def test_empty_input_or_no_match_exits_2_and_writes_nothing(cli, mixed_trace, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for command, name in (("html", "r.html"), ("plot", "r.svg")):
+        res = cli(command, empty, "-o", tmp_path / name)
+        assert res.exit_code == 2 and "no requests found" in res.output, res.output
+        res = cli(command, mixed_trace, "-o", tmp_path / name, "--agent", "nobody")
+        assert res.exit_code == 2 and "--agent nobody" in res.output, res.output
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "r.svg").exists()
+
+
 def test_filters_narrow_the_page(cli, mixed_trace, tmp_path):
     out = tmp_path / "main.html"
     res = cli("html", mixed_trace, "-o", out, "--agent", "main", "--no-fixes", "--title", "Main <agent>")

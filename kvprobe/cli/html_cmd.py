@@ -9,6 +9,7 @@ import typer
 from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
+from kvprobe.cli.report_cmd import require_requests
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import parse_time
 from kvprobe.wording import show
@@ -31,8 +32,11 @@ def load_report(traces: list[Path], session: str | None, agent: str | None, sinc
             start = parse_time(since)
         except ValueError:
             raise InputError(f"expected an RFC 3339 time, got {show(since)}", field="--since") from None
-    return build_report(traces, filters=Filters(session, agent, start), prices=PriceBook.from_file(price_file),
-                        fixes=fixes)
+    rep = build_report(traces, filters=Filters(session, agent, start), prices=PriceBook.from_file(price_file),
+                       fixes=fixes)
+    # an empty input or filters that match nothing: exit 2 and write nothing, as `report` does
+    require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
+    return rep
 
 
 def html(
