@@ -297,3 +297,21 @@ def test_report_and_fixed_trace_validate_against_the_shipped_schemas(cli, tmp_pa
     assert all("response" not in line and line["block_tokens"] for line in lines)
     validator = Draft202012Validator(load_schema("trace"))
     assert not [e for line in lines for e in validator.iter_errors(line)]
+
+
+def test_database_holds_the_fixes_then_their_alternatives(cli, tmp_path):
+    import duckdb
+
+    original = tmp_path / "session.jsonl"
+    write_trace(original, session())
+    db = tmp_path / "kv.duckdb"
+    loaded = cli("db", "load", original, "--db", db, "--json")
+    assert loaded.exit_code == 0, loaded.output
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT fix_index, kind, chosen, saving_input_equivalent_tokens FROM fixes "
+                           "ORDER BY fix_index").fetchall()
+    chosen = [r for r in rows if r[2]]
+    assert {r[1] for r in chosen} == set(SAVINGS) and [r[0] for r in chosen] == list(range(len(SAVINGS)))
+    assert [r[3] for r in chosen] == sorted((r[3] for r in chosen), reverse=True)
+    alternatives = [r for r in rows if not r[2]]
+    assert [r[1] for r in alternatives] == ["shared_breakpoint"] and alternatives[0][0] == len(SAVINGS)

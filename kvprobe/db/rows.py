@@ -66,11 +66,17 @@ def diagnosis_rows(trace_id: str, r: RequestResult) -> list[dict[str, Any]]:
     return rows
 
 
-def fix_rows(trace_id: str, fixes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    ordered = sorted(fixes, key=lambda f: -(f.get("saving_input_equivalent_tokens") or 0))
-    return [{"trace_id": trace_id, "fix_index": i, "kind": f["kind"], "requests": [str(x) for x in f["requests"]],
+def fix_rows(trace_id: str, fixes: list[dict[str, Any]],
+             alternatives: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The chosen fixes, largest saving first, then the alternatives (numbered on)."""
+    by_saving = lambda f: -(f.get("saving_input_equivalent_tokens") or 0)  # noqa: E731
+    ordered = [(f, True) for f in sorted(fixes, key=by_saving)] + [(f, False) for f in sorted(alternatives,
+                                                                                            key=by_saving)]
+    return [{"trace_id": trace_id, "fix_index": i, "kind": f["kind"], "chosen": chosen,
+             "requests": [str(x) for x in f["requests"]],
              "saving_input_equivalent_tokens": f.get("saving_input_equivalent_tokens"),
-             "saving_usd": f.get("saving_usd"), "detail": f.get("detail", "")} for i, f in enumerate(ordered)]
+             "saving_usd": f.get("saving_usd"), "detail": f.get("detail", "")}
+            for i, (f, chosen) in enumerate(ordered)]
 
 
 def block_cost_rows(trace_id: str, blocks: list[Any]) -> list[dict[str, Any]]:
@@ -84,7 +90,7 @@ def report_rows(trace_id: str, rep: Report) -> Rows:
     """Rows of requests, blocks, block costs, diagnoses and fixes for one trace's report."""
     ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
     rows: Rows = {"requests": [], "blocks": [], "block_costs": block_cost_rows(trace_id, rep.blocks),
-                  "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes)}
+                  "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes, rep.alternatives)}
     for seq, r in enumerate(ordered):
         rows["requests"].append(request_row(trace_id, seq, r))
         rows["blocks"] += block_rows(trace_id, r)

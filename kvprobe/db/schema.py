@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: fixes.chosen (alternatives stored too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +138,15 @@ TABLES: tuple[Table, ...] = (
         _c("missed_tokens", "BIGINT", "tokens an ideal cache would have read"),
         _c("details", "JSON", "every field of the diagnosis"),
     )),
-    Table("fixes", "what-if fixes `kvprobe fix` writes: each saving re-simulates the requests it changes",
+    Table("fixes", "what-if fixes `kvprobe fix` writes, then their alternatives: each saving re-simulates the "
+                   "requests it changes",
           ("trace_id", "fix_index"), (
         _TRACE,
         _c("fix_index", "INTEGER", "order (largest saving first)"),
         _c("kind", "VARCHAR", "stabilize_prefix | stable_params | keep_alive | ttl_1h | lookback_breakpoint "
                               "| shared_breakpoint"),
+        _c("chosen", "BOOLEAN", "true: part of what `kvprobe fix` writes; false: an alternative for the same "
+                                "miss that a chosen fix does better than"),
         _c("requests", "VARCHAR[]", "request ids the fix is about (unnest() to join with requests)"),
         _c("saving_input_equivalent_tokens", "DOUBLE", "input-equivalent tokens saved"),
         _c("saving_usd", "DOUBLE", "USD saved (NULL when unpriced)"),

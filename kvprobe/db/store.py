@@ -196,7 +196,8 @@ def _write(con: duckdb.DuckDBPyConnection, a: Analysed, loaded_at: float) -> dic
             con.register("kvprobe_rows", frame(t.name, rows[t.name]))
             con.execute(f"INSERT INTO {t.name} BY NAME SELECT * FROM kvprobe_rows")
             con.unregister("kvprobe_rows")
-    return {name: len(rows[name]) for name in ("requests", "blocks", "diagnoses", "fixes")}
+    counts = {name: len(rows[name]) for name in ("requests", "blocks", "diagnoses")}
+    return counts | {"fixes": sum(1 for f in rows["fixes"] if f["chosen"])}  # alternatives are not fixes
 
 
 def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBook | None = None,
