@@ -64,6 +64,16 @@ class Report:
     def totals(self) -> dict[str, Any]:
         return summarize(self.results)
 
+    @property
+    def basis(self) -> str:
+        """Which figures the totals add up: the usage the provider logged, kvprobe's prediction, or both."""
+        predicted = sum(not r.observed for r in self.results)
+        if not predicted:
+            return "logged usage"
+        if predicted == len(self.results):
+            return "predicted: no usage logged"
+        return f"logged usage; predicted for {predicted} requests without it"
+
     def groups(self, key: Callable[[RequestResult], str]) -> dict[str, dict[str, Any]]:
         grouped: dict[str, list[RequestResult]] = {}
         for r in self.results:

@@ -315,3 +315,16 @@ def test_database_holds_the_fixes_then_their_alternatives(cli, tmp_path):
     assert [r[3] for r in chosen] == sorted((r[3] for r in chosen), reverse=True)
     alternatives = [r for r in rows if not r[2]]
     assert [r[1] for r in alternatives] == ["shared_breakpoint"] and alternatives[0][0] == len(SAVINGS)
+
+
+def test_html_page_lists_the_alternatives_and_says_the_cost_is_logged(cli, tmp_path):
+    original = tmp_path / "session.jsonl"
+    write_trace(original, session())
+    page_path = tmp_path / "page.html"
+    assert cli("html", original, "-o", page_path).exit_code == 0
+    page = page_path.read_text()
+    fixes = page[page.index('id="kv-fixes"'):page.index("</table>", page.index('id="kv-fixes"'))]
+    assert fixes.count('<tr data-kind=') == len(SAVINGS)
+    assert fixes.count('<tr class="alt" data-kind="shared_breakpoint">') == 1
+    assert "instead of shared_breakpoint" in fixes
+    assert "Cost (logged usage)" in page

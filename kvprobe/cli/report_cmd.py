@@ -127,7 +127,7 @@ def render(rep: Report) -> None:
                      money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
     print_table("Requests", REQUEST_COLUMNS, rows)
     t = rep.totals
-    out.print(Text.assemble((f"Total ({_basis(rep)}): ", "bold"),
+    out.print(Text.assemble((f"Total ({rep.basis}): ", "bold"),
                             f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
                             (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", "green"), " · ",
                             f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
@@ -136,16 +136,6 @@ def render(rep: Report) -> None:
               f"{t['rebuild_write_tokens']:,} tokens; missed reads {t['missed_read_tokens']:,} tokens")
     _render_misses(rep)
     _render_notes(rep)
-
-
-def _basis(rep: Report) -> str:
-    """Which figures the total adds up: the usage the provider logged, kvprobe's prediction, or both."""
-    predicted = sum(not r.observed for r in rep.results)
-    if not predicted:
-        return "logged usage"
-    if predicted == len(rep.results):
-        return "predicted: no usage logged" if not any(r.observed for r in rep.results) else "predicted"
-    return f"logged usage; predicted for {predicted} requests without it"
 
 
 def _total_cost(t: dict) -> str:

@@ -53,7 +53,7 @@ def _totals(rep: Report) -> str:
         _card("token_hit_ratio", "Hit ratio", _pct(t["token_hit_ratio"]), t["token_hit_ratio"], "good"),
         _card("input_equivalent_tokens", "Input-equivalents", f"{t['input_equivalent_tokens']:,.0f}",
               t["input_equivalent_tokens"]),
-        _card("cost_usd", "Cost", money(t["cost_usd"]), t["cost_usd"]),
+        _card("cost_usd", f"Cost ({rep.basis})", money(t["cost_usd"]), t["cost_usd"]),
         _card("missed_read_tokens", "Missed reads", f"{t['missed_read_tokens']:,} tokens", t["missed_read_tokens"],
               "bad" if t["missed_read_tokens"] else ""),
     ]
@@ -90,6 +90,15 @@ def _fixes(rep: Report) -> str:
             f'{f.get("saving_input_equivalent_tokens") or 0:,.0f}</td>'
             f'<td class="num"><span class="meter"><span style="width:{share:.1f}%"></span></span> {share:.1f}%</td>'
             f'<td>{esc(f.get("detail", ""))}</td></tr>')
+    for a in rep.alternatives:  # the same misses, fixed another way that a chosen fix does better: priced only
+        instead = " + ".join(a.get("instead_of", []))
+        rows.append(
+            f'<tr class="alt" data-kind="{esc(a["kind"])}"><td>or <code>{esc(a["kind"])}</code></td>'
+            f'<td>{esc(", ".join(map(str, a.get("requests", []))))}</td>'
+            f'<td class="num" data-v="{esc(a.get("saving_usd"))}">{esc(money(a.get("saving_usd")))}</td>'
+            f'<td class="num" data-v="{esc(a.get("saving_input_equivalent_tokens"))}">'
+            f'{a.get("saving_input_equivalent_tokens") or 0:,.0f}</td>'
+            f'<td class="num">instead of {esc(instead)}</td><td>{esc(a.get("detail", ""))}</td></tr>')
     head = ("<tr><th>fix</th><th>requests</th><th class=num>saves</th><th class=num>input-equivalents</th>"
             "<th class=num>of total</th><th>what to change</th></tr>")
     note = ("Each saving comes from re-simulating the requests that change with only that fix; the total is "
