@@ -1,4 +1,4 @@
-"""`kvprobe diff` of two 200k-token requests, including process start (target < 1 s; targets.md < 0.5 s)."""
+"""`kvprobe diff` of two 200k-token requests, including process start (target < 1 s; team target < 0.5 s)."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,7 @@ def main() -> None:
             runs.append(time.perf_counter() - t0)
         data = json.loads(out.stdout)
     print(f"diff of two {data['tokens']['b']:,}-token requests: best {min(runs):.2f} s, "
-          f"median {sorted(runs)[1]:.2f} s including process start (target < 1 s; targets.md < 0.5 s)")
+          f"median {sorted(runs)[1]:.2f} s including process start (target < 1 s; team target < 0.5 s)")
     print(f"  first change {data['first_change']['path']} at token {data['first_change']['token_position']:,}")
 
 

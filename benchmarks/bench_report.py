@@ -1,6 +1,6 @@
 """`kvprobe report --json` end to end on generated agent traces: throughput and peak memory.
 
-Targets: issue 3 — 1 GB in < 30 s with < 2 GB; targets.md — >= 400 MB/s and <= 200 MB on ~109 MB.
+Targets: issue 3 — 1 GB in < 30 s with < 2 GB; team target — >= 400 MB/s and <= 200 MB on ~109 MB.
 Usage: uv run python benchmarks/bench_report.py [--mb 109 1000]
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 Each client sends the same ~2,048-token system prompt (a cache breakpoint on it) and its own question through
 the official Anthropic SDK, streaming, and reads the time to first token from the first text delta. Both runs
-start from an empty cache. Target (shared/docs/targets.md): aggregate prefill tokens/s with 8 concurrent
+start from an empty cache. Target (the team's performance targets): aggregate prefill tokens/s with 8 concurrent
 clients >= 3x one at a time. Prefill tokens/s counts every prompt token served (cached or computed).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`kvprobe usage` over ~1 GB of Claude Code transcripts (target < 10 s, targets.md; issue: < 20 s).
+"""`kvprobe usage` over ~1 GB of Claude Code transcripts (target < 10 s, team target; issue: < 20 s).
 
 Generates sessions shaped like real ones: each response written as two lines repeating its usage (thinking,
 then tool_use), user lines carrying multi-KB tool results, subagent files, a few synthetic and broken lines.

@@ -1,6 +1,6 @@
 """Generate a synthetic agent trace: sessions whose requests resend tools + system + a growing history.
 
-Shape follows targets.md: sessions of 14 requests, each repeating the session's history, with tool
+Shape follows the team's reference trace: sessions of 14 requests, each repeating the session's history, with tool
 results of a few thousand tokens. Usage is Anthropic-shaped so `report` has observed figures to compare.
 Usage: uv run python benchmarks/gen_trace.py OUT.jsonl --mb 100
 """
