@@ -125,8 +125,22 @@ class BlockManager:
         block.ref_count = 1
         return block
 
-    def _new_block(self) -> int:
-        """A fresh block from the front of the free queue; evicts whatever prefix it still held."""
+    def _new_block(self, after: int | None = None, same_hash: int | None = None) -> int:
+        """A fresh block: the one right after block `after` when it is free and holds no cached prefix, or
+        holds the very block about to be computed (`same_hash`: a prompt's last full block, recomputed
+        because its last token always is; it is published again once rewritten). A sequence's K/V then
+        stays one run of slots, which decode attends to in one call. Else the front of the free queue,
+        evicting whatever prefix it still held."""
+        nxt = after + 1 if after is not None else None
+        if nxt is not None and nxt < len(self.blocks) and nxt in self.free_block_ids:
+            block = self.blocks[nxt]
+            cached = self._is_cached(block)
+            if not cached or block.hash == same_hash:
+                self._take_free_block(nxt)
+                if cached:
+                    del self.hash_to_block_id[block.hash]
+                block.hash, block.token_ids = None, ()
+                return nxt
         block = self._take_free_block()
         if self._is_cached(block):
             del self.hash_to_block_id[block.hash]
@@ -153,7 +167,11 @@ class BlockManager:
                 self._take_free_block(block_id)
             else:
                 block.ref_count += 1
-        seq.block_table = hits + [self._new_block() for _ in range(num_new)]
+        table, hashes = list(hits), self._prompt_block_hashes(seq)
+        for _ in range(num_new):
+            same = hashes[len(table)] if len(table) < len(hashes) else None
+            table.append(self._new_block(after=table[-1] if table else None, same_hash=same))
+        seq.block_table = table
         seq.num_cached_tokens = len(hits) * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
         seq.num_published_blocks = len(hits)
@@ -180,12 +198,12 @@ class BlockManager:
         the K/V of `src` into `dst` before writing the new token.
         """
         if len(seq.block_table) < seq.num_blocks_needed:
-            seq.block_table.append(self._new_block())
+            seq.block_table.append(self._new_block(after=seq.block_table[-1] if seq.block_table else None))
             return None
         last = self.blocks[seq.block_table[-1]]
         if last.ref_count == 1:
             return None
-        new_id = self._new_block()
+        new_id = self._new_block(after=seq.block_table[-2] if len(seq.block_table) > 1 else None)
         last.ref_count -= 1
         seq.block_table[-1] = new_id
         return last.block_id, new_id

@@ -184,3 +184,39 @@ def test_stop_token_and_length_finish_reasons():
     batch = sched.schedule()
     sched.postprocess(batch, [7])
     assert runs_out.finish_reason == "length" and runs_out.num_completion_tokens == 2
+
+
+def test_new_blocks_follow_the_last_one_when_it_is_free_and_holds_nothing():
+    """A sequence's blocks stay one run of slots where they can (decode attends to a run in one call):
+    a returning prompt that hits cached blocks 4..5 gets block 6 after them, not the front of the free
+    queue; a neighbour that still holds a cached prefix is not taken (nothing is evicted for it)."""
+    bm = BlockManager(12, BS)
+    bm.deallocate(run_prefill(bm, seq(range(100, 116))))  # blocks 0..3: 4 full, cached, then freed
+    first = run_prefill(bm, seq(range(9)))  # two full blocks + 1 token: 4, 5, 6 (front is 7.. after)
+    assert first.block_table == [4, 5, 6]
+    bm.deallocate(first)
+    again = seq(list(range(9)) + [50, 51, 52, 53])  # hits 4, 5; needs two more blocks
+    assert bm.allocate(again) and again.num_cached_tokens == 8
+    assert again.block_table == [4, 5, 6, 7]  # 6 held only a partial block: free and uncached
+    assert bm.stats.evictions == 0
+    bm = BlockManager(6, BS)
+    a = run_prefill(bm, seq(range(8)))  # blocks 0, 1
+    b = run_prefill(bm, seq(list(range(100, 104)) + [1]))  # blocks 2 (full, cached), 3
+    assert (a.block_table, b.block_table) == ([0, 1], [2, 3])
+    bm.deallocate(b)
+    bm.deallocate(a)
+    c = seq(list(range(8)) + [9] * 5)  # hits 0, 1; block 2 next to them still holds b's prefix
+    assert bm.allocate(c) and c.block_table == [0, 1, 4, 5] and bm.stats.evictions == 0
+    assert bm.lookup(seq(list(range(100, 104)) + [7]))[0] == 4  # b's prefix is still a hit
+
+
+def test_a_recomputed_last_prompt_block_goes_back_where_it_was():
+    """A prompt of whole blocks reuses all but its last block (its last token is always computed); that block
+    is recomputed into the free block that already held it, so the sequence stays one run and the prefix
+    stays cached (republished once written), with nothing evicted."""
+    bm = BlockManager(8, BS)
+    bm.deallocate(run_prefill(bm, seq(range(8))))  # blocks 0, 1 cached
+    again = run_prefill(bm, seq(range(8)))
+    assert again.block_table == [0, 1] and again.num_cached_tokens == 4 and bm.stats.evictions == 0
+    bm.deallocate(again)
+    assert bm.lookup(seq(range(9)))[0] == 8  # both blocks are hits again
