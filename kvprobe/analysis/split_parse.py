@@ -89,8 +89,8 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
             if cut is not None:
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
-        if helper is not None:
-            store.settle(helper.count(store.pending or {}), joined.skeletons)  # an empty request ends it
+        if helper is not None and store.pending is not None:
+            store.settle(helper.count(store.pending), joined.skeletons)
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
         return joined.skeletons, kept
