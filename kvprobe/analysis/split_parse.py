@@ -29,9 +29,11 @@ from kvprobe.tokens import count_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
-# Of each large file's bytes, the share this process renders when it also counts nothing (the helper loads the
-# tokenizer, ~0.3 s, and counts the tokens of both sides).
+# Of each large file's bytes, the share this process renders: with the what-if's records it also reads the
+# rest but counts no tokens (the helper loads the tokenizer, ~0.3 s, and counts both sides'); without, each side
+# counts its own and the helper also pickles its skeletons back.
 SHARE_WITH_RECORDS = 0.6
+SHARE_WITHOUT = 0.55
 
 
 def min_split_bytes() -> int:
@@ -72,7 +74,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
           progress: Callable[[int], None] | None = None,
           keep_records: bool = False) -> tuple[list[Skeleton], list[TraceRecord] | None]:
     """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked."""
-    cuts = {p: _cut(p, SHARE_WITH_RECORDS if keep_records else 0.5) for p in paths}
+    cuts = {p: _cut(p, SHARE_WITH_RECORDS if keep_records else SHARE_WITHOUT) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
     helper = _Helper(jobs) if jobs else None
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
