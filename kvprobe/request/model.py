@@ -109,7 +109,8 @@ def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: i
     if start:
         last = blocks[start - 1]
         parent_content, parent_key = last.content_hash.to_bytes(16, "big"), last.cache_key.to_bytes(16, "big")
-        seen_ranks = set(range(max(_level_rank(b.level) for b in blocks[:start]) + 1))
+        # (the distinct levels first: a long reused history has a handful of them)
+        seen_ranks = set(range(max(_level_rank(level) for level in {b.level for b in blocks[:start]}) + 1))
     for block in blocks[start:] if start else blocks:
         payload = (block.kind + "\0" + block.role + "\0" + block.meta + "\0" + block.text).encode(
             "utf-8", "surrogatepass")
