@@ -87,23 +87,29 @@ def _message_blocks(messages: Any, default_ttl: str, start: int = 0) -> list[Blo
     return blocks
 
 
-def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules) -> dict[str, IdentityParam]:
+def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules,
+            new_from: tuple[int, int] = (0, 0)) -> dict[str, IdentityParam]:
+    """The identity parameters the rules name. `new_from` = (first block, first message) not known to be
+    free of images and citation-enabled documents: only those are scanned (a long history is not walked
+    again for every request that extends it)."""
     levels: dict[str, str] = rules.get("invalidation", {}) or {}
     tools = body.get("tools") or []
+    first_block, first_message = new_from
     values = {
-        "model": body.get("model"),
-        "tool_choice": body.get("tool_choice"),
-        "thinking": body.get("thinking"),
-        "images": sum(1 for b in blocks if b.level == "messages" and b.kind == "image"),
-        "web_search": any(isinstance(t, dict) and str(t.get("type", "")).startswith("web_search") for t in tools),
-        "citations": _citations_enabled(body.get("messages")),
+        "model": lambda: body.get("model"),
+        "tool_choice": lambda: body.get("tool_choice"),
+        "thinking": lambda: body.get("thinking"),
+        "images": lambda: sum(1 for b in blocks[first_block:] if b.level == "messages" and b.kind == "image"),
+        "web_search": lambda: any(isinstance(t, dict) and str(t.get("type", "")).startswith("web_search")
+                                  for t in tools),
+        "citations": lambda: _citations_enabled(body.get("messages"), first_message),
     }
-    return {name: IdentityParam(name, value, levels.get(name, "all")) for name, value in values.items()
+    return {name: IdentityParam(name, value(), levels.get(name, "all")) for name, value in values.items()
             if name in levels}
 
 
-def _citations_enabled(messages: Any) -> bool:
-    for msg in messages or []:
+def _citations_enabled(messages: Any, start: int = 0) -> bool:
+    for msg in messages[start:] if isinstance(messages, list) else []:
         content = msg.get("content") if isinstance(msg, dict) else None
         for part in content if isinstance(content, list) else []:
             if isinstance(part, dict) and part.get("type") == "document":
@@ -148,7 +154,10 @@ def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block
     parameters differ from `params_before` (every key changes then: render it whole)."""
     tail = _message_blocks(body["messages"], rules.get("default_ttl", "5m"), first_new)
     blocks = reused + tail
-    params = _params(body, blocks, rules)
+    # the reused blocks and messages[:first_new] belong to the previous request: when it had no image and no
+    # citations, neither do they, and only the new ones need a look
+    clean = all(p.value in (0, False) for name, p in params_before.items() if name in ("images", "citations"))
+    params = _params(body, blocks, rules, (len(reused), first_new) if clean else (0, 0))
     if params != params_before:
         return None
     chain_hashes(blocks, params, start=len(reused))

@@ -30,13 +30,22 @@ class _Previous:
     head: int  # blocks before the first message (tools, system)
 
 
-def _message_ends(req: RenderedRequest, count: int) -> tuple[int, list[int]]:
-    head = next((i for i, b in enumerate(req.blocks) if b.level == "messages"), len(req.blocks))
-    ends = [head] * count
-    for i, block in enumerate(req.blocks):
+def _message_ends(req: RenderedRequest, count: int, known: tuple[int, list[int], int] | None = None
+                  ) -> tuple[int, list[int]]:
+    """Where the blocks of each message end. `known` = (head, ends of the first messages, block where the
+    rest starts) when a request extends the previous one: only its new blocks are walked."""
+    if known is None:
+        head = next((i for i, b in enumerate(req.blocks) if b.level == "messages"), len(req.blocks))
+        ends, first_block, first_message = [head] * count, 0, 0
+    else:
+        head, kept, first_block = known
+        ends, first_message = kept + [head] * (count - len(kept)), len(kept)
+    blocks = req.blocks
+    for i in range(first_block, len(blocks)):
+        block = blocks[i]
         if block.level == "messages" and block.message_index is not None and block.message_index < count:
             ends[block.message_index] = i + 1
-    for i in range(1, count):  # a message with no blocks (empty content) ends where the one before did
+    for i in range(max(first_message, 1), count):  # a message with no blocks ends where the one before did
         ends[i] = max(ends[i], ends[i - 1])
     return head, ends
 
@@ -68,36 +77,40 @@ class StreamRenderer:
     def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
                stream: Hashable = None) -> RenderedRequest:
         prev = self._previous.get(stream)
-        req = self._extend(prev, body, provider) if prev is not None else None
+        req, known = self._extend(prev, body, provider) if prev is not None else (None, None)
         if req is None:
-            req = render_request(body, provider, endpoint, response)
+            req, known = render_request(body, provider, endpoint, response), None
         self._previous.pop(stream, None)
         if req.api == "anthropic_messages" and isinstance(body.get("messages"), list):
-            head, ends = _message_ends(req, len(body["messages"]))
+            head, ends = _message_ends(req, len(body["messages"]), known)
             self._previous[stream] = _Previous(body, req.provider, req, ends, head)
             if len(self._previous) > self.streams:
                 self._previous.popitem(last=False)  # the stream seen least recently
         return req
 
-    def _extend(self, prev: _Previous, body: Any, provider: str | None) -> RenderedRequest | None:
+    def _extend(self, prev: _Previous, body: Any, provider: str | None
+                ) -> tuple[RenderedRequest | None, tuple[int, list[int], int] | None]:
+        """The request rendered on the previous one's blocks, and (head, ends of the reused messages, first
+        new block); (None, None) when it must be rendered whole."""
         old = prev.body
         if not isinstance(body, dict) or provider != prev.provider or "input" in body \
                 or "cache_control" in body or "cache_control" in old:
-            return None
+            return None, None
         messages = body.get("messages")
         if not isinstance(messages, list) or body.get("model") != old.get("model") \
                 or body.get("tools") != old.get("tools") or body.get("system") != old.get("system"):
-            return None
+            return None, None
         k = _common_messages(messages, old["messages"], self.share)
         cut = prev.message_ends[k - 1] if k else prev.head
         if cut == 0:
-            return None
+            return None, None
         model = body.get("model")
         if not isinstance(model, str) or model.startswith("models/"):
-            return None
+            return None, None
         reused = prev.request.blocks[:cut]
         marks = [(i, ttl) for i, ttl in prev.request.breakpoints if i < cut]
         req = extend_anthropic(body, rules_for(provider, model), reused, marks, k, prev.request.params)
-        if req is not None:
-            req.provider = provider  # type: ignore[assignment]
-        return req
+        if req is None:
+            return None, None
+        req.provider = provider  # type: ignore[assignment]
+        return req, (prev.head, prev.message_ends[:k], cut)
