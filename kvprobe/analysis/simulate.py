@@ -17,7 +17,6 @@ from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
 from kvprobe.sim.gemini_explicit import GeminiContextCaches, storage_usd
-from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.usage import Usage
 
 
@@ -61,20 +60,36 @@ class _Ideal:
     by_key: dict[int, int] = field(default_factory=dict)
     by_content: dict[int, int] = field(default_factory=dict)
 
-    def longest(self, req: RenderedRequest, attr: str) -> int:
-        table = self.by_key if attr == "cache_key" else self.by_content
-        best = 0
+    def longest_key(self, req: RenderedRequest) -> tuple[int, int]:
+        """Tokens of the longest prefix held under this request's keys, and how many blocks it spans."""
+        table, best, n = self.by_key, 0, 0
         for block in req.blocks:
-            tokens = table.get(getattr(block, attr))
+            tokens = table.get(block.cache_key)
+            if tokens is None:
+                break
+            best, n = tokens, n + 1
+        return best, n
+
+    def longest_content(self, req: RenderedRequest) -> int:
+        table, best = self.by_content, 0
+        for block in req.blocks:
+            tokens = table.get(block.content_hash)
             if tokens is None:
                 break
             best = tokens
         return best
 
-    def add(self, req: RenderedRequest, cum: list[int]) -> None:
-        for block, tokens in zip(req.blocks, cum):
-            self.by_key[block.cache_key] = tokens
-            self.by_content.setdefault(block.content_hash, tokens)
+    def add(self, req: RenderedRequest, held: tuple[int, int]) -> None:
+        """Write every prefix of the request. `held` = (tokens, blocks) already under its keys (a key names
+        its whole prefix, so those blocks, and their content, are in both tables with these very sizes)."""
+        tokens, start = held
+        by_key, by_content = self.by_key, self.by_content
+        blocks = req.blocks
+        for i in range(start, len(blocks)):
+            block = blocks[i]
+            tokens += block.tokens
+            by_key[block.cache_key] = tokens
+            by_content.setdefault(block.content_hash, tokens)
 
 
 class Simulator:
@@ -105,9 +120,10 @@ class Simulator:
         ideal = self.ideal.setdefault(sk.provider, _Ideal())
         minimum = int(rules.get("min_cacheable_tokens", 0))
         # a prefix under the model's minimum can never be cached: no ideal cache holds it either
-        raw_key = ideal.longest(req, "cache_key")
-        ideal_key, ideal_content = _at_least(raw_key, minimum), _at_least(ideal.longest(req, "content_hash"), minimum)
-        ideal.add(req, cumulative_tokens(req.blocks))
+        held = ideal.longest_key(req)
+        raw_key = held[0]
+        ideal_key, ideal_content = _at_least(raw_key, minimum), _at_least(ideal.longest_content(req), minimum)
+        ideal.add(req, held)
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
                                      pred.cache_write_1h_tokens, _output_tokens(sk))
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
