@@ -110,7 +110,7 @@ class Simulator:
         if sk.request is None:
             return self._usage_only(sk, rules)
         req = sk.request
-        how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model))
+        how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model), self.store.raw)
         if req.cache_mode in ("gemini_create", "gemini_cached"):
             pred = self._context_cache(sk, req, rules)
         else:

@@ -46,7 +46,7 @@ class BlockSizer:
         self._anchored: dict[tuple[str, str | None], list[int]] = {}  # model -> [anchored, estimated]
         self._by_body: dict[int, tuple[int, bool]] = {}  # body hash -> (tokens, anchored) as first sized
 
-    def size(self, sk: Skeleton, counter: TokenCounter) -> str:
+    def size(self, sk: Skeleton, counter: TokenCounter, raw: dict[int, int]) -> str:
         """Fill the tokens of the request's new blocks; return how: observed | carried | exact | estimated.
 
         With breakpoints, a provider's read + write is the exact size of the prompt through the last
@@ -65,17 +65,18 @@ class BlockSizer:
         if usage is None and self.book is not None:
             model, book = (sk.provider, sk.model), self.book
             hints = sk.extra.get("size_hints") or {}  # the parts of a block a fix split keep its size
-            for block, raw in zip(req.blocks, sk.raw_tokens):
+            for block in req.blocks:
                 if id(block) not in self._sized:  # shared blocks are sized once
-                    estimate = counter.scale(raw) + (overhead if block.first_in_message else 0)
+                    estimate = counter.scale(raw[block.cache_key]) + (overhead if block.first_in_message else 0)
                     hinted = hints.get(block.path)
                     self._set([block], [hinted if hinted is not None else book.size(block, estimate, model)])
             return "observed" if book.scale else ("exact" if counter.exact else "estimated")
         # only blocks never sized need an estimate (a request resends its whole history)
         sized, exact, ratio = self._sized, counter.exact, counter.effective_ratio
         estimates = [0 if id(b) in sized else
-                     (raw if exact else round(raw * ratio)) + (overhead if b.first_in_message else 0)
-                     for b, raw in zip(req.blocks, sk.raw_tokens)]
+                     (raw[b.cache_key] if exact else round(raw[b.cache_key] * ratio))
+                     + (overhead if b.first_in_message else 0)
+                     for b in req.blocks]
         how = "exact" if counter.exact else "estimated"
         cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(req.blocks)
         if usage and req.cache_mode != "implicit" and req.breakpoints and usage.cache_read_tokens + usage.cache_write_tokens:

@@ -40,7 +40,6 @@ class Skeleton:
     finished_at: float | None
     observed: Usage | None
     request: RenderedRequest | None  # None for usage-only records
-    raw_tokens: list[int] = field(default_factory=list)  # per block, before sizing
     source: str | None = None
     line: int | None = None
     offset: int | None = None
@@ -64,8 +63,10 @@ class BlockStore:
     def counter(self, provider: str, model: str | None) -> TokenCounter:
         return pooled_counter(self.counters, provider, model)
 
-    def intern(self, req: RenderedRequest, counter: TokenCounter) -> list[int]:
-        shared, raw_counts = [], []
+    def intern(self, req: RenderedRequest, counter: TokenCounter) -> None:
+        """Replace the request's blocks by the stored ones (one object per chained key), counting the tokens
+        of each new body once; a block's raw count is then `raw[block.cache_key]`."""
+        shared = []
         for block in req.blocks:
             known = self.blocks.get(block.cache_key)
             if known is None:
@@ -80,11 +81,9 @@ class BlockStore:
                 self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw
                 known = block
             shared.append(known)
-            raw_counts.append(self.raw[block.cache_key])
         req.blocks = shared
-        return raw_counts
 
-    def settle(self, counts: dict[int, int], sks: list[Skeleton]) -> None:
+    def settle(self, counts: dict[int, int]) -> None:
         """Put the counts of the pending blocks (by body hash) where placeholders stand."""
         for body, raw in self.raw_by_body.items():
             if raw == PENDING:
@@ -92,13 +91,6 @@ class BlockStore:
         for key, raw in self.raw.items():
             if raw == PENDING:
                 self.raw[key] = counts[self.blocks[key].body_hash]
-        for sk in sks:
-            raws = sk.raw_tokens
-            if PENDING in raws:
-                assert sk.request is not None
-                for i, block in enumerate(sk.request.blocks):
-                    if raws[i] == PENDING:
-                        raws[i] = self.raw[block.cache_key]
         self.pending = None
 
 
@@ -153,11 +145,11 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
         start = rec.started_at if rec.started_at is not None else last_start + READABLE_EPSILON
         last_start = start
         provider = rec.provider or "anthropic"
-        req, raw = None, []
+        req = None
         if rec.request is not None:
             req = _render(rec, renderer)
             provider = req.provider
-            raw = store.intern(req, store.counter(provider, req.model))
+            store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + READABLE_EPSILON
         logged = normalize_usage(provider, rec.usage)
         observed = logged if use_observed else None
@@ -170,7 +162,7 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
         task = rec.extra.get("task")
         yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
                        req.model if req else rec.model, start, readable, rec.finished_at,
-                       observed, req, raw, rec.source, rec.line, rec.offset, rec.error,
+                       observed, req, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
                        kept | _context_cache_facts(rec, req)
                        | ({"reported_missed_tokens": reported.missed_tokens} if reported and reported.missed_tokens

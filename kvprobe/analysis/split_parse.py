@@ -64,6 +64,7 @@ class Piece:
     error: tuple[str, int | None, str | None] | None = None  # message, line within the range, field
     leading: list[bool] = field(default_factory=list)  # records before the first start time: readable unknown?
     raw_by_body: dict[int, int] = field(default_factory=dict)
+    raw: dict[int, int] = field(default_factory=dict)  # helper's: raw token count by chained key
 
     @property
     def lines(self) -> int:  # every line of a strictly read range is a record or blank
@@ -92,7 +93,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
         if helper is not None and store.pending is not None:
-            store.settle(helper.count(store.pending), joined.skeletons)
+            store.settle(helper.count(store.pending))
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
         return joined.skeletons, kept
@@ -206,18 +207,18 @@ class _Joiner:
         self._ids.add(sk.id)
         sk.order = len(self.skeletons)
         if piece.from_helper and sk.request is not None:
-            _adopt(sk, self.store)
+            _adopt(sk, self.store, piece.raw)
         self.skeletons.append(sk)
 
 
-def _adopt(sk: Skeleton, store: BlockStore) -> None:
+def _adopt(sk: Skeleton, store: BlockStore, raw: dict[int, int]) -> None:
     """Point a helper's skeleton at this store's blocks (one object per chained key, as sizing expects)."""
     assert sk.request is not None
     blocks = sk.request.blocks
-    for j, (block, raw) in enumerate(zip(blocks, sk.raw_tokens)):
+    for j, block in enumerate(blocks):
         known = store.blocks.get(block.cache_key)
         if known is None:
-            store.blocks[block.cache_key], store.raw[block.cache_key] = block, raw
+            store.blocks[block.cache_key], store.raw[block.cache_key] = block, raw[block.cache_key]
         elif known is not block:
             blocks[j] = known
 
@@ -304,6 +305,7 @@ def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> boo
             piece.error = (exc.message, exc.line, exc.field)
         total += stats.bytes_read
         piece.raw_by_body, store.raw_by_body = store.raw_by_body, {}
+        piece.raw, store.raw = store.raw, {}  # (blocks seen in an earlier file are in the parent's store by now)
         conn.send_bytes(pickle.dumps(("piece", piece), protocol=pickle.HIGHEST_PROTOCOL))
         if piece.error is not None:
             return False
