@@ -66,8 +66,11 @@ class BlockStore:
     def intern(self, req: RenderedRequest, counter: TokenCounter) -> None:
         """Replace the request's blocks by the stored ones (one object per chained key), counting the tokens
         of each new body once; a block's raw count is then `raw[block.cache_key]`."""
-        shared = []
-        for block in req.blocks:
+        start = req.shared_prefix
+        if start and self.blocks.get(req.blocks[start - 1].cache_key) is not req.blocks[start - 1]:
+            start = 0  # not this store's objects (another store interned them): look every block up
+        shared = req.blocks[:start]
+        for block in req.blocks[start:] if start else req.blocks:
             known = self.blocks.get(block.cache_key)
             if known is None:
                 raw = self.raw_by_body.get(block.body_hash)

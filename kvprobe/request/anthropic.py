@@ -163,7 +163,7 @@ def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block
     chain_hashes(blocks, params, start=len(reused))
     marks = reused_breakpoints + [(len(reused) + j, b.breakpoint) for j, b in enumerate(tail) if b.breakpoint]
     req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, False,
-                          breakpoints=marks, cache_mode="breakpoints")
+                          breakpoints=marks, cache_mode="breakpoints", shared_prefix=len(reused))
     check_breakpoints(req, rules)
     return req
 

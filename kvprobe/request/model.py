@@ -65,6 +65,9 @@ class RenderedRequest:
     # None: read off the blocks (a fresh rendering); given when blocks are shared with another request.
     breakpoints: list[tuple[int, str]] = None  # type: ignore[assignment]
     cache_mode: str = "implicit"  # "breakpoints" (Anthropic), "explicit" (OpenAI 5.6+ explicit) or "implicit"
+    # leading blocks taken over from the previous request of the stream (request.incremental): already
+    # interned when that request was, so a block store need not look them up again
+    shared_prefix: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.breakpoints is None:
