@@ -213,3 +213,17 @@ def test_segment_pricing_equals_whole_trace_re_simulation():
         assert cand.saving_input_equivalent_tokens == pytest.approx(whole, abs=0.01), cand.kind
         touched = {i for s in pricer.price([cand]).segments for i in pricer.segs.segments[s].ids}
         assert touched == ({"a0", "a1", "a2", "b0", "b1"} if cand.kind == "stable_params" else {"c0", "c1", "c2"})
+
+
+def test_a_tool_name_that_is_not_a_string_is_still_priced(cli, tmp_path):
+    """A malformed log (a tool `name` that is a list) is reported, fixes included, not a crash."""
+    from conftest import ROOT
+
+    lines = (ROOT / "traces" / "sample_session.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["request"]["tools"][0]["name"] = ["read_file"]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    result = cli("report", trace, "--json", "--what-if")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["totals"]["requests"] == len(lines)

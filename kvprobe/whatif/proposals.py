@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kvprobe.analysis.siblings import SiblingGroup, find_groups
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.request.model import canonical_json
 from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import (append_after_last_breakpoint, block_at, copy_record, mark_breakpoint,
@@ -158,7 +159,10 @@ def _stabilize_text(by_id: dict[str, TraceRecord], session: list[str], stream_id
 
 
 def _tool_name(tool: dict) -> str | None:
-    return tool.get("name") or (tool.get("function") or {}).get("name")
+    """The tool's name, as a key: a name that is not a string (a malformed log) is compared by its JSON."""
+    function = tool.get("function")
+    name = tool.get("name") or (function.get("name") if isinstance(function, dict) else None)
+    return name if name is None or isinstance(name, str) else canonical_json(name)
 
 
 def _plain(tool: dict) -> dict:
