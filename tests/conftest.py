@@ -108,3 +108,15 @@ def responses_body(**overrides) -> dict:
     }
     body.update(overrides)
     return copy.deepcopy(body)
+
+
+def json_spots(value):
+    """Every (container, key) inside a decoded JSON value: the places a fuzz test can replace or remove."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield value, k
+            yield from json_spots(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield value, i
+            yield from json_spots(v)

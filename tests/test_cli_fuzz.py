@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, json_spots
 from kvprobe.cli import app
 
 SAMPLE_LINES = (ROOT / "traces" / "sample_session.jsonl").read_bytes().splitlines()
@@ -42,23 +42,12 @@ values = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dicti
 values = values | st.integers(200, 400).map(_deep)
 
 
-def _spots(value):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield value, k
-            yield from _spots(v)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield value, i
-            yield from _spots(v)
-
-
 @st.composite
 def mutated(draw, raw: bytes) -> bytes:
     """One JSON document with 1-3 values replaced or removed (usage values are picked more often)."""
     value = orjson.loads(raw)
     for _ in range(draw(st.integers(1, 3))):
-        spots = list(_spots(value))
+        spots = list(json_spots(value))
         usage = [s for s in spots if isinstance(s[0], dict) and "tokens" in str(s[1])]
         pool = usage if usage and draw(st.booleans()) else spots
         if not pool:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import json_spots
 from kvprobe.errors import InputError
 from kvprobe.importers import ImportReport, load_any
 from kvprobe.importers.summary import summarize
@@ -38,18 +39,6 @@ def _lines(fmt: str) -> list[bytes]:
     return [line for path in SOURCES[fmt] for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def _paths(value):
-    """Every (container, key) inside a JSON value, to replace one of them."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield value, k
-            yield from _paths(v)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield value, i
-            yield from _paths(v)
-
-
 @st.composite
 def mutated_json(draw, raw: bytes) -> bytes:
     try:
@@ -57,7 +46,7 @@ def mutated_json(draw, raw: bytes) -> bytes:
     except orjson.JSONDecodeError:
         return raw
     for _ in range(draw(st.integers(1, 3))):
-        spots = list(_paths(value))
+        spots = list(json_spots(value))
         if not spots:
             break
         container, key = draw(st.sampled_from(spots))

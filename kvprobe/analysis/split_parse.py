@@ -14,10 +14,8 @@ both sides: this process then never pays for loading the tokenizer.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,6 +236,8 @@ class _Helper:
     """One process that parses the second half of each large file, in input order."""
 
     def __init__(self, jobs: list[tuple[str, int, int]]) -> None:
+        import multiprocessing  # here, not at import: most reports never start a helper (~7 ms)
+
         methods = multiprocessing.get_all_start_methods()
         ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")  # fork: no re-import
         self._done = ctx.Value("q", 0, lock=False)
@@ -286,6 +286,8 @@ def _helper_main(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> None
         if _parse_halves(jobs, conn, done):
             _count_for_parent(conn)
     except BaseException:  # noqa: BLE001 - the parent reports it
+        import traceback
+
         conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
 
 

@@ -158,10 +158,6 @@ def _read_batch(batch: list[tuple[str, str]], strict: bool,
     return out
 
 
-def _via(item: Any) -> Any:
-    """How a record (or a reduced one with `via`) was known: claude_code.VIA_PROGRESS for a provisional one."""
-    return item.extra.get("via") if isinstance(item, TraceRecord) else getattr(item, "via", None)
-
 
 def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
               report: ImportReport) -> list[tuple[Path, str]]:
@@ -201,7 +197,7 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
     seen: set[str] = set()
     held: dict[str, tuple[SourceStats, TraceRecord]] = {}
     for stats, record in pairs:
-        if _via(record) == claude_code.VIA_PROGRESS:
+        if record.via == claude_code.VIA_PROGRESS:
             if record.id in held:
                 stats.duplicates += 1
             else:
@@ -232,7 +228,7 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
             for stats, records in result:
                 report.sources.append(stats)
                 for record in records:  # the same request in files of different batches
-                    if _via(record) == claude_code.VIA_PROGRESS:
+                    if record.via == claude_code.VIA_PROGRESS:
                         yield stats, record  # provisional: settled once every file is read
                         continue
                     if record.id in seen:

@@ -203,8 +203,7 @@ class UsageRow:
 
 
 def usage_row(record: TraceRecord) -> UsageRow:
-    via = record.extra.get("via")
-    return UsageRow(record.id, via if isinstance(via, str) else None,
+    return UsageRow(record.id, record.via,
                     record.started_at if record.started_at is not None else record.finished_at,
                     record.provider, record.model, project_of(record), record.session, record.agent,
                     normalize_usage(record.provider, record.usage), record.error is not None)

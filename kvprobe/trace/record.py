@@ -37,6 +37,12 @@ class TraceRecord:
         return usage if isinstance(usage, dict) else None
 
     @property
+    def via(self) -> str | None:
+        """How an imported request was known when not from its own log line (e.g. a parent's progress line)."""
+        via = self.extra.get("via")
+        return via if isinstance(via, str) else None
+
+    @property
     def model(self) -> str | None:
         for holder in (self.request, self.response):
             if isinstance(holder, dict) and isinstance(holder.get("model"), str):
