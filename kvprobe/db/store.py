@@ -23,6 +23,7 @@ from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import build_report
+from kvprobe.trace.reader import READ_BUFFER
 
 if TYPE_CHECKING:
     import duckdb
@@ -47,7 +48,7 @@ def identify(path: str | Path) -> TraceFile:
     if not path.is_file():
         raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
     first, whole, size = None, xxhash.xxh3_128(), 0
-    with path.open("rb") as fh:
+    with path.open("rb", buffering=READ_BUFFER) as fh:
         for line in fh:
             whole.update(line)
             size += len(line)

@@ -50,23 +50,26 @@ def sniff(first: Any) -> bool:
         ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") == "file-history-snapshot"
 
 
-def _agent_of(path: Path, line: dict[str, Any]) -> str:
-    agent_id = as_str(line.get("agentId"))
-    stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
-    if stem.startswith("agent-"):
-        return f"agent-{agent_id or stem[6:]}"
-    if line.get("isSidechain") is True:
-        return f"agent-{agent_id}" if agent_id else "sidechain"
-    return "main"
+class _Origin:
+    """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
+    __slots__ = ("path", "source", "stem", "default_session")
 
-def _session_of(path: Path, line: dict[str, Any]) -> str:
-    session = as_str(line.get("sessionId"))
-    if session:
-        return session
-    if path.parent.name == "subagents":
-        return path.parent.parent.name
-    return path.stem
+    def __init__(self, path: Path) -> None:
+        self.path, self.source = path, str(path)
+        self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
+        self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
+
+    def agent(self, line: dict[str, Any]) -> str:
+        agent_id = as_str(line.get("agentId"))
+        if self.stem.startswith("agent-"):
+            return f"agent-{agent_id or self.stem[6:]}"
+        if line.get("isSidechain") is True:
+            return f"agent-{agent_id}" if agent_id else "sidechain"
+        return "main"
+
+    def session(self, line: dict[str, Any]) -> str:
+        return as_str(line.get("sessionId")) or self.default_session
 
 
 class _Pending:
@@ -81,26 +84,22 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
     pending: dict[str, _Pending] = {}
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
+    origin = _Origin(path)
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
         if line is None:
             continue
-        if not isinstance(line, dict):
-            stats.skip("line is not a JSON object", lineno)
-            continue
         uuid = line.get("uuid")
-        if isinstance(uuid, str):
+        if uuid.__class__ is str:
             times[uuid] = line.get("timestamp")
         kind = line.get("type")
-        if kind == "progress" and (nested := _progress_assistant(line)) is not None:
-            _assistant_line(path, nested, lineno, time_or_none(nested.get("timestamp")), times, provisional,
-                            stats, seen, provisional=True)
-            continue
-        if kind != "assistant":
+        if kind == "assistant":
+            _assistant_line(origin, line, lineno, times, pending, stats, seen)
+        elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
+            _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
+        else:
             stats.ignored += 1
-            continue
-        _assistant_line(path, line, lineno, time_or_none(line.get("timestamp")), times, pending, stats, seen)
     for item in pending.values():
         stats.records += 1
         yield item.record
@@ -120,7 +119,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
     return {**context, **nested, "isSidechain": True, "agentId": agent_id or nested.get("agentId")}
 
 
-def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float | None, times: dict[str, Any],
+def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
                     pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
                     provisional: bool = False) -> None:
     message = line.get("message")
@@ -140,8 +139,10 @@ def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float 
         stats.skip("no message.id or requestId to identify the request", lineno)
         return
     key = f"{message_id}:{request_id}"
-    if key in pending:
-        _merge(pending[key].record, message, usage, stamp)
+    stamp = time_or_none(line.get("timestamp"))
+    held = pending.get(key)
+    if held is not None:
+        _merge(held.record, message, usage, stamp)
         stats.duplicates += 1
         return
     if key in seen:
@@ -150,25 +151,28 @@ def _assistant_line(path: Path, line: dict[str, Any], lineno: int, stamp: float 
     if not provisional:  # a progress copy must not hide the subagent's own transcript line read later
         seen.add(key)
     parent = line.get("parentUuid")
-    started = time_or_none(times.get(parent)) if isinstance(parent, str) else None
-    started = started if started is not None else stamp
+    started = time_or_none(times.get(parent)) if parent.__class__ is str else None
     response = {"id": message_id, "model": model if isinstance(model, str) else None,
                 "stop_reason": message.get("stop_reason"), "usage": dict(usage)}
     if "diagnostics" in message:  # the API's own cache diagnostics, when Claude Code asked for them
         response["diagnostics"] = message["diagnostics"]
     extra: dict[str, Any] = {"source_format": NAME}
-    for src, dst in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version")):
-        if as_str(line.get(src)):
-            extra[dst] = line[src]
-    if isinstance(line.get("costUSD"), (int, float)):
-        extra["logged_cost_usd"] = line["costUSD"]
+    for src, dst in _EXTRA_FIELDS:
+        value = line.get(src)
+        if value.__class__ is str and value:
+            extra[dst] = value
+    cost = line.get("costUSD")
+    if isinstance(cost, (int, float)):
+        extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
-    record = TraceRecord(id=request_id or message_id or key, provider="anthropic", started_at=started,
-                         response=response, session=_session_of(path, line), agent=_agent_of(path, line),
-                         endpoint="/v1/messages", first_token_at=stamp, finished_at=stamp, extra=extra,
-                         source=str(path), line=lineno)
+    record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
+                         None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
+                         None, extra, origin.source, lineno)
     pending[key] = _Pending(record, lineno)
+
+
+_EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version"))
 
 
 def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], stamp: float | None) -> None:

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from kvprobe.pricing import PriceBook
@@ -185,10 +185,10 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
     return ZoneInfo(name)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    """What `usage` needs of one request: small enough to send back from the processes that parse the logs
-    (a whole record, with its bodies and metadata, costs several times more to pickle than to use)."""
+class UsageRow(NamedTuple):
+    """What `usage` needs of one request: small enough to send back from the processes that parse the logs.
+    A named tuple, not a dataclass: 100k frozen dataclasses cost ~1 s to pickle and ~1 s to unpickle, named
+    tuples ~0.4 s each way (whole records, with their bodies and metadata, several times more)."""
 
     id: str
     via: str | None  # how the request was known (see importers.claude_code.VIA_PROGRESS)
@@ -198,15 +198,19 @@ class UsageRow:
     project: str
     session: str | None
     agent: str | None
-    usage: Usage | None
+    usage: tuple[int, int, int, int, int, int] | None  # fresh input, cache read, 5m write, 1h write, output,
+    # reasoning output (part of output); None: the record has no usage
     error: bool
 
 
 def usage_row(record: TraceRecord) -> UsageRow:
+    u = normalize_usage(record.provider, record.usage)
+    figures = None if u is None else (u.fresh_input_tokens, u.cache_read_tokens, u.cache_write_5m_tokens,
+                                      u.cache_write_1h_tokens, u.output_tokens, u.reasoning_output_tokens)
     return UsageRow(record.id, record.via,
                     record.started_at if record.started_at is not None else record.finished_at,
                     record.provider, record.model, project_of(record), record.session, record.agent,
-                    normalize_usage(record.provider, record.usage), record.error is not None)
+                    figures, record.error is not None)
 
 
 def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | None = None,
@@ -227,24 +231,25 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
         if u is None:
             summary.without_usage += 1
             continue
+        fresh, read, w5m, w1h, out, reasoning = u
         if when is not None:
             first = when if first is None or when < first else first
             last = when if last is None or when > last else last
         model = row.model
         uday = book.period_day(row.provider, model, int(when // 86400)) if when is not None and model else None
         starts = pricer.tier_starts(row.provider, model, uday)
-        tier = sum(1 for s in starts if u.input_tokens > s) if starts else 0
+        tier = sum(1 for s in starts if fresh + read + w5m + w1h > s) if starts else 0
         key = (*calendar.keys(when), row.project, row.session or "(none)", row.agent or "(none)",
                model or "(unknown)", row.provider, model, uday, tier)
         acc = cells.get(key)
         if acc is None:
             acc = cells[key] = [0] * 8
-        acc[_FRESH] += u.fresh_input_tokens
-        acc[_READ] += u.cache_read_tokens
-        acc[_W5M] += u.cache_write_5m_tokens
-        acc[_W1H] += u.cache_write_1h_tokens
-        acc[_OUT] += u.output_tokens
-        acc[_REASON] += u.reasoning_output_tokens
+        acc[_FRESH] += fresh
+        acc[_READ] += read
+        acc[_W5M] += w5m
+        acc[_W1H] += w1h
+        acc[_OUT] += out
+        acc[_REASON] += reasoning
         acc[_REQS] += 1
         acc[_ERRS] += row.error
     summary.first_at, summary.last_at = first, last

@@ -16,6 +16,10 @@ from kvprobe.wording import show
 
 PROVIDER_NAMES = ("anthropic", "openai", "deepseek", "gemini", "local")
 
+# Read buffer for JSON Lines logs. Their lines run from KBs to MBs (each request resends its history), and
+# with Python's default 8 KB buffer iterating a 1 GB trace took 1.0-2.5 s here, with 4 MB 0.3 s.
+READ_BUFFER = 1 << 22
+
 
 @dataclass(slots=True)
 class ReadStats:
@@ -96,7 +100,7 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
     seen: dict[str, int] = {}
     start, end = byte_range if byte_range is not None else (0, None)
     source = str(path)
-    with path.open("rb") as fh:
+    with path.open("rb", buffering=READ_BUFFER) as fh:
         fh.seek(start)
         offset = start
         for lineno, raw_line in enumerate(fh, start=1):
