@@ -45,6 +45,7 @@ class BlockSizer:
         self.book = book
         self._anchored: dict[tuple[str, str | None], list[int]] = {}  # model -> [anchored, estimated]
         self._by_body: dict[int, tuple[int, bool]] = {}  # body hash -> (tokens, anchored) as first sized
+        self._running: dict[int, int] = {}  # id() of a block -> tokens of its request through it
 
     def size(self, sk: Skeleton, counter: TokenCounter, raw: dict[int, int]) -> str:
         """Fill the tokens of the request's new blocks; return how: observed | carried | exact | estimated.
@@ -71,25 +72,53 @@ class BlockSizer:
                     hinted = hints.get(block.path)
                     self._set([block], [hinted if hinted is not None else book.size(block, estimate, model)])
             return "observed" if book.scale else ("exact" if counter.exact else "estimated")
-        # only blocks never sized need an estimate (a request resends its whole history)
-        sized, exact, ratio = self._sized, counter.exact, counter.effective_ratio
+        # A request resends its whole history: its leading blocks, taken over from the previous request of its
+        # stream, are sized already, and only the blocks after them need work (their tokens come as one sum).
+        blocks, sized, exact, ratio = req.blocks, self._sized, counter.exact, counter.effective_ratio
+        done = self._sized_prefix(req)
         estimates = [0 if id(b) in sized else
                      (raw[b.cache_key] if exact else round(raw[b.cache_key] * ratio))
                      + (overhead if b.first_in_message else 0)
-                     for b in req.blocks]
+                     for b in blocks[done:]]
         how = "exact" if counter.exact else "estimated"
-        cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(req.blocks)
+        cut = req.breakpoint_indices[-1] + 1 if req.breakpoints else len(blocks)
         if usage and req.cache_mode != "implicit" and req.breakpoints and usage.cache_read_tokens + usage.cache_write_tokens:
             segments = [(0, cut, usage.cache_read_tokens + usage.cache_write_tokens),
-                        (cut, len(req.blocks), usage.fresh_input_tokens)]
+                        (cut, len(blocks), usage.fresh_input_tokens)]
         elif usage and req.cache_mode == "gemini_cached":  # the named cache is not in the body
-            segments = [(0, len(req.blocks), usage.input_tokens - usage.cache_read_tokens)]
+            segments = [(0, len(blocks), usage.input_tokens - usage.cache_read_tokens)]
         else:
-            segments = [(0, len(req.blocks), usage.input_tokens if usage else 0)]
+            segments = [(0, len(blocks), usage.input_tokens if usage else 0)]
         for lo, hi, target in segments:
-            if self._fill(req.blocks[lo:hi], estimates[lo:hi], target, (sk.provider, sk.model)):
+            start = max(lo, done)
+            before = self._tokens_between(blocks, lo, min(hi, done))
+            if self._fill(blocks[start:hi], estimates[start - done:max(hi - done, 0)], target,
+                          (sk.provider, sk.model), before):
                 how = "observed"
+        self._note_running(blocks, done)
         return how
+
+    def _sized_prefix(self, req) -> int:
+        """How many leading blocks are known sized: the ones taken over from the previous request of the
+        stream, when that request was sized here (its running totals were noted), else none."""
+        done = req.shared_prefix
+        return done if done and id(req.blocks[done - 1]) in self._running else 0
+
+    def _tokens_between(self, blocks: list[Block], lo: int, hi: int) -> int:
+        """Tokens of blocks[lo:hi], all inside the sized prefix, from the running totals."""
+        if hi <= lo:
+            return 0
+        running = self._running
+        return running[id(blocks[hi - 1])] - (running[id(blocks[lo - 1])] if lo else 0)
+
+    def _note_running(self, blocks: list[Block], done: int) -> None:
+        """Running token totals through each block (a block's chained key fixes everything before it, so
+        the total is the same in every request that holds it)."""
+        running = self._running
+        total = running[id(blocks[done - 1])] if done else 0
+        for block in blocks[done:]:
+            total += block.tokens
+            running[id(block)] = total
 
     def _set(self, blocks: list[Block], sizes: list[int]) -> None:
         for block, tokens in zip(blocks, sizes):
@@ -97,7 +126,8 @@ class BlockSizer:
                 block.tokens, block.tokens_exact = int(tokens), True  # as anchored or as carried
                 self._sized.add(id(block))
 
-    def _fill(self, blocks: list, estimates: list[int], target: int, model: tuple[str, str | None]) -> bool:
+    def _fill(self, blocks: list, estimates: list[int], target: int, model: tuple[str, str | None],
+              before: int = 0) -> bool:
         """Size the unsized blocks of one segment; True when anchored on the observed target.
 
         A block whose content was sized before (moved: a tool inserted before it changes its chained key, not
@@ -108,7 +138,7 @@ class BlockSizer:
                 block.tokens, block.tokens_exact = known
                 self._sized.add(id(block))
         new = [(b, e) for b, e in zip(blocks, estimates) if id(b) not in self._sized]
-        anchored = sum(b.tokens for b in blocks if id(b) in self._sized)
+        anchored = before + sum(b.tokens for b in blocks if id(b) in self._sized)
         sizes = [e for _, e in new]
         est_total = sum(sizes)
         used = False

@@ -103,21 +103,33 @@ def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, Bloc
         weights = _weights(r)
         segments = _segments(r)
         priced = [(s, e, units.get(cls, 0.0), weights[cls], _FIELD[cls]) for s, e, cls in segments]
-        seg, pos = 0, 0
+        seg, pos, count = 0, 0, len(priced)
         for block in req.blocks:
-            start, pos = pos, pos + block.tokens
+            tokens = block.tokens
+            start, pos = pos, pos + tokens
             # one row per block by its own content: the same tool, file or turn sent after an earlier change
             # (a new chained prefix) is still the block first sent by the first request that carried it
             entry = costs.get(block.body_hash)
             if entry is None:
                 entry = costs[block.body_hash] = BlockCost(block.body_hash, block.path,
-                                                           _label(block.level, block.kind), r.sk.id, block.tokens)
+                                                           _label(block.level, block.kind), r.sk.id, tokens)
             entry.requests += 1
             # blocks and segments both run in prompt order: walk them together
-            while seg < len(priced) and priced[seg][1] <= start:
+            while seg < count and priced[seg][1] <= start:
                 seg += 1
+            if seg < count and priced[seg][0] <= start and pos <= priced[seg][1]:
+                if tokens > 0:  # the usual case, inline: the whole block inside one segment
+                    _, _, unit, weight, name = priced[seg]
+                    if name == "read_usd":
+                        entry.read_usd += tokens * unit
+                    elif name == "fresh_usd":
+                        entry.fresh_usd += tokens * unit
+                    else:
+                        entry.write_usd += tokens * unit
+                    entry.input_equivalent += tokens * weight
+                continue
             k = seg
-            while k < len(priced) and priced[k][0] < pos:
+            while k < count and priced[k][0] < pos:
                 s, e, unit, weight, name = priced[k]
                 overlap = (pos if pos < e else e) - (start if start > s else s)
                 if overlap > 0:
