@@ -153,3 +153,36 @@ def test_openai_compatible_engine_reports_cached_tokens(cli, tmp_path, served_tr
     assert report["totals"]["failed"] == 2
     assert any("prompt is too long" in reason for reason in report["totals"]["not_replayed"])
     assert list(report["totals"]["not_replayed_ids"].values()) == [["a", "b"]]  # one kind of error, one line
+
+
+def test_a_model_that_does_not_load_fails_replay_cleanly(cli, served_trace, tmp_path):
+    # The engine is built on its own thread (see EngineLoop); its load error must still reach the user.
+    res = cli("replay", str(served_trace), "--model", str(tmp_path / "absent.gguf"), "--device", "cpu")
+    assert res.exit_code == 2
+    assert "absent.gguf" in res.output and "Traceback" not in res.output
+
+
+def test_the_engine_is_built_and_stepped_on_its_loop_thread():
+    import threading
+
+    from kvprobe.serve.engine_loop import EngineLoop
+    from localengine import Engine
+
+    threads = []
+
+    def load():
+        threads.append(threading.current_thread().name)
+        return Engine(model="tiny-random", device="cpu", num_blocks=64)
+
+    loop = EngineLoop(load=load)
+    try:
+        assert threads == ["kvprobe-engine"]  # not the caller's: only one thread ever runs torch's pools
+        stepped = loop.call(lambda e: (threading.current_thread().name, e.generate([5, 6, 7], max_tokens=2)))
+        name, result = stepped.result(timeout=60)
+        assert name == "kvprobe-engine" and len(result.token_ids) == 2
+    finally:
+        loop.stop()
+    with pytest.raises(ValueError, match="no such model"):
+        EngineLoop(load=lambda: (_ for _ in ()).throw(ValueError("no such model")))
+    with pytest.raises(ValueError):
+        EngineLoop()

@@ -103,10 +103,10 @@ def _local_target(model: str, device: str, dtype: str, kv_blocks: int | None, ma
 
     err.print(f"loading {model} ...", highlight=False)
     try:
-        engine = Engine(model=model, device=device, dtype=dtype, num_blocks=kv_blocks)
+        return LocalTarget(None, max_tokens, too_long,
+                           load=lambda: Engine(model=model, device=device, dtype=dtype, num_blocks=kv_blocks))
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    return LocalTarget(engine, max_tokens, too_long)
 
 
 class _progress:

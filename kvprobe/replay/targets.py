@@ -12,6 +12,7 @@ cached tokens are read from `usage.prompt_tokens_details.cached_tokens`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,11 +26,13 @@ from kvprobe.serve.prompt import PromptError, build_prompt
 
 
 class LocalTarget:
-    def __init__(self, engine: Any, max_tokens: int, too_long: str = "truncate") -> None:
-        self.engine = engine
+    def __init__(self, engine: Any, max_tokens: int, too_long: str = "truncate",
+                 load: Callable[[], Any] | None = None) -> None:
+        """`engine`, or None and `load` to build it on the engine's own thread (faster: see `EngineLoop`)."""
         self.max_tokens = max_tokens
         self.too_long = too_long
-        self.loop = el.EngineLoop(engine)
+        self.loop = el.EngineLoop(engine, load=load)
+        self.engine = engine = self.loop.engine
         stats = self.loop.call(lambda e: e.stats).result()
         self.kv_tokens = stats.blocks_total * stats.block_size
         self.block_size = stats.block_size

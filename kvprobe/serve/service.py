@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,14 +133,15 @@ class ServeConfig:
 class ServeState:
     """Everything a request handler needs; handlers run on one asyncio loop, so no locks here."""
 
-    def __init__(self, config: ServeConfig, engine: Any) -> None:
+    def __init__(self, config: ServeConfig, engine: Any = None, load: Callable[[], Any] | None = None) -> None:
+        """`engine`, or `load` to build it on the engine's own thread (faster: see `EngineLoop`)."""
         spec = config.validate()
         self.config = config
-        self.engine = engine
+        self.loop = el.EngineLoop(engine, load=load)
+        self.engine = engine = self.loop.engine
         self.tokenizer = engine.tokenizer
         self.max_token_bytes = max_token_bytes(self.tokenizer)
         self.context_tokens = int(engine.model_config.max_position_embeddings)
-        self.loop = el.EngineLoop(engine)
         stats = self.loop.call(lambda e: e.stats).result()
         self.kv_tokens = stats.blocks_total * stats.block_size  # the most one request can hold
         self.emulator = CacheEmulator(spec) if spec else None
