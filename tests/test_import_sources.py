@@ -150,3 +150,16 @@ def test_parallel_load_gives_the_same_records_and_counts(tmp_path):
     parallel, parallel_report = _load(tmp_path / "logs", workers=2)
     assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
     assert parallel_report.to_json() == serial_report.to_json()
+
+
+def test_a_strict_error_read_in_parallel_names_its_file_and_line(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    good = '{"kvprobe": 1, "id": "%s", "response": {"usage": {"input_tokens": 5}}}\n'
+    (logs / "a.jsonl").write_text(good % "a1" + '{"kvprobe": 1, "id": 7}\n' + good % "a2")
+    for name in ("b", "c", "d"):  # files for the other process
+        (logs / f"{name}.jsonl").write_text("".join(good % f"{name}{i}" for i in range(50)))
+    for workers in (1, 2):
+        with pytest.raises(InputError) as info:
+            _load(logs, strict_traces=True, workers=workers)
+        assert info.value.file == str(logs / "a.jsonl") and info.value.line == 2

@@ -258,7 +258,8 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     own = _split_by_size(files, 1 / workers)  # an equal share (less, to leave it time for its other work, was
     # not faster in A/B runs on the 1 GB Claude Code folder)
     batches = _batches(files[own:], (workers - 1) * 4)
-    with ProcessPoolExecutor(workers - 1, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(workers - 1, mp_context=context)
+    try:
         results = pool.map(_read_batch, batches, [strict] * len(batches), [reduce] * len(batches))
         own_seen: set[str] = set()  # (the workers are at work from here on)
         for path, kind in files[:own]:
@@ -272,6 +273,8 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
                 yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
                 if progress is not None:
                     progress(Path(stats.path).stat().st_size)
+    finally:  # an error here (or the caller stopping early) leaves batches not started: drop them
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
