@@ -29,6 +29,11 @@ def count_text(text: str, encoding: str = ESTIMATE_ENCODING) -> int:
     return _encoding(encoding).count(text)
 
 
+def count_block_text(text: str, meta: str, encoding: str = ESTIMATE_ENCODING) -> int:
+    """Raw tokens of a block: its text and its other identity bytes (ids, media digests), before any ratio."""
+    return count_text(text, encoding) + (count_text(meta, encoding) if meta else 0)
+
+
 @dataclass(slots=True)
 class TokenCounter:
     """Counts the tokens of blocks for one provider/model; caches counts by block body hash."""
@@ -60,7 +65,7 @@ class TokenCounter:
         key = block.body_hash
         raw = self._cache.get(key)
         if raw is None:
-            raw = self.raw_count(block.text) + (self.raw_count(block.meta) if block.meta else 0)
+            raw = count_block_text(block.text, block.meta, self.encoding)
             self._cache[key] = raw
         return self.scale(raw) + (self.message_overhead if block.first_in_message else 0)
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(slots=True)  # not frozen (nothing changes one): a frozen dataclass's __init__ costs 4x, and
-class Usage:  # one is built per request read
+# Not frozen (nothing changes one): a frozen dataclass's __init__ costs 4x, and one is built per request read.
+@dataclass(slots=True)
+class Usage:
     input_tokens: int = 0  # all input tokens, cached or not
     cache_read_tokens: int = 0
     cache_write_5m_tokens: int = 0
@@ -47,25 +48,18 @@ def _int(d: dict[str, Any] | None, *keys: str) -> int:
     return 0
 
 
-def _count(d: dict[str, Any], key: str) -> int:
-    value = d.get(key)
-    if value.__class__ is int:  # the common case, checked first: this runs for every logged request
-        return value
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
 def _anthropic(u: dict[str, Any]) -> Usage:
-    fresh, read, created = _count(u, "input_tokens"), _count(u, "cache_read_input_tokens"), \
-        _count(u, "cache_creation_input_tokens")
+    fresh, read = _int(u, "input_tokens"), _int(u, "cache_read_input_tokens")
+    created = _int(u, "cache_creation_input_tokens")
     split = u.get("cache_creation")
     if isinstance(split, dict):
-        w1h, w5m = _count(split, "ephemeral_1h_input_tokens"), _count(split, "ephemeral_5m_input_tokens")
+        w1h, w5m = _int(split, "ephemeral_1h_input_tokens"), _int(split, "ephemeral_5m_input_tokens")
         if w5m + w1h != created:  # trust the total; attribute the rest to 5m
             w5m = max(created - w1h, 0)
     else:
         w1h, w5m = 0, created
     reason = u.get("cache_miss_reason")
-    return Usage(fresh + read + created, read, w5m, w1h, _count(u, "output_tokens"),
+    return Usage(fresh + read + created, read, w5m, w1h, _int(u, "output_tokens"),
                  str(reason) if reason else None)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
-from kvprobe.request.model import Block
+from kvprobe.request.model import Block, RenderedRequest
 from kvprobe.tokens import TokenCounter
 
 _MAX_SCALE, _MIN_SCALE = 3.0, 0.33  # beyond this the observed total is not about these blocks
@@ -98,7 +98,7 @@ class BlockSizer:
         self._note_running(blocks, done)
         return how
 
-    def _sized_prefix(self, req) -> int:
+    def _sized_prefix(self, req: RenderedRequest) -> int:
         """How many leading blocks are known sized: the ones taken over from the previous request of the
         stream, when that request was sized here (its running totals were noted), else none."""
         done = req.shared_prefix

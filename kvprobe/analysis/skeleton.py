@@ -16,7 +16,7 @@ from kvprobe.request import RenderedRequest
 from kvprobe.request.incremental import StreamRenderer
 from kvprobe.request.model import Block
 from kvprobe.sim.gemini_explicit import parse_ttl
-from kvprobe.tokens import TokenCounter, pooled_counter
+from kvprobe.tokens import TokenCounter, count_block_text, pooled_counter
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
 
@@ -78,7 +78,7 @@ class BlockStore:
                     self.pending[block.body_hash] = (counter.encoding, block.text, block.meta)
                     raw = self.raw_by_body[block.body_hash] = PENDING
                 elif raw is None:
-                    raw = counter.raw_count(block.text) + (counter.raw_count(block.meta) if block.meta else 0)
+                    raw = count_block_text(block.text, block.meta, counter.encoding)
                     self.raw_by_body[block.body_hash] = raw
                 block.text = block.meta = ""  # the text is not needed again here; memory stays flat
                 self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
+from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError
-from kvprobe.tokens import count_text
+from kvprobe.tokens import count_block_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
@@ -38,13 +39,6 @@ def min_split_bytes() -> int:
     """The smallest file cut in two ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a small trace)."""
     value = os.environ.get("KVPROBE_SPLIT_MIN_BYTES")
     return int(value) if value and value.isdigit() else MIN_SPLIT_BYTES
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def worth_splitting(paths: list[Path]) -> bool:
@@ -316,6 +310,5 @@ def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> boo
 
 def _count_for_parent(conn: Any) -> None:
     pending = pickle.loads(conn.recv_bytes())
-    counts = {body: count_text(text, encoding) + (count_text(meta, encoding) if meta else 0)
-              for body, (encoding, text, meta) in pending}
+    counts = {body: count_block_text(text, meta, encoding) for body, (encoding, text, meta) in pending}
     conn.send_bytes(pickle.dumps(("counts", counts), protocol=pickle.HIGHEST_PROTOCOL))

@@ -13,7 +13,6 @@ naming the file and line.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError
 from kvprobe.importers import claude_code, codex, har, litellm, otel
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
@@ -220,17 +220,6 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
         yield record
 
 
-def _split_by_size(files: list[tuple[Path, str]], share: float) -> int:
-    """How many of the first files make up about `share` of the bytes (at least one; at least one left)."""
-    sizes = [p.stat().st_size for p, _ in files]
-    target, filled = sum(sizes) * share, 0
-    for i, size in enumerate(sizes[:-1]):
-        if i and filled + size > target:
-            return i
-        filled += size
-    return len(files) - 1
-
-
 def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Iterator[tuple[SourceStats, Any]]:
     """The same request in files read by different processes: the first one read (in file order) counts."""
     for record in records:
@@ -255,17 +244,19 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     seen: set[str] = set()
-    own = _split_by_size(files, 1 / workers)  # an equal share (less, to leave it time for its other work, was
-    # not faster in A/B runs on the 1 GB Claude Code folder)
-    batches = _batches(files[own:], (workers - 1) * 4)
+    batches = _batches(files, workers * 4)
+    # this process takes an equal share (less, to leave it time for its other work, was not faster in A/B runs
+    # on the 1 GB Claude Code folder), and leaves at least one batch to the workers
+    own = max(1, min(len(batches) - 1, round(len(batches) / workers)))
+    rest = batches[own:]
     pool = ProcessPoolExecutor(workers - 1, mp_context=context)
     try:
-        results = pool.map(_read_batch, batches, [strict] * len(batches), [reduce] * len(batches))
+        results = pool.map(_read_batch, rest, [strict] * len(rest), [reduce] * len(rest))
         own_seen: set[str] = set()  # (the workers are at work from here on)
-        for path, kind in files[:own]:
-            stats = SourceStats(str(path), kind)
+        for name, kind in (file for batch in batches[:own] for file in batch):
+            stats = SourceStats(name, kind)
             report.sources.append(stats)
-            records = _read_one(path, kind, stats, own_seen, progress, strict)
+            records = _read_one(Path(name), kind, stats, own_seen, progress, strict)
             yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
         for result in results:
             for stats, records, row_class in result:
@@ -321,4 +312,4 @@ def auto_workers(paths: Iterable[str | Path]) -> int:
         total = sum(p.stat().st_size for p in discover(list(paths)))
     except (InputError, OSError):
         return 1
-    return min(os.cpu_count() or 1, 4) if total > 64 << 20 else 1
+    return min(usable_cpus(), 4) if total > 64 << 20 else 1

@@ -53,10 +53,10 @@ def sniff(first: Any) -> bool:
 class _Origin:
     """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
-    __slots__ = ("path", "source", "stem", "default_session")
+    __slots__ = ("source", "stem", "default_session")
 
     def __init__(self, path: Path) -> None:
-        self.path, self.source = path, str(path)
+        self.source = str(path)
         self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
         self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
 
@@ -166,9 +166,10 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
-    record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
-                         None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
-                         None, extra, origin.source, lineno)
+    record = TraceRecord(id=request_id or message_id or key, provider="anthropic",
+                         started_at=started if started is not None else stamp, response=response,
+                         session=origin.session(line), agent=origin.agent(line), endpoint="/v1/messages",
+                         first_token_at=stamp, finished_at=stamp, extra=extra, source=origin.source, line=lineno)
     pending[key] = _Pending(record, lineno)
 
 

@@ -100,8 +100,7 @@ def start_server(*, model: str = "smollm2-135m-instruct", cache: str = "engine",
     config.validate()
     sock = _bind(host, port)
     try:
-        state = ServeState(config, engine) if engine is not None else \
-            ServeState(config, load=lambda: load_engine(config))
+        state = ServeState(config, engine, load=None if engine is not None else lambda: load_engine(config))
     except BaseException:
         sock.close()
         raise

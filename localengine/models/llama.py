@@ -127,7 +127,7 @@ class Linear(nn.Module):
         if not hasattr(torch.ops.aten, "_weight_int8pack_mm") or self.weight.device.type != "cpu":
             return False
         w = self.weight.detach().float()
-        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        scales = _int8_row_scales(w)
         rows = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
         try:
             torch.ops.aten._weight_int8pack_mm(torch.zeros(1, w.shape[1], dtype=self.weight.dtype), rows,
@@ -142,7 +142,7 @@ class Linear(nn.Module):
         if not hasattr(torch.ops.quantized, "linear_prepack") or "fbgemm" not in torch.backends.quantized.supported_engines:
             return False
         w = (self.weight if source is None else source).detach().float()
-        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+        scales = _int8_row_scales(w).double()
         zeros = torch.zeros(w.shape[0], dtype=torch.long)
         with warnings.catch_warnings():  # the quantized-tensor constructors warn of a future deprecation
             warnings.simplefilter("ignore")
@@ -151,6 +151,11 @@ class Linear(nn.Module):
             self.int8 = torch.ops.quantized.linear_prepack(q, None)
         self.packed = None
         return True
+
+
+def _int8_row_scales(w: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 scale of each output row: its largest magnitude maps to 127."""
+    return (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
 
 
 class Embedding(nn.Module):
