@@ -30,7 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="auto", help="the path to check (default: auto, the fast path)")
     parser.add_argument("--int8-head", action="store_true", help="also hold the vocabulary head in int8")
-    parser.add_argument("--no-int8-decode", action="store_true", help="single-token steps in bfloat16 too")
+    parser.add_argument("--decode-weights", default="auto", choices=("auto", "int4", "int8", "dense"),
+                        help="what single-token steps read (default: the engine's choice)")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--positions", type=int, default=32)
     parser.add_argument("--decode", type=int, default=64, help="greedy tokens compared after the prompt")
@@ -38,7 +39,7 @@ def main() -> None:
 
     ref = Engine(device="cpu", dtype="float32")
     fast = Engine(device="cpu", dtype=args.dtype, int8_head=args.int8_head,
-                  int8_decode=False if args.no_int8_decode else None)
+                  decode_weights=args.decode_weights)
     ids = ref.tokenizer.encode(README.read_text())[: args.tokens]
     step = max(1, len(ids) // args.positions)
     cuts = list(range(step, len(ids) + 1, step))[: args.positions]
@@ -51,7 +52,7 @@ def main() -> None:
     print(f"  top-1 agreement {top1:.1%}; reference top-1 within the checked path's top-5: {in_top5:.1%}")
     print(f"  max |logit difference| {diff.max().item():.3f} (median per position {diff.median().item():.3f}; "
           f"logits span about {a.max().item() - a.min().item():.0f})")
-    # single-token steps (the decode path, int8 weights by default): a prefix of 16k + 1 tokens computes only
+    # single-token steps (the decode path, low-precision weights by default): a prefix of 16k + 1 tokens computes only
     # its last token, the 16k before it being cached in full blocks
     block = fast.block_manager.block_size
     singles = [c for c in range(block + 1, len(ids) + 1, block)][-args.positions:]

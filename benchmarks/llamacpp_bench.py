@@ -35,13 +35,13 @@ def ids(n: int, seed: int, vocab: int) -> list[int]:
 
 
 class Ours:
-    def __init__(self, dtype: str, threads: int, int8_decode: bool | None = None) -> None:
+    def __init__(self, dtype: str, threads: int, decode_weights: str = "auto") -> None:
         import torch
 
         from localengine import Engine
 
         torch.set_num_threads(threads)
-        self.engine = Engine(device="cpu", dtype=dtype, int8_decode=int8_decode)
+        self.engine = Engine(device="cpu", dtype=dtype, decode_weights=decode_weights)
         self.vocab = self.engine.model_config.vocab_size
         self.label = f"kvprobe ({self.engine.kernels})"
 
@@ -111,8 +111,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="auto", help="kvprobe's engine dtype (default: its fast path)")
-    parser.add_argument("--also-bf16-decode", action="store_true",
-                        help="also time the engine with its single-token steps in bfloat16 (no int8 copy)")
+    parser.add_argument("--also-decode-weights", choices=("int4", "int8", "dense"), action="append", default=[],
+                        help="also time the engine with its single-token steps reading these weights (repeatable)")
     args = parser.parse_args()
     if importlib.util.find_spec("llama_cpp") is None:
         print("llama-cpp-python is not installed: comparison skipped. Install it (about an hour to build on 2 "
@@ -126,8 +126,8 @@ def main() -> int:
     p512, p2048 = ids(512, 512, vocab), ids(2048, 2048, vocab)
     shared, suffix = ids(3840, 1, vocab), ids(256, 2, vocab)
     engines = {"ours": ours, "peer": peer}
-    if args.also_bf16_decode:
-        engines["ours, bf16 decode"] = Ours(args.dtype, args.threads, int8_decode=False)
+    for choice in args.also_decode_weights:
+        engines[f"ours, {choice} decode"] = Ours(args.dtype, args.threads, decode_weights=choice)
     times: dict[str, dict[str, list[float]]] = {k: {} for k in engines}
     agree: list[int] = []
     for r in range(args.rounds):

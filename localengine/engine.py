@@ -108,6 +108,22 @@ def _cpu_has_bf16() -> bool:
     return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+_DECODE_WEIGHTS = {"int4": 4, "int8": 8, "dense": None}
+
+
+def _decode_bits(choice: str, dtype: str, resolved: torch.dtype, device: torch.device, source_bits: int) -> int | None:
+    """Bits of the single-token steps' weight copies (None: they read the dense weights)."""
+    if choice != "auto":
+        if choice not in _DECODE_WEIGHTS:
+            choices = ", ".join(_DECODE_WEIGHTS)
+            raise ValueError(f"decode_weights {choice!r} is not supported (choose from auto, {choices})")
+        return _DECODE_WEIGHTS[choice]
+    # Part of the fast path: dtype "auto" where it runs bfloat16 on CPU.
+    if dtype != "auto" or resolved != torch.bfloat16 or device.type != "cpu":
+        return None
+    return 4 if source_bits <= 4 else 8
+
+
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" or _cpu_has_bf16() else torch.float32
@@ -127,8 +143,13 @@ class Engine:
         (batch-invariant kernels, bitwise-identical cached and uncached logits).
     block_size / num_blocks: tokens per KV block / blocks in the store (None: sized from memory).
     seed: sampling seed, and the weights of "tiny-random".
-    int8_decode: single-token steps read int8 copies of the layers' weights (one scale per output row,
-        activations unquantized): fewer bytes per decoded token. None: on with dtype "auto" on a bfloat16 CPU.
+    decode_weights: what single-token steps read for the layers' weights (a decoded token reads every
+        weight once, so its time is their bytes); the activations stay unquantized:
+        "int4": 4-bit codes with a scale and offset per 32 inputs (llama.cpp's Q4_1 layout; for a Q4_0/Q4_1
+        GGUF these are the file's own values, so nothing is lost beyond what the file already lost);
+        "int8": one scale per output row; "dense": the same weights as every other step.
+        "auto" (default): on CPU with dtype "auto" where bfloat16 runs natively, int4 when the source stores
+        its layers in 4 bits and int8 otherwise (never fewer bits than the source); else dense.
     int8_head: hold the vocabulary head in int8 (per-channel scales) on CPU: reads a quarter of float32's
         bytes per token, but its per-call activation quantization costs accuracy (top-1 agreement with
         float32 fell to 87.5% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
@@ -147,7 +168,7 @@ class Engine:
         max_num_batched_tokens: int = 8192,
         batch_invariant: bool | None = None,
         int8_head: bool = False,
-        int8_decode: bool | None = None,
+        decode_weights: str = "auto",
     ):
         self.config = EngineConfig(
             model,
@@ -164,12 +185,12 @@ class Engine:
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
         net = build_model(loaded.config, loaded.weights, self.device, self.dtype)
+        source_bits = loaded.layer_bits
         del loaded
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
         # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
-        if int8_decode is None:  # part of the fast path: on with dtype "auto" where it runs bfloat16 on CPU
-            int8_decode = dtype == "auto" and self.dtype == torch.bfloat16 and self.device.type == "cpu"
-        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head, int8_decode=int8_decode)) or (
+        bits = _decode_bits(decode_weights, dtype, self.dtype, self.device, source_bits)
+        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head, decode_bits=bits)) or (
             "exact (batch-invariant)" if exact else "F.linear"
         )
         self.uses_onednn = self.kernels.startswith("oneDNN")

@@ -20,6 +20,10 @@ from .scheduler import ScheduledBatch
 from .sequence import Sequence
 
 
+_NEAR_TIE_CANDIDATES = 4  # top logits looked at for a near tie
+_NEAR_TIE_UNITS = 2  # within this many units in the last place of the top logit: re-scored in float32
+
+
 @dataclass(slots=True)
 class StepOutput:
     token_ids: list[int | None]  # one per sequence in batch order; None when nothing was sampled
@@ -107,13 +111,33 @@ class ModelRunner:
         kv_caches = list(self.kv_cache.unbind(0))
         hidden = self.model(input_ids, positions, kv_caches, attn)  # [T, D]
         # Only the last position of each sequence needs logits: skips the vocabulary matmul for the rest.
-        logits = self.model.compute_logits(hidden[last_rows], self.batch_invariant)  # [B, V]
-        token_ids = self._sample(logits, seqs)
+        logits, head_input = self.model.compute_logits(hidden[last_rows], self.batch_invariant)  # [B, V], [B, D]
+        token_ids = self._sample(logits, head_input, seqs)
         kept = [logits[i].clone() if s.params.return_logits else None for i, s in enumerate(seqs)]
         return StepOutput(token_ids, kept)
 
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int | None]:
-        greedy = logits.argmax(dim=-1).tolist()
+    def _greedy(self, logits: torch.Tensor, head_input: torch.Tensor) -> list[int]:
+        """The argmax of each row. Half-precision logits keep ~3 significant digits (a unit in the last place is
+        0.125 at 25), so two candidates a few hundredths apart can round to the same value, and the lower
+        token id would win the tie. Candidates within `_NEAR_TIE_UNITS` units of the top are re-scored in
+        float32 from the head's dense rows: rounding never decides between them."""
+        top = logits.topk(min(_NEAR_TIE_CANDIDATES, logits.shape[-1]), dim=-1)  # faster than bf16 argmax, too
+        picks = top.indices[:, 0].tolist()
+        if logits.dtype not in (torch.bfloat16, torch.float16):
+            return picks
+        values = top.values.float()
+        unit = values[:, :1].abs() * torch.finfo(logits.dtype).eps
+        near = (values[:, :1] - values) <= _NEAR_TIE_UNITS * unit  # [B, k]; the top itself included
+        for row in (near.sum(dim=-1) > 1).nonzero().flatten().tolist():
+            candidates = top.indices[row][near[row]]
+            rows = self.model.dense_head_rows(candidates)
+            if rows is not None:
+                exact = rows.float() @ head_input[row].float()
+                picks[row] = int(candidates[exact.argmax()])
+        return picks
+
+    def _sample(self, logits: torch.Tensor, head_input: torch.Tensor, seqs: list[Sequence]) -> list[int | None]:
+        greedy = self._greedy(logits, head_input)
         out: list[int | None] = []
         for i, seq in enumerate(seqs):
             if seq.params.max_tokens == 0:

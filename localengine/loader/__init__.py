@@ -1,7 +1,7 @@
 """Model sources: SmolLM2 (see `default_model_path`), any GGUF file, a Hugging Face directory, a tiny random model.
 
 Every source resolves to the same `LoadedModel`: a `ModelConfig`, float weights in Hugging Face naming,
-and a `Tokenizer`.
+a `Tokenizer`, and how many bits the source stored its layers' weights in.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ class LoadedModel:
     config: ModelConfig
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
+    layer_bits: int  # bits per value the source stored the layers' projections in (4 for a Q4 GGUF)
+
+
+def _stored_bits(weights: dict[str, torch.Tensor]) -> int:
+    return max((t.dtype.itemsize * 8 for name, t in weights.items() if name.endswith("_proj.weight")), default=32)
 
 
 def default_model_path() -> Path:
@@ -163,7 +168,8 @@ def _hf_tokenizer(path: Path) -> Tokenizer:
 def load_model(model: str, seed: int = 0) -> LoadedModel:
     """Resolve a model name or path."""
     if model == "tiny-random":
-        return LoadedModel(TINY_CONFIG, tiny_random_weights(TINY_CONFIG, seed), Tokenizer.byte_level())
+        weights = tiny_random_weights(TINY_CONFIG, seed)
+        return LoadedModel(TINY_CONFIG, weights, Tokenizer.byte_level(), _stored_bits(weights))
     from .gguf import load_gguf
     from .safetensors import load_hf_dir
 
@@ -177,8 +183,9 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
             )
     if path.is_dir():
         cfg, weights = load_hf_dir(path)
-        return LoadedModel(cfg, weights, _hf_tokenizer(path))
+        return LoadedModel(cfg, weights, _hf_tokenizer(path), _stored_bits(weights))
     if path.suffix != ".gguf":
         raise ValueError(f"{path}: expected a .gguf file or a Hugging Face model directory")
     gguf_model = load_gguf(path)
-    return LoadedModel(gguf_model.config, gguf_model.weights, Tokenizer.from_gguf_metadata(gguf_model.metadata))
+    tokenizer = Tokenizer.from_gguf_metadata(gguf_model.metadata)
+    return LoadedModel(gguf_model.config, gguf_model.weights, tokenizer, gguf_model.layer_bits)

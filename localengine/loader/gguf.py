@@ -19,6 +19,7 @@ import torch
 from ..config import ModelConfig
 
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+TYPE_BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8, "Q4_0": 4, "Q4_1": 4}  # per value, block scales aside
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -39,6 +40,7 @@ class GGUFModel:
     config: ModelConfig
     weights: dict[str, torch.Tensor]  # HF names, float32
     metadata: dict[str, object]  # every key/value field (tokenizer.*, general.*, ...)
+    layer_bits: int  # bits per value of the widest-stored layer projection (4 for Q4_0/Q4_1, 8 for Q8_0, ...)
 
 
 # -- file format (GGUF v2/v3): header, key/values, tensor infos, aligned data ---------------------------
@@ -71,6 +73,18 @@ class _Cursor:
         self.pos += n
         return bytes(self.buffer[self.pos - n : self.pos]).decode("utf-8", errors="replace")
 
+    def strings(self, count: int) -> list[str]:
+        """`count` consecutive strings (a vocabulary, its merges: ~100k of them), in one tight loop."""
+        buffer, pos, out = self.buffer, self.pos, []
+        length = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            (n,) = length(buffer, pos)
+            pos += 8
+            out.append(str(buffer[pos : pos + n], "utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, type_id: int):
         if type_id == _STRING:
             return self.string()
@@ -80,6 +94,8 @@ class _Cursor:
                 array = np.frombuffer(self.buffer, dtype=_NUMPY[item_type], count=count, offset=self.pos)
                 self.pos += array.nbytes
                 return array.tolist()
+            if item_type == _STRING:
+                return self.strings(count)
             return [self.value(item_type) for _ in range(count)]
         if type_id not in _SCALARS:
             raise ValueError(f"{self.path}: unknown GGUF value type {type_id} at byte {self.pos}")
@@ -178,6 +194,7 @@ def load_gguf(path: str | Path) -> GGUFModel:
     meta, tensors, data = read_gguf(path)
     cfg = _config(meta, path, has_output=any(t.name == "output.weight" for t in tensors))
     weights: dict[str, torch.Tensor] = {}
+    layer_bits = 0
     for info in tensors:
         name = hf_name(info.name)
         if name is None:
@@ -185,6 +202,8 @@ def load_gguf(path: str | Path) -> GGUFModel:
         raw, qtype = _tensor_bytes(info, data)
         if qtype.name not in SUPPORTED_TYPES:
             raise ValueError(f"{path}: tensor {info.name} has unsupported type {qtype.name}")
+        if name.endswith("_proj.weight"):
+            layer_bits = max(layer_bits, TYPE_BITS[qtype.name])
         array = dequantize(raw, qtype).reshape(info.shape)
         if name.endswith("q_proj.weight"):
             array = unpermute_qk(array, cfg.num_heads)
@@ -192,4 +211,4 @@ def load_gguf(path: str | Path) -> GGUFModel:
             array = unpermute_qk(array, cfg.num_kv_heads)
         # writable and owning its memory (not a view of the mapped file)
         weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=not array.flags.owndata))
-    return GGUFModel(cfg, weights, meta)
+    return GGUFModel(cfg, weights, meta, layer_bits or 32)

@@ -10,6 +10,7 @@ Tokens of all sequences in a step are flattened into one `[T, D]` batch; only at
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -62,9 +63,9 @@ class Linear(nn.Module):
     - oneDNN with a prepacked float32 or bfloat16 weight on CPU (about 1.7x MKL's GEMV at decode, 1.2x at
       prefill in float32; bfloat16 runs on AVX512-BF16/AMX at about 3x float32's prefill rate, and reads half
       the bytes per decoded token), with the SiLU, product and residual sum fused into the matmul's output;
-    - for a single row (one decoded token), int8 weight-only: one scale per output row, the activations kept
-      as they are (`aten._weight_int8pack_mm`); half of bfloat16's bytes per token, where decode is bound by
-      reading the weights (the other calls keep the oneDNN weight);
+    - for a single row (one decoded token), a weight-only low-precision copy (`RowWeight`: int4 in groups or
+      int8 per row, the activations kept as they are): decode is bound by reading the weights, once per
+      token (the other calls keep the oneDNN weight);
     - int8 weights, one scale per output channel (fbgemm's dynamic quantized linear: activations quantized
       per call); optional for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads
       a quarter of float32's bytes per token but costs accuracy (see `Engine(int8_head=...)`);
@@ -76,17 +77,16 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.packed: torch.Tensor | None = None
         self.int8: object | None = None  # fbgemm's packed int8 weight
-        self.row_int8: torch.Tensor | None = None  # [out, in] int8 weight for single-row calls
-        self.row_scales: torch.Tensor | None = None  # [out], in the activations' dtype
+        self.row_weight: RowWeight | None = None  # read by single-row calls
 
     def _single_row(self, x: torch.Tensor, exact: bool) -> bool:
-        return self.row_int8 is not None and not exact and x.shape[0] == 1
+        return self.row_weight is not None and not exact and x.shape[0] == 1
 
     def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         if exact:
             return exact_linear(x, self.weight)
         if self._single_row(x, exact):
-            return torch.ops.aten._weight_int8pack_mm(x, self.row_int8, self.row_scales)
+            return self.row_weight.matmul(x)  # type: ignore[union-attr]
         if self.int8 is not None:
             return torch.ops.quantized.linear_dynamic(x.float(), self.int8, False).to(x.dtype)
         if self.packed is not None:
@@ -122,20 +122,13 @@ class Linear(nn.Module):
             return False
         return True
 
-    def quantize_rows_int8(self) -> bool:
-        """Keep an int8 copy (symmetric, absmax / 127 per output row) for single-row calls."""
-        if not hasattr(torch.ops.aten, "_weight_int8pack_mm") or self.weight.device.type != "cpu":
+    def quantize_rows(self, layout: str) -> bool:
+        """Keep a low-precision copy (`RowWeight` layout) of the weight for single-row calls; False where this
+        build's kernels do not take it (the caller then keeps the dense weight for every call)."""
+        if self.weight.device.type != "cpu":
             return False
-        w = self.weight.detach().float()
-        scales = _int8_row_scales(w)
-        rows = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-        try:
-            torch.ops.aten._weight_int8pack_mm(torch.zeros(1, w.shape[1], dtype=self.weight.dtype), rows,
-                                               scales.to(self.weight.dtype))
-        except RuntimeError:  # a shape or dtype this build's kernel does not take
-            return False
-        self.row_int8, self.row_scales = rows, scales.to(self.weight.dtype)
-        return True
+        self.row_weight = RowWeight.quantize(self.weight.detach(), layout)
+        return self.row_weight is not None
 
     def quantize_int8(self, source: torch.Tensor | None = None) -> bool:
         """Hold the weight as int8 with a float scale per output row (symmetric, absmax / 127)."""
@@ -158,6 +151,90 @@ def _int8_row_scales(w: torch.Tensor) -> torch.Tensor:
     return (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
 
 
+INT4_GROUP = 32  # inputs per scale (and offset) of the grouped copies: llama.cpp's Q4_0/Q4_1/Q8_0 block
+
+
+@dataclass(slots=True)
+class RowWeight:
+    """A weight-only low-precision copy of an [out, in] weight for single-row calls; activations stay as they are.
+
+    - "int8 rows": symmetric, one scale per output row (absmax / 127), `aten._weight_int8pack_mm`.
+    - "int4 groups": asymmetric, a scale and an offset per group of `INT4_GROUP` inputs,
+      `value = (q - 8) * scale + zero` with q in 0..15 (`aten._weight_int4pack_mm_for_cpu`, tinygemm's layout).
+      A group's smallest value maps to 0 and its largest to 15, as llama.cpp's Q4_1 quantizer does, so a
+      weight stored as Q4_1 gets its file's own codes back.
+    - "int8 groups": symmetric, one scale per group (absmax / 127: llama.cpp's Q8_0, whose codes come back the
+      same way), run as two 4-bit halves of the biased code `q + 128 = 16 * high + low`, because the int4
+      kernel reads its bytes about twice as fast as the int8 one on the vocabulary head.
+    Scales and offsets are rounded to the activations' dtype.
+    """
+
+    layout: str
+    parts: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # (weight data, scales) per kernel call, summed
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layout == "int8 rows":
+            data, scales = self.parts[0]
+            return torch.ops.aten._weight_int8pack_mm(x, data, scales)
+        out = None
+        for data, scales in self.parts:
+            part = torch.ops.aten._weight_int4pack_mm_for_cpu(x, data, INT4_GROUP, scales)
+            out = part if out is None else out.add_(part)
+        return out
+
+    @staticmethod
+    def quantize(weight: torch.Tensor, layout: str) -> RowWeight | None:
+        """None where this torch build lacks the kernel or it rejects the shape or dtype."""
+        build = {"int8 rows": _int8_rows, "int4 groups": _int4_groups, "int8 groups": _int8_groups}[layout]
+        kernel = "_weight_int8pack_mm" if layout == "int8 rows" else "_weight_int4pack_mm_for_cpu"
+        if not hasattr(torch.ops.aten, kernel) or (layout != "int8 rows" and weight.shape[1] % INT4_GROUP):
+            return None
+        try:
+            row = RowWeight(layout, build(weight.float(), weight.dtype))
+            row.matmul(torch.zeros(1, weight.shape[1], dtype=weight.dtype))
+        except RuntimeError:  # a shape or dtype this build's kernel does not take
+            return None
+        return row
+
+
+def _int8_rows(w: torch.Tensor, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    scales = _int8_row_scales(w)
+    rows = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+    return ((rows, scales.to(dtype)),)
+
+
+def _groups(w: torch.Tensor) -> torch.Tensor:
+    return w.reshape(w.shape[0], w.shape[1] // INT4_GROUP, INT4_GROUP)  # [out, groups, INT4_GROUP]
+
+
+def _int4_part(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, dtype: torch.dtype):
+    """codes [out, groups, INT4_GROUP], int32 in 0..15; scale, zero [out, groups, 1]: the kernel's (weight, scales)."""
+    flat = codes.reshape(codes.shape[0], -1)
+    scales = torch.cat([scale, zero], dim=-1).to(dtype).transpose(0, 1).contiguous()  # [groups, out, 2]
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(flat, 1), scales
+
+
+def _int4_groups(w: torch.Tensor, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    # In place where possible: this runs over every layer weight while the engine loads.
+    groups = _groups(w)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)  # aminmax: 4x slower here
+    scale = high.sub_(low).div_(15).clamp_(min=1e-12)
+    codes = (groups - low).div_(scale).round_().clamp_(0, 15).to(torch.int32)
+    return (_int4_part(codes, scale, low.add_(8 * scale), dtype),)  # the kernel computes (q - 8) * scale + zero
+
+
+def _int8_groups(w: torch.Tensor, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    groups = _groups(w)
+    scale = groups.abs().amax(-1, keepdim=True).div_(127).clamp_(min=1e-12)
+    biased = (groups / scale).round_().clamp_(-127, 127).to(torch.int32).add_(128)  # 1..255 = 16 * high + low
+    high, low = biased >> 4, biased.bitwise_and_(15)
+    # scale * (16 high + low - 128) = [(high - 8) * 16 scale + 0] + [(low - 8) * scale + 8 scale]
+    return (
+        _int4_part(high, 16 * scale, torch.zeros_like(scale), dtype),
+        _int4_part(low, scale, 8 * scale, dtype),
+    )
+
+
 class Embedding(nn.Module):
     """Token embedding without nn.Embedding's random init (which, on the meta device, imports torch._dynamo)."""
 
@@ -176,16 +253,15 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Half precision is normalised in float32 (as the reference implementation does); float64 stays.
-        if x.dtype in (torch.float16, torch.bfloat16):
-            h = x.float()
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-            return self.weight * h.to(x.dtype)
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused row-wise kernel
+        # One row-wise kernel; half precision is normalised in float32 (the reference implementation rounds
+        # before the weight's product, this rounds after it: at most one unit in the last place apart).
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rope_tables(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for every position, [max_positions, head_dim], computed in float64 then cast."""
+    """cos and signed sin for every position, [max_positions, head_dim], computed in float64 then cast.
+    The sin table's first half is negated, so that rotating is `x * cos + swap_halves(x) * sin` (HF Llama's
+    `rotate_half` negates the swapped half of x instead: the same products, one op fewer per call)."""
     half = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device=device) / cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta**half)  # [hd/2]
     pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device)
@@ -195,7 +271,7 @@ def rope_tables(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> t
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [T, heads, hd]; cos, sin: [T, 1, hd]
+    # x: [T, heads, hd]; cos, sin (signed, see rope_tables): [T, 1, hd]
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
@@ -274,14 +350,22 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, cos, sin, kv_cache, batch)
         return x
 
-    def compute_logits(self, hidden: torch.Tensor, exact: bool) -> torch.Tensor:
-        # hidden: [B, D] (only the positions that need logits) -> [B, V]
-        return self.lm_head(self.norm(hidden), exact)
+    def compute_logits(self, hidden: torch.Tensor, exact: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden: [B, D] (only the positions that need logits) -> logits [B, V] and the head's input [B, D]."""
+        normed = self.norm(hidden)
+        return self.lm_head(normed, exact), normed
 
-    def pack_for_cpu(self, int8_head: bool = False, int8_decode: bool = False) -> str | None:
+    def dense_head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
+        """Rows of the head as loaded (before any low-precision copy), where still held: a tied head's are
+        the embedding's."""
+        weight = self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+        return weight[token_ids] if weight.shape[0] == self.config.vocab_size else None
+
+    def pack_for_cpu(self, int8_head: bool = False, decode_bits: int | None = None) -> str | None:
         """Prepack every projection for oneDNN and drop the dense copies (the embedding stays dense); with
-        `int8_head`, hold the vocabulary head as int8 instead; with `int8_decode`, the layers' projections
-        also keep an int8 copy for single-token steps. Returns the kernels used, or None (F.linear)."""
+        `int8_head`, hold the vocabulary head as int8 instead; with `decode_bits` (4 or 8), the layers'
+        projections also keep a copy of that many bits for single-token steps (`RowWeight`). Returns the
+        kernels used, or None (F.linear)."""
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         if not all(m.pack_for_cpu() for m in linears):
             for m in linears:
@@ -290,12 +374,16 @@ class LlamaForCausalLM(nn.Module):
         kernels = f"oneDNN {str(self.embed_tokens.weight.dtype).removeprefix('torch.')}"
         if int8_head and self.lm_head.quantize_int8():
             kernels += ", int8 head"
-        layers = [m for m in linears if m is not self.lm_head]  # the head is compute-bound: int8 gains nothing
-        if int8_decode and all(m.quantize_rows_int8() for m in layers):
-            kernels += ", int8 decode"
+        layers = [m for m in linears if m is not self.lm_head]
+        layout = {4: "int4 groups", 8: "int8 rows"}.get(decode_bits or 0)
+        if layout and all(m.quantize_rows(layout) for m in layers):
+            kernels += f", {layout} decode"
+            # The head (a Q8_0 or float tensor in the files we load) in 8 bits, in groups as Q8_0 stores it.
+            if not int8_head and self.lm_head.quantize_rows("int8 groups"):
+                kernels += ", int8 groups head decode"
         else:
             for m in layers:
-                m.row_int8 = m.row_scales = None
+                m.row_weight = None
         for m in linears:  # a tied head only drops its reference: the embedding keeps the tensor
             m.weight = nn.Parameter(torch.empty(0, dtype=m.weight.dtype), requires_grad=False)
         return kernels

@@ -44,7 +44,7 @@ def test_unpermute_inverts_llama_cpp_permute():
     assert not np.array_equal(llama_cpp_permute(w, 3), w)
 
 
-def write_tiny_gguf(path, embed_type=GGMLQuantizationType.F32) -> None:
+def write_tiny_gguf(path, embed_type=GGMLQuantizationType.F32, layer_type=GGMLQuantizationType.F32) -> None:
     cfg, hf = TINY_CONFIG, tiny_random_weights(TINY_CONFIG, seed=0)
     writer = GGUFWriter(str(path), "llama")
     writer.add_block_count(cfg.num_layers)
@@ -78,8 +78,9 @@ def write_tiny_gguf(path, embed_type=GGMLQuantizationType.F32) -> None:
             array = llama_cpp_permute(array, cfg.num_heads)
         elif gguf_name.endswith("attn_k.weight"):
             array = llama_cpp_permute(array, cfg.num_kv_heads)
-        if gguf_name == "token_embd.weight" and embed_type != GGMLQuantizationType.F32:
-            writer.add_tensor(gguf_name, quantize(array, embed_type), raw_dtype=embed_type)
+        qtype = embed_type if gguf_name == "token_embd.weight" else layer_type if name.endswith("_proj.weight") else None
+        if qtype not in (None, GGMLQuantizationType.F32):
+            writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(gguf_name, array)
     writer.write_header_to_file()
