@@ -155,19 +155,25 @@ def paged_attention(
     """
     k_cache.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
     v_cache.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
-    out = torch.empty_like(q)
     attend = _attend_exact if batch.batch_invariant else _attend_fast
+    if len(batch.seqs) == 1 and batch.seqs[0].q_len == q.shape[0]:
+        return _attend_one(q, k, v, k_cache, v_cache, batch.seqs[0], attend, batch.batch_invariant)
+    out = torch.empty_like(q)
     for seq in batch.seqs:
         rows = slice(seq.q_start, seq.q_start + seq.q_len)
-        qs = q[rows].transpose(0, 1)  # [H, S, hd]
-        fast = not batch.batch_invariant
-        split_ok = q.device.type == "cpu" and _CPU_FLASH_WITH_LSE
-        if fast and split_ok and seq.q_len == 1 and 1 < len(seq.kv_runs) <= _MAX_MERGED_RUNS:
-            out[rows] = _decode_over_runs(qs, k_cache, v_cache, seq.kv_runs).transpose(0, 1)
-            continue
-        if fast and seq.q_len == seq.context_len:
-            ks, vs = k[rows].transpose(0, 1), v[rows].transpose(0, 1)  # no cached context: skip the read
-        else:
-            ks, vs = _context(k_cache, seq.kv_runs), _context(v_cache, seq.kv_runs)
-        out[rows] = attend(qs, ks, vs, seq.context_len).transpose(0, 1)
+        out[rows] = _attend_one(q[rows], k[rows], v[rows], k_cache, v_cache, seq, attend, batch.batch_invariant)
     return out
+
+
+def _attend_one(q, k, v, k_cache, v_cache, seq: SeqAttention, attend, exact: bool) -> torch.Tensor:
+    """One sequence's new tokens over its context; q, k, v: its rows [S, heads, hd] -> [S, H, hd]."""
+    qs = q.transpose(0, 1)  # [H, S, hd]
+    fast = not exact
+    split_ok = q.device.type == "cpu" and _CPU_FLASH_WITH_LSE
+    if fast and split_ok and seq.q_len == 1 and 1 < len(seq.kv_runs) <= _MAX_MERGED_RUNS:
+        return _decode_over_runs(qs, k_cache, v_cache, seq.kv_runs).transpose(0, 1)
+    if fast and seq.q_len == seq.context_len:
+        ks, vs = k.transpose(0, 1), v.transpose(0, 1)  # no cached context: skip the read
+    else:
+        ks, vs = _context(k_cache, seq.kv_runs), _context(v_cache, seq.kv_runs)
+    return attend(qs, ks, vs, seq.context_len).transpose(0, 1)
