@@ -145,14 +145,16 @@ class Engine:
     seed: sampling seed, and the weights of "tiny-random".
     decode_weights: what single-token steps read for the layers' weights (a decoded token reads every
         weight once, so its time is their bytes); the activations stay unquantized:
-        "int4": 4-bit codes with a scale and offset per 32 inputs (llama.cpp's Q4_1 layout; for a Q4_0/Q4_1
-        GGUF these are the file's own values, so nothing is lost beyond what the file already lost);
-        "int8": one scale per output row; "dense": the same weights as every other step.
+        "int4": 4-bit codes with a scale and offset per 32 inputs (llama.cpp's Q4_1 layout; for a Q4_1 GGUF
+        these are the file's own values, so nothing is lost beyond what the file already lost; Q4_0 is
+        requantized onto it); "int8": one scale per output row; with either, the vocabulary head keeps an
+        8-bit copy with a scale per 32 inputs (Q8_0's layout: a Q8_0 head's own values);
+        "dense": the same weights as every other step.
         "auto" (default): on CPU with dtype "auto" where bfloat16 runs natively, int4 when the source stores
         its layers in 4 bits and int8 otherwise (never fewer bits than the source); else dense.
-    int8_head: hold the vocabulary head in int8 (per-channel scales) on CPU: reads a quarter of float32's
-        bytes per token, but its per-call activation quantization costs accuracy (top-1 agreement with
-        float32 fell to 87.5% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
+    int8_head: hold the vocabulary head in fbgemm's int8 (per-channel scales, activations quantized per
+        call) for every step on CPU: its activation quantization costs accuracy (top-1 agreement with float32
+        91.7% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.
     """
 
     def __init__(
