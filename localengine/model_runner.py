@@ -15,10 +15,9 @@ import torch
 
 from .config import ModelConfig
 from .models.attention import AttentionBatch, SeqAttention
-from .models.llama import LlamaForCausalLM
+from .models.llama import ROW_COPY_MAX_ROWS, LlamaForCausalLM
 from .scheduler import ScheduledBatch
 from .sequence import Sequence
-
 
 _NEAR_TIE_CANDIDATES = 4  # top logits looked at for a near tie
 _NEAR_TIE_UNITS = 2  # within this many units in the last place of the top logit: re-scored in float32
@@ -94,7 +93,8 @@ class ModelRunner:
             attns.append(attn)
             last_rows.append(len(ids) - 1)
         dev = self.device
-        batch = AttentionBatch(torch.cat(slots).to(dev), attns, self.batch_invariant)
+        copies = not self.batch_invariant and len(ids) <= ROW_COPY_MAX_ROWS and all(a.q_len == 1 for a in attns)
+        batch = AttentionBatch(torch.cat(slots).to(dev), attns, self.batch_invariant, copies)
         return torch.tensor(ids, dtype=torch.long, device=dev), torch.cat(positions).to(dev), batch, last_rows
 
     def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:

@@ -38,6 +38,7 @@ class AttentionBatch:
     slot_mapping: torch.Tensor  # [T] cache slot for each new token's K/V
     seqs: list[SeqAttention]
     batch_invariant: bool = False
+    row_copies: bool = False  # matmuls read the low-precision weight copies (a decode step of a few sequences)
 
 
 def exact_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -63,9 +63,9 @@ class Linear(nn.Module):
     - oneDNN with a prepacked float32 or bfloat16 weight on CPU (about 1.7x MKL's GEMV at decode, 1.2x at
       prefill in float32; bfloat16 runs on AVX512-BF16/AMX at about 3x float32's prefill rate, and reads half
       the bytes per decoded token), with the SiLU, product and residual sum fused into the matmul's output;
-    - for a single row (one decoded token), a weight-only low-precision copy (`RowWeight`: int4 in groups or
-      int8 per row, the activations kept as they are): decode is bound by reading the weights, once per
-      token (the other calls keep the oneDNN weight);
+    - in a decode step of up to `ROW_COPY_MAX_ROWS` sequences (`copies`), a weight-only low-precision copy
+      (`RowWeight`: int4 in groups or int8 per row, the activations kept as they are): decode is bound by
+      reading the weights, once per step (the other calls keep the oneDNN weight);
     - int8 weights, one scale per output channel (fbgemm's dynamic quantized linear: activations quantized
       per call); optional for the vocabulary head, the largest matrix (49k x 576 for SmolLM2), where it reads
       a quarter of float32's bytes per token but costs accuracy (see `Engine(int8_head=...)`);
@@ -79,13 +79,14 @@ class Linear(nn.Module):
         self.int8: object | None = None  # fbgemm's packed int8 weight
         self.row_weight: RowWeight | None = None  # read by single-row calls
 
-    def _single_row(self, x: torch.Tensor, exact: bool) -> bool:
-        return self.row_weight is not None and not exact and x.shape[0] == 1
+    def _copy(self, exact: bool, copies: bool) -> bool:
+        return copies and self.row_weight is not None and not exact
 
-    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
+        """`copies`: the caller's step reads the low-precision copies (a decode step of a few sequences)."""
         if exact:
             return exact_linear(x, self.weight)
-        if self._single_row(x, exact):
+        if self._copy(exact, copies):
             return self.row_weight.matmul(x)  # type: ignore[union-attr]
         if self.int8 is not None:
             return torch.ops.quantized.linear_dynamic(x.float(), self.int8, False).to(x.dtype)
@@ -93,23 +94,23 @@ class Linear(nn.Module):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
         return F.linear(x, self.weight)
 
-    def silu(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def silu(self, x: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """silu(x @ W.T)"""
-        if self.packed is not None and not exact and not self._single_row(x, exact):
+        if self.packed is not None and not exact and not self._copy(exact, copies):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "swish", [], "")
-        return F.silu(self(x, exact))
+        return F.silu(self(x, exact, copies))
 
-    def times(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def times(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """(x @ W.T) * other"""
-        if self.packed is not None and not exact and not self._single_row(x, exact):
+        if self.packed is not None and not exact and not self._copy(exact, copies):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "mul")
-        return self(x, exact) * other
+        return self(x, exact, copies) * other
 
-    def plus(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def plus(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """(x @ W.T) + other: a residual connection"""
-        if self.packed is not None and not exact and not self._single_row(x, exact):
+        if self.packed is not None and not exact and not self._copy(exact, copies):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "add")
-        return self(x, exact) + other
+        return self(x, exact, copies) + other
 
     def pack_for_cpu(self) -> bool:
         """Prepack the weight for oneDNN (float32 or bfloat16 on CPU); False keeps F.linear."""
@@ -151,6 +152,9 @@ def _int8_row_scales(w: torch.Tensor) -> torch.Tensor:
     return (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
 
 
+# Steps of up to this many single-token sequences read the low-precision copies: the int4 kernel reads its
+# bytes 2-3x faster than oneDNN bfloat16 for 1-4 rows, about as fast at 8 and slower from 16 (measured here).
+ROW_COPY_MAX_ROWS = 8
 INT4_GROUP = 32  # inputs per scale (and offset) of the grouped copies: llama.cpp's Q4_0/Q4_1/Q8_0 block
 
 
@@ -286,8 +290,8 @@ class Attention(nn.Module):
 
     def forward(self, x, residual, cos, sin, kv_cache, batch: AttentionBatch) -> torch.Tensor:
         """residual + attention(x); x, residual: [T, D]"""
-        exact = batch.batch_invariant
-        qkv = self.qkv_proj(x, exact)  # [T, (H + 2 kvh) * hd]
+        exact, copies = batch.batch_invariant, batch.row_copies
+        qkv = self.qkv_proj(x, exact, copies)  # [T, (H + 2 kvh) * hd]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
         qk = apply_rope(
@@ -296,7 +300,7 @@ class Attention(nn.Module):
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, hd], [T, kvh, hd]
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], batch)  # [T, H, hd]
-        return self.o_proj.plus(out.reshape(x.shape[0], q_size), residual, exact)
+        return self.o_proj.plus(out.reshape(x.shape[0], q_size), residual, exact, copies)
 
 
 class MLP(nn.Module):
@@ -306,10 +310,11 @@ class MLP(nn.Module):
         self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor, exact: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x)); x, residual: [T, D]"""
-        hidden = self.up_proj.times(x, self.gate_proj.silu(x, exact), exact)  # [T, I]
-        return self.down_proj.plus(hidden, residual, exact)
+        exact, copies = batch.batch_invariant, batch.row_copies
+        hidden = self.up_proj.times(x, self.gate_proj.silu(x, exact, copies), exact, copies)  # [T, I]
+        return self.down_proj.plus(hidden, residual, exact, copies)
 
 
 class DecoderLayer(nn.Module):
@@ -322,7 +327,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, kv_cache, batch: AttentionBatch) -> torch.Tensor:
         x = self.self_attn(self.input_layernorm(x), x, cos, sin, kv_cache, batch)
-        return self.mlp(self.post_attention_layernorm(x), x, batch.batch_invariant)
+        return self.mlp(self.post_attention_layernorm(x), x, batch)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -353,7 +358,7 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor, exact: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden: [B, D] (only the positions that need logits) -> logits [B, V] and the head's input [B, D]."""
         normed = self.norm(hidden)
-        return self.lm_head(normed, exact), normed
+        return self.lm_head(normed, exact, copies=normed.shape[0] <= ROW_COPY_MAX_ROWS), normed
 
     def dense_head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
         """Rows of the head as loaded (before any low-precision copy), where still held: a tied head's are

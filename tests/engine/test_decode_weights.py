@@ -111,3 +111,17 @@ def test_greedy_breaks_a_bfloat16_tie_by_the_float32_logits():
     assert runner._greedy(logits.bfloat16(), head_input) == [best]
     logits[0, best] = 19.0  # far apart: no re-scoring
     assert runner._greedy(logits.bfloat16(), head_input) == [lower]
+
+
+@needs_bf16_cpu
+@pytest.mark.parametrize("model", ["tiny-random", "q4"])
+def test_a_decode_step_of_several_sequences_reads_the_copies_and_answers_alike(tmp_path, model):
+    """Sequences decoding together (up to ROW_COPY_MAX_ROWS in a step) read the same low-precision copies as
+    one decoding alone, so batching does not change a greedy answer."""
+    if model == "q4":
+        model = str(tmp_path / "q4.gguf")
+        write_tiny_gguf(model, layer_type=GGMLQuantizationType.Q4_1)
+    prompts = [PROMPT, PROMPT[::-1], PROMPT[3:] + PROMPT[:3]]
+    alone = [Engine(model=model).generate(p, max_tokens=12, ignore_eos=True).token_ids for p in prompts]
+    together = [r.token_ids for r in Engine(model=model).generate(prompts, max_tokens=12, ignore_eos=True)]
+    assert together == alone
