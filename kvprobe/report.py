@@ -10,7 +10,7 @@ from typing import Any
 from kvprobe.analysis import split_parse
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import ADVICE
-from kvprobe.analysis.simulate import RequestResult, simulate
+from kvprobe.analysis.simulate import LeadingSimulation, RequestResult, simulate
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
 from kvprobe.economics.attribution import attribute, top_blocks
@@ -258,14 +258,20 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                          f"{(size - FIXES_AUTO_MAX_BYTES) / 1e6:,.0f} MB over the {FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB "
                          "kept in memory for them by default (their time is linear; use --what-if to force)")
     kept: list[TraceRecord] | None = None
-    if split:  # large kvprobe traces: the parse pass on two cores
-        sks, kept = split_parse.parse([Path(p) for p in paths], store, stats, progress, keep_records=bool(fixes))
+    leading: LeadingSimulation | None = None
+    if split:  # large kvprobe traces: the parse pass on two cores; this one simulates its share meanwhile
+        leading = LeadingSimulation(_reread_factory, store)
+        sks, kept = split_parse.parse([Path(p) for p in paths], store, stats, progress, keep_records=bool(fixes),
+                                      while_waiting=leading.lead)
     else:
         if fixes:
             source = kept = list(source)
         sks = list(skeletons(source, store))
-    sizer = BlockSizer()
-    results = simulate(sks, _reread_factory(), store, sizer)
+    if leading is not None and leading.started:
+        results, sizer = leading.finish(sks), leading.sizer
+    else:
+        sizer = BlockSizer()
+        results = simulate(sks, _reread_factory(), store, sizer)
     book = sizer.book_of(store) if kept is not None or predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], _reread_factory(), store, BlockSizer(book))

@@ -112,3 +112,21 @@ def test_malformed_bodies_name_the_field(body, field):
     with pytest.raises(InputError) as err:
         render_request(body)
     assert err.value.field == field
+
+
+def test_identity_parameters_are_shared_per_distinct_value_and_keep_their_own_copy():
+    """Requests repeat the same model and settings: equal values give one shared parameter (the split parse
+    then pickles it once), values that only compare equal across types stay apart, and a parameter holding
+    an object (tool_choice) does not change when the request body it came from is edited later."""
+    from kvprobe.request.model import IdentityParam
+
+    model = "claude-sonnet-4-5"
+    assert IdentityParam.of("model", model, "all") is IdentityParam.of("model", model, "all")
+    assert IdentityParam.of("images", 1, "messages") is not IdentityParam.of("images", True, "messages")
+    assert IdentityParam.of("model", "a", "all") is not IdentityParam.of("model", "a", "tools")
+    body = {"tool_choice": {"type": "tool", "name": "search"}}
+    first = IdentityParam.of("tool_choice", body["tool_choice"], "messages")
+    assert IdentityParam.of("tool_choice", {"type": "tool", "name": "search"}, "messages") is first
+    body["tool_choice"]["name"] = "fetch"
+    assert first.value == {"type": "tool", "name": "search"}
+    assert IdentityParam.of("tool_choice", body["tool_choice"], "messages").value["name"] == "fetch"

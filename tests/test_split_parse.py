@@ -132,3 +132,19 @@ def test_duplicate_id_across_the_cut(cli, monkeypatch, tmp_path):
         code, out = _report(cli, monkeypatch, str(trace), split=split)
         assert code == 2
         assert f"{trace}:20" in out and "duplicate id 'r2' (first seen on line 3)" in out, out
+
+
+def test_a_trace_out_of_time_order_across_the_cut_equals_one_pass(cli, monkeypatch, tmp_path):
+    """This process simulates its share while the other reads the rest; when the rest holds requests that
+    started earlier (the first turns written last here), the whole trace is simulated again in start order."""
+    records = _records()
+    late_written = records[:6] + [records[9]]  # the first two turns, and one of turn 3 without a start time
+    trace = _write(tmp_path / "t.jsonl", [r for r in records if r not in late_written] + late_written)
+    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    assert split_parse._cut(trace) is not None
+    one_code, one = _report(cli, monkeypatch, str(trace), "--no-fixes", split=False)
+    two_code, two = _report(cli, monkeypatch, str(trace), "--no-fixes", split=True)
+    assert one_code == two_code == 0, one + two
+    assert json.loads(two) == json.loads(one)
+    writes = [r["id"] for r in json.loads(two)["requests"] if r["predicted"]["cache_write_tokens"]]
+    assert writes == ["r0"]  # the first request in time, written last: the shared system prompt's one write

@@ -220,13 +220,53 @@ def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
     return "rebuild" if usage.cache_read_tokens + tol < ideal else "extension"
 
 
+def _start_order(sk: Skeleton) -> tuple[float, int]:
+    return sk.started_at, sk.order
+
+
 def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
              store: BlockStore | None = None, sizer: BlockSizer | None = None) -> list[RequestResult]:
     """Simulate a whole trace (skeletons in any order: they are replayed by start time).
 
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(reread, store, sizer)
-    ordered = sorted(skeletons, key=lambda s: (s.started_at, s.order))
-    results = [sim.step(sk) for sk in ordered]
+    results = [sim.step(sk) for sk in sorted(skeletons, key=_start_order)]
     diagnose_siblings(results, estimate_noise)
     return results
+
+
+class LeadingSimulation:
+    """`simulate` in two parts, for a parse that has the leading share of a trace's skeletons before the rest
+    (the split parse, while its second process still reads): the share is stepped at once. That is the
+    replay `simulate` makes whenever nothing in the rest starts before the share's last request, as in a
+    trace written in time order; otherwise `finish` simulates the whole trace again, from a fresh sizer.
+    `sizer` is the one whose sizes the results carry."""
+
+    def __init__(self, reread_factory: Callable[[], Callable[[Skeleton], RenderedRequest | None] | None],
+                 store: BlockStore) -> None:
+        self._reread_factory, self._store = reread_factory, store
+        self.sizer = BlockSizer()
+        self._sim: Simulator | None = None  # once `lead` has run
+        self._results: list[RequestResult] = []
+        self._last: tuple[float, int] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._sim is not None
+
+    def lead(self, leading: list[Skeleton]) -> None:
+        self._sim = Simulator(self._reread_factory(), self._store, self.sizer)
+        ordered = sorted(leading, key=_start_order)
+        self._results = [self._sim.step(sk) for sk in ordered]
+        self._last = _start_order(ordered[-1]) if ordered else None
+
+    def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
+        """All the skeletons, the leading share first (as the parse joined them)."""
+        rest = sorted(skeletons[len(self._results):], key=_start_order)
+        if rest and self._last is not None and _start_order(rest[0]) < self._last:
+            self.sizer = BlockSizer()
+            return simulate(skeletons, self._reread_factory(), self._store, self.sizer)
+        assert self._sim is not None
+        results = self._results + [self._sim.step(sk) for sk in rest]
+        diagnose_siblings(results, estimate_noise)
+        return results

@@ -64,9 +64,14 @@ class Piece:
 
 
 def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
-          progress: Callable[[int], None] | None = None,
-          keep_records: bool = False) -> tuple[list[Skeleton], list[TraceRecord] | None]:
-    """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked."""
+          progress: Callable[[int], None] | None = None, keep_records: bool = False,
+          while_waiting: Callable[[list[Skeleton]], None] | None = None,
+          ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
+    """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked.
+
+    while_waiting: given the skeletons of this process's share of a single cut file (final: ids, lines and
+    order as the result will have them) once they are read, and called before waiting for the other
+    process; not called for several files or when this process's blocks still wait for token counts."""
     cuts = {p: _cut(p, SHARE_WITH_RECORDS if keep_records else SHARE_WITHOUT) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
     helper = _Helper(jobs) if jobs else None
@@ -81,6 +86,8 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
         for path in paths:
             cut = cuts[path]
             joined.add(_read_here(path, cut, store, progress, helper, kept))
+            if cut is not None and while_waiting is not None and len(paths) == 1 and store.pending is None:
+                while_waiting(list(joined.skeletons))
             if cut is not None:
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here

@@ -104,7 +104,7 @@ def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules,
                                   for t in tools),
         "citations": lambda: _citations_enabled(body.get("messages"), first_message),
     }
-    return {name: IdentityParam(name, value(), levels.get(name, "all")) for name, value in values.items()
+    return {name: IdentityParam.of(name, value(), levels.get(name, "all")) for name, value in values.items()
             if name in levels}
 
 

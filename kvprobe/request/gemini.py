@@ -51,7 +51,7 @@ def render_gemini(body: dict[str, Any], rules: ModelRules, model: str | None = N
     values = {"model": model or body.get("model"), "cachedContent": body.get("cachedContent")}
     if cache_mode(body, endpoint) == "gemini_create" and not isinstance(contents, list):
         raise InputError("expected a cachedContents body with a 'contents' list", field="contents")
-    params = {n: IdentityParam(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
+    params = {n: IdentityParam.of(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
     chain_hashes(blocks, params)
     model = model or body.get("model")
     if isinstance(model, str) and model.startswith("models/"):

@@ -12,6 +12,8 @@ never changes a prefix's identity.
 """
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,30 @@ class IdentityParam:
     name: str
     value: Any
     invalidates: str  # tools | system | messages | all
+
+    @staticmethod
+    def of(name: str, value: Any, invalidates: str) -> IdentityParam:
+        """The one shared instance for these values (made once): a trace repeats the same few models and
+        settings on every request, and the split parse then pickles each distinct parameter once, not once
+        per request. A value that is not hashable (a `tool_choice` object) is told apart by its repr, and
+        the instance keeps a copy of it, so later edits of a request body cannot reach it."""
+        try:
+            key: tuple = (name, invalidates, value.__class__, value)
+            found = _INTERNED.get(key)
+            hashable = True
+        except TypeError:
+            key = (name, invalidates, value.__class__, repr(value))
+            found = _INTERNED.get(key)
+            hashable = False
+        if found is None:
+            found = IdentityParam(name, value if hashable else copy.deepcopy(value), invalidates)
+            if len(_INTERNED) < _MAX_INTERNED:
+                _INTERNED[key] = found
+        return found
+
+
+_INTERNED: dict[tuple, IdentityParam] = {}
+_MAX_INTERNED = 100_000  # a bound for pathological traces (a new value on every request)
 
 
 @dataclass(slots=True)

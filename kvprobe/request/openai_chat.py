@@ -64,7 +64,7 @@ def _tool_blocks(tools: Any) -> list[Block]:
 def openai_params(body: dict[str, Any], rules: ModelRules) -> dict[str, IdentityParam]:
     levels: dict[str, str] = rules.get("invalidation", {}) or {}
     values = {"model": body.get("model"), "prompt_cache_key": body.get("prompt_cache_key")}
-    return {n: IdentityParam(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
+    return {n: IdentityParam.of(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
 
 
 def explicit_mode(body: dict[str, Any], rules: ModelRules) -> str:
