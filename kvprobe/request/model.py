@@ -13,7 +13,6 @@ never changes a prefix's identity.
 from __future__ import annotations
 
 import copy
-
 from dataclasses import dataclass, field
 from typing import Any
 
