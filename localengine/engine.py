@@ -111,7 +111,11 @@ def _cpu_has_bf16() -> bool:
 _DECODE_WEIGHTS = {"int4": 4, "int8": 8, "dense": None}
 
 
-def _decode_bits(choice: str, dtype: str, resolved: torch.dtype, device: torch.device, source_bits: int) -> int | None:
+_FOUR_BIT_SOURCE = 5.0  # bits per weight, block scales included: Q4_0/Q4_K 4.5, Q4_1 5.0; Q5_0 5.5, Q8_0 8.5
+
+
+def _decode_bits(choice: str, dtype: str, resolved: torch.dtype, device: torch.device,
+                 source_bits: float) -> int | None:
     """Bits of the single-token steps' weight copies (None: they read the dense weights)."""
     if choice != "auto":
         if choice not in _DECODE_WEIGHTS:
@@ -121,7 +125,7 @@ def _decode_bits(choice: str, dtype: str, resolved: torch.dtype, device: torch.d
     # Part of the fast path: dtype "auto" where it runs bfloat16 on CPU.
     if dtype != "auto" or resolved != torch.bfloat16 or device.type != "cpu":
         return None
-    return 4 if source_bits <= 4 else 8
+    return 4 if source_bits <= _FOUR_BIT_SOURCE else 8
 
 
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -151,7 +155,8 @@ class Engine:
         8-bit copy with a scale per 32 inputs (Q8_0's layout: a Q8_0 head's own values);
         "dense": the same weights as every other step.
         "auto" (default): on CPU with dtype "auto" where bfloat16 runs natively, int4 when the source stores
-        its layers in 4 bits and int8 otherwise (never fewer bits than the source); else dense.
+        its layers in 4-bit codes (at most 5 bits per weight with their block scales: Q4_0, Q4_1, Q4_K,
+        IQ4, and the smaller ones) and int8 otherwise (never fewer bits than the source); else dense.
     int8_head: hold the vocabulary head in fbgemm's int8 (per-channel scales, activations quantized per
         call) for every step on CPU: its activation quantization costs accuracy (top-1 agreement with float32
         91.7% over the README in benchmarks/engine_accuracy.py, 100% without it), so off.

@@ -43,11 +43,11 @@ class LoadedModel:
     config: ModelConfig
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
-    layer_bits: int  # bits per value the source stored the layers' projections in (4 for a Q4 GGUF)
+    layer_bits: float  # bits per weight the source stores the layers' projections in (scales included)
 
 
-def _stored_bits(weights: dict[str, torch.Tensor]) -> int:
-    return max((t.dtype.itemsize * 8 for name, t in weights.items() if name.endswith("_proj.weight")), default=32)
+def _stored_bits(weights: dict[str, torch.Tensor]) -> float:
+    return max((t.dtype.itemsize * 8.0 for name, t in weights.items() if name.endswith("_proj.weight")), default=32.0)
 
 
 def default_model_path() -> Path:

@@ -18,8 +18,6 @@ import torch
 
 from ..config import ModelConfig
 
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
-TYPE_BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8, "Q4_0": 4, "Q4_1": 4}  # per value, block scales aside
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -40,7 +38,7 @@ class GGUFModel:
     config: ModelConfig
     weights: dict[str, torch.Tensor]  # HF names, float32
     metadata: dict[str, object]  # every key/value field (tokenizer.*, general.*, ...)
-    layer_bits: int  # bits per value of the widest-stored layer projection (4 for Q4_0/Q4_1, 8 for Q8_0, ...)
+    layer_bits: float  # bits per weight, block scales included, of the widest-stored layer projection
 
 
 # -- file format (GGUF v2/v3): header, key/values, tensor infos, aligned data ---------------------------
@@ -140,6 +138,15 @@ def _tensor_bytes(info: TensorInfo, data: memoryview) -> tuple[np.ndarray, objec
     return raw.reshape(*outer, row_bytes), qtype
 
 
+def bits_per_weight(qtype) -> float:
+    """Bits a GGUF type stores per weight, block scales included: 4.5 for Q4_0 and Q4_K, 5.0 for Q4_1,
+    8.5 for Q8_0, 16 for F16."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    return type_size * 8 / block
+
+
 def hf_name(gguf_name: str) -> str | None:
     stem, _, suffix = gguf_name.rpartition(".")
     parts = stem.split(".")
@@ -194,21 +201,23 @@ def load_gguf(path: str | Path) -> GGUFModel:
     meta, tensors, data = read_gguf(path)
     cfg = _config(meta, path, has_output=any(t.name == "output.weight" for t in tensors))
     weights: dict[str, torch.Tensor] = {}
-    layer_bits = 0
+    layer_bits = 0.0
     for info in tensors:
         name = hf_name(info.name)
         if name is None:
             continue  # e.g. rope_freqs: derived from the config instead
         raw, qtype = _tensor_bytes(info, data)
-        if qtype.name not in SUPPORTED_TYPES:
-            raise ValueError(f"{path}: tensor {info.name} has unsupported type {qtype.name}")
+        try:  # every type the `gguf` package dequantizes: Q4_K_M and the other K-quants included
+            array = dequantize(raw, qtype).reshape(info.shape)
+        except NotImplementedError:
+            raise ValueError(f"{path}: tensor {info.name} has type {qtype.name}, which the gguf package "
+                             "cannot dequantize") from None
         if name.endswith("_proj.weight"):
-            layer_bits = max(layer_bits, TYPE_BITS[qtype.name])
-        array = dequantize(raw, qtype).reshape(info.shape)
+            layer_bits = max(layer_bits, bits_per_weight(qtype))
         if name.endswith("q_proj.weight"):
             array = unpermute_qk(array, cfg.num_heads)
         elif name.endswith("k_proj.weight"):
             array = unpermute_qk(array, cfg.num_kv_heads)
         # writable and owning its memory (not a view of the mapped file)
         weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=not array.flags.owndata))
-    return GGUFModel(cfg, weights, meta, layer_bits or 32)
+    return GGUFModel(cfg, weights, meta, layer_bits or 32.0)

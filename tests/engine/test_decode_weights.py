@@ -76,12 +76,14 @@ def test_int8_copy_is_within_half_a_step_of_each_row():
 
 @needs_bf16_cpu
 def test_decode_copies_never_hold_fewer_bits_than_the_file(tmp_path):
-    """Default: 4-bit layers in the file -> int4 copies; 8-bit, float16 or float64 sources -> int8; asked
+    """Default: 4-bit layers in the file -> int4 copies; 5- or 8-bit, float16 or float64 sources -> int8; asked
     for explicitly, either or none. Greedy answers stay those of the dense weights on the tiny model."""
-    q4, q8 = tmp_path / "q4.gguf", tmp_path / "q8.gguf"
+    q4, q5, q8 = tmp_path / "q4.gguf", tmp_path / "q5.gguf", tmp_path / "q8.gguf"
     write_tiny_gguf(q4, layer_type=GGMLQuantizationType.Q4_1)
+    write_tiny_gguf(q5, layer_type=GGMLQuantizationType.Q5_0)
     write_tiny_gguf(q8, layer_type=GGMLQuantizationType.Q8_0)
     assert "int4 groups decode" in Engine(model=str(q4)).kernels
+    assert "int8 rows decode" in Engine(model=str(q5)).kernels  # 5-bit codes: 4 would lose one
     assert "int8 rows decode" in Engine(model=str(q8)).kernels
     assert "int8 rows decode" in Engine(model="tiny-random").kernels
     assert "int4 groups decode" in Engine(model="tiny-random", decode_weights="int4").kernels

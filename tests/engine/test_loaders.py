@@ -78,8 +78,10 @@ def write_tiny_gguf(path, embed_type=GGMLQuantizationType.F32, layer_type=GGMLQu
             array = llama_cpp_permute(array, cfg.num_heads)
         elif gguf_name.endswith("attn_k.weight"):
             array = llama_cpp_permute(array, cfg.num_kv_heads)
-        qtype = embed_type if gguf_name == "token_embd.weight" else layer_type if name.endswith("_proj.weight") else None
-        if qtype not in (None, GGMLQuantizationType.F32):
+        qtype = {"token_embd.weight": embed_type}.get(gguf_name, layer_type if name.endswith("_proj.weight") else None)
+        if qtype == GGMLQuantizationType.F64:
+            writer.add_tensor(gguf_name, array.astype(np.float64))
+        elif qtype not in (None, GGMLQuantizationType.F32):
             writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(gguf_name, array)
@@ -171,3 +173,22 @@ def test_torch_dequantization_is_bitwise_gguf_s(qtype):
     got = dequantize(raw, qtype)
     assert got.shape == want.shape == values.shape and got.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1, GGMLQuantizationType.Q4_0])
+def test_layers_of_any_type_the_gguf_package_dequantizes_load(tmp_path, qtype):
+    """Layer weights quantized by llama.cpp's own (gguf) quantizer, in types without a torch fast path here:
+    they go through the gguf package (which also reads the K-quants of common Q4_K_M files), and the model
+    answers as the float weights do, within the type's rounding."""
+    path = tmp_path / f"tiny-layers-{qtype.name}.gguf"
+    write_tiny_gguf(path, layer_type=qtype)
+    engine = Engine(model=str(path), dtype="float32")
+    error = (engine.logits(PROMPT).logits - reference_logits()).abs().max().item()
+    assert 0 < error < {"Q4_0": 3.0, "Q5_0": 2.0, "Q5_1": 2.0}[qtype.name]  # ~16 vs ~32 levels per block
+
+
+def test_a_type_the_gguf_package_cannot_dequantize_is_named(tmp_path):
+    path = tmp_path / "tiny-f64.gguf"
+    write_tiny_gguf(path, layer_type=GGMLQuantizationType.F64)  # a valid GGUF type no dequantizer handles
+    with pytest.raises(ValueError, match=r"tiny-f64.gguf: tensor blk\.0\.\w+\.weight has type F64, which the gguf"):
+        Engine(model=str(path))
