@@ -191,12 +191,13 @@ class Engine:
         loaded = load_model(model, seed)
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
-        net = build_model(loaded.config, loaded.weights, self.device, self.dtype)
-        source_bits = loaded.layer_bits
-        del loaded
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
+        bits = _decode_bits(decode_weights, dtype, self.dtype, self.device, loaded.layer_bits)
+        # the file's own codes are only kept until the decode copies are made from them
+        codes = loaded.codes if bits and not exact else None
+        net = build_model(loaded.config, loaded.weights, self.device, self.dtype, codes)
+        del loaded, codes
         # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
-        bits = _decode_bits(decode_weights, dtype, self.dtype, self.device, source_bits)
         self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head, decode_bits=bits)) or (
             "exact (batch-invariant)" if exact else "F.linear"
         )

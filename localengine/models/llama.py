@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..loader.dequant import GroupCodes
 from .attention import AttentionBatch, exact_linear, paged_attention
 
 _ONEDNN_BATCH_HINT = 512  # oneDNN picks a weight layout for this batch size; measured good from 1 to 4k rows
@@ -123,12 +124,13 @@ class Linear(nn.Module):
             return False
         return True
 
-    def quantize_rows(self, layout: str) -> bool:
-        """Keep a low-precision copy (`RowWeight` layout) of the weight for single-row calls; False where this
-        build's kernels do not take it (the caller then keeps the dense weight for every call)."""
+    def quantize_rows(self, layout: str, codes: GroupCodes | None = None) -> bool:
+        """Keep a low-precision copy (`RowWeight` layout) of the weight for decode steps, from the file's own
+        `codes` where they fit the layout; False where this build's kernels do not take it (the caller then
+        keeps the dense weight for every call)."""
         if self.weight.device.type != "cpu":
             return False
-        self.row_weight = RowWeight.quantize(self.weight.detach(), layout)
+        self.row_weight = RowWeight.quantize(self.weight.detach(), layout, codes)
         return self.row_weight is not None
 
     def quantize_int8(self, source: torch.Tensor | None = None) -> bool:
@@ -187,14 +189,20 @@ class RowWeight:
         return out
 
     @staticmethod
-    def quantize(weight: torch.Tensor, layout: str) -> RowWeight | None:
-        """None where this torch build lacks the kernel or it rejects the shape or dtype."""
+    def quantize(weight: torch.Tensor, layout: str, codes: GroupCodes | None = None) -> RowWeight | None:
+        """None where this torch build lacks the kernel or it rejects the shape or dtype. `codes`: the file's
+        own (Q4_1 for int4 groups, Q8_0 for int8 groups), taken as they are instead of recovered."""
         build = {"int8 rows": _int8_rows, "int4 groups": _int4_groups, "int8 groups": _int8_groups}[layout]
         kernel = "_weight_int8pack_mm" if layout == "int8 rows" else "_weight_int4pack_mm_for_cpu"
         if not hasattr(torch.ops.aten, kernel) or (layout != "int8 rows" and weight.shape[1] % INT4_GROUP):
             return None
+        own = codes is not None and _FILE_CODES.get(layout) == codes.kind and codes.codes.shape == weight.shape
         try:
-            row = RowWeight(layout, build(weight.float(), weight.dtype))
+            if own:
+                parts = _from_codes(codes, weight.dtype)  # type: ignore[arg-type]
+            else:
+                parts = build(weight.float(), weight.dtype)
+            row = RowWeight(layout, parts)
             row.matmul(torch.zeros(1, weight.shape[1], dtype=weight.dtype))
         except RuntimeError:  # a shape or dtype this build's kernel does not take
             return None
@@ -212,8 +220,8 @@ def _groups(w: torch.Tensor) -> torch.Tensor:
 
 
 def _int4_part(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, dtype: torch.dtype):
-    """codes [out, groups, INT4_GROUP], int32 in 0..15; scale, zero [out, groups, 1]: the kernel's (weight, scales)."""
-    flat = codes.reshape(codes.shape[0], -1)
+    """codes [out, groups, INT4_GROUP] in 0..15; scale, zero [out, groups, 1]: the kernel's (weight, scales)."""
+    flat = codes.reshape(codes.shape[0], -1).to(torch.int32)
     scales = torch.cat([scale, zero], dim=-1).to(dtype).transpose(0, 1).contiguous()  # [groups, out, 2]
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(flat, 1), scales
 
@@ -227,10 +235,27 @@ def _int4_groups(w: torch.Tensor, dtype: torch.dtype) -> tuple[tuple[torch.Tenso
     return (_int4_part(codes, scale, low.add_(8 * scale), dtype),)  # the kernel computes (q - 8) * scale + zero
 
 
+_FILE_CODES = {"int4 groups": "Q4_1", "int8 groups": "Q8_0"}  # a layout -> the GGUF type that is it
+
+
+def _from_codes(codes: GroupCodes, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    q = _groups(codes.codes)
+    scale = codes.scale[..., None]
+    if codes.kind == "Q4_1":  # value = q * d + m = (q - 8) * d + (m + 8 d)
+        assert codes.offset is not None
+        return (_int4_part(q, scale, codes.offset[..., None] + 8 * scale, dtype),)
+    return _int8_halves(q.to(torch.int32) + 128, scale, dtype)
+
+
 def _int8_groups(w: torch.Tensor, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     groups = _groups(w)
     scale = groups.abs().amax(-1, keepdim=True).div_(127).clamp_(min=1e-12)
     biased = (groups / scale).round_().clamp_(-127, 127).to(torch.int32).add_(128)  # 1..255 = 16 * high + low
+    return _int8_halves(biased, scale, dtype)
+
+
+def _int8_halves(biased: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype):
+    """Codes + 128 [out, groups, INT4_GROUP] and the groups' scales [out, groups, 1] as two int4 parts."""
     high, low = biased >> 4, biased.bitwise_and_(15)
     # scale * (16 high + low - 128) = [(high - 8) * 16 scale + 0] + [(low - 8) * scale + 8 scale]
     return (
@@ -340,6 +365,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)  # tied: shares embed_tokens.weight
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
+        self.file_codes: dict[str, GroupCodes] = {}  # Linear name -> the file's codes, until pack_for_cpu
 
     def forward(
         self,
@@ -371,6 +397,7 @@ class LlamaForCausalLM(nn.Module):
         `int8_head`, hold the vocabulary head as int8 instead; with `decode_bits` (4 or 8), the layers'
         projections also keep a copy of that many bits for single-token steps (`RowWeight`). Returns the
         kernels used, or None (F.linear)."""
+        codes, self.file_codes = self.file_codes, {}  # dropped whatever happens: they are only for this
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         if not all(m.pack_for_cpu() for m in linears):
             for m in linears:
@@ -379,12 +406,13 @@ class LlamaForCausalLM(nn.Module):
         kernels = f"oneDNN {str(self.embed_tokens.weight.dtype).removeprefix('torch.')}"
         if int8_head and self.lm_head.quantize_int8():
             kernels += ", int8 head"
+        names = {m: name for name, m in self.named_modules() if isinstance(m, Linear)}
         layers = [m for m in linears if m is not self.lm_head]
         layout = {4: "int4 groups", 8: "int8 rows"}.get(decode_bits or 0)
-        if layout and all(m.quantize_rows(layout) for m in layers):
+        if layout and all(m.quantize_rows(layout, codes.get(names[m])) for m in layers):
             kernels += f", {layout} decode"
             # The head (a Q8_0 or float tensor in the files we load) in 8 bits, in groups as Q8_0 stores it.
-            if not int8_head and self.lm_head.quantize_rows("int8 groups"):
+            if not int8_head and self.lm_head.quantize_rows("int8 groups", codes.get("lm_head")):
                 kernels += ", int8 groups head decode"
         else:
             for m in layers:
@@ -410,12 +438,32 @@ def fuse_hf_weights(cfg: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str, 
     return out
 
 
+def fuse_codes(cfg: ModelConfig, codes: dict[str, GroupCodes]) -> dict[str, GroupCodes]:
+    """A file's own codes (HF names) under this module's Linear names, Q/K/V fused where all three have them."""
+    out: dict[str, GroupCodes] = {}
+    head = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+    if head in codes:
+        out["lm_head"] = codes[head]
+    for i in range(cfg.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        qkv = [codes.get(f"{src}self_attn.{n}_proj.weight") for n in "qkv"]
+        if all(c is not None for c in qkv) and len({c.kind for c in qkv}) == 1:  # type: ignore[union-attr]
+            out[dst + "self_attn.qkv_proj"] = GroupCodes.concat(qkv)  # type: ignore[arg-type]
+        for name in ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            if src + name + ".weight" in codes:
+                out[dst + name] = codes[src + name + ".weight"]
+    return out
+
+
 def build_model(
-    cfg: ModelConfig, hf_weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    cfg: ModelConfig, hf_weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype,
+    codes: dict[str, GroupCodes] | None = None,
 ) -> LlamaForCausalLM:
-    """Construct on the meta device (no allocation), then adopt the loaded weights in place."""
+    """Construct on the meta device (no allocation), then adopt the loaded weights in place. `codes`: the
+    file's own quantized values (HF names), for the decode copies `pack_for_cpu` makes."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
+    model.file_codes = fuse_codes(cfg, codes or {})
     state = {k: v.to(device=device, dtype=dtype).contiguous() for k, v in fuse_hf_weights(cfg, hf_weights).items()}
     model.load_state_dict(state, assign=True, strict=True)
     if cfg.tie_word_embeddings:

@@ -127,3 +127,29 @@ def test_a_decode_step_of_several_sequences_reads_the_copies_and_answers_alike(t
     alone = [Engine(model=model).generate(p, max_tokens=12, ignore_eos=True).token_ids for p in prompts]
     together = [r.token_ids for r in Engine(model=model).generate(prompts, max_tokens=12, ignore_eos=True)]
     assert together == alone
+
+
+def test_the_bundled_files_own_codes_are_what_requantizing_recovers():
+    """The decode copies are built from the GGUF's own Q4_1 / Q8_0 codes (no requantizing at load); for every
+    kind of projection (Q/K/V fused, their rows un-permuted like the weights) and the head, those are the
+    codes requantizing the dequantized weights finds, and scales and offsets agree to bfloat16's rounding."""
+    from localengine.loader import default_model_path
+    from localengine.loader.gguf import load_gguf
+    from localengine.models.llama import fuse_codes, fuse_hf_weights
+
+    model = load_gguf(default_model_path())
+    cfg = model.config
+    dense, codes = fuse_hf_weights(cfg, model.weights), fuse_codes(cfg, model.codes)
+    checks = {"layers.3.self_attn.qkv_proj": "int4 groups", "layers.3.self_attn.o_proj": "int4 groups",
+              "layers.3.mlp.gate_proj": "int4 groups", "layers.3.mlp.down_proj": "int4 groups",
+              "lm_head": "int8 groups"}
+    for name, layout in checks.items():
+        weight = dense[name + ".weight"].bfloat16()
+        from_file = RowWeight.quantize(weight, layout, codes[name])
+        recovered = RowWeight.quantize(weight, layout)
+        if from_file is None or recovered is None:
+            pytest.skip("this torch build has no int4 CPU kernel")
+        for (data_f, scales_f), (data_r, scales_r) in zip(from_file.parts, recovered.parts):
+            assert torch.equal(data_f, data_r), name
+            difference = (scales_f.float() - scales_r.float()).abs().max()
+            assert difference <= 2**-7 * scales_r.float().abs().max(), name  # a unit or two of bfloat16
