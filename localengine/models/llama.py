@@ -288,9 +288,7 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin for every position, [max_positions, head_dim], computed in float64 then cast.
-    The sin table's first half is negated, so that rotating is `x * cos + swap_halves(x) * sin` (HF Llama's
-    `rotate_half` negates the swapped half of x instead: the same products, one op fewer per call)."""
+    """cos and sin for every position, [max_positions, head_dim], computed in float64 then cast."""
     half = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device=device) / cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta**half)  # [hd/2]
     pos = torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device)
@@ -300,7 +298,7 @@ def rope_tables(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> t
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [T, heads, hd]; cos, sin (signed, see rope_tables): [T, 1, hd]
+    # x: [T, heads, hd]; cos, sin: [T, 1, hd]
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
