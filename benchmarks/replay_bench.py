@@ -35,17 +35,17 @@ def main() -> None:
     from localengine import Engine
 
     start = time.perf_counter()
-    engine = Engine(device="cpu", dtype=args.dtype)
+    # built and stepped on the engine's own thread, as `kvprobe replay` does (see EngineLoop)
+    target = LocalTarget(None, args.max_tokens, load=lambda: Engine(device="cpu", dtype=args.dtype))
+    engine = target.engine
     print(f"engine loaded in {time.perf_counter() - start:.1f} s ({engine.kernels})")
     records = list(read_trace(args.trace))[: args.limit]
-    target = LocalTarget(engine, args.max_tokens)
     cpu, wall = time.process_time(), time.perf_counter()
     report = replay_trace(records, target, timing=Timing.parse("fast"), max_tokens=args.max_tokens)
     replay_wall, replay_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    target.stop()
     rows = [r.measured for r in report.baseline.rows]
 
-    engine.clear_cache()
+    target.reset()
     direct: list[float] = []
     cpu, wall = time.process_time(), time.perf_counter()
     for item, m in zip(plan(records), rows):
@@ -53,10 +53,12 @@ def main() -> None:
             direct.append(0.0)
             continue
         ids = build_prompt(item.rendered, engine.tokenizer).token_ids[: m.prompt_tokens]
-        result = engine.generate(ids, max_tokens=max(m.output_tokens, 1), ignore_eos=True)
+        new = max(m.output_tokens, 1)
+        result = target.loop.call(lambda e, ids=ids, new=new: e.generate(ids, max_tokens=new, ignore_eos=True)).result()
         assert result.num_cached_tokens == m.cached_tokens, (item.id, result.num_cached_tokens, m.cached_tokens)
         direct.append(result.prefill_seconds)
     direct_wall, direct_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    target.stop()
 
     print(f"{'request':<10} {'prompt':>7} {'cached':>7} {'replay prefill s':>17} {'engine prefill s':>17}")
     for m, d in zip(rows, direct):

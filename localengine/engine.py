@@ -41,7 +41,7 @@ from .block_manager import BlockManager
 from .config import CacheConfig, EngineConfig, SchedulerConfig
 from .loader import load_model
 from .model_runner import ModelRunner, kv_bytes_per_block
-from .models.llama import build_model
+from .models.llama import build_model, fuse_codes
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
 
@@ -114,13 +114,15 @@ _DECODE_WEIGHTS = {"int4": 4, "int8": 8, "dense": None}
 _FOUR_BIT_SOURCE = 5.0  # bits per weight, block scales included: Q4_0/Q4_K 4.5, Q4_1 5.0; Q5_0 5.5, Q8_0 8.5
 
 
+def _check_decode_weights(choice: str) -> None:
+    if choice != "auto" and choice not in _DECODE_WEIGHTS:
+        raise ValueError(f"decode_weights {choice!r} is not supported (choose from auto, {', '.join(_DECODE_WEIGHTS)})")
+
+
 def _decode_bits(choice: str, dtype: str, resolved: torch.dtype, device: torch.device,
                  source_bits: float) -> int | None:
     """Bits of the single-token steps' weight copies (None: they read the dense weights)."""
     if choice != "auto":
-        if choice not in _DECODE_WEIGHTS:
-            choices = ", ".join(_DECODE_WEIGHTS)
-            raise ValueError(f"decode_weights {choice!r} is not supported (choose from auto, {choices})")
         return _DECODE_WEIGHTS[choice]
     # Part of the fast path: dtype "auto" where it runs bfloat16 on CPU.
     if dtype != "auto" or resolved != torch.bfloat16 or device.type != "cpu":
@@ -186,6 +188,7 @@ class Engine:
             SchedulerConfig(max_num_seqs, max_num_batched_tokens),
             batch_invariant,
         )
+        _check_decode_weights(decode_weights)  # before the load, which takes seconds
         self.device = _resolve_device(device)
         self.dtype = _resolve_dtype(dtype, self.device)
         loaded = load_model(model, seed)
@@ -193,12 +196,13 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         exact = self.dtype == torch.float64 if batch_invariant is None else batch_invariant
         bits = _decode_bits(decode_weights, dtype, self.dtype, self.device, loaded.layer_bits)
-        # the file's own codes are only kept until the decode copies are made from them
-        codes = loaded.codes if bits and not exact else None
-        net = build_model(loaded.config, loaded.weights, self.device, self.dtype, codes)
-        del loaded, codes
+        codes = fuse_codes(loaded.config, loaded.codes) if bits and not exact else {}
+        net = build_model(loaded.config, loaded.weights, self.device, self.dtype)
+        del loaded
         # What the matmuls run on, for benchmarks and `describe()`: "oneDNN bfloat16, int8 head", "F.linear", ...
-        self.kernels = (None if exact else net.pack_for_cpu(int8_head=int8_head, decode_bits=bits)) or (
+        packed = None if exact else net.pack_for_cpu(int8_head=int8_head, decode_bits=bits, codes=codes)
+        del codes  # only for the decode copies
+        self.kernels = packed or (
             "exact (batch-invariant)" if exact else "F.linear"
         )
         self.uses_onednn = self.kernels.startswith("oneDNN")

@@ -1,7 +1,8 @@
 """`kvprobe replay`: run a recorded trace on a real engine and measure what prefix caching did.
 
     from kvprobe.replay import LocalTarget, replay_trace
-    report = replay_trace(records, LocalTarget(engine, max_tokens=16), timing=Timing.parse("fast"))
+    target = LocalTarget(None, max_tokens=16, load=Engine)  # the engine built on the thread that steps it
+    report = replay_trace(records, target, timing=Timing.parse("fast"))
     report.to_json()
 
 Per request: ground-truth cached tokens, prefill and decode time, time to first token, cold or warm; beside

@@ -54,12 +54,8 @@ def _shaped(values: torch.Tensor, raw: np.ndarray, block_bytes: int, block: int)
     return values.reshape(*raw.shape[:-1], raw.shape[-1] // block_bytes * block)
 
 
-def dequantize_q4_1(raw: np.ndarray) -> np.ndarray:
-    """raw: uint8 [..., row_bytes] -> float32 [..., row_bytes / 20 * 32]."""
-    return _q4_1(raw)[0]
-
-
 def _q4_1(raw: np.ndarray) -> tuple[np.ndarray, GroupCodes | None]:
+    """raw: uint8 [..., row_bytes] -> float32 [..., row_bytes / 20 * 32], and the codes of a 2-D tensor."""
     blocks = torch.from_numpy(np.array(raw, copy=True)).reshape(-1, Q4_1_BYTES)  # writable (raw maps the file)
     d, m = _halves(blocks, 0), _halves(blocks, 2)
     qs = blocks[:, 4:]
@@ -71,10 +67,6 @@ def _q4_1(raw: np.ndarray) -> tuple[np.ndarray, GroupCodes | None]:
     rows = raw.shape[0]
     codes = GroupCodes("Q4_1", q.reshape(rows, -1), d.reshape(rows, -1), m.reshape(rows, -1))
     return values.numpy(), codes
-
-
-def dequantize_q8_0(raw: np.ndarray) -> np.ndarray:
-    return _q8_0(raw)[0]
 
 
 def _q8_0(raw: np.ndarray) -> tuple[np.ndarray, GroupCodes | None]:

@@ -225,7 +225,8 @@ def load_gguf(path: str | Path) -> GGUFModel:
             cfg.num_kv_heads if name.endswith("k_proj.weight") else None
         if heads is not None:
             array = unpermute_qk(array, heads)
-        if own is not None and name.endswith(("_proj.weight", "embed_tokens.weight", "lm_head.weight")):
+        head = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+        if own is not None and (name.endswith("_proj.weight") or name == head):
             codes[name] = own if heads is None else own.rows(_unpermuted_rows(array.shape[0], heads))
         # writable and owning its memory (not a view of the mapped file)
         weights[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=not array.flags.owndata))

@@ -156,18 +156,18 @@ def paged_attention(
     """
     k_cache.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
     v_cache.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
-    attend = _attend_exact if batch.batch_invariant else _attend_fast
     if len(batch.seqs) == 1 and batch.seqs[0].q_len == q.shape[0]:
-        return _attend_one(q, k, v, k_cache, v_cache, batch.seqs[0], attend, batch.batch_invariant)
+        return _attend_one(q, k, v, k_cache, v_cache, batch.seqs[0], batch.batch_invariant)
     out = torch.empty_like(q)
     for seq in batch.seqs:
         rows = slice(seq.q_start, seq.q_start + seq.q_len)
-        out[rows] = _attend_one(q[rows], k[rows], v[rows], k_cache, v_cache, seq, attend, batch.batch_invariant)
+        out[rows] = _attend_one(q[rows], k[rows], v[rows], k_cache, v_cache, seq, batch.batch_invariant)
     return out
 
 
-def _attend_one(q, k, v, k_cache, v_cache, seq: SeqAttention, attend, exact: bool) -> torch.Tensor:
+def _attend_one(q, k, v, k_cache, v_cache, seq: SeqAttention, exact: bool) -> torch.Tensor:
     """One sequence's new tokens over its context; q, k, v: its rows [S, heads, hd] -> [S, H, hd]."""
+    attend = _attend_exact if exact else _attend_fast
     qs = q.transpose(0, 1)  # [H, S, hd]
     fast = not exact
     split_ok = q.device.type == "cpu" and _CPU_FLASH_WITH_LSE

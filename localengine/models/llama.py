@@ -78,16 +78,16 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.packed: torch.Tensor | None = None
         self.int8: object | None = None  # fbgemm's packed int8 weight
-        self.row_weight: RowWeight | None = None  # read by single-row calls
+        self.row_weight: RowWeight | None = None  # read by the decode steps' calls (`copies`)
 
-    def _copy(self, exact: bool, copies: bool) -> bool:
-        return copies and self.row_weight is not None and not exact
+    def _copy(self, copies: bool) -> bool:
+        return copies and self.row_weight is not None
 
     def forward(self, x: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """`copies`: the caller's step reads the low-precision copies (a decode step of a few sequences)."""
         if exact:
             return exact_linear(x, self.weight)
-        if self._copy(exact, copies):
+        if self._copy(copies):
             return self.row_weight.matmul(x)  # type: ignore[union-attr]
         if self.int8 is not None:
             return torch.ops.quantized.linear_dynamic(x.float(), self.int8, False).to(x.dtype)
@@ -97,19 +97,19 @@ class Linear(nn.Module):
 
     def silu(self, x: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """silu(x @ W.T)"""
-        if self.packed is not None and not exact and not self._copy(exact, copies):
+        if self.packed is not None and not exact and not self._copy(copies):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "swish", [], "")
         return F.silu(self(x, exact, copies))
 
     def times(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """(x @ W.T) * other"""
-        if self.packed is not None and not exact and not self._copy(exact, copies):
+        if self.packed is not None and not exact and not self._copy(copies):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "mul")
         return self(x, exact, copies) * other
 
     def plus(self, x: torch.Tensor, other: torch.Tensor, exact: bool = False, copies: bool = False) -> torch.Tensor:
         """(x @ W.T) + other: a residual connection"""
-        if self.packed is not None and not exact and not self._copy(exact, copies):
+        if self.packed is not None and not exact and not self._copy(copies):
             return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "add")
         return self(x, exact, copies) + other
 
@@ -162,7 +162,7 @@ INT4_GROUP = 32  # inputs per scale (and offset) of the grouped copies: llama.cp
 
 @dataclass(slots=True)
 class RowWeight:
-    """A weight-only low-precision copy of an [out, in] weight for single-row calls; activations stay as they are.
+    """A weight-only low-precision copy of an [out, in] weight for decode steps; activations stay as they are.
 
     - "int8 rows": symmetric, one scale per output row (absmax / 127), `aten._weight_int8pack_mm`.
     - "int4 groups": asymmetric, a scale and an offset per group of `INT4_GROUP` inputs,
@@ -363,7 +363,6 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)  # tied: shares embed_tokens.weight
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
-        self.file_codes: dict[str, GroupCodes] = {}  # Linear name -> the file's codes, until pack_for_cpu
 
     def forward(
         self,
@@ -382,6 +381,8 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor, exact: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden: [B, D] (only the positions that need logits) -> logits [B, V] and the head's input [B, D]."""
         normed = self.norm(hidden)
+        # Every row here is one sequence's last position, so the head reads its copy for up to
+        # ROW_COPY_MAX_ROWS sequences whatever the step (a prefill's logits included).
         return self.lm_head(normed, exact, copies=normed.shape[0] <= ROW_COPY_MAX_ROWS), normed
 
     def dense_head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
@@ -390,12 +391,14 @@ class LlamaForCausalLM(nn.Module):
         weight = self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
         return weight[token_ids] if weight.shape[0] == self.config.vocab_size else None
 
-    def pack_for_cpu(self, int8_head: bool = False, decode_bits: int | None = None) -> str | None:
+    def pack_for_cpu(self, int8_head: bool = False, decode_bits: int | None = None,
+                     codes: dict[str, GroupCodes] | None = None) -> str | None:
         """Prepack every projection for oneDNN and drop the dense copies (the embedding stays dense); with
         `int8_head`, hold the vocabulary head as int8 instead; with `decode_bits` (4 or 8), the layers'
-        projections also keep a copy of that many bits for single-token steps (`RowWeight`). Returns the
-        kernels used, or None (F.linear)."""
-        codes, self.file_codes = self.file_codes, {}  # dropped whatever happens: they are only for this
+        projections also keep a copy of that many bits for decode steps (`RowWeight`), and the head an 8-bit
+        one in groups. `codes`: the file's own codes by Linear name (`fuse_codes`), used where they fit.
+        Returns the kernels used, or None (F.linear)."""
+        codes = codes or {}
         linears = [m for m in self.modules() if isinstance(m, Linear)]
         if not all(m.pack_for_cpu() for m in linears):
             for m in linears:
@@ -454,14 +457,11 @@ def fuse_codes(cfg: ModelConfig, codes: dict[str, GroupCodes]) -> dict[str, Grou
 
 
 def build_model(
-    cfg: ModelConfig, hf_weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype,
-    codes: dict[str, GroupCodes] | None = None,
+    cfg: ModelConfig, hf_weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
 ) -> LlamaForCausalLM:
-    """Construct on the meta device (no allocation), then adopt the loaded weights in place. `codes`: the
-    file's own quantized values (HF names), for the decode copies `pack_for_cpu` makes."""
+    """Construct on the meta device (no allocation), then adopt the loaded weights in place."""
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
-    model.file_codes = fuse_codes(cfg, codes or {})
     state = {k: v.to(device=device, dtype=dtype).contiguous() for k, v in fuse_hf_weights(cfg, hf_weights).items()}
     model.load_state_dict(state, assign=True, strict=True)
     if cfg.tie_word_embeddings:

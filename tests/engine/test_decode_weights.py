@@ -8,7 +8,7 @@ from gguf.quants import quantize
 from test_loaders import PROMPT, write_tiny_gguf
 
 from localengine import Engine
-from localengine.loader.dequant import dequantize_q4_1, dequantize_q8_0
+from localengine.loader.dequant import dequantize
 from localengine.models.llama import INT4_GROUP, RowWeight
 
 needs_bf16_cpu = pytest.mark.skipif(
@@ -27,8 +27,7 @@ def file_weight(qtype: GGMLQuantizationType, out_features: int, in_features: int
     """A weight as a GGUF of `qtype` holds it: llama.cpp's quantizer, then the loader's dequantization."""
     rng = np.random.default_rng(seed)
     dense = rng.normal(0, 0.05, (out_features, in_features)).astype(np.float32)
-    dequantize = {"Q4_1": dequantize_q4_1, "Q8_0": dequantize_q8_0}[qtype.name]
-    return torch.from_numpy(dequantize(quantize(dense, qtype)))
+    return torch.from_numpy(dequantize(quantize(dense, qtype), qtype))
 
 
 def test_int4_copy_of_a_q4_1_weight_keeps_the_file_values():
