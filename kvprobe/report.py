@@ -267,7 +267,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
         if fixes:
             source = kept = list(source)
         sks = list(skeletons(source, store))
-    if leading is not None and leading.started:
+    if leading is not None:
         results, sizer = leading.finish(sks), leading.sizer
     else:
         sizer = BlockSizer()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise, explain_miss, explain_usage_only, from_evidence
@@ -53,6 +55,26 @@ def tolerance(rules: ModelRules) -> int:
     return int(rules.get("cached_token_step", rules.get("unit_tokens", 0)) or 0)
 
 
+_CACHE_KEY, _CONTENT_HASH = attrgetter("cache_key"), attrgetter("content_hash")
+
+
+def _longest(table: dict[int, int], req: RenderedRequest, key_of: Callable[[Any], int]) -> tuple[int, int]:
+    """(tokens, blocks) of the longest prefix of `req` whose chained hashes `table` holds. A table holds every
+    prefix of what it holds, so when the last block the request took over from the previous one of its
+    stream is held, the walk starts after it instead of at the first block of the whole history."""
+    blocks = req.blocks
+    n = min(req.shared_prefix, len(blocks))
+    best = table.get(key_of(blocks[n - 1])) if n else None
+    if best is None:
+        best, n = 0, 0
+    for block in blocks[n:]:
+        tokens = table.get(key_of(block))
+        if tokens is None:
+            break
+        best, n = tokens, n + 1
+    return best, n
+
+
 @dataclass(slots=True)
 class _Ideal:
     """A perfect prefix cache: infinite memory, every prefix written. Per provider (keys carry the model)."""
@@ -62,26 +84,14 @@ class _Ideal:
 
     def longest_key(self, req: RenderedRequest) -> tuple[int, int]:
         """Tokens of the longest prefix held under this request's keys, and how many blocks it spans."""
-        table, best, n = self.by_key, 0, 0
-        for block in req.blocks:
-            tokens = table.get(block.cache_key)
-            if tokens is None:
-                break
-            best, n = tokens, n + 1
-        return best, n
+        return _longest(self.by_key, req, _CACHE_KEY)
 
     def longest_content(self, req: RenderedRequest) -> int:
-        table, best = self.by_content, 0
-        for block in req.blocks:
-            tokens = table.get(block.content_hash)
-            if tokens is None:
-                break
-            best = tokens
-        return best
+        return _longest(self.by_content, req, _CONTENT_HASH)[0]
 
     def add(self, req: RenderedRequest, held: tuple[int, int]) -> None:
         """Write every prefix of the request. `held` = (tokens, blocks) already under its keys (a key names
-        its whole prefix, so those blocks, and their content, are in both tables with these very sizes)."""
+        its whole prefix, so those blocks are in both tables already)."""
         tokens, start = held
         by_key, by_content = self.by_key, self.by_content
         blocks = req.blocks
@@ -230,7 +240,10 @@ def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], Rendere
 
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(reread, store, sizer)
-    results = [sim.step(sk) for sk in sorted(skeletons, key=_start_order)]
+    return _finished([sim.step(sk) for sk in sorted(skeletons, key=_start_order)])
+
+
+def _finished(results: list[RequestResult]) -> list[RequestResult]:
     diagnose_siblings(results, estimate_noise)
     return results
 
@@ -239,8 +252,8 @@ class LeadingSimulation:
     """`simulate` in two parts, for a parse that has the leading share of a trace's skeletons before the rest
     (the split parse, while its second process still reads): the share is stepped at once. That is the
     replay `simulate` makes whenever nothing in the rest starts before the share's last request, as in a
-    trace written in time order; otherwise `finish` simulates the whole trace again, from a fresh sizer.
-    `sizer` is the one whose sizes the results carry."""
+    trace written in time order; otherwise (or when `lead` was never called) `finish` simulates the whole
+    trace, from a fresh sizer. `sizer` is the one whose sizes the results carry."""
 
     def __init__(self, reread_factory: Callable[[], Callable[[Skeleton], RenderedRequest | None] | None],
                  store: BlockStore) -> None:
@@ -248,25 +261,16 @@ class LeadingSimulation:
         self.sizer = BlockSizer()
         self._sim: Simulator | None = None  # once `lead` has run
         self._results: list[RequestResult] = []
-        self._last: tuple[float, int] | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._sim is not None
 
     def lead(self, leading: list[Skeleton]) -> None:
         self._sim = Simulator(self._reread_factory(), self._store, self.sizer)
-        ordered = sorted(leading, key=_start_order)
-        self._results = [self._sim.step(sk) for sk in ordered]
-        self._last = _start_order(ordered[-1]) if ordered else None
+        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order)]
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
         """All the skeletons, the leading share first (as the parse joined them)."""
         rest = sorted(skeletons[len(self._results):], key=_start_order)
-        if rest and self._last is not None and _start_order(rest[0]) < self._last:
+        led = self._results
+        if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
             self.sizer = BlockSizer()
             return simulate(skeletons, self._reread_factory(), self._store, self.sizer)
-        assert self._sim is not None
-        results = self._results + [self._sim.step(sk) for sk in rest]
-        diagnose_siblings(results, estimate_noise)
-        return results
+        return _finished(led + [self._sim.step(sk) for sk in rest])

@@ -87,7 +87,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
             cut = cuts[path]
             joined.add(_read_here(path, cut, store, progress, helper, kept))
             if cut is not None and while_waiting is not None and len(paths) == 1 and store.pending is None:
-                while_waiting(list(joined.skeletons))
+                while_waiting(joined.skeletons)  # read, not kept: the list grows on
             if cut is not None:
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
