@@ -55,8 +55,7 @@ class Piece:
     from_helper: bool = False
     error: tuple[str, int | None, str | None] | None = None  # message, line within the range, field
     leading: list[bool] = field(default_factory=list)  # records before the first start time: readable unknown?
-    raw_by_body: dict[int, int] = field(default_factory=dict)
-    raw: dict[int, int] = field(default_factory=dict)  # helper's: raw token count by chained key
+    raw_by_body: dict[int, int] = field(default_factory=dict)  # raw token counts of the bodies new in it
 
     @property
     def lines(self) -> int:  # every line of a strictly read range is a record or blank
@@ -206,18 +205,20 @@ class _Joiner:
         self._ids.add(sk.id)
         sk.order = len(self.skeletons)
         if piece.from_helper and sk.request is not None:
-            _adopt(sk, self.store, piece.raw)
+            _adopt(sk, self.store, piece.raw_by_body)
         self.skeletons.append(sk)
 
 
-def _adopt(sk: Skeleton, store: BlockStore, raw: dict[int, int]) -> None:
-    """Point a helper's skeleton at this store's blocks (one object per chained key, as sizing expects)."""
+def _adopt(sk: Skeleton, store: BlockStore, raw_by_body: dict[int, int]) -> None:
+    """Point a helper's skeleton at this store's blocks (one object per chained key, as sizing expects). A block
+    new here was new to the helper's store in this file too (keys of earlier files are adopted by now), and the
+    helper then counted its body in this file."""
     assert sk.request is not None
     blocks = sk.request.blocks
     for j, block in enumerate(blocks):
         known = store.blocks.get(block.cache_key)
         if known is None:
-            store.blocks[block.cache_key], store.raw[block.cache_key] = block, raw[block.cache_key]
+            store.blocks[block.cache_key], store.raw[block.cache_key] = block, raw_by_body[block.body_hash]
         elif known is not block:
             blocks[j] = known
 
@@ -308,7 +309,6 @@ def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> boo
             piece.error = (exc.message, exc.line, exc.field)
         total += stats.bytes_read
         piece.raw_by_body, store.raw_by_body = store.raw_by_body, {}
-        piece.raw, store.raw = store.raw, {}  # (blocks seen in an earlier file are in the parent's store by now)
         conn.send_bytes(pickle.dumps(("piece", piece), protocol=pickle.HIGHEST_PROTOCOL))
         if piece.error is not None:
             return False
