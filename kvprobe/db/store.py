@@ -23,7 +23,6 @@ from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import build_report
-from kvprobe.trace.reader import READ_BUFFER
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,12 +47,16 @@ def identify(path: str | Path) -> TraceFile:
     if not path.is_file():
         raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
     first, whole, size = None, xxhash.xxh3_128(), 0
-    with path.open("rb", buffering=READ_BUFFER) as fh:
-        for line in fh:
+    with path.open("rb") as fh:
+        for line in fh:  # up to the first record line; the rest is hashed in blocks
             whole.update(line)
             size += len(line)
-            if first is None and line.strip():
+            if line.strip():
                 first = xxhash.xxh3_64_hexdigest(line.rstrip(b"\r\n"))
+                break
+        while chunk := fh.read(_CHUNK):
+            whole.update(chunk)
+            size += len(chunk)
     if first is None:
         raise InputError("no records: the trace is empty", file=str(path))
     return TraceFile(path.resolve(), str(path), first, whole.hexdigest(), size)
