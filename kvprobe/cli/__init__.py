@@ -84,7 +84,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'kvprobe.cli' has no attribute {name!r}")
 
 
+# CPython's cyclic collector re-scans every live object each time their number grows by a quarter: a report
+# keeps millions (blocks, skeletons, results), and those re-scans were 18% of `report` on a 1 GB trace
+# (3.7 s -> 3.1 s with these settings, same output and peak memory). Nearly everything is freed by reference
+# counting anyway; collecting every 200,000 allocations instead of 700 (as mypy does) keeps the collector for
+# the long-running commands (serve, watch, capture) at a fraction of the cost.
+GC_THRESHOLDS = (200_000, 30, 30)
+
+
 def main() -> None:
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
     if sys.argv[1:] in ([], ["--help"]):  # answered without Typer or any command module
         from kvprobe.cli import fasthelp
 

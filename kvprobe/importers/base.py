@@ -151,6 +151,15 @@ def _fast_utc(text: str) -> float | None:
 
 def time_or_none(value: Any) -> float | None:
     """Epoch seconds from RFC 3339 text or epoch (s/ms/µs/ns guessed by size); None when unusable."""
+    if value.__class__ is str:
+        # the shape agents write, inline (this runs for every line of a log): as _fast_utc, then the range check
+        if len(value) >= 20 and value[-1] == "Z" and value[10] == "T":
+            try:
+                stamp = _fromisoformat(value).timestamp()
+            except ValueError:
+                return _time_of_text(value)
+            return stamp if 0 < stamp < 1e11 else None
+        return _time_of_text(value)
     if isinstance(value, str):
         return _time_of_text(value)
     if value is None or isinstance(value, bool):
