@@ -6,6 +6,7 @@ the server or DuckDB, which keeps start-up short (diff's target is half a second
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -93,8 +94,6 @@ GC_THRESHOLDS = (200_000, 30, 30)
 
 
 def main() -> None:
-    import gc
-
     gc.set_threshold(*GC_THRESHOLDS)
     if sys.argv[1:] in ([], ["--help"]):  # answered without Typer or any command module
         from kvprobe.cli import fasthelp

@@ -151,16 +151,14 @@ def _fast_utc(text: str) -> float | None:
 
 def time_or_none(value: Any) -> float | None:
     """Epoch seconds from RFC 3339 text or epoch (s/ms/µs/ns guessed by size); None when unusable."""
-    if value.__class__ is str:
-        # the shape agents write, inline (this runs for every line of a log): as _fast_utc, then the range check
+    if isinstance(value, str):
+        # the shape agents write, inline (this runs for every line of a log): _fast_utc, then the range check
         if len(value) >= 20 and value[-1] == "Z" and value[10] == "T":
             try:
                 stamp = _fromisoformat(value).timestamp()
             except ValueError:
                 return _time_of_text(value)
             return stamp if 0 < stamp < 1e11 else None
-        return _time_of_text(value)
-    if isinstance(value, str):
         return _time_of_text(value)
     if value is None or isinstance(value, bool):
         return None
@@ -175,17 +173,17 @@ def time_or_none(value: Any) -> float | None:
 
 
 def _time_of_text(value: str) -> float | None:
-    stamp = _fast_utc(value)  # the shape agents write: most calls end here, with no stripped copy
+    """Text that is not the common shape as it stands (time_or_none tried that): padded, epoch digits, or any
+    other RFC 3339 form."""
+    text = value.strip()
+    stamp = _fast_utc(text) if len(text) != len(value) else None
     if stamp is None:
-        text = value.strip()
-        stamp = _fast_utc(text) if len(text) != len(value) else None
-        if stamp is None:
-            if text.isascii() and text.replace(".", "", 1).isdigit():
-                return time_or_none(float(text))
-            try:
-                stamp = parse_time(text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text)
-            except (ValueError, OverflowError):
-                return None
+        if text.isascii() and text.replace(".", "", 1).isdigit():
+            return time_or_none(float(text))
+        try:
+            stamp = parse_time(text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text)
+        except (ValueError, OverflowError):
+            return None
     return stamp if 0 < stamp < 1e11 else None
 
 
