@@ -167,3 +167,19 @@ def test_breakdown_table_shows_a_sub_row_per_model(cli, logs):
     assert res.exit_code == 0, res.output
     assert "Usage by week" in res.output and "└ claude-sonnet-4-5" in res.output and "└ claude-haiku" in res.output
     assert "1 subagent requests read from the parent's progress lines" in res.output
+
+
+def test_long_context_tier_starts_above_200k_input_tokens(cli, tmp_path):
+    # Anthropic's published Sonnet 4.5 prices (genai-prices data, no price file): input $3/MTok for a request of
+    # up to 200k input tokens, $6/MTok above. Two requests on either side of the line, fresh input only:
+    # 200,000 x $3/M = $0.600000 and 200,001 x $6/M = $1.200006, each priced at its own tier.
+    lines = []
+    for i, fresh in enumerate((200_000, 200_001)):
+        lines.append(_cc("user", f"2026-09-0{i + 1}T10:00:00.000Z", f"u{i}", message={"role": "user", "content": "go"}))
+        lines.append(_cc("assistant", f"2026-09-0{i + 1}T10:00:05.000Z", f"a{i}", f"u{i}", requestId=f"req_{i}",
+                         message=_msg(f"msg_{i}", SONNET, fresh, 0, 0, 0)))
+    _write(tmp_path / "projects" / "-home-me-web" / "s.jsonl", lines)
+    res = cli("usage", tmp_path / "projects", "--by", "day", "--json")
+    assert res.exit_code == 0, res.output
+    days = {row["day"]: row["cost_usd"] for row in json.loads(res.stdout)["by_day"]}
+    assert days == {"2026-09-01": pytest.approx(0.6), "2026-09-02": pytest.approx(1.200006)}
