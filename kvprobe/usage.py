@@ -49,18 +49,27 @@ def _int(d: dict[str, Any] | None, *keys: str) -> int:
 
 
 def _anthropic(u: dict[str, Any]) -> Usage:
-    fresh, read = _int(u, "input_tokens"), _int(u, "cache_read_input_tokens")
-    created = _int(u, "cache_creation_input_tokens")
-    split = u.get("cache_creation")
+    get = u.get
+    fresh, read, created = get("input_tokens"), get("cache_read_input_tokens"), get("cache_creation_input_tokens")
+    output = get("output_tokens")
+    # plain counts (what logs hold) as they are, without a call each: this runs for every request read
+    if fresh.__class__ is not int:
+        fresh = _int(u, "input_tokens")
+    if read.__class__ is not int:
+        read = _int(u, "cache_read_input_tokens")
+    if created.__class__ is not int:
+        created = _int(u, "cache_creation_input_tokens")
+    if output.__class__ is not int:
+        output = _int(u, "output_tokens")
+    split = get("cache_creation")
     if isinstance(split, dict):
         w1h, w5m = _int(split, "ephemeral_1h_input_tokens"), _int(split, "ephemeral_5m_input_tokens")
         if w5m + w1h != created:  # trust the total; attribute the rest to 5m
             w5m = max(created - w1h, 0)
     else:
         w1h, w5m = 0, created
-    reason = u.get("cache_miss_reason")
-    return Usage(fresh + read + created, read, w5m, w1h, _int(u, "output_tokens"),
-                 str(reason) if reason else None)
+    reason = get("cache_miss_reason")
+    return Usage(fresh + read + created, read, w5m, w1h, output, str(reason) if reason else None)
 
 
 def _openai(u: dict[str, Any]) -> Usage:

@@ -170,6 +170,28 @@ def test_bad_usage_is_exit_2_naming_file_line_and_field(cli, tmp_path, value):
     assert res.exit_code == 0 and json.loads(res.stdout)["import"]["skipped"] == 1
 
 
+@pytest.mark.parametrize(("usage_key", "nested", "field", "problem"), [
+    ("usage", {"cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": -5}},
+     "response.usage.cache_creation.ephemeral_1h_input_tokens", "expected a token count of 0 or more, got -5"),
+    ("usage", {"prompt_tokens_details": {"cached_tokens": "lots"}},
+     "response.usage.prompt_tokens_details.cached_tokens", "expected a token count, got str"),
+    ("usageMetadata", {"promptTokenCount": 100, "promptTokensDetails": [
+        {"modality": "TEXT", "tokenCount": 90}, {"modality": "IMAGE", "tokenCount": -10}]},
+     "response.usageMetadata.promptTokensDetails[1].tokenCount", "expected a token count of 0 or more, got -10"),
+])
+def test_a_bad_nested_usage_count_is_named_by_its_full_path(cli, tmp_path, usage_key, nested, field, problem):
+    """Details nested in usage (Anthropic's cache_creation split, OpenAI's prompt_tokens_details, Gemini's
+    per-modality list) are checked too, and the error spells out the path down to the bad value."""
+    record = json.loads(SAMPLE_LINES[1])
+    record["response"].pop("usage")
+    record["response"][usage_key] = nested
+    trace = tmp_path / "nested.jsonl"
+    trace.write_bytes(SAMPLE_LINES[0] + b"\n" + json.dumps(record).encode() + b"\n")
+    res = cli("report", trace, "--json")
+    assert res.exit_code == 2, res.output
+    assert f"nested.jsonl:2 field '{field}': {problem}" in " ".join(res.output.split())
+
+
 def test_a_model_that_is_not_a_string_and_deep_nesting_are_input_errors(cli, tmp_path):
     record = json.loads(SAMPLE_LINES[0])
     record["request"]["model"] = 12345

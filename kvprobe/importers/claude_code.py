@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
 from kvprobe.trace import TraceRecord
 
@@ -85,21 +87,34 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     pending: dict[str, _Pending] = {}
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
-    for lineno, raw in iter_lines(path, progress):
-        stats.lines += 1
-        line = loads_line(raw, stats, lineno)
-        if line is None:
-            continue
-        uuid = line.get("uuid")
-        if uuid.__class__ is str:
-            times[uuid] = line.get("timestamp")
-        kind = line.get("type")
-        if kind == "assistant":
-            _assistant_line(origin, line, lineno, times, pending, stats, seen)
-        elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
-            _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
-        else:
-            stats.ignored += 1
+    loads = orjson.loads
+    # this loop runs for every line of every transcript: counts in locals, the JSON parsed inline (a line that
+    # does not parse goes to loads_line, which counts it by reason)
+    lines = ignored = 0
+    try:
+        for lineno, raw in iter_lines(path, progress):
+            lines += 1
+            try:
+                line = loads(raw)
+            except orjson.JSONDecodeError:
+                loads_line(raw, stats, lineno)
+                continue
+            if line.__class__ is not dict:
+                stats.skip("line is not a JSON object", lineno)
+                continue
+            uuid = line.get("uuid")
+            if uuid.__class__ is str:
+                times[uuid] = line.get("timestamp")
+            kind = line.get("type")
+            if kind == "assistant":
+                _assistant_line(origin, line, lineno, times, pending, stats, seen)
+            elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
+                _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
+            else:
+                ignored += 1
+    finally:
+        stats.lines += lines
+        stats.ignored += ignored
     for item in pending.values():
         stats.records += 1
         yield item.record
@@ -122,6 +137,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
                     pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
                     provisional: bool = False) -> None:
+    # Runs for every response line (several per request): the checks are written inline, not as helper calls.
     message = line.get("message")
     if not isinstance(message, dict):
         stats.skip("assistant line without a message object", lineno)
@@ -134,8 +150,12 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     if not isinstance(usage, dict):
         stats.skip("assistant message without usage", lineno)
         return
-    message_id, request_id = as_str(message.get("id")), as_str(line.get("requestId"))
-    if not message_id and not request_id:
+    message_id, request_id = message.get("id"), line.get("requestId")
+    if not (isinstance(message_id, str) and message_id):
+        message_id = None
+    if not (isinstance(request_id, str) and request_id):
+        request_id = None
+    if message_id is None and request_id is None:
         stats.skip("no message.id or requestId to identify the request", lineno)
         return
     key = f"{message_id}:{request_id}"
@@ -166,10 +186,10 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
-    record = TraceRecord(id=request_id or message_id or key, provider="anthropic",
-                         started_at=started if started is not None else stamp, response=response,
-                         session=origin.session(line), agent=origin.agent(line), endpoint="/v1/messages",
-                         first_token_at=stamp, finished_at=stamp, extra=extra, source=origin.source, line=lineno)
+    # positional, in TraceRecord's field order (a keyword call costs more, once per request)
+    record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
+                         None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
+                         None, extra, origin.source, lineno)
     pending[key] = _Pending(record, lineno)
 
 
@@ -180,7 +200,12 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
     """A later line of the same response: its usage is at least as complete; it ends later."""
     response = record.response or {}
     old = response.get("usage") or {}
-    if as_int(usage.get("output_tokens")) >= as_int(old.get("output_tokens") if isinstance(old, dict) else 0):
+    new_out = usage.get("output_tokens")
+    old_out = old.get("output_tokens") if isinstance(old, dict) else 0
+    if new_out.__class__ is not int or old_out.__class__ is not int or not 0 <= old_out < 10**15 \
+            or not 0 <= new_out < 10**15:  # the usual case, plain counts, compared as they are
+        new_out, old_out = as_int(new_out), as_int(old_out)
+    if new_out >= old_out:
         response["usage"] = dict(usage)
     if message.get("stop_reason"):
         response["stop_reason"] = message["stop_reason"]

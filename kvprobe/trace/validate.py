@@ -28,40 +28,51 @@ def usage_problem(usage: Any, path: str = "usage", depth: int = 0) -> tuple[str,
         return None
     if not isinstance(usage, dict):
         return path, f"expected an object of token counts, got {type(usage).__name__}"
+    found = _problem(usage, depth)
+    return None if found is None else (path + found[0], found[1])
+
+
+def _problem(usage: dict[Any, Any], depth: int) -> tuple[str, str] | None:
+    """(path below `usage`, what is wrong): the path is only spelled out for a bad value (this runs for every
+    request read, and nested details such as cache_creation are the usual case)."""
     for name, value in usage.items():
         kind = value.__class__
         if (kind is int and 0 <= value <= MAX_TOKENS) or (kind is str and name not in COUNT_KEYS):
-            continue  # the usual values, checked inline: this runs for every request read
-        problem = _value_problem(name, value, f"{path}.{name}", depth)
-        if problem is not None:
-            return problem
+            continue  # the usual values, checked inline
+        if kind is dict and name not in COUNT_KEYS:  # nested details (cache_creation, ...), also inline
+            found = _problem(value, depth + 1) if depth < _DEPTH else None
+        else:
+            found = _value_problem(name, value, depth)
+        if found is not None:
+            return f".{name}{found[0]}", found[1]
     return None
 
 
-def _value_problem(name: Any, value: Any, where: str, depth: int) -> tuple[str, str] | None:
+def _value_problem(name: Any, value: Any, depth: int) -> tuple[str, str] | None:
+    # (path below this value, what is wrong)
     if isinstance(value, bool) or value is None:
-        return (where, "expected a token count, got a boolean") if isinstance(value, bool) and name in COUNT_KEYS \
+        return ("", "expected a token count, got a boolean") if isinstance(value, bool) and name in COUNT_KEYS \
             else None
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            return where, f"expected a finite token count, got {value}"
+            return "", f"expected a finite token count, got {value}"
         if value < 0:
-            return where, f"expected a token count of 0 or more, got {_show(value)}"
+            return "", f"expected a token count of 0 or more, got {_show(value)}"
         if value > MAX_TOKENS and "token" in str(name).lower():
-            return where, f"expected a token count up to {MAX_TOKENS:,}, got {_show(value)}"
+            return "", f"expected a token count up to {MAX_TOKENS:,}, got {_show(value)}"
         return None
     if name in COUNT_KEYS:
-        return where, f"expected a token count, got {type(value).__name__}"
+        return "", f"expected a token count, got {type(value).__name__}"
     if depth >= _DEPTH:
         return None
     if isinstance(value, dict):
-        return usage_problem(value, where, depth + 1)
+        return _problem(value, depth + 1)
     if isinstance(value, list):
         for i, item in enumerate(value):
             if isinstance(item, dict):
-                problem = usage_problem(item, f"{where}[{i}]", depth + 1)
-                if problem is not None:
-                    return problem
+                found = _problem(item, depth + 1)
+                if found is not None:
+                    return f"[{i}]{found[0]}", found[1]
     return None
 
 
