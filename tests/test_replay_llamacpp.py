@@ -120,19 +120,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (optional; CMAKE_ARGS=-DGGML_NATIVE=ON pip install "
-                    "'llama-cpp-python[server]', about an hour to build on 2 cores)")
+# llama_cpp.server needs the [server] extra's packages: without them the server cannot start at all
+_SERVER_MODULES = ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in _SERVER_MODULES),
+                    reason="llama-cpp-python with its server extra is not installed (optional; "
+                    "CMAKE_ARGS=-DGGML_NATIVE=ON pip install 'llama-cpp-python[server]', about an hour to build on "
+                    "2 cores)")
 def test_real_llama_cpp_python_server(cli, tmp_path):
     from localengine.loader import default_model_path
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
-                             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-                             "--chat_format", "chatml"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "llama_server.log"  # a file, not a pipe: the server logs more than a pipe holds unread
+    with log.open("wb") as err:  # the child keeps its own handle
+        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
+                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
+                                 "--chat_format", "chatml"], stdout=subprocess.DEVNULL, stderr=err)
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):  # bounded: up to 60 s to load
+            assert proc.poll() is None, \
+                f"the llama.cpp server exited ({proc.returncode}): {log.read_text(errors='replace')[-2000:]}"
             try:
                 if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
                     break
