@@ -29,6 +29,33 @@ def _usage(record):
     return normalize_usage(record.provider, record.usage)
 
 
+@pytest.mark.parametrize(("outputs", "kept"), [
+    ((180, 12), 180),  # a later line with fewer output tokens does not replace the complete usage
+    ((12, 180), 180),
+    ((180, -5), 180),  # an impossible count is read as 0, so it never replaces a real one
+])
+def test_claude_code_keeps_the_usage_with_the_most_output_of_a_response(tmp_path, outputs, kept):
+    """A response logged as several lines (one per content block) is one request: its usage is the line with
+    the largest output count, whichever order the lines come in."""
+    folder = tmp_path / "projects" / "-home-me-app"
+    folder.mkdir(parents=True)
+    lines = [{"type": "user", "uuid": "u1", "timestamp": "2026-09-10T10:00:00.000Z", "sessionId": "s",
+              "message": {"role": "user", "content": "hi"}}]
+    for i, out in enumerate(outputs):
+        lines.append({"type": "assistant", "uuid": f"a{i}", "parentUuid": "u1", "sessionId": "s",
+                      "requestId": "req_1", "timestamp": f"2026-09-10T10:00:0{i + 2}.000Z",
+                      "message": {"id": "msg_1", "model": "claude-sonnet-4-5", "role": "assistant",
+                                  "content": [{"type": "text", "text": f"part {i}"}],
+                                  "usage": {"input_tokens": 10, "cache_read_input_tokens": 2000,
+                                            "output_tokens": out}}})
+    (folder / "s.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = ImportReport()
+    records = list(load_any(tmp_path / "projects", report=report))
+    assert len(records) == 1 and report.sources[0].duplicates == 1
+    assert _usage(records[0]).output_tokens == kept
+    assert records[0].finished_at - records[0].started_at == pytest.approx(3.0)  # the last line, 10:00:03
+
+
 def test_detects_each_format():
     assert detect_format(FIX / "har/session.har") == "har"
     assert detect_format(FIX / "otel/spans.json") == "otel"

@@ -202,8 +202,8 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
     old = response.get("usage") or {}
     new_out = usage.get("output_tokens")
     old_out = old.get("output_tokens") if isinstance(old, dict) else 0
-    if new_out.__class__ is not int or old_out.__class__ is not int or not 0 <= old_out < 10**15 \
-            or not 0 <= new_out < 10**15:  # the usual case, plain counts, compared as they are
+    plain = new_out.__class__ is int and old_out.__class__ is int and 0 <= new_out < 10**15 and 0 <= old_out < 10**15
+    if not plain:  # plain counts (the usual case) compare as they are; anything else as as_int reads it
         new_out, old_out = as_int(new_out), as_int(old_out)
     if new_out >= old_out:
         response["usage"] = dict(usage)
