@@ -70,6 +70,9 @@ class Tool:
         return statistics.median(getattr(r, attr) for r in self.runs)
 
 
+KEEP_OUTPUT_BYTES = 8 << 20  # more than any JSON a comparison reads (usage on the 1 GB folder: ~2 MB)
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
     """Wall time, user+system CPU and peak RSS of one command and the processes it waited for."""
     start = time.perf_counter()
@@ -87,7 +90,11 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
             time.sleep(0.005)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
+        # only the end of a large output (a failure's message is there): reading a whole 1 GB report's JSON
+        # into this process raised its peak RSS, which every later child inherits through fork and exec
+        # (Linux keeps the highest RSS across exec), so later tools showed this process's size as their peak
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - KEEP_OUTPUT_BYTES))
         text = out.read().decode("utf-8", "replace")
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode == 0, text)
 
