@@ -89,7 +89,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     origin = _Origin(path)
     loads = orjson.loads
     # this loop runs for every line of every transcript: counts in locals, the JSON parsed inline (a line that
-    # does not parse goes to loads_line, which counts it by reason)
+    # is not a JSON object goes through loads_line, which counts it by reason)
     lines = ignored = 0
     try:
         for lineno, raw in iter_lines(path, progress):
@@ -97,10 +97,9 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             try:
                 line = loads(raw)
             except orjson.JSONDecodeError:
-                loads_line(raw, stats, lineno)
-                continue
+                line = None
             if line.__class__ is not dict:
-                stats.skip("line is not a JSON object", lineno)
+                loads_line(raw, stats, lineno)
                 continue
             uuid = line.get("uuid")
             if uuid.__class__ is str:
