@@ -35,6 +35,25 @@ class Cost:
     source: str  # "genai-prices", "price-file", "local" or "unknown"
 
 
+def _dataset_version() -> str:
+    """The installed genai-prices version, from its dist-info folder's name beside the package: asking
+    importlib.metadata costs ~30 ms (it reads every installed distribution's metadata), the longest step
+    of pricing a trace once the look-ups are cached."""
+    from importlib.util import find_spec
+
+    spec = find_spec("genai_prices")
+    if spec is not None and spec.origin:
+        found = list(Path(spec.origin).parent.parent.glob("genai_prices-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name[len("genai_prices-"):-len(".dist-info")]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("genai-prices")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 class DatasetCache:
     """Look-ups in the genai-prices dataset, kept on disk between runs (one file per dataset version)."""
 
@@ -45,12 +64,7 @@ class DatasetCache:
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:
-            from importlib.metadata import PackageNotFoundError, version
-
-            try:
-                tag = version("genai-prices")
-            except PackageNotFoundError:
-                tag = "unknown"
+            tag = _dataset_version()
             folder = self.folder or Path(os.environ.get("KVPROBE_CACHE_DIR") or
                                          Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvprobe")
             self._path = folder / f"genai-prices-{tag}.json"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis import split_parse
+from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import ADVICE
 from kvprobe.analysis.simulate import LeadingSimulation, RequestResult, simulate
@@ -248,7 +249,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     store = BlockStore()
     notes: list[str] = []
     split = records is None and _all_kvprobe_traces([Path(p) for p in paths]) \
-        and split_parse.worth_splitting([Path(p) for p in paths])
+        and worth_splitting([Path(p) for p in paths])
     source = records if records is not None or split else records_from(paths, stats, progress, notes)
     if fixes is None:
         size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 
 from kvprobe.pricing import DatasetCache, PriceBook
 from kvprobe.usage import Usage
@@ -28,6 +29,8 @@ def test_warm_cache_prices_identically(tmp_path):
     assert cold.unknown_models == {"no-such-model-x"}
     files = list(tmp_path.glob("genai-prices-*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())
+    # named after the installed dataset: upgrading genai-prices starts a new file
+    assert files[0].name == f"genai-prices-{version('genai-prices')}.json"
     warm = PriceBook(dataset=DatasetCache(tmp_path))
     assert _costs(warm) == first and warm.unknown_models == {"no-such-model-x"}
     # the long-context tier is priced apart: 250k input costs more per token than 12k

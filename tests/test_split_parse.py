@@ -5,11 +5,14 @@ the two-process path here; the same command without it reads them in one pass, a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from kvprobe.analysis import split_parse
+from kvprobe.analysis import helper, split_parse
 from kvprobe.analysis.skeleton import BlockStore, skeletons
 from kvprobe.trace import read_trace
 
@@ -85,18 +88,22 @@ def test_two_files_keep_ids_unique_and_order(cli, monkeypatch, tmp_path):
     assert len(ids) == len(set(ids)) == 27 and "b:r0" in ids
 
 
-def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path):
+@pytest.mark.parametrize("keep_records", [True, False])  # counted there / each side counts its own
+def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, keep_records):
     trace = _write(tmp_path / "t.jsonl", _records(turns=8), blank_at=3)
     monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
     seq_store, par_store = BlockStore(), BlockStore()
     seq = list(skeletons(read_trace(trace), seq_store))
-    par, kept = split_parse.parse([trace], par_store, [], keep_records=True)
+    par, kept = split_parse.parse([trace], par_store, [], keep_records=keep_records)
     def fields(sks, store):
         return [(s.id, s.order, s.line, s.offset, s.started_at, s.readable_at,
                  [store.raw[b.cache_key] for b in s.request.blocks]) for s in sks]
 
     assert fields(par, par_store) == fields(seq, seq_store)
-    assert [r.id for r in kept] == [s.id for s in seq] and [r.line for r in kept] == [s.line for s in seq]
+    if keep_records:
+        assert [r.id for r in kept] == [s.id for s in seq] and [r.line for r in kept] == [s.line for s in seq]
+    else:
+        assert kept is None
     # one object per chained key on both sides of the cut (sizing sizes each shared block once)
     objects = {}
     for sk in par:
@@ -113,23 +120,25 @@ def test_progress_adds_up_to_the_file(monkeypatch, tmp_path):
     assert sum(seen) == trace.stat().st_size
 
 
-def test_bad_line_after_the_cut_is_named_by_its_line_in_the_file(cli, monkeypatch, tmp_path):
+@pytest.mark.parametrize("fixes", ["--what-if", "--no-fixes"])  # read whole here / cut in two
+def test_bad_line_after_the_cut_is_named_by_its_line_in_the_file(cli, monkeypatch, tmp_path, fixes):
     trace = _write(tmp_path / "t.jsonl", _records())
     lines = trace.read_text().splitlines()
     lines[17] = lines[17][: len(lines[17]) // 2]  # line 18, well after the middle: cut short
     trace.write_text("\n".join(lines) + "\n")
     for split in (False, True):
-        code, out = _report(cli, monkeypatch, str(trace), split=split)
+        code, out = _report(cli, monkeypatch, str(trace), fixes, split=split)
         assert code == 2
         assert f"{trace}:18" in out and "truncated line" in out, out
 
 
-def test_duplicate_id_across_the_cut(cli, monkeypatch, tmp_path):
+@pytest.mark.parametrize("fixes", ["--what-if", "--no-fixes"])
+def test_duplicate_id_across_the_cut(cli, monkeypatch, tmp_path, fixes):
     records = _records()
     records[19]["id"] = records[2]["id"]
     trace = _write(tmp_path / "t.jsonl", records)
     for split in (False, True):
-        code, out = _report(cli, monkeypatch, str(trace), split=split)
+        code, out = _report(cli, monkeypatch, str(trace), fixes, split=split)
         assert code == 2
         assert f"{trace}:20" in out and "duplicate id 'r2' (first seen on line 3)" in out, out
 
@@ -148,3 +157,49 @@ def test_a_trace_out_of_time_order_across_the_cut_equals_one_pass(cli, monkeypat
     assert json.loads(two) == json.loads(one)
     writes = [r["id"] for r in json.loads(two)["requests"] if r["predicted"]["cache_write_tokens"]]
     assert writes == ["r0"]  # the first request in time, written last: the shared system prompt's one write
+
+
+@pytest.mark.parametrize("fixes", ["--what-if", "--no-fixes"])
+def test_command_line_starts_the_helper_early_and_equals_one_pass(cli, monkeypatch, tmp_path, fixes):
+    """`kvprobe report` starts the second process before its imports when a large trace is named; run as a
+    user runs it (a new process), the output is what one pass in this process gives."""
+    trace = _write(tmp_path / "t.jsonl", _records(turns=8), blank_at=5)
+    one_code, one = _report(cli, monkeypatch, str(trace), fixes, split=False)
+    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
+    run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), fixes, "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert one_code == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(one)
+
+
+def test_an_unused_early_helper_does_not_hold_the_command(tmp_path):
+    """A large .jsonl that is not a kvprobe trace (a Claude Code transcript) goes through the importers: the
+    helper started for it is never used, and the command still ends, with its result."""
+    lines = [{"type": "user", "sessionId": "s1", "uuid": "u1", "timestamp": "2026-11-02T10:00:00Z",
+              "message": {"role": "user", "content": "hello"}},
+             {"type": "assistant", "sessionId": "s1", "uuid": "a1", "parentUuid": "u1",
+              "timestamp": "2026-11-02T10:00:05Z", "requestId": "req_1",
+              "message": {"id": "msg_1", "role": "assistant", "model": "claude-sonnet-4-5",
+                          "content": [{"type": "text", "text": "hi"}],
+                          "usage": {"input_tokens": 10, "cache_read_input_tokens": 3000,
+                                    "cache_creation_input_tokens": 200, "output_tokens": 5}}}]
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
+    run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(transcript), "--json"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    totals = json.loads(run.stdout)["totals"]
+    assert (totals["requests"], totals["cache_read_tokens"], totals["input_tokens"]) == (1, 3000, 3210)
+
+
+def test_without_fork_the_texts_to_count_go_down_the_pipe(monkeypatch, tmp_path):
+    """Where processes are spawned, not forked (Windows), the helper gets the texts through the pipe."""
+    monkeypatch.setattr(helper, "_forks", lambda: False)
+    trace = _write(tmp_path / "t.jsonl", _records(turns=4))
+    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    seq_store, par_store = BlockStore(), BlockStore()
+    seq = list(skeletons(read_trace(trace), seq_store))
+    par, _ = split_parse.parse([trace], par_store, [], keep_records=True)
+    assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
+        [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]

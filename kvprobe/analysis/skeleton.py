@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from kvprobe.analysis.reported import Reported, read_reported
 from kvprobe.errors import InputError
@@ -48,6 +49,12 @@ class Skeleton:
     extra: dict = field(default_factory=dict)
 
 
+class PendingCounts(Protocol):
+    """Takes the text of each new block (by body hash) to count later, elsewhere."""
+
+    def add(self, body: int, encoding: str, text: str, meta: str) -> None: ...
+
+
 @dataclass(slots=True)
 class BlockStore:
     """Deduplicates blocks by chained cache key and counts each unique block's tokens once."""
@@ -56,9 +63,9 @@ class BlockStore:
     raw: dict[int, int] = field(default_factory=dict)  # cache_key -> raw token count
     raw_by_body: dict[int, int] = field(default_factory=dict)  # a moved block (new key, same body): counted once
     counters: dict[tuple[str, str | None], TokenCounter] = field(default_factory=dict)
-    # body hash -> (encoding, text, meta) of blocks to count later, elsewhere (split_parse hands them to the
-    # process that has the tokenizer loaded); None counts at once
-    pending: dict[int, tuple[str, str, str]] | None = None
+    # where the texts of new blocks go to be counted elsewhere (split_parse hands them to the process that has
+    # the tokenizer loaded; `settle` puts the counts in later); None counts at once
+    pending: PendingCounts | None = None
 
     def counter(self, provider: str, model: str | None) -> TokenCounter:
         return pooled_counter(self.counters, provider, model)
@@ -75,7 +82,7 @@ class BlockStore:
             if known is None:
                 raw = self.raw_by_body.get(block.body_hash)
                 if raw is None and self.pending is not None:
-                    self.pending[block.body_hash] = (counter.encoding, block.text, block.meta)
+                    self.pending.add(block.body_hash, counter.encoding, block.text, block.meta)
                     raw = self.raw_by_body[block.body_hash] = PENDING
                 elif raw is None:
                     raw = count_block_text(block.text, block.meta, counter.encoding)

@@ -8,41 +8,30 @@ objects again (sizing relies on it). The result is what one sequential pass give
 line numbers, ids made unique across files, the first error in file order, duplicate ids across the cut,
 and start times inferred from the record before.
 
-When what-if fixes need the records themselves, this process still reads every record (the what-if edits
-them) but renders only its share, and the helper, which has the tokenizer loaded, counts the new blocks of
-both sides: this process then never pays for loading the tokenizer.
+When what-if fixes need the records themselves, this process reads and renders every record (the what-if
+edits them) and the helper only counts tokens: it loads the tokenizer (~0.2 s) while this process reads, and
+counts the new blocks' texts as they come, so this process never pays for the load and the counts are ready
+about when the reading is done.
 """
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvprobe.analysis.helper import Helper, min_split_bytes, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
-from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError
-from kvprobe.tokens import count_block_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
-MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
-# Of each large file's bytes, the share this process renders: with the what-if's records it also reads the
-# rest but counts no tokens (the helper loads the tokenizer, ~0.3 s, and counts both sides'); without, each side
-# counts its own and the helper also pickles its skeletons back.
-SHARE_WITH_RECORDS = 0.85  # (0.7 left this process waiting ~0.1 s on 100 MB for the helper's counting)
-SHARE_WITHOUT = 0.55
-
-
-def min_split_bytes() -> int:
-    """The smallest file cut in two ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a small trace)."""
-    value = os.environ.get("KVPROBE_SPLIT_MIN_BYTES")
-    return int(value) if value and value.isdigit() else MIN_SPLIT_BYTES
-
-
-def worth_splitting(paths: list[Path]) -> bool:
-    return usable_cpus() >= 2 and any(p.stat().st_size >= min_split_bytes() for p in paths)
+# Of each large file's bytes, the share this process reads when each side counts its own tokens (the helper
+# also pickles its skeletons back).
+SHARE = 0.55
+# Texts handed to the counting helper per batch: small enough that it starts counting early, large enough
+# that the batches are few (~50 per 100 MB trace).
+BATCH_CHARS = 1 << 18
 
 
 @dataclass(slots=True)
@@ -70,34 +59,75 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
 
     while_waiting: given the skeletons of this process's share of a single cut file (final: ids, lines and
     order as the result will have them) once they are read, and called before waiting for the other
-    process; not called for several files or when this process's blocks still wait for token counts."""
-    cuts = {p: _cut(p, SHARE_WITH_RECORDS if keep_records else SHARE_WITHOUT) for p in paths}
+    process; not called for several files, nor when the records are kept (no file is cut then)."""
+    if keep_records:
+        return _read_all_count_there(paths, store, stats_out, progress)
+    cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
-    helper = _Helper(jobs) if jobs else None
+    helper = take(paths) if jobs else None
+    if helper is not None:
+        helper.start(jobs, counting=False)
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
-    kept: list[TraceRecord] | None = [] if keep_records else None
-    if helper is not None and keep_records:
-        # this process also reads every record for the what-if: the helper, which has the tokenizer loaded,
-        # counts this process's new blocks too (this one never loads it, ~0.3 s). Without the what-if, the
-        # texts waiting to be counted would cost more memory than the load costs time: each side counts its own.
-        store.pending = {}
     try:
         for path in paths:
             cut = cuts[path]
-            joined.add(_read_here(path, cut, store, progress, helper, kept))
-            if cut is not None and while_waiting is not None and len(paths) == 1 and store.pending is None:
+            joined.add(_read_here(path, cut, store, progress, helper, None))
+            if cut is not None and while_waiting is not None and len(paths) == 1:
                 while_waiting(joined.skeletons)  # read, not kept: the list grows on
             if cut is not None:
                 assert helper is not None
                 joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
-        if helper is not None and store.pending is not None:
-            store.settle(helper.count(store.pending))
-        for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
-            rec.id, rec.line = sk.id, sk.line
-        return joined.skeletons, kept
+        return joined.skeletons, None
     finally:
         if helper is not None:
             helper.close()
+
+
+def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
+                          progress: Callable[[int], None] | None) -> tuple[list[Skeleton], list[TraceRecord]]:
+    """Every record read and rendered here, and kept; the helper counts the new blocks' tokens meanwhile.
+    (Each side rendering its own share would not pay: this process reads every record for the what-if anyway,
+    and rendering is under half of reading.)"""
+    helper = take(paths)
+    helper.start([], counting=True)
+    joined = _Joiner(store, stats_out, multi=len(paths) > 1)
+    kept: list[TraceRecord] = []
+    texts = store.pending = _TextsToCount(helper)
+    try:
+        for path in paths:
+            joined.add(_read_here(path, None, store, progress, None, kept))
+        store.settle(texts.counts())
+        for rec, sk in zip(kept, joined.skeletons):  # as the skeletons name them (ids made unique)
+            rec.id, rec.line = sk.id, sk.line
+        return joined.skeletons, kept
+    finally:
+        store.pending = None
+        helper.close()
+
+
+class _TextsToCount:
+    """This process's new block texts, handed to the helper in batches as they come (BlockStore.pending)."""
+
+    def __init__(self, helper: Helper) -> None:
+        self._helper = helper
+        self._batch: list[tuple[int, str, str, str]] = []
+        self._chars = 0
+
+    def add(self, body: int, encoding: str, text: str, meta: str) -> None:
+        self._batch.append((body, encoding, text, meta))
+        self._chars += len(text) + len(meta)
+        if self._chars >= BATCH_CHARS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._helper.send_texts(pickle.dumps(self._batch, protocol=pickle.HIGHEST_PROTOCOL))
+            self._batch, self._chars = [], 0
+
+    def counts(self) -> dict[int, int]:
+        """Raw token counts of every text added, by body hash (waits for the helper to finish)."""
+        self._flush()
+        return self._helper.counts()
 
 
 def _cut(path: Path, share: float = 0.5) -> int | None:
@@ -113,13 +143,13 @@ def _cut(path: Path, share: float = 0.5) -> int | None:
 
 
 def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callable[[int], None] | None,
-               helper: _Helper | None, kept: list[TraceRecord] | None) -> Piece:
+               helper: Helper | None, kept: list[TraceRecord] | None) -> Piece:
     """The first half (or the whole of a small file) in this process; its errors are raised at once, being
     the first in file order."""
     stats = ReadStats()
     records: Iterable[TraceRecord] = read_trace(path, stats=stats, byte_range=(0, cut) if cut else None)
     if kept is not None:
-        records = _keeping(records, kept, path, cut)
+        records = _keeping(records, kept)
     piece = Piece(path, [], stats)
     last = 0
     for sk in skeletons(_leading(records, piece.leading), store):
@@ -132,18 +162,10 @@ def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callabl
     return piece
 
 
-def _keeping(records: Iterable[TraceRecord], kept: list[TraceRecord], path: Path,
-             cut: int | None) -> Iterator[TraceRecord]:
-    """Keep the records of the first half as they pass, then read and keep the second half's without
-    rendering them (an error there is the helper's to report, with its line)."""
+def _keeping(records: Iterable[TraceRecord], kept: list[TraceRecord]) -> Iterator[TraceRecord]:
     for rec in records:
         kept.append(rec)
         yield rec
-    if cut is not None:
-        try:
-            kept.extend(read_trace(path, byte_range=(cut, path.stat().st_size), check_duplicates=False))
-        except InputError:
-            pass
 
 
 def _leading(records: Iterable[TraceRecord], flags: list[bool]) -> Iterator[TraceRecord]:
@@ -234,67 +256,8 @@ def _merge_stats(into: ReadStats, part: ReadStats) -> None:
 # ---------------------------------------------------------------- the second process
 
 
-class _Helper:
-    """One process that parses the second half of each large file, in input order."""
-
-    def __init__(self, jobs: list[tuple[str, int, int]]) -> None:
-        import multiprocessing  # here, not at import: most reports never start a helper (~7 ms)
-
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")  # fork: no re-import
-        self._done = ctx.Value("q", 0, lock=False)
-        self._reported = 0
-        self._conn, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_helper_main, args=(jobs, theirs, self._done), daemon=True)
-        self._proc.start()
-        theirs.close()
-
-    def report(self, progress: Callable[[int], None]) -> None:
-        done = self._done.value
-        if done > self._reported:
-            progress(done - self._reported)
-            self._reported = done
-
-    def result(self, path: str, progress: Callable[[int], None] | None) -> Piece:
-        return self._receive(f"parsing the second half of {path}", progress)
-
-    def count(self, pending: dict[int, tuple[str, str, str]]) -> dict[int, int]:
-        """Raw token counts of this process's new blocks, by body hash."""
-        self._conn.send_bytes(pickle.dumps(list(pending.items()), protocol=pickle.HIGHEST_PROTOCOL))
-        return self._receive("counting tokens", None)
-
-    def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
-        while not self._conn.poll(0.1):
-            if progress is not None:
-                self.report(progress)
-            if not self._proc.is_alive() and not self._conn.poll(0):
-                raise RuntimeError(f"the process {what} ended (exit code {self._proc.exitcode})")
-        kind, payload = pickle.loads(self._conn.recv_bytes())
-        if progress is not None:
-            self.report(progress)
-        if kind == "crash":
-            raise RuntimeError(f"{what} failed in a second process:\n{payload}")
-        return payload
-
-    def close(self) -> None:
-        if self._proc.is_alive():
-            self._proc.terminate()
-        self._proc.join()
-        self._conn.close()
-
-
-def _helper_main(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> None:
-    try:
-        if _parse_halves(jobs, conn, done):
-            _count_for_parent(conn)
-    except BaseException:  # noqa: BLE001 - the parent reports it
-        import traceback
-
-        conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
-
-
-def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
-    """Send a piece per job; False after one that ends in an error (the parent stops there)."""
+def parse_parts(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
+    """In the helper: send a piece per job; False after one that ends in an error (the parent stops there)."""
     store = BlockStore()
     total = 0
     for path, cut, size in jobs:
@@ -313,9 +276,3 @@ def _parse_halves(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> boo
         if piece.error is not None:
             return False
     return True
-
-
-def _count_for_parent(conn: Any) -> None:
-    pending = pickle.loads(conn.recv_bytes())
-    counts = {body: count_block_text(text, meta, encoding) for body, (encoding, text, meta) in pending}
-    conn.send_bytes(pickle.dumps(("counts", counts), protocol=pickle.HIGHEST_PROTOCOL))

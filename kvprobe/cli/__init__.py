@@ -102,6 +102,10 @@ def main() -> None:
             sys.stdout.write(text)
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    if first == "report":  # a large trace's tokenizer then loads in a second process while this one imports
+        from kvprobe.analysis.helper import prestart
+
+        prestart(arg for arg in sys.argv[sys.argv.index(first) + 1:] if not arg.startswith("-"))
     # one program name however it was started (`python -m kvprobe` too): help and completion say `kvprobe`
     if first is None and "--version" in sys.argv[1:]:
         build_app("")(prog_name="kvprobe")  # no command module is imported just to print the version

@@ -1,0 +1,231 @@
+"""The second process of a large `report` (split_parse): started early, it loads the tokenizer while this
+process is still importing and reading, then parses its share of the files or counts the tokens of the texts
+this process sends it.
+
+The tokenizer's load (~0.2 s of one core) is the longest fixed cost of a report; `prestart`, called by the
+command line before it imports the analysis, starts the helper ~50 ms earlier than parsing could. This module
+imports little at its top for that reason: the helper imports what it needs after the fork, on its own core.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
+_prestarted: Helper | None = None
+
+
+def prestart(paths: Iterable[str | Path]) -> None:
+    """Start the helper now if a large trace is among `paths` (arguments that may name files) and this
+    system forks; `take` then hands it to the parse. Unused, it ends with this process."""
+    global _prestarted
+    if _prestarted is not None or not _forks():
+        return
+    large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()]
+    if large and worth_splitting(large):
+        _prestarted = Helper([p for p in large if p.stat().st_size >= min_split_bytes()])
+
+
+def min_split_bytes() -> int:
+    """The smallest file cut in two ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a small trace)."""
+    value = os.environ.get("KVPROBE_SPLIT_MIN_BYTES")
+    return int(value) if value and value.isdigit() else MIN_SPLIT_BYTES
+
+
+def worth_splitting(paths: list[Path]) -> bool:
+    from kvprobe.cpus import usable_cpus
+
+    return usable_cpus() >= 2 and any(p.stat().st_size >= min_split_bytes() for p in paths)
+
+
+def take(paths: list[Path]) -> Helper:
+    """The prestarted helper when it is still running, else a new one (its tokenizer guessed from `paths`)."""
+    global _prestarted
+    helper, _prestarted = _prestarted, None
+    if helper is not None and helper.alive():
+        return helper
+    if helper is not None:
+        helper.close()
+    return Helper(paths)
+
+
+def _forks() -> bool:
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+class Helper:
+    """One process; given work once: parse the second part of each large file in input order (a piece each,
+    `result`), then, when counting, count the texts sent to it (`send_texts`, `counts`)."""
+
+    def __init__(self, guess_from: list[Path]) -> None:
+        import multiprocessing  # here, not at import: most reports never start a helper (~7 ms)
+
+        fork = _forks()  # fork: no re-import, and the scratch file is inherited
+        ctx = multiprocessing.get_context("fork" if fork else "spawn")
+        self._done = ctx.Value("q", 0, lock=False)
+        self._reported = 0
+        self._conn, theirs = ctx.Pipe()
+        # Texts to count go through a file in memory, with a short notice down the pipe: writing there never
+        # waits, while a pipe fills up (64 KB) long before the helper has loaded its tokenizer and reads.
+        self._scratch = _scratch_file() if fork else None
+        self._written = 0
+        # a forked helper closes its copy of this end, so that it sees the pipe end if this process dies
+        mine = self._conn.fileno() if fork else None
+        self._proc = ctx.Process(target=_main, daemon=True,
+                                 args=(theirs, mine, self._done, self._scratch, [str(p) for p in guess_from]))
+        self._proc.start()
+        theirs.close()
+
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def start(self, jobs: list[tuple[str, int, int]], counting: bool) -> None:
+        """jobs: (path, first byte, end) of each part to parse there, in input order."""
+        self._notify(("work", jobs, counting))
+
+    def report(self, progress: Callable[[int], None]) -> None:
+        done = self._done.value
+        if done > self._reported:
+            progress(done - self._reported)
+            self._reported = done
+
+    def result(self, path: str, progress: Callable[[int], None] | None) -> Any:
+        """The next parsed piece (split_parse.Piece)."""
+        return self._receive(f"parsing the second half of {path}", progress)
+
+    def send_texts(self, batch: bytes) -> None:
+        """A pickled list of (body hash, encoding, text, meta) to count."""
+        if self._scratch is None:
+            self._notify(("texts", batch))
+            return
+        view = memoryview(batch)
+        while view:
+            view = view[os.write(self._scratch, view):]
+        self._notify(("at", self._written, len(batch)))
+        self._written += len(batch)
+
+    def counts(self) -> dict[int, int]:
+        """Raw token counts of every text sent, by body hash."""
+        self._notify(("end",))
+        return self._receive("counting tokens", None)
+
+    def _notify(self, message: tuple) -> None:
+        try:
+            self._conn.send_bytes(pickle.dumps(message, protocol=_PROTOCOL))
+        except OSError:  # the helper has ended: receiving says how
+            pass
+
+    def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
+        while not self._conn.poll(0.1):
+            if progress is not None:
+                self.report(progress)
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                raise RuntimeError(f"the process {what} ended (exit code {self._proc.exitcode})")
+        kind, payload = pickle.loads(self._conn.recv_bytes())
+        if progress is not None:
+            self.report(progress)
+        if kind == "crash":
+            raise RuntimeError(f"{what} failed in a second process:\n{payload}")
+        return payload
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._conn.close()
+        if self._scratch is not None:
+            os.close(self._scratch)
+            self._scratch = None
+
+
+def _scratch_file() -> int:
+    """A file descriptor of an unnamed file, in memory where the system has such files."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("kvprobe-texts")
+    import tempfile
+
+    with tempfile.TemporaryFile() as fh:  # the descriptor is duplicated: the file lives on while it is open
+        return os.dup(fh.fileno())
+
+
+# ---------------------------------------------------------------- in the helper
+
+
+def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, guess_from: list[str]) -> None:
+    if parent_end is not None:
+        os.close(parent_end)
+    try:
+        _preload(guess_from)
+        try:
+            _, jobs, counting = pickle.loads(conn.recv_bytes())
+        except EOFError:  # never given work: the other process has ended
+            return
+        from kvprobe.analysis.split_parse import parse_parts
+
+        if parse_parts(jobs, conn, done) and counting:
+            _count_texts(conn, scratch)
+    except BaseException:  # noqa: BLE001 - the parent reports it
+        import traceback
+
+        conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
+
+
+def _preload(paths: list[str]) -> None:
+    """Load the tokenizer the first record of the first file will be counted with, before any text arrives
+    (a wrong guess costs only this process's time: the right one loads at its first text)."""
+    from kvprobe.tokens import _encoding
+
+    encoding = _likely_encoding(paths[0]) if paths else None
+    if encoding is not None:
+        _encoding(encoding)
+
+
+def _likely_encoding(path: str) -> str | None:
+    import orjson
+
+    from kvprobe.catalog import rules_for
+    from kvprobe.errors import InputError
+    from kvprobe.tokens import TokenCounter
+    from kvprobe.trace.reader import record_from_json
+
+    try:
+        with open(path, "rb") as fh:
+            line = fh.readline(_PEEK_BYTES)
+        rec = record_from_json(orjson.loads(line))
+    except (OSError, ValueError, InputError):
+        return None
+    model = rec.request.get("model") if rec.request else None
+    return TokenCounter(rules_for(rec.provider or "anthropic", model if isinstance(model, str) else None)).encoding
+
+
+def _count_texts(conn: Any, scratch: int | None) -> None:
+    from kvprobe.tokens import count_block_text
+
+    counts: dict[int, int] = {}
+    while True:
+        message = pickle.loads(conn.recv_bytes())
+        if message[0] == "end":
+            break
+        batch = message[1] if message[0] == "texts" else _read_at(scratch, message[1], message[2])
+        for body, encoding, text, meta in pickle.loads(batch):
+            counts[body] = count_block_text(text, meta, encoding)
+    conn.send_bytes(pickle.dumps(("counts", counts), protocol=_PROTOCOL))
+
+
+def _read_at(fd: int | None, offset: int, size: int) -> bytes:
+    assert fd is not None
+    parts = []
+    while size:
+        part = os.pread(fd, size, offset)
+        if not part:
+            raise EOFError(f"the texts to count end {size} bytes early")
+        parts.append(part)
+        offset, size = offset + len(part), size - len(part)
+    return b"".join(parts)
