@@ -69,7 +69,7 @@ class Helper:
 
         fork = _forks()  # fork: no re-import, and the scratch file is inherited
         ctx = multiprocessing.get_context("fork" if fork else "spawn")
-        self._done = ctx.Value("q", 0, lock=False)
+        self._done = _SharedInt() if fork else ctx.Value("q", 0, lock=False)  # bytes the helper has parsed
         self._reported = 0
         self._conn, theirs = ctx.Pipe()
         # Texts to count go through a file in memory, with a short notice down the pipe: writing there never
@@ -143,6 +143,26 @@ class Helper:
         if self._scratch is not None:
             os.close(self._scratch)
             self._scratch = None
+
+
+class _SharedInt:
+    """An integer both processes see (one writes it), in memory shared across a fork: ctx.Value would cost
+    ~7 ms of imports (ctypes, tempfile) before the helper starts."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self) -> None:
+        import mmap
+
+        self._view = memoryview(mmap.mmap(-1, 8)).cast("q")
+
+    @property
+    def value(self) -> int:
+        return self._view[0]
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._view[0] = value
 
 
 def _scratch_file() -> int:
