@@ -203,3 +203,26 @@ def test_without_fork_the_texts_to_count_go_down_the_pipe(monkeypatch, tmp_path)
     par, _ = split_parse.parse([trace], par_store, [], keep_records=True)
     assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
         [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]
+
+
+def test_a_trace_whose_first_record_needs_another_tokenizer_than_the_rest(cli, monkeypatch, tmp_path):
+    """The helper preloads the tokenizer the first record needs (Claude: an estimate on cl100k); OpenAI records
+    after it are counted exactly with o200k, loaded when their first text arrives."""
+    openai = []
+    history = [{"role": "system", "content": "You review pull requests for a payments service. " * 80}]
+    for turn in range(5):
+        history = history + [{"role": "user", "content": f"Review change {turn}: rename the ledger field {turn}."}]
+        openai.append({"id": f"o{turn}", "session": "review", "provider": "openai",
+                       "started_at": f"2026-11-02T11:{turn:02d}:00Z",
+                       "request": {"model": "gpt-4o", "messages": history},
+                       "response": {"usage": {"prompt_tokens": 900 + 20 * turn, "completion_tokens": 30,
+                                              "prompt_tokens_details": {"cached_tokens": 896 if turn else 0}}}})
+        history = history + [{"role": "assistant", "content": f"Change {turn} looks right."}]
+    trace = _write(tmp_path / "t.jsonl", _records(turns=3) + openai)
+    one_code, one = _report(cli, monkeypatch, str(trace), "--what-if", split=False)
+    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
+    run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), "--what-if", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert one_code == run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(one)
+    assert {r["provider"] for r in json.loads(one)["requests"]} == {"anthropic", "openai"}

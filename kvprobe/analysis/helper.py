@@ -202,7 +202,10 @@ def _preload(paths: list[str]) -> None:
     (a wrong guess costs only this process's time: the right one loads at its first text)."""
     from kvprobe.tokens import _encoding
 
-    encoding = _likely_encoding(paths[0]) if paths else None
+    try:
+        encoding = _likely_encoding(paths[0]) if paths else None
+    except Exception:  # noqa: BLE001 - a guess: whatever the first line holds, the parse reports it
+        return
     if encoding is not None:
         _encoding(encoding)
 
@@ -219,7 +222,7 @@ def _likely_encoding(path: str) -> str | None:
         with open(path, "rb") as fh:
             line = fh.readline(_PEEK_BYTES)
         rec = record_from_json(orjson.loads(line))
-    except (OSError, ValueError, InputError):
+    except (OSError, ValueError, InputError):  # unreadable, blank, cut at the peek's length, or not a record
         return None
     model = rec.request.get("model") if rec.request else None
     return TokenCounter(rules_for(rec.provider or "anthropic", model if isinstance(model, str) else None)).encoding
