@@ -1,6 +1,8 @@
 """Large traces are parsed on two cores (kvprobe.analysis.split_parse): the result must be exactly what one
-pass gives. $KVPROBE_SPLIT_MIN_BYTES lowers the size at which a file is cut, so small hand-made traces take
-the two-process path here; the same command without it reads them in one pass, and the outputs must match.
+pass gives. $KVPROBE_SPLIT_MIN_BYTES lowers the size from which a second process helps, so small hand-made
+traces take the two-process path here (the helper counts this process's texts), and $KVPROBE_CUT_MIN_BYTES
+the size from which files are cut in two instead; the same command without them reads them in one pass, and
+the outputs must match.
 """
 from __future__ import annotations
 
@@ -56,42 +58,56 @@ def _write(path: Path, records: list[dict], blank_at: int | None = None) -> Path
     return path
 
 
-def _report(cli, monkeypatch, *args: str, split: bool) -> tuple[int, str]:
-    if split:
-        monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
-    else:
-        monkeypatch.delenv("KVPROBE_SPLIT_MIN_BYTES", raising=False)
+WAYS = ("count", "cut")  # the helper counts this process's texts / the file is cut in two
+
+
+def _way(monkeypatch, way: str | None) -> None:
+    """None: one pass in this process; "count" or "cut": the two-process way on any size."""
+    for name, on in (("KVPROBE_SPLIT_MIN_BYTES", way is not None), ("KVPROBE_CUT_MIN_BYTES", way == "cut")):
+        if on:
+            monkeypatch.setenv(name, "1")
+        else:
+            monkeypatch.delenv(name, raising=False)
+
+
+def _env(way: str) -> dict[str, str]:
+    return {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1", **({"KVPROBE_CUT_MIN_BYTES": "1"} if way == "cut" else {})}
+
+
+def _report(cli, monkeypatch, *args: str, split: str | None) -> tuple[int, str]:
+    _way(monkeypatch, split)
     result = cli("report", *args, "--json")
     return result.exit_code, result.output
 
 
-@pytest.mark.parametrize("fixes", ["--what-if", "--no-fixes"])
-def test_report_on_two_cores_equals_one_pass(cli, monkeypatch, tmp_path, fixes):
+@pytest.mark.parametrize("fixes, way", [("--what-if", "count"), ("--no-fixes", "count"), ("--no-fixes", "cut")])
+def test_report_on_two_cores_equals_one_pass(cli, monkeypatch, tmp_path, fixes, way):
     trace = _write(tmp_path / "t.jsonl", _records(), blank_at=11)
     monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
     assert split_parse._cut(trace) is not None  # the file is really cut in two
-    one_code, one = _report(cli, monkeypatch, str(trace), fixes, split=False)
-    two_code, two = _report(cli, monkeypatch, str(trace), fixes, split=True)
+    one_code, one = _report(cli, monkeypatch, str(trace), fixes, split=None)
+    two_code, two = _report(cli, monkeypatch, str(trace), fixes, split=way)
     assert one_code == two_code == 0, one + two
     assert json.loads(two) == json.loads(one)
     assert json.loads(two)["totals"]["requests"] == 21
 
 
-def test_two_files_keep_ids_unique_and_order(cli, monkeypatch, tmp_path):
+@pytest.mark.parametrize("fixes, way", [("--what-if", "count"), ("--no-fixes", "cut")])
+def test_two_files_keep_ids_unique_and_order(cli, monkeypatch, tmp_path, fixes, way):
     a = _write(tmp_path / "a.jsonl", _records("r", turns=5))
     b = _write(tmp_path / "b.jsonl", _records("r", turns=4))  # same ids as a.jsonl: made unique by file
-    one_code, one = _report(cli, monkeypatch, str(a), str(b), "--what-if", split=False)
-    two_code, two = _report(cli, monkeypatch, str(a), str(b), "--what-if", split=True)
+    one_code, one = _report(cli, monkeypatch, str(a), str(b), fixes, split=None)
+    two_code, two = _report(cli, monkeypatch, str(a), str(b), fixes, split=way)
     assert one_code == two_code == 0
     assert json.loads(two) == json.loads(one)
     ids = [r["id"] for r in json.loads(two)["requests"]]
     assert len(ids) == len(set(ids)) == 27 and "b:r0" in ids
 
 
-@pytest.mark.parametrize("keep_records", [True, False])  # counted there / each side counts its own
-def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, keep_records):
+@pytest.mark.parametrize("keep_records, way", [(True, "count"), (False, "count"), (False, "cut")])
+def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, keep_records, way):
     trace = _write(tmp_path / "t.jsonl", _records(turns=8), blank_at=3)
-    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    _way(monkeypatch, way)
     seq_store, par_store = BlockStore(), BlockStore()
     seq = list(skeletons(read_trace(trace), seq_store))
     par, kept = split_parse.parse([trace], par_store, [], keep_records=keep_records)
@@ -112,9 +128,10 @@ def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, k
     assert set(objects) == set(seq_store.blocks)
 
 
-def test_progress_adds_up_to_the_file(monkeypatch, tmp_path):
+@pytest.mark.parametrize("way", WAYS)
+def test_progress_adds_up_to_the_file(monkeypatch, tmp_path, way):
     trace = _write(tmp_path / "t.jsonl", _records())
-    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    _way(monkeypatch, way)
     seen = []
     split_parse.parse([trace], BlockStore(), [], progress=seen.append)
     assert sum(seen) == trace.stat().st_size
@@ -126,7 +143,7 @@ def test_bad_line_after_the_cut_is_named_by_its_line_in_the_file(cli, monkeypatc
     lines = trace.read_text().splitlines()
     lines[17] = lines[17][: len(lines[17]) // 2]  # line 18, well after the middle: cut short
     trace.write_text("\n".join(lines) + "\n")
-    for split in (False, True):
+    for split in (None, *WAYS):
         code, out = _report(cli, monkeypatch, str(trace), fixes, split=split)
         assert code == 2
         assert f"{trace}:18" in out and "truncated line" in out, out
@@ -137,7 +154,7 @@ def test_duplicate_id_across_the_cut(cli, monkeypatch, tmp_path, fixes):
     records = _records()
     records[19]["id"] = records[2]["id"]
     trace = _write(tmp_path / "t.jsonl", records)
-    for split in (False, True):
+    for split in (None, *WAYS):
         code, out = _report(cli, monkeypatch, str(trace), fixes, split=split)
         assert code == 2
         assert f"{trace}:20" in out and "duplicate id 'r2' (first seen on line 3)" in out, out
@@ -151,23 +168,22 @@ def test_a_trace_out_of_time_order_across_the_cut_equals_one_pass(cli, monkeypat
     trace = _write(tmp_path / "t.jsonl", [r for r in records if r not in late_written] + late_written)
     monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
     assert split_parse._cut(trace) is not None
-    one_code, one = _report(cli, monkeypatch, str(trace), "--no-fixes", split=False)
-    two_code, two = _report(cli, monkeypatch, str(trace), "--no-fixes", split=True)
+    one_code, one = _report(cli, monkeypatch, str(trace), "--no-fixes", split=None)
+    two_code, two = _report(cli, monkeypatch, str(trace), "--no-fixes", split="cut")
     assert one_code == two_code == 0, one + two
     assert json.loads(two) == json.loads(one)
     writes = [r["id"] for r in json.loads(two)["requests"] if r["predicted"]["cache_write_tokens"]]
     assert writes == ["r0"]  # the first request in time, written last: the shared system prompt's one write
 
 
-@pytest.mark.parametrize("fixes", ["--what-if", "--no-fixes"])
-def test_command_line_starts_the_helper_early_and_equals_one_pass(cli, monkeypatch, tmp_path, fixes):
+@pytest.mark.parametrize("fixes, way", [("--what-if", "count"), ("--no-fixes", "count"), ("--no-fixes", "cut")])
+def test_command_line_starts_the_helper_early_and_equals_one_pass(cli, monkeypatch, tmp_path, fixes, way):
     """`kvprobe report` starts the second process before its imports when a large trace is named; run as a
     user runs it (a new process), the output is what one pass in this process gives."""
     trace = _write(tmp_path / "t.jsonl", _records(turns=8), blank_at=5)
-    one_code, one = _report(cli, monkeypatch, str(trace), fixes, split=False)
-    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
+    one_code, one = _report(cli, monkeypatch, str(trace), fixes, split=None)
     run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), fixes, "--json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+                         capture_output=True, text=True, env=_env(way), timeout=120)
     assert one_code == run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == json.loads(one)
 
@@ -185,9 +201,8 @@ def test_an_unused_early_helper_does_not_hold_the_command(tmp_path):
                                     "cache_creation_input_tokens": 200, "output_tokens": 5}}}]
     transcript = tmp_path / "session.jsonl"
     transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
     run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(transcript), "--json"],
-                         capture_output=True, text=True, env=env, timeout=60)
+                         capture_output=True, text=True, env=_env("count"), timeout=60)
     assert run.returncode == 0, run.stderr
     totals = json.loads(run.stdout)["totals"]
     assert (totals["requests"], totals["cache_read_tokens"], totals["input_tokens"]) == (1, 3000, 3210)
@@ -219,10 +234,9 @@ def test_a_trace_whose_first_record_needs_another_tokenizer_than_the_rest(cli, m
                                               "prompt_tokens_details": {"cached_tokens": 896 if turn else 0}}}})
         history = history + [{"role": "assistant", "content": f"Change {turn} looks right."}]
     trace = _write(tmp_path / "t.jsonl", _records(turns=3) + openai)
-    one_code, one = _report(cli, monkeypatch, str(trace), "--what-if", split=False)
-    env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"}
+    one_code, one = _report(cli, monkeypatch, str(trace), "--what-if", split=None)
     run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), "--what-if", "--json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+                         capture_output=True, text=True, env=_env("count"), timeout=120)
     assert one_code == run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == json.loads(one)
     assert {r["provider"] for r in json.loads(one)["requests"]} == {"anthropic", "openai"}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-MIN_SPLIT_BYTES = 24_000_000  # below this, starting a second process costs about what it saves
+MIN_SPLIT_BYTES = 24_000_000  # below this, a second process costs about what it saves
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
 _prestarted: Helper | None = None
@@ -32,7 +32,8 @@ def prestart(paths: Iterable[str | Path]) -> None:
 
 
 def min_split_bytes() -> int:
-    """The smallest file cut in two ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a small trace)."""
+    """The smallest file a second process helps with ($KVPROBE_SPLIT_MIN_BYTES overrides, e.g. to check a
+    small trace)."""
     value = os.environ.get("KVPROBE_SPLIT_MIN_BYTES")
     return int(value) if value and value.isdigit() else MIN_SPLIT_BYTES
 

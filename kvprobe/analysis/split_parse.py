@@ -1,20 +1,25 @@
 """The parse pass of large traces on two cores.
 
 Reading, rendering, hashing and tokenizing the records is most of `report`'s time, and it needs no state
-across requests but the block store. So each large file is cut in two at a line boundary: a second process
-(the helper) reads the second part while this one reads the first. Its skeletons come back pickled (a few MB per GB of
-trace: the block texts are already dropped) and join the store here, where shared blocks become the same
-objects again (sizing relies on it). The result is what one sequential pass gives: input order, absolute
-line numbers, ids made unique across files, the first error in file order, duplicate ids across the cut,
-and start times inferred from the record before.
+across requests but the block store. A second process (the helper, `analysis.helper`) takes part in one of
+two ways:
 
-When what-if fixes need the records themselves, this process reads and renders every record (the what-if
-edits them) and the helper only counts tokens: it loads the tokenizer (~0.2 s) while this process reads, and
-counts the new blocks' texts as they come, so this process never pays for the load and the counts are ready
-about when the reading is done.
+- Counting there (inputs under `CUT_MIN_BYTES`, and whenever the what-if needs the records themselves):
+  this process reads and renders every record, and the helper loads the tokenizer (~0.2 s) while it does,
+  then counts the new blocks' texts as they come. This process never pays for the load, and the counts are
+  ready about when the reading is done.
+- Cut in two (larger inputs without the records kept): each large file is cut at a line boundary and the
+  helper reads, renders and counts the second part while this one does the first. Its skeletons come back
+  pickled (a few MB per GB of trace: the block texts are already dropped) and join the store here, where
+  shared blocks become the same objects again (sizing relies on it).
+
+Either way the result is what one sequential pass gives: input order, absolute line numbers, ids made unique
+across files, the first error in file order, duplicate ids across the cut, and start times inferred from the
+record before.
 """
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,8 +31,12 @@ from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, sk
 from kvprobe.errors import InputError
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
-# Of each large file's bytes, the share this process reads when each side counts its own tokens (the helper
-# also pickles its skeletons back).
+# From this much input, large files are cut in two and each process renders and counts its own part (the
+# helper also pickles its skeletons back); below it, this process renders every record and the helper only
+# counts. Measured with fixes off: 200 MB 0.78 s counting there vs 0.89 s cut; 400 MB about even; 1 GB 3.0-3.4 s
+# vs 2.9 s (the cut pays for a second tokenizer load, the pickling and the join).
+CUT_MIN_BYTES = 300_000_000
+# Of each file cut, the share this process reads.
 SHARE = 0.55
 # Texts handed to the counting helper per batch: small enough that it starts counting early, large enough
 # that the batches are few (~50 per 100 MB trace).
@@ -60,8 +69,8 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     while_waiting: given the skeletons of this process's share of a single cut file (final: ids, lines and
     order as the result will have them) once they are read, and called before waiting for the other
     process; not called for several files, nor when the records are kept (no file is cut then)."""
-    if keep_records:
-        return _read_all_count_there(paths, store, stats_out, progress)
+    if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
+        return _read_all_count_there(paths, store, stats_out, progress, keep_records)
     cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
     helper = take(paths) if jobs else None
@@ -83,21 +92,28 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
             helper.close()
 
 
+def cut_min_bytes() -> int:
+    """The input size from which files are cut in two ($KVPROBE_CUT_MIN_BYTES overrides, as the split size)."""
+    value = os.environ.get("KVPROBE_CUT_MIN_BYTES")
+    return int(value) if value and value.isdigit() else CUT_MIN_BYTES
+
+
 def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
-                          progress: Callable[[int], None] | None) -> tuple[list[Skeleton], list[TraceRecord]]:
-    """Every record read and rendered here, and kept; the helper counts the new blocks' tokens meanwhile.
-    (Each side rendering its own share would not pay: this process reads every record for the what-if anyway,
-    and rendering is under half of reading.)"""
+                          progress: Callable[[int], None] | None, keep: bool,
+                          ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
+    """Every record read and rendered here (and kept if asked); the helper counts the new blocks' tokens
+    meanwhile. With the records kept, this is the way at any size: this process reads every record for the
+    what-if anyway, and rendering is under half of reading."""
     helper = take(paths)
     helper.start([], counting=True)
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
-    kept: list[TraceRecord] = []
+    kept: list[TraceRecord] | None = [] if keep else None
     texts = store.pending = _TextsToCount(helper)
     try:
         for path in paths:
             joined.add(_read_here(path, None, store, progress, None, kept))
         store.settle(texts.counts())
-        for rec, sk in zip(kept, joined.skeletons):  # as the skeletons name them (ids made unique)
+        for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
         return joined.skeletons, kept
     finally:
