@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,24 @@ def test_a_trace_whose_first_record_needs_another_tokenizer_than_the_rest(cli, m
     assert one_code == run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == json.loads(one)
     assert {r["provider"] for r in json.loads(one)["requests"]} == {"anthropic", "openai"}
+
+
+def test_the_helper_empties_its_scratch_file_once_everything_in_it_is_counted():
+    """Memory stays flat in the trace's size: texts wait in the scratch file only until the helper reads them.
+    (" hello" is one cl100k token, so a text of it repeated n times is n tokens.)"""
+    h = helper.Helper([])
+    try:
+        h.start([], counting=True)
+        first = pickle.dumps([(1, "cl100k_base", " hello" * 3000, ""), (2, "cl100k_base", " hello" * 5, " hello")])
+        h.send_texts(first)
+        assert h.scratch_bytes == len(first)
+        deadline = time.monotonic() + 60
+        while h.unread_bytes:
+            assert time.monotonic() < deadline, "the helper never read the first batch"
+            time.sleep(0.01)
+        second = pickle.dumps([(3, "cl100k_base", " hello" * 7, "")])
+        h.send_texts(second)
+        assert h.scratch_bytes == len(second)  # emptied first: it holds the second batch alone
+        assert h.counts() == {1: 3000, 2: 6, 3: 7}
+    finally:
+        h.close()

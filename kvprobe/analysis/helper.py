@@ -76,11 +76,16 @@ class Helper:
         # Texts to count go through a file in memory, with a short notice down the pipe: writing there never
         # waits, while a pipe fills up (64 KB) long before the helper has loaded its tokenizer and reads.
         self._scratch = _scratch_file() if fork else None
-        self._written = 0
+        # Once the helper has read everything written, the file is emptied and written from its start again:
+        # it holds only what waits to be counted (the texts of ~0.2 s of reading), whatever the trace's size.
+        self._sent = 0  # bytes of texts sent, ever
+        self._read = _SharedInt() if fork else None  # of those, the bytes the helper has read
+        self._end = 0  # the file's length
         # a forked helper closes its copy of this end, so that it sees the pipe end if this process dies
         mine = self._conn.fileno() if fork else None
         self._proc = ctx.Process(target=_main, daemon=True,
-                                 args=(theirs, mine, self._done, self._scratch, [str(p) for p in guess_from]))
+                                 args=(theirs, mine, self._done, self._scratch, self._read,
+                                       [str(p) for p in guess_from]))
         self._proc.start()
         theirs.close()
 
@@ -106,11 +111,27 @@ class Helper:
         if self._scratch is None:
             self._notify(("texts", batch))
             return
-        view = memoryview(batch)
+        assert self._read is not None
+        if self._end and self._read.value == self._sent:
+            os.ftruncate(self._scratch, 0)
+            self._end = 0
+        view, at = memoryview(batch), self._end
         while view:
-            view = view[os.write(self._scratch, view):]
-        self._notify(("at", self._written, len(batch)))
-        self._written += len(batch)
+            written = os.pwrite(self._scratch, view, at)
+            view, at = view[written:], at + written
+        self._notify(("at", self._end, len(batch)))
+        self._end += len(batch)
+        self._sent += len(batch)
+
+    @property
+    def unread_bytes(self) -> int | None:
+        """Bytes of texts sent that the helper has not read yet (None without the scratch file)."""
+        return None if self._read is None else self._sent - self._read.value
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The scratch file's length now."""
+        return self._end
 
     def counts(self) -> dict[int, int]:
         """Raw token counts of every text sent, by body hash."""
@@ -179,7 +200,8 @@ def _scratch_file() -> int:
 # ---------------------------------------------------------------- in the helper
 
 
-def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, guess_from: list[str]) -> None:
+def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, read: _SharedInt | None,
+          guess_from: list[str]) -> None:
     if parent_end is not None:
         os.close(parent_end)
     try:
@@ -191,7 +213,7 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, gue
         from kvprobe.analysis.split_parse import parse_parts
 
         if parse_parts(jobs, conn, done) and counting:
-            _count_texts(conn, scratch)
+            _count_texts(conn, scratch, read)
     except BaseException:  # noqa: BLE001 - the parent reports it
         import traceback
 
@@ -229,7 +251,7 @@ def _likely_encoding(path: str) -> str | None:
     return TokenCounter(rules_for(rec.provider or "anthropic", model if isinstance(model, str) else None)).encoding
 
 
-def _count_texts(conn: Any, scratch: int | None) -> None:
+def _count_texts(conn: Any, scratch: int | None, read: _SharedInt | None) -> None:
     from kvprobe.tokens import count_block_text
 
     counts: dict[int, int] = {}
@@ -237,7 +259,12 @@ def _count_texts(conn: Any, scratch: int | None) -> None:
         message = pickle.loads(conn.recv_bytes())
         if message[0] == "end":
             break
-        batch = message[1] if message[0] == "texts" else _read_at(scratch, message[1], message[2])
+        if message[0] == "texts":
+            batch = message[1]
+        else:
+            assert read is not None
+            batch = _read_at(scratch, message[1], message[2])
+            read.value += len(batch)  # after the read: the file may be emptied once all is read
         for body, encoding, text, meta in pickle.loads(batch):
             counts[body] = count_block_text(text, meta, encoding)
     conn.send_bytes(pickle.dumps(("counts", counts), protocol=_PROTOCOL))
