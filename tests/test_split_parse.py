@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -210,14 +211,16 @@ def test_an_unused_early_helper_does_not_hold_the_command(tmp_path):
     assert (totals["requests"], totals["cache_read_tokens"], totals["input_tokens"]) == (1, 3000, 3210)
 
 
-def test_without_fork_the_texts_to_count_go_down_the_pipe(monkeypatch, tmp_path):
-    """Where processes are spawned, not forked (Windows), the helper gets the texts through the pipe."""
+@pytest.mark.parametrize("keep_records, way", [(True, "count"), (False, "cut")])
+def test_without_fork(monkeypatch, tmp_path, keep_records, way):
+    """Where processes are spawned, not forked (Windows): texts are counted in this process, and a cut file's
+    second part is parsed by a spawned helper."""
     monkeypatch.setattr(helper, "_forks", lambda: False)
     trace = _write(tmp_path / "t.jsonl", _records(turns=4))
-    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    _way(monkeypatch, way)
     seq_store, par_store = BlockStore(), BlockStore()
     seq = list(skeletons(read_trace(trace), seq_store))
-    par, _ = split_parse.parse([trace], par_store, [], keep_records=True)
+    par, _ = split_parse.parse([trace], par_store, [], keep_records=keep_records)
     assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
         [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]
 
@@ -252,14 +255,54 @@ def test_the_helper_empties_its_scratch_file_once_everything_in_it_is_counted():
         h.start([], counting=True)
         first = pickle.dumps([(1, "cl100k_base", " hello" * 3000, ""), (2, "cl100k_base", " hello" * 5, " hello")])
         h.send_texts(first)
-        assert h.scratch_bytes == len(first)
+        h.send_texts(pickle.dumps([(3, "cl100k_base", " hello" * 2, "")]))  # most often before the first is read
         deadline = time.monotonic() + 60
         while h.unread_bytes:
-            assert time.monotonic() < deadline, "the helper never read the first batch"
+            assert time.monotonic() < deadline, "the helper never read the first batches"
             time.sleep(0.01)
-        second = pickle.dumps([(3, "cl100k_base", " hello" * 7, "")])
-        h.send_texts(second)
-        assert h.scratch_bytes == len(second)  # emptied first: it holds the second batch alone
-        assert h.counts() == {1: 3000, 2: 6, 3: 7}
+        last = pickle.dumps([(4, "cl100k_base", " hello" * 7, "")])
+        h.send_texts(last)
+        assert h.scratch_bytes == len(last)  # emptied first: it holds the last batch alone
+        assert h.counts() == {1: 3000, 2: 6, 3: 2, 4: 7}
     finally:
         h.close()
+
+
+def test_a_helper_that_dies_is_named_at_once_not_at_the_end():
+    h = helper.Helper([])
+    try:
+        h.start([], counting=True)
+        assert h.pid is not None
+        os.kill(h.pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match=r"second process counting tokens ended \(killed by signal 9\)"):
+            for _ in range(100):  # the first send after its end fails (one may still fit in the pipe)
+                h.send_texts(pickle.dumps([(1, "cl100k_base", " hello", "")]))
+                time.sleep(0.01)
+    finally:
+        h.close()
+
+
+def test_the_command_line_hands_its_early_helper_to_the_parse(monkeypatch, tmp_path):
+    trace = _write(tmp_path / "t.jsonl", _records(turns=2))
+    monkeypatch.setenv("KVPROBE_SPLIT_MIN_BYTES", "1")
+    helper.prestart(["--json", str(trace), "no-such-file.jsonl", "3"])
+    early = helper._prestarted
+    try:
+        assert early is not None and early.alive()
+        assert helper.take([trace], counting=True) is early and helper._prestarted is None
+    finally:
+        early.close()
+
+
+def test_texts_counted_here_while_the_helper_is_behind_give_the_same_sizes(monkeypatch, tmp_path):
+    """With texts that are nearly all unique, counting outweighs reading and the helper falls behind: this
+    process then counts every other batch itself. Forced here from the first batch on."""
+    monkeypatch.setattr(split_parse, "BATCH_CHARS", 2_000)
+    monkeypatch.setattr(split_parse, "BEHIND_BYTES", -1)
+    trace = _write(tmp_path / "t.jsonl", _records(turns=6))
+    _way(monkeypatch, "count")
+    seq_store, par_store = BlockStore(), BlockStore()
+    seq = list(skeletons(read_trace(trace), seq_store))
+    par, _ = split_parse.parse([trace], par_store, [], keep_records=True)
+    assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
+        [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]

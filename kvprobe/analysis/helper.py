@@ -26,9 +26,12 @@ def prestart(paths: Iterable[str | Path]) -> None:
     global _prestarted
     if _prestarted is not None or not _forks():
         return
-    large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()]
-    if large and worth_splitting(large):
-        _prestarted = Helper([p for p in large if p.stat().st_size >= min_split_bytes()])
+    try:
+        large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()]
+        if large and worth_splitting(large):
+            _prestarted = Helper([p for p in large if p.stat().st_size >= min_split_bytes()])
+    except OSError:  # no process to spare, or a file gone meanwhile: the parse decides again
+        _prestarted = None
 
 
 def min_split_bytes() -> int:
@@ -44,15 +47,23 @@ def worth_splitting(paths: list[Path]) -> bool:
     return usable_cpus() >= 2 and any(p.stat().st_size >= min_split_bytes() for p in paths)
 
 
-def take(paths: list[Path]) -> Helper:
-    """The prestarted helper when it is still running, else a new one (its tokenizer guessed from `paths`)."""
+def take(paths: list[Path], counting: bool) -> Helper | None:
+    """The prestarted helper when it is still running, else a new one (its tokenizer guessed from `paths`);
+    None when no process can be started, or when it would count texts where processes are spawned, not
+    forked: there the texts would go down a pipe, which stalls this process until the new interpreter has
+    imported kvprobe and loaded its tokenizer, longer than counting here takes on the sizes counted there."""
     global _prestarted
     helper, _prestarted = _prestarted, None
     if helper is not None and helper.alive():
         return helper
     if helper is not None:
         helper.close()
-    return Helper(paths)
+    if counting and not _forks():
+        return None
+    try:
+        return Helper(paths)
+    except OSError:  # e.g. no more processes allowed: one process does it all
+        return None
 
 
 def _forks() -> bool:
@@ -73,11 +84,14 @@ class Helper:
         self._done = _SharedInt() if fork else ctx.Value("q", 0, lock=False)  # bytes the helper has parsed
         self._reported = 0
         self._conn, theirs = ctx.Pipe()
-        # Texts to count go through a file in memory, with a short notice down the pipe: writing there never
-        # waits, while a pipe fills up (64 KB) long before the helper has loaded its tokenizer and reads.
+        # Texts to count go through a file in memory (inherited through the fork), with a short notice down the
+        # pipe: writing there never waits, while a pipe fills up (64 KB) long before the helper has loaded
+        # its tokenizer and reads.
         self._scratch = _scratch_file() if fork else None
         # Once the helper has read everything written, the file is emptied and written from its start again:
-        # it holds only what waits to be counted (the texts of ~0.2 s of reading), whatever the trace's size.
+        # it holds what waits to be counted, the texts of the ~0.2 s the tokenizer takes to load (8 MB at most
+        # on 100 MB, 14 MB on 200 MB), then next to nothing while counting keeps up with reading; when it does
+        # not, the sender counts some itself (split_parse.BEHIND_BYTES).
         self._sent = 0  # bytes of texts sent, ever
         self._read = _SharedInt() if fork else None  # of those, the bytes the helper has read
         self._end = 0  # the file's length
@@ -92,9 +106,13 @@ class Helper:
     def alive(self) -> bool:
         return self._proc.is_alive()
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
     def start(self, jobs: list[tuple[str, int, int]], counting: bool) -> None:
         """jobs: (path, first byte, end) of each part to parse there, in input order."""
-        self._notify(("work", jobs, counting))
+        self._notify(("work", jobs, counting), "parsing or counting")
 
     def report(self, progress: Callable[[int], None]) -> None:
         done = self._done.value
@@ -107,11 +125,8 @@ class Helper:
         return self._receive(f"parsing the second half of {path}", progress)
 
     def send_texts(self, batch: bytes) -> None:
-        """A pickled list of (body hash, encoding, text, meta) to count."""
-        if self._scratch is None:
-            self._notify(("texts", batch))
-            return
-        assert self._read is not None
+        """A pickled list of (body hash, encoding, text, meta) to count (a forked helper only, `take`)."""
+        assert self._scratch is not None and self._read is not None
         if self._end and self._read.value == self._sent:
             os.ftruncate(self._scratch, 0)
             self._end = 0
@@ -119,7 +134,7 @@ class Helper:
         while view:
             written = os.pwrite(self._scratch, view, at)
             view, at = view[written:], at + written
-        self._notify(("at", self._end, len(batch)))
+        self._notify(("at", self._end, len(batch)), "counting tokens")
         self._end += len(batch)
         self._sent += len(batch)
 
@@ -135,27 +150,37 @@ class Helper:
 
     def counts(self) -> dict[int, int]:
         """Raw token counts of every text sent, by body hash."""
-        self._notify(("end",))
+        self._notify(("end",), "counting tokens")
         return self._receive("counting tokens", None)
 
-    def _notify(self, message: tuple) -> None:
+    def _notify(self, message: tuple, what: str) -> None:
         try:
             self._conn.send_bytes(pickle.dumps(message, protocol=_PROTOCOL))
-        except OSError:  # the helper has ended: receiving says how
-            pass
+        except OSError:  # the helper has ended: say so now, with its traceback if it sent one
+            self._receive(what, None)
+            raise RuntimeError(self._ended(what)) from None
 
     def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
         while not self._conn.poll(0.1):
             if progress is not None:
                 self.report(progress)
             if not self._proc.is_alive() and not self._conn.poll(0):
-                raise RuntimeError(f"the process {what} ended (exit code {self._proc.exitcode})")
-        kind, payload = pickle.loads(self._conn.recv_bytes())
+                raise RuntimeError(self._ended(what))
+        try:
+            kind, payload = pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError):  # its end closed: it ended without a word (killed)
+            raise RuntimeError(self._ended(what)) from None
         if progress is not None:
             self.report(progress)
         if kind == "crash":
             raise RuntimeError(f"{what} failed in a second process:\n{payload}")
         return payload
+
+    def _ended(self, what: str) -> str:
+        self._proc.join(1)
+        code = self._proc.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return f"the second process {what} ended ({how})"
 
     def close(self) -> None:
         if self._proc.is_alive():
@@ -204,6 +229,7 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
           guess_from: list[str]) -> None:
     if parent_end is not None:
         os.close(parent_end)
+        _end_with_parent()
     try:
         _preload(guess_from)
         try:
@@ -214,10 +240,27 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
 
         if parse_parts(jobs, conn, done) and counting:
             _count_texts(conn, scratch, read)
+    except (EOFError, BrokenPipeError, ConnectionResetError):  # the parent has ended: no one to tell
+        return
     except BaseException:  # noqa: BLE001 - the parent reports it
         import traceback
 
-        conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
+        try:
+            conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
+        except OSError:
+            pass
+
+
+def _end_with_parent() -> None:
+    """Linux: have the kernel end this process when the parent dies (killed, it cannot say so); elsewhere
+    the helper notices at its next message."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _preload(paths: list[str]) -> None:
@@ -259,12 +302,9 @@ def _count_texts(conn: Any, scratch: int | None, read: _SharedInt | None) -> Non
         message = pickle.loads(conn.recv_bytes())
         if message[0] == "end":
             break
-        if message[0] == "texts":
-            batch = message[1]
-        else:
-            assert read is not None
-            batch = _read_at(scratch, message[1], message[2])
-            read.value += len(batch)  # after the read: the file may be emptied once all is read
+        assert read is not None
+        batch = _read_at(scratch, message[1], message[2])
+        read.value += len(batch)  # after the read: the file may be emptied once all is read
         for body, encoding, text, meta in pickle.loads(batch):
             counts[body] = count_block_text(text, meta, encoding)
     conn.send_bytes(pickle.dumps(("counts", counts), protocol=_PROTOCOL))

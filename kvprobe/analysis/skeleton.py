@@ -52,7 +52,8 @@ class Skeleton:
 class PendingCounts(Protocol):
     """Takes the text of each new block (by body hash) to count later, elsewhere."""
 
-    def add(self, body: int, encoding: str, text: str, meta: str) -> None: ...
+    def add(self, body: int, encoding: str, text: str, meta: str) -> int | None:
+        """None: counted later (`BlockStore.settle`); else the raw count, made at once after all."""
 
 
 @dataclass(slots=True)
@@ -82,8 +83,8 @@ class BlockStore:
             if known is None:
                 raw = self.raw_by_body.get(block.body_hash)
                 if raw is None and self.pending is not None:
-                    self.pending.add(block.body_hash, counter.encoding, block.text, block.meta)
-                    raw = self.raw_by_body[block.body_hash] = PENDING
+                    raw = self.pending.add(block.body_hash, counter.encoding, block.text, block.meta)
+                    raw = self.raw_by_body[block.body_hash] = PENDING if raw is None else raw
                 elif raw is None:
                     raw = count_block_text(block.text, block.meta, counter.encoding)
                     self.raw_by_body[block.body_hash] = raw

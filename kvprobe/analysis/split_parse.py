@@ -29,6 +29,7 @@ from typing import Any
 from kvprobe.analysis.helper import Helper, min_split_bytes, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
 from kvprobe.errors import InputError
+from kvprobe.tokens import count_block_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # From this much input, large files are cut in two and each process renders and counts its own part (the
@@ -41,6 +42,10 @@ SHARE = 0.55
 # Texts handed to the counting helper per batch: small enough that it starts counting early, large enough
 # that the batches are few (~50 per 100 MB trace).
 BATCH_CHARS = 1 << 18
+# When more than this waits unread, the helper is behind (texts nearly all unique: counting outweighs reading)
+# and this process counts the next batch's worth itself, loading its own tokenizer once. Agent traces repeat
+# their history and stay far below it: 8 MB at most on 100 MB, 14 MB on 200 MB, all while the helper loads.
+BEHIND_BYTES = 32_000_000
 
 
 @dataclass(slots=True)
@@ -73,8 +78,10 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
         return _read_all_count_there(paths, store, stats_out, progress, keep_records)
     cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
-    helper = take(paths) if jobs else None
-    if helper is not None:
+    helper = take(paths, counting=False) if jobs else None
+    if helper is None:  # no second process after all: one pass here
+        cuts = dict.fromkeys(paths)
+    else:
         helper.start(jobs, counting=False)
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
     try:
@@ -102,38 +109,52 @@ def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[
                           progress: Callable[[int], None] | None, keep: bool,
                           ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
     """Every record read and rendered here (and kept if asked); the helper counts the new blocks' tokens
-    meanwhile. With the records kept, this is the way at any size: this process reads every record for the
-    what-if anyway, and rendering is under half of reading."""
-    helper = take(paths)
-    helper.start([], counting=True)
+    meanwhile (where processes fork; elsewhere they are counted here). With the records kept, this is the way
+    at any size: this process reads every record for the what-if anyway, and rendering is under half of
+    reading."""
+    helper = take(paths, counting=True)
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
     kept: list[TraceRecord] | None = [] if keep else None
-    texts = store.pending = _TextsToCount(helper)
+    texts = None
+    if helper is not None:  # else counted here, as they come
+        helper.start([], counting=True)
+        texts = store.pending = _TextsToCount(helper)
     try:
         for path in paths:
             joined.add(_read_here(path, None, store, progress, None, kept))
-        store.settle(texts.counts())
+        if texts is not None:
+            store.settle(texts.counts())
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
         return joined.skeletons, kept
     finally:
         store.pending = None
-        helper.close()
+        if helper is not None:
+            helper.close()
 
 
 class _TextsToCount:
-    """This process's new block texts, handed to the helper in batches as they come (BlockStore.pending)."""
+    """This process's new block texts, handed to the helper in batches as they come (BlockStore.pending), or
+    counted here while the helper is behind: what waits for it stays under BEHIND_BYTES at any trace size."""
 
     def __init__(self, helper: Helper) -> None:
         self._helper = helper
         self._batch: list[tuple[int, str, str, str]] = []
         self._chars = 0
+        self._here = 0  # characters still to count in this process before looking at the helper again
 
-    def add(self, body: int, encoding: str, text: str, meta: str) -> None:
+    def add(self, body: int, encoding: str, text: str, meta: str) -> int | None:
+        size = len(text) + len(meta)
+        if self._here > 0:
+            self._here -= size
+            return count_block_text(text, meta, encoding)
         self._batch.append((body, encoding, text, meta))
-        self._chars += len(text) + len(meta)
+        self._chars += size
         if self._chars >= BATCH_CHARS:
             self._flush()
+            if (self._helper.unread_bytes or 0) > BEHIND_BYTES:
+                self._here = BATCH_CHARS
+        return None
 
     def _flush(self) -> None:
         if self._batch:
