@@ -10,7 +10,7 @@ import typer
 
 from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
 from kvprobe.errors import InputError
-from kvprobe.importers import FORMATS, ImportReport, auto_workers, discover, load_any
+from kvprobe.importers import FORMATS, ImportReport, discover, load_any
 from kvprobe.trace import write_trace
 
 
@@ -67,7 +67,7 @@ def import_(
         target = output_path(None if out_alias else output, discover(sources), force=force, alias=out_alias)
         with byte_progress(sources, "importing", not json_out) as progress:
             records = list(load_any(sources, fmt=fmt, report=report, progress=progress,
-                                    workers=workers if workers > 0 else auto_workers(sources)))
+                                    workers=max(workers, 0)))
         if not records:
             if report.sources:  # say what was read and skipped before saying nothing came of it
                 report_skips(report, verbose)

@@ -12,7 +12,7 @@ from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.errors import InputError
-from kvprobe.importers import FORMATS, ImportReport, auto_workers, default_sources, load_any
+from kvprobe.importers import FORMATS, ImportReport, default_sources, load_any
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize, usage_row
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
@@ -78,7 +78,7 @@ def usage(
         book = PriceBook.from_file(price_file)
         with byte_progress(sources, "reading", not json_out) as progress:
             rows = load_any(sources, fmt=fmt, report=report, progress=progress,
-                            workers=workers if workers > 0 else auto_workers(sources), reduce=usage_row)
+                            workers=max(workers, 0), reduce=usage_row)
             summary = summarize(rows, book=book, tz=zone, since=start, until=end)
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})

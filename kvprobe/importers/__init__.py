@@ -278,7 +278,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     counts (records, duplicates, skipped lines by reason). `progress` is called with bytes read.
     `strict_traces=True` makes a malformed line in a kvprobe trace an InputError (as `read_trace` does)
     instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
-    many processes (same records, same order); worth it from a few tens of MB. `reduce` (a module-level
+    many processes (same records, same order); worth it from a few tens of MB; 0 chooses by the files' total
+    size (`auto_workers`). `reduce` (a module-level
     function, with `id` and `via` on what it returns) maps each record where it is read: the caller gets
     its results instead of records.
     Records are deduplicated across all files by id (the same request logged twice is read once).
@@ -288,7 +289,10 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
         raise InputError(f"unknown format {show(fmt)}: expected one of {', '.join(FORMATS)}", field="--format")
     report = report if report is not None else ImportReport()
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    files = _classify(discover(named), named, fmt, report)
+    found = discover(named)
+    if workers == 0:  # (the files found here: walking a folder of logs twice cost ~20 ms)
+        workers = _workers_for(found)
+    files = _classify(found, named, fmt, report)
     if workers > 1 and len(files) > 1:
         yield from _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
         return
@@ -309,7 +313,14 @@ def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progre
 def auto_workers(paths: Iterable[str | Path]) -> int:
     """Processes worth using for these sources: one per core (up to 4) from 64 MB on."""
     try:
-        total = sum(p.stat().st_size for p in discover(list(paths)))
+        return _workers_for(discover(list(paths)))
     except (InputError, OSError):
+        return 1
+
+
+def _workers_for(files: list[Path]) -> int:
+    try:
+        total = sum(p.stat().st_size for p in files)
+    except OSError:
         return 1
     return min(usable_cpus(), 4) if total > 64 << 20 else 1
