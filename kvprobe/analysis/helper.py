@@ -27,9 +27,10 @@ def prestart(paths: Iterable[str | Path]) -> None:
     if _prestarted is not None or not _forks():
         return
     try:
-        large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()]
+        large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()
+                 and p.stat().st_size >= min_split_bytes()]
         if large and worth_splitting(large):
-            _prestarted = Helper([p for p in large if p.stat().st_size >= min_split_bytes()])
+            _prestarted = Helper(large)
     except OSError:  # no process to spare, or a file gone meanwhile: the parse decides again
         _prestarted = None
 

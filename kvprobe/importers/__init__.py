@@ -33,8 +33,7 @@ FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
 _SNIFF_LINES = 20
 
-__all__ = ["load_any", "detect_format", "discover", "default_sources", "auto_workers", "ImportReport", "SourceStats",
-           "FORMATS"]
+__all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
 
 
 def _first_value(path: Path) -> Any:
@@ -278,10 +277,9 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     counts (records, duplicates, skipped lines by reason). `progress` is called with bytes read.
     `strict_traces=True` makes a malformed line in a kvprobe trace an InputError (as `read_trace` does)
     instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
-    many processes (same records, same order); worth it from a few tens of MB; 0 chooses by the files' total
-    size (`auto_workers`). `reduce` (a module-level
-    function, with `id` and `via` on what it returns) maps each record where it is read: the caller gets
-    its results instead of records.
+    many processes (same records, same order); worth it from a few tens of MB; 0 chooses: one per core (up
+    to 4) from 64 MB of files on. `reduce` (a module-level function, with `id` and `via` on what it returns)
+    maps each record where it is read: the caller gets its results instead of records.
     Records are deduplicated across all files by id (the same request logged twice is read once).
     Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
     """
@@ -290,8 +288,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     report = report if report is not None else ImportReport()
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     found = discover(named)
-    if workers == 0:  # (the files found here: walking a folder of logs twice cost ~20 ms)
-        workers = _workers_for(found)
+    if workers == 0:
+        workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)
     if workers > 1 and len(files) > 1:
         yield from _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
@@ -310,15 +308,8 @@ def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progre
             yield stats, record
 
 
-def auto_workers(paths: Iterable[str | Path]) -> int:
-    """Processes worth using for these sources: one per core (up to 4) from 64 MB on."""
-    try:
-        return _workers_for(discover(list(paths)))
-    except (InputError, OSError):
-        return 1
-
-
-def _workers_for(files: list[Path]) -> int:
+def _auto_workers(files: list[Path]) -> int:
+    """Processes worth using for these files: one per core (up to 4) from 64 MB on."""
     try:
         total = sum(p.stat().st_size for p in files)
     except OSError:
