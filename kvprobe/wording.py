@@ -20,3 +20,15 @@ def show(value: Any, limit: int | None = MAX_CHARS, quote: bool = True) -> str:
         return value if not quote else json.dumps(value, ensure_ascii=False)
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def duration(seconds: float) -> str:
+    """Short human duration: 45s, 7m00s, 2h05m, 3d04h."""
+    s = int(round(abs(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 2 * 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

@@ -40,6 +40,8 @@ class Diagnosis:
     shared_tokens: int | None = None
     started_within_ms: int | None = None
     wrote: dict[str, int] | None = None  # cache writes of each sibling
+    triggers: list[str] | None = None  # events the log shows just before the miss (usage-only logs; inferred)
+    advice: str | None = None  # what to do about this miss in particular (else ADVICE for its kind)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -93,6 +95,11 @@ ADVICE = {
     "missing_breakpoint": "add a cache_control breakpoint at the end of the shared prefix",
     "unexplained": "compare with the provider's cache diagnostics; eviction and routing are not predictable",
 }
+
+
+def advice_for(d: Diagnosis) -> str:
+    """What to do about one miss: its own advice where the analysis priced one, else its kind's."""
+    return d.advice or ADVICE.get(d.kind, "")
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Diagnosis) if f.name != "kind")  # to_json runs once per miss

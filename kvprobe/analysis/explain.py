@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from kvprobe.analysis.diagnosis import Diagnosis
 from kvprobe.changes import describe_change
 from kvprobe.request import RenderedRequest
-from kvprobe.sim.implicit import retention_seconds
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.tokens import count_text
 from kvprobe.wording import show
@@ -152,20 +151,3 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
                              f"{result.reusable_tokens:,} reusable tokens and no rule explains it"))
     return out
 
-
-def explain_usage_only(result: "RequestResult", prev: "RequestResult") -> list[Diagnosis]:
-    """Usage-only logs: a rebuild is a read that drops while the prompt grows; TTL gaps from timestamps."""
-    usage, before = result.usage, prev.usage
-    if usage.input_tokens < before.input_tokens or usage.cache_read_tokens + _tol(result) >= result.ideal_read_tokens:
-        return []
-    gap = result.sk.started_at - prev.sk.started_at
-    rules = result.rules
-    ttl_table = rules.get("ttl_seconds")
-    ttl = float(ttl_table.get(str(rules.get("default_ttl", "5m")), 300)) \
-        if isinstance(ttl_table, dict) and result.sk.provider in ("anthropic", "local") else retention_seconds(rules)
-    if gap > ttl:
-        return [Diagnosis("ttl_expired", f"{gap:.0f}s since {prev.sk.id} started; the entry lives {ttl:.0f}s",
-                          seconds_past=gap - ttl)]
-    return [Diagnosis("unexplained", f"the prompt grew but the cache read dropped from "
-                      f"{before.cache_read_tokens + before.cache_write_tokens:,} to {usage.cache_read_tokens:,} "
-                      f"tokens {gap:.0f}s after {prev.sk.id}: the prefix changed or the entry was evicted")]

@@ -11,10 +11,11 @@ from operator import attrgetter
 from typing import Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
-from kvprobe.analysis.explain import estimate_noise, explain_miss, explain_usage_only, from_evidence
+from kvprobe.analysis.explain import estimate_noise, explain_miss, from_evidence
 from kvprobe.analysis.siblings import diagnose_siblings
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
+from kvprobe.analysis.usage_only import UsageOnly
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
@@ -114,6 +115,7 @@ class Simulator:
         self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
         self.previous: dict[tuple[str, str], RequestResult] = {}
         self.reread = reread
+        self.usage_only = UsageOnly()  # requests without bodies: causes from the log's own evidence
 
     def step(self, sk: Skeleton) -> RequestResult:
         rules = rules_for(sk.provider, sk.model)
@@ -178,16 +180,8 @@ class Simulator:
         return reported + [d for d in found if not reported or d.kind != reported[0].kind or d.path]
 
     def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
-        usage = sk.observed or Usage()
-        prev = self.previous.get((sk.session, sk.agent))
-        ideal = prev.usage.cache_read_tokens + prev.usage.cache_write_tokens if prev else 0
-        ideal = min(ideal, usage.input_tokens)
-        result = RequestResult(sk, rules, usage, sk.observed is not None, None, ideal, "usage-only")
-        result.write_kind = _write_kind(usage, ideal, tolerance(rules))
-        if sk.observed and sk.observed.miss_reason:
-            result.diagnoses.append(from_provider_reason(sk.observed.miss_reason, sk.extra.get("reported_missed_tokens")))
-        elif prev is not None:
-            result.diagnoses = explain_usage_only(result, prev)
+        result = RequestResult(sk, rules, sk.observed or Usage(), sk.observed is not None, None, 0, "usage-only")
+        self.usage_only.step(result)  # its ideal read, write kind and diagnoses
         self.previous[(sk.session, sk.agent)] = result
         return result
 
@@ -240,11 +234,12 @@ def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], Rendere
 
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(reread, store, sizer)
-    return _finished([sim.step(sk) for sk in sorted(skeletons, key=_start_order)])
+    return _finished([sim.step(sk) for sk in sorted(skeletons, key=_start_order)], sim)
 
 
-def _finished(results: list[RequestResult]) -> list[RequestResult]:
+def _finished(results: list[RequestResult], sim: Simulator) -> list[RequestResult]:
     diagnose_siblings(results, estimate_noise)
+    sim.usage_only.revisit(results)  # with every cache level the whole trace shows
     return results
 
 
@@ -273,4 +268,4 @@ class LeadingSimulation:
         if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
             self.sizer = BlockSizer()
             return simulate(skeletons, self._reread_factory(), self._store, self.sizer)
-        return _finished(led + [self._sim.step(sk) for sk in rest])
+        return _finished(led + [self._sim.step(sk) for sk in rest], self._sim)

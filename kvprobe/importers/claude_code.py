@@ -15,6 +15,13 @@ Quirks:
   are the same billed calls as the subagent's own transcript, so they are only provisional here (marked
   `extra.via = "agent_progress"`): `load_any` keeps one only when no transcript line of the same request
   was read, and counts how many came from there.
+* What happened between two requests travels on the next request of the stream as `extra["events"]`
+  (kvprobe.importers.events): `compact_boundary` system lines (with `compactMetadata.preTokens`), slash
+  commands (`/mcp` reconnects change the tool list), `<task-notification>` user lines, "[Request interrupted
+  by user" lines, and the first use of an MCP tool not used before in the stream.
+* Compaction summaries are requests of their own, in `subagents/agent-acompact-*.jsonl`.
+* Bedrock and Vertex serve Claude with their own message ids (`msg_bdrk_…`, `msg_vrtx_…`): such records
+  carry `extra["platform"]` (`bedrock` / `vertex`).
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
   provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
   `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
@@ -29,6 +36,7 @@ from typing import Any
 import orjson
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.events import Events, event
 from kvprobe.trace import TraceRecord
 
 NAME = "claude_code"
@@ -87,6 +95,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     pending: dict[str, _Pending] = {}
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
+    streams = _Streams()
     loads = orjson.loads
     # this loop runs for every line of every transcript: counts in locals, the JSON parsed inline (a line that
     # is not a JSON object goes through loads_line, which counts it by reason)
@@ -106,11 +115,13 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 times[uuid] = line.get("timestamp")
             kind = line.get("type")
             if kind == "assistant":
-                _assistant_line(origin, line, lineno, times, pending, stats, seen)
+                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams)
             elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             else:
                 ignored += 1
+                if kind == "user" or kind == "system":
+                    streams.note(origin, line, kind)
     finally:
         stats.lines += lines
         stats.ignored += ignored
@@ -135,7 +146,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
                     pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
-                    provisional: bool = False) -> None:
+                    provisional: bool = False, streams: "_Streams | None" = None) -> None:
     # Runs for every response line (several per request): the checks are written inline, not as helper calls.
     message = line.get("message")
     if not isinstance(message, dict):
@@ -162,6 +173,8 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     held = pending.get(key)
     if held is not None:
         _merge(held.record, message, usage, stamp)
+        if streams is not None:
+            streams.tools_used(origin, line, message, held.record.extra, stamp)
         stats.duplicates += 1
         return
     if key in seen:
@@ -185,6 +198,12 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
+    platform = _platform(message_id)
+    if platform:
+        extra["platform"] = platform
+    if streams is not None:
+        streams.attach(origin, line, extra)
+        streams.tools_used(origin, line, message, extra, stamp)
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
                          None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
@@ -212,3 +231,105 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
         response["diagnostics"] = message["diagnostics"]
     if stamp is not None:
         record.finished_at = max(record.finished_at or stamp, stamp)
+
+
+_PLATFORM_ID_PREFIXES = (("msg_bdrk_", "bedrock"), ("msg_vrtx_", "vertex"))
+
+
+def _platform(message_id: str | None) -> str | None:
+    """Bedrock and Vertex AI write their own message ids for the Claude responses they serve."""
+    if message_id is not None and not message_id.startswith("msg_0"):
+        for prefix, platform in _PLATFORM_ID_PREFIXES:
+            if message_id.startswith(prefix):
+                return platform
+    return None
+
+
+class _Streams:
+    """Events of each stream (main thread, inline sidechains) waiting for that stream's next request."""
+
+    __slots__ = ("events", "tools")
+
+    def __init__(self) -> None:
+        self.events: dict[str, Events] = {}
+        self.tools: dict[str, set[str]] = {}  # MCP servers whose tools each stream has used
+
+    def _of(self, origin: _Origin, line: dict[str, Any]) -> Events:
+        agent = origin.agent(line)
+        found = self.events.get(agent)
+        if found is None:
+            found = self.events[agent] = Events()
+        return found
+
+    def note(self, origin: _Origin, line: dict[str, Any], kind: str) -> None:
+        """A user or system line: the events it records, if any (most lines are tool results: none)."""
+        if kind == "system":
+            subtype = line.get("subtype")
+            if subtype == "compact_boundary":
+                meta = line.get("compactMetadata") if isinstance(line.get("compactMetadata"), dict) else {}
+                self._of(origin, line).add("compaction", time_or_none(line.get("timestamp")),
+                                           pre_tokens=as_int(meta.get("preTokens")) or None,
+                                           trigger=as_str(meta.get("trigger")))
+            elif subtype == "local_command":
+                self._text(origin, line, line.get("content"))
+            return
+        message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if content.__class__ is str:
+            self._text(origin, line, content)
+        elif content.__class__ is list and content and isinstance(content[0], dict) and \
+                content[0].get("type") == "text":
+            text = content[0].get("text")
+            if text.__class__ is str and text.startswith("[Request interrupted by user"):
+                self._of(origin, line).add("interrupt", time_or_none(line.get("timestamp")), once=True)
+
+    def _text(self, origin: _Origin, line: dict[str, Any], text: Any) -> None:
+        if text.__class__ is not str or not text.startswith("<"):
+            return
+        stamp = time_or_none(line.get("timestamp"))
+        if text.startswith("<task-notification>"):
+            self._of(origin, line).add("task_notification", stamp)
+        elif text.startswith("<command-name>"):
+            name = text[len("<command-name>"):].split("</command-name>", 1)[0].strip()
+            if name in _TOOL_COMMANDS:
+                self._of(origin, line).add("tools_changed", stamp, detail=name)
+            elif name and name not in _HARMLESS_COMMANDS:
+                self._of(origin, line).add("command", stamp, name=name)
+        elif text.startswith("<local-command-stdout>"):
+            events = self._of(origin, line)
+            said = text[len("<local-command-stdout>"):].split("</local-command-stdout>", 1)[0].strip()
+            last = events.pending[-1] if events.pending else None
+            if last is not None and last["kind"] == "tools_changed" and said:
+                if said.endswith("dismissed"):  # the dialog closed with nothing changed ("MCP dialog dismissed")
+                    events.pending.pop()
+                else:
+                    last["detail"] = f"{last.get('detail', '')}: {said[:120]}"
+
+    def attach(self, origin: _Origin, line: dict[str, Any], extra: dict[str, Any]) -> None:
+        events = self.events.get(origin.agent(line))
+        if events is not None:
+            events.attach(extra)
+
+    def tools_used(self, origin: _Origin, line: dict[str, Any], message: dict[str, Any], extra: dict[str, Any],
+                   stamp: float | None) -> None:
+        """An MCP server whose tools the stream had not used before: its tools were in this request's list
+        (evidence, not proof, that the tool list changed at or before it)."""
+        content = message.get("content")
+        if content.__class__ is not list:
+            return
+        for block in content:
+            if block.__class__ is dict and block.get("type") == "tool_use":
+                name = block.get("name")
+                if name.__class__ is str and name.startswith("mcp__"):
+                    server = name.split("__")[1] if name.count("__") >= 2 else name
+                    used = self.tools.setdefault(origin.agent(line), set())
+                    if server not in used:
+                        if used:  # the first MCP server of a stream tells nothing about a change
+                            extra.setdefault("events", []).append(event("tool_first_used", stamp, name=name))
+                        used.add(server)
+
+
+_TOOL_COMMANDS = ("/mcp",)  # commands that connect, reconnect or drop tool servers
+# commands that change nothing the model is sent (shown to the user only)
+_HARMLESS_COMMANDS = ("/cost", "/usage", "/help", "/status", "/doctor", "/exit", "/context", "/resume",
+                      "/statusline", "/ide", "/login", "/logout", "/bug", "/release-notes", "/compact")

@@ -7,8 +7,14 @@ Quirks:
 * Codex repeats a token_count event when only rate limits change: an event whose `total_token_usage`
   equals the previous one's is a duplicate.
 * The model comes from the latest `turn_context` (or `session_meta`); the session id from `session_meta`
-  (else the rollout file name). `started_at` is the first line after the previous request ended (the turn's
-  input being assembled), `finished_at` the token_count event.
+  (else the rollout file name). Inside a turn, `started_at` is the first line after the previous request
+  ended (the tool outputs it sends); the first request of a turn starts when the user's turn does
+  (`task_started`, or the user message): after `task_complete` the session is idle, however long, and the
+  lines of the next turn can be written hours later. `finished_at` is the token_count event.
+* What happened between two requests travels on the next one as `extra["events"]` (kvprobe.importers.events):
+  `compacted` / `context_compacted` (the history was replaced by a summary; the summarising call itself
+  logs no usage), `turn_aborted` (an interrupt), and `turn_context` settings that change the prompt
+  (reasoning effort, instructions, sandbox and approval policy, working directory).
 * Older rollouts (no {type, payload} wrapper) carry no token counts: counted as skipped lines.
 """
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.events import Events
 from kvprobe.trace import TraceRecord
 
 NAME = "codex"
@@ -46,10 +53,12 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     session = path.stem.removeprefix("rollout-")
     model: str | None = None
     provider = "openai"
-    turn_start: float | None = None
+    turn = _Turn()
     previous_total: Any = None
     count = 0
     cwd: str | None = None
+    events = Events()
+    context: dict[str, Any] | None = None
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -68,10 +77,11 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             provider = _provider(payload.get("model_provider")) or provider
         elif kind == "turn_context":
             model = as_str(payload.get("model")) or model
+            context = _settings_event(context, payload, stamp, events)
         if not (kind == "event_msg" and payload.get("type") == "token_count"):
             stats.ignored += 1
-            if turn_start is None:
-                turn_start = stamp
+            turn.saw(kind, payload, stamp)
+            _event_of(kind, payload, stamp, events)
             continue
         info = payload.get("info")
         if not isinstance(info, dict):
@@ -89,12 +99,64 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         rid = f"{session}#{count}"
         if not stats.first_time(rid, seen):
             continue
-        yield TraceRecord(id=rid, provider=provider, started_at=turn_start or stamp,
+        extra: dict[str, Any] = {"source_format": NAME, **({"cwd": cwd} if cwd else {})}
+        events.attach(extra)
+        yield TraceRecord(id=rid, provider=provider, started_at=turn.start or stamp,
                           response={"model": model, "usage": _usage(last)}, session=session, agent="main",
-                          endpoint="/v1/responses", finished_at=stamp,
-                          extra={"source_format": NAME, **({"cwd": cwd} if cwd else {})},
+                          endpoint="/v1/responses", finished_at=stamp, extra=extra,
                           source=str(path), line=lineno)
-        turn_start = None
+        turn.start = None
+
+
+class _Turn:
+    """When the next request was sent: the first line after the previous request ended, unless the session
+    went idle (`task_complete`); then the next turn's start (`task_started`, or the user's message)."""
+
+    __slots__ = ("start", "idle")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.idle = False
+
+    def saw(self, kind: Any, payload: dict[str, Any], stamp: float | None) -> None:
+        ptype = payload.get("type")
+        if kind == "event_msg" and ptype == "task_complete":
+            self.start, self.idle = None, True
+        elif self.idle:
+            if _starts_turn(kind, payload):
+                self.start, self.idle = stamp, False
+        elif self.start is None:
+            self.start = stamp
+
+
+def _starts_turn(kind: Any, payload: dict[str, Any]) -> bool:
+    ptype = payload.get("type")
+    if kind == "event_msg":
+        return ptype in ("task_started", "user_message")
+    return kind == "response_item" and ptype == "message" and payload.get("role") == "user"
+
+
+# turn_context settings that are part of the prompt (instructions, permissions text) or of the cache identity
+# (reasoning effort); a change between two requests is evidence for a miss after it
+_PROMPT_SETTINGS = ("effort", "user_instructions", "developer_instructions", "base_instructions",
+                    "approval_policy", "sandbox_policy", "cwd", "collaboration_mode", "personality", "summary")
+
+
+def _settings_event(previous: dict[str, Any] | None, payload: dict[str, Any], stamp: float | None,
+                    events: Events) -> dict[str, Any]:
+    settings = {k: payload.get(k) for k in _PROMPT_SETTINGS}
+    if previous is not None and settings != previous:
+        changed = [k for k in _PROMPT_SETTINGS if settings[k] != previous[k]]
+        events.add("settings_changed", stamp, settings=changed)
+    return settings
+
+
+def _event_of(kind: Any, payload: dict[str, Any], stamp: float | None, events: Events) -> None:
+    ptype = payload.get("type")
+    if kind == "compacted" or (kind == "event_msg" and ptype == "context_compacted"):
+        events.add("compaction", stamp, once=True)  # Codex writes both lines for one compaction
+    elif kind == "event_msg" and ptype == "turn_aborted":
+        events.add("interrupt", stamp, reason=as_str(payload.get("reason")))
 
 
 def _provider(value: Any) -> str | None:

@@ -193,13 +193,3 @@ def _aggregate(tl: Timeline, k: int) -> Timeline:
                      for o in tl.overlaps if o.writer // k != o.index // k}.values())
     sessions = [(name, a // k, z // k) for name, a, z in tl.sessions]
     return Timeline(bars, tl.lanes, list(gaps.values()), expiries, overlaps, sessions, k, tl.requests)
-
-
-def duration(seconds: float) -> str:
-    """Short human duration: 45s, 7m00s, 2h05m."""
-    s = int(round(abs(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

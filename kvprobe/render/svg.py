@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from kvprobe.render.chart import MISS_KINDS, Bar, Timeline, duration
+from kvprobe.render.chart import MISS_KINDS, Bar, Timeline
+from kvprobe.wording import duration
 from kvprobe.trace.record import format_time
 
 SEGMENTS = (  # (attribute of Bar, legend label, colour), bottom to top

@@ -1,0 +1,332 @@
+"""Usage-only logs (Claude Code, Codex, Gemini CLI, OpenTelemetry, …): why a request read less than its
+stream had cached, from what the log itself shows.
+
+Without request bodies nothing says which block changed, but the log says a good deal:
+* the read: everything through `read` tokens was reused, so the prefix broke after it. A read that falls to a
+  size the log shows to be a cache level names the level that broke: the tools+system size (what the first
+  request after a compaction reads), a prefix several sessions share (what their first requests read), a
+  size the session's reads fall to again and again (an earlier breakpoint), or nothing (the tools level);
+* the transcript's own events since the previous request, which importers carry on the next record as
+  `extra["events"]` (kvprobe.importers.events): a compaction, a tool list that changed, a background task's
+  notification, an interrupt, a changed setting; the model (caches are per model) and the idle time;
+* the lifetime in force, from the stream's own writes (`ephemeral_1h_input_tokens`: 1h entries).
+
+Every cause found this way is inferred, and says so. A shortfall within the estimate noise
+(`explain.estimate_noise`) is no miss. A pause longer than any lifetime the provider offers, that no
+keep-alive pays for, is a new start (nothing could have been read), not an expiry. Advice is priced on the
+miss it is for (`economics.keep_alive`): a keep-alive only under its break-even pause, a longer lifetime only
+where the provider has one and it covers the pause.
+
+`UsageOnly.step` explains each request with the levels known so far (what `watch` sees); `revisit` explains
+a whole trace again once every level is known (what `report` shows).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
+from kvprobe.analysis.explain import estimate_noise
+from kvprobe.catalog import ModelRules, Rule
+from kvprobe.economics import keep_alive
+from kvprobe.wording import duration
+
+if TYPE_CHECKING:
+    from kvprobe.analysis.simulate import RequestResult
+
+IDLE_SHARE = 0.5  # a pause past this share of the entry's lifetime is named: idle entries are evicted first
+_LONG_TTL = "1h"
+
+
+def events_of(extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events a record carries (well-formed ones only: a trace written by hand may hold anything)."""
+    value = extra.get("events")
+    if not isinstance(value, list):
+        return []
+    return [e for e in value if isinstance(e, dict) and isinstance(e.get("kind"), str)]
+
+
+@dataclass(slots=True)
+class Levels:
+    """Prefix sizes the log shows to be cache levels (learned from the log itself)."""
+
+    first_reads: dict[tuple, dict[int, set[str]]] = field(default_factory=dict)  # (provider, model) -> sessions
+    after_compaction: dict[tuple, set[int]] = field(default_factory=dict)  # (session, model) -> sizes
+    drops: dict[tuple, Counter] = field(default_factory=dict)  # (session, model) -> reads that fell to a size
+
+    def learn(self, r: "RequestResult", first: bool, compacted: bool, dropped: bool) -> None:
+        sk, read = r.sk, r.usage.cache_read_tokens
+        if read <= 0:
+            return
+        if first:
+            self.first_reads.setdefault((sk.provider, sk.model), {}).setdefault(read, set()).add(sk.session)
+        if compacted:
+            self.after_compaction.setdefault((sk.session, sk.model), set()).add(read)
+        if dropped:
+            self.drops.setdefault((sk.session, sk.model), Counter())[read] += 1
+
+    def name(self, r: "RequestResult") -> tuple[str | None, str] | None:
+        """(level path, words) when the read falls to a known level; None otherwise."""
+        sk, read = r.sk, r.usage.cache_read_tokens
+        if read <= 0:
+            return None
+        if read in self.after_compaction.get((sk.session, sk.model), ()):
+            return "messages", ("the tools+system size of this session (what it read after its compaction): the "
+                                "messages level broke")
+        if len(self.first_reads.get((sk.provider, sk.model), {}).get(read, ())) >= 2:
+            return "system", ("the prefix several sessions share (what their first requests read): the session's "
+                              "own system prompt and all after it broke")
+        if self.drops.get((sk.session, sk.model), Counter())[read] >= 2:
+            return None, ("a size this session's reads fall to again and again (an earlier breakpoint): the "
+                          "prefix broke after it")
+        return None
+
+    def tools_system(self, r: "RequestResult") -> int | None:
+        """The largest tools+system size known for the request's session and model that fits in it."""
+        sizes = [s for s in self.after_compaction.get((r.sk.session, r.sk.model), ()) if s <= r.usage.input_tokens]
+        return max(sizes) if sizes else None
+
+
+@dataclass(slots=True)
+class _Stream:
+    last: "RequestResult | None" = None
+    by_model: dict[str | None, "RequestResult"] = field(default_factory=dict)
+    ttl: dict[str | None, str] = field(default_factory=dict)  # model -> TTL key of its latest writes
+
+    def update(self, r: "RequestResult") -> None:
+        self.last = r
+        self.by_model[r.sk.model] = r
+        u = r.usage
+        if u.cache_write_tokens:
+            self.ttl[r.sk.model] = _LONG_TTL if u.cache_write_1h_tokens and not u.cache_write_5m_tokens else "5m"
+
+
+class UsageOnly:
+    """The usage-only path of the simulator: one `step` per request, in start order."""
+
+    def __init__(self, levels: Levels | None = None, learning: bool = True) -> None:
+        self.levels = levels if levels is not None else Levels()
+        self.learning = learning
+        self.streams: dict[tuple[str, str], _Stream] = {}
+        self.drops = 0
+
+    def step(self, r: "RequestResult") -> None:
+        """Set the request's ideal read, write kind and diagnoses."""
+        sk = r.sk
+        stream = self.streams.get((sk.session, sk.agent))
+        if stream is None:
+            stream = self.streams[(sk.session, sk.agent)] = _Stream()
+        first = stream.last is None
+        events = events_of(sk.extra)
+        compacted = any(e["kind"] == "compaction" for e in events)
+        dropped = _explain(r, stream, events, self.levels)
+        r.write_kind = _write_kind(r)
+        self.drops += dropped
+        if self.learning:
+            self.levels.learn(r, first, compacted, dropped)
+        stream.update(r)
+
+    def revisit(self, results: list["RequestResult"]) -> None:
+        """Explain the usage-only requests again, with every level the whole trace shows (start order)."""
+        if not self.drops:
+            return  # nothing fell short: no level learned later can change a diagnosis
+        again = UsageOnly(self.levels, learning=False)
+        for r in results:
+            if r.sk.request is None:
+                again.step(r)
+
+
+def _write_kind(r: "RequestResult") -> str:
+    from kvprobe.analysis.simulate import _write_kind as kind, tolerance  # simulate imports this module
+
+    return kind(r.usage, r.ideal_read_tokens, tolerance(r.rules))
+
+
+def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], levels: Levels) -> bool:
+    """Set r.ideal_read_tokens and r.diagnoses; True when the read fell short of what was cached."""
+    sk, usage = r.sk, r.usage
+    r.diagnoses = []
+    base, switched, own = _base(r, stream)
+    if base is None:
+        r.ideal_read_tokens = 0
+        if switched is not None:
+            r.diagnoses = [_model_switch(r, switched, own)]
+        return False
+    ideal = min(_extent(base), usage.input_tokens)
+    compacted = any(e["kind"] == "compaction" for e in events)
+    shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
+    if compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
+        ideal = min(levels.tools_system(r) or usage.cache_read_tokens, usage.input_tokens)
+    r.ideal_read_tokens = ideal
+    reported = sk.observed.miss_reason if sk.observed else None
+    if reported:
+        r.diagnoses = [_with_missed(r, from_provider_reason(reported, sk.extra.get("reported_missed_tokens")))]
+        return usage.cache_read_tokens < ideal
+    if usage.cache_read_tokens + estimate_noise(r) >= ideal:
+        r.ideal_read_tokens = min(ideal, max(usage.cache_read_tokens, 0))  # within the noise: not a miss
+        return False
+    d = _shortfall(r, base, stream, events, levels, compacted or shrank)
+    if d is not None:
+        r.diagnoses = [_with_missed(r, d)]
+    return True
+
+
+def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
+    """(the request whose cache this one could read, the model switched from, the same model's last request
+    when its entry expired meanwhile). The base is the stream's last request of the same model, unless the
+    model changed and that model's own entry has expired (or never existed): then nothing was readable."""
+    last = stream.last
+    if last is None:
+        return None, None, None
+    if last.sk.model == r.sk.model:
+        return last, None, None
+    same = stream.by_model.get(r.sk.model)
+    lifetime = _lifetime(same, stream)[0] if same is not None else None
+    if same is None or lifetime is None or r.sk.started_at - same.sk.started_at > lifetime:
+        return None, last.sk.model or "another model", same
+    return same, None, None
+
+
+def _extent(r: "RequestResult") -> int:
+    """Tokens a request is known to have left cached: through its last breakpoint (read + written). An implicit
+    cache reports no writes, so only what it read is known to be held (the rest of its prompt may be too)."""
+    u = r.usage
+    return u.cache_read_tokens + u.cache_write_tokens
+
+
+def _lifetime(base: "RequestResult", stream: _Stream) -> tuple[float | None, ModelRules, bool]:
+    """(seconds an entry of `base` lives, the rules with that lifetime in force, whether the log's own writes
+    chose it): 1h where the stream's latest writes were all 1h entries."""
+    rules = base.rules
+    chosen = stream.ttl.get(base.sk.model) == _LONG_TTL and isinstance(rules.get("ttl_seconds"), dict) \
+        and _LONG_TTL in rules.get("ttl_seconds")
+    if chosen:
+        rule = Rule("default_ttl", _LONG_TTL, "the log's own writes (ephemeral_1h_input_tokens)", dt.date.today())
+        rules = dataclasses.replace(rules, rules={**rules.rules, "default_ttl": rule})
+    return keep_alive.entry_lifetime_s(rules), rules, chosen
+
+
+def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
+               levels: Levels, cut: bool) -> Diagnosis | None:
+    """The cause of a read that fell short, from the pause, the level it fell to and the events before it."""
+    gap = r.sk.started_at - base.sk.started_at
+    lifetime, rules, chosen = _lifetime(base, stream)
+    before = f"{_extent(base):,}"
+    if lifetime is not None and gap > lifetime:
+        return _expired(r, base, gap, lifetime, rules, chosen)
+    level = levels.name(r)
+    kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
+    triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
+        (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
+    idle = f"; it had been idle {duration(gap)} of its {duration(lifetime)} lifetime (idle entries are the first " \
+        "evicted)" if lifetime and gap > IDLE_SHARE * lifetime else ""
+    read = r.usage.cache_read_tokens
+    words = f"the read fell from {before} to {read:,} tokens" + (f", {level[1]}" if level is not None else "")
+    when = f"{duration(gap)} after {base.sk.id}" + (", after the prompt shrank (its history was cut)" if cut else "")
+    # a level that broke is evidence of a change where entries are kept by breakpoint (Anthropic); an implicit
+    # cache also routes and evicts on its own, so there only an event names a cause
+    if not triggers and (level is None or r.rules.get("matching") != "blocks"):
+        return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime, and nothing in the log "
+                         "says why: the prefix changed in a way the log does not show, or the entry was evicted or "
+                         f"served elsewhere{idle}", token_position=read)
+    path = level[0] if level is not None and level[0] else (_TRIGGER_PATH[kinds[0]] if kinds else None)
+    detail = f"{words} ({when})" if level is not None else f"{words}: the prefix broke after {read:,} tokens ({when})"
+    if triggers:
+        detail += "; likely trigger (inferred from the log): " + " and ".join(triggers)
+    detail += idle
+    kind, param = ("params_changed", "reasoning effort") if _effort_only(events) else ("prefix_changed", None)
+    return Diagnosis(kind, detail, path=path if kind == "prefix_changed" else None, token_position=read,
+                     param=param, triggers=kinds or None,
+                     advice=_TRIGGER_ADVICE.get(kinds[0], _LEVEL_ADVICE) if kinds else _LEVEL_ADVICE)
+
+
+def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: float, rules: ModelRules,
+             chosen: bool) -> Diagnosis | None:
+    """A TTL expiry with the advice that pays for it; None (and nothing to read) for a new start."""
+    cached = r.ideal_read_tokens
+    plan = keep_alive.plan(rules, cached, gap)
+    longer = keep_alive.longer_lifetime(rules)
+    covers = longer is not None and lifetime < float(longer["seconds"]) and gap <= float(longer["seconds"])
+    ttl = f"{duration(lifetime)} ({'the 1h TTL of this log’s own writes' if chosen else 'the default'})"
+    detail = f"{duration(gap)} since {base.sk.id} started; the entry lives {ttl}"
+    if plan is not None and plan.pays:
+        advice = (f"send {plan.pings} keep-alive request{'s' if plan.pings > 1 else ''} (the same prefix, max_tokens "
+                  f"1) every {duration(plan.interval_s)} through pauses like this one: "
+                  f"{plan.pings * plan.ping_cost:,.0f} input-equivalents against {plan.rebuild_cost:,.0f} for the "
+                  f"rebuild (pings pay for pauses up to {duration(plan.break_even_s)})")
+        if covers:
+            advice += f"; or {_longer_words(longer)}"
+    elif covers:
+        be = f" (they pay up to {duration(plan.break_even_s)})" if plan is not None else ""
+        advice = f"keep-alive pings would cost more than the rebuild for a {duration(gap)} pause{be}; {_longer_words(longer)}"
+    else:
+        r.ideal_read_tokens = 0  # a new start: no lifetime the provider offers, nor pings that pay, span it
+        return None
+    return Diagnosis("ttl_expired", detail, seconds_past=gap - lifetime, advice=advice)
+
+
+def _longer_words(longer: dict[str, Any]) -> str:
+    return (f"use {longer['setting']}: entries live {duration(float(longer['seconds']))}, long enough for this pause "
+            f"(writes at {float(longer['write_multiplier']):g}× input)")
+
+
+def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None") -> Diagnosis:
+    expired = f"; its own entry, last used by {own.sk.id} {duration(r.sk.started_at - own.sk.started_at)} " \
+        "before, expired meanwhile" if own is not None else ""
+    return Diagnosis("params_changed", f"the model changed from {previous} to {r.sk.model}: caches are per model, "
+                     f"so {r.sk.model} could read none of what {previous} cached{expired} (no saving is implied: "
+                     "switching back and forth is the choice being paid for)", param="model", a=previous,
+                     b=r.sk.model, invalidates="all",
+                     advice="switch models between tasks rather than within one: each switch writes the prompt "
+                     "again for the other model")
+
+
+def _with_missed(r: "RequestResult", d: Diagnosis) -> Diagnosis:
+    d.missed_tokens = r.missed_tokens
+    return d
+
+
+def _effort_only(events: list[dict[str, Any]]) -> bool:
+    changed = [s for e in events if e["kind"] == "settings_changed" for s in e.get("settings") or []]
+    return bool(changed) and set(changed) == {"effort"}
+
+
+def _trigger_words(e: dict[str, Any]) -> str:
+    kind = e["kind"]
+    if kind == "tools_changed":
+        return f"the tool list changed ({e.get('detail') or 'a tool server reconnected'})"
+    if kind == "tool_first_used":
+        return f"a tool not used before in this session appeared ({e.get('name')}): the tool list may have changed"
+    if kind == "command":
+        return f"the {e.get('name') or 'a'} command ran"
+    if kind == "settings_changed":
+        return f"settings changed ({', '.join(map(str, e.get('settings') or [])) or 'unnamed'})"
+    if kind == "compaction":
+        return "the history was compacted"
+    return _TRIGGER_PLAIN[kind]
+
+
+_TRIGGER_PLAIN = {"task_notification": "a background task's notification arrived",
+                  "interrupt": "the user interrupted the turn"}
+# the level each event changes first (path of the diagnosis when the read names no level), strongest first:
+# the first one present gives the path and the advice
+_TRIGGER_PATH = {"tools_changed": "tools", "tool_first_used": "tools", "settings_changed": "system",
+                 "command": "messages", "task_notification": "messages", "interrupt": "messages"}
+_TRIGGER_ADVICE = {
+    "tools_changed": "connect tool (MCP) servers before the session starts: a reconnect or a new server mid-session "
+                     "changes the tool list, the first thing every cached prefix holds",
+    "tool_first_used": "connect tool (MCP) servers before the session starts: a tool list that changes mid-session "
+                       "invalidates every cached level after it",
+    "settings_changed": "keep reasoning effort and instructions fixed within a session: a change starts the "
+                        "conversation's cache again",
+    "command": "run commands that change what the model is sent between tasks: the history is written again after "
+               "each",
+    "task_notification": "a background task's notification mid-turn can rewrite the end of the conversation: expect one "
+                         "rebuild of the history each time one arrives, or let long tasks report when the turn ends",
+    "interrupt": "an interrupt drops the turn's unfinished end: the next request writes the history after it again",
+}
+_LEVEL_ADVICE = ("the log cannot show what changed: compare two requests' bodies (capture them with `kvprobe capture`) "
+                 "or the provider's cache diagnostics")
