@@ -10,7 +10,7 @@ from typing import Any
 from kvprobe.analysis import split_parse
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
-from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import LeadingSimulation, RequestResult, simulate
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
@@ -90,7 +90,7 @@ class Report:
             "misses": [{"id": m.result.sk.id, "input_equivalent_tokens": round(m.input_equivalent, 1),
                         "usd": _usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
                         "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
-                        "what_to_do": ADVICE.get(m.result.diagnoses[0].kind, "") if m.result.diagnoses else ""}
+                        "what_to_do": advice_for(m.result.diagnoses[0]) if m.result.diagnoses else ""}
                        for m in self.misses],
             "fixes": self.fixes,
             "alternatives": self.alternatives,

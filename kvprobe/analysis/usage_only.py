@@ -215,12 +215,16 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     gap = r.sk.started_at - base.sk.started_at
     lifetime, rules, chosen = _lifetime(base, stream)
     before = f"{_extent(base):,}"
-    if lifetime is not None and gap > lifetime:
-        return _expired(r, base, gap, lifetime, rules, chosen)
-    level = levels.name(r)
     kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
     triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
         (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
+    if lifetime is not None and gap > lifetime:
+        expired = _expired(r, base, gap, lifetime, rules, chosen)
+        if expired is not None and triggers:
+            expired.detail += "; also just before it (inferred from the log): " + " and ".join(triggers)
+            expired.triggers = kinds
+        return expired
+    level = levels.name(r)
     idle = f"; it had been idle {duration(gap)} of its {duration(lifetime)} lifetime (idle entries are the first " \
         "evicted)" if lifetime and gap > IDLE_SHARE * lifetime else ""
     read = r.usage.cache_read_tokens

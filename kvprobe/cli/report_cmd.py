@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.cli.common import err, money, out, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
@@ -56,6 +56,7 @@ def report(
     else:
         render(rep)
         render_blocks(rep)
+        render_compactions(rep)
         render_tasks(rep)
         render_fixes(rep)
         if what_if:
@@ -154,7 +155,7 @@ def _render_misses(rep: Report) -> None:
         out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{money(m.usd)}", "bold red"),
                                 f" ({m.input_equivalent:,.0f} input-equivalents) ", (d.kind, "magenta")))
         out.print(Text(f"    why: {d.detail}"))
-        out.print(Text(f"    what to do: {ADVICE.get(d.kind, '')}", style="cyan"))
+        out.print(Text(f"    what to do: {advice_for(d)}", style="cyan"))
 
 
 def render_blocks(rep: Report) -> None:
@@ -176,13 +177,22 @@ def render_blocks(rep: Report) -> None:
         note = carry_note(b)
         if note:
             out.print(Text(f"  {note}", style="yellow"))
+
+
+def render_compactions(rep: Report) -> None:
+    """Each compaction's economics (usage-only logs too: the transcript marks them)."""
     for c in rep.compactions:
         j = c.to_json()
         be = j["break_even_turns"]
+        if j["summary_request"] is None:
+            verdict = "break-even unknown (the summarising call logged no usage)"
+        elif be:
+            verdict = f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
+        else:
+            verdict = "never pays back"
+        summary = f"summary {money(j['summary_cost_usd'])}, " if j["summary_request"] is not None else ""
         out.print(Text(f"Compaction at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
-                       f"summary {money(j['summary_cost_usd'])}, rebuild {money(j['rebuild_cost_usd'])}; "
-                       + (f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
-                          if be else "never pays back"), style="cyan"))
+                       f"{summary}rebuild {money(j['rebuild_cost_usd'])}; {verdict}", style="cyan"))
 
 
 def render_tasks(rep: Report) -> None:
@@ -263,7 +273,7 @@ def to_markdown(rep: Report) -> str:
         lines += ["| request | cost of miss | cause | what to do |", "|---|---:|---|---|"]
         for m in rep.misses:
             d = m.result.diagnoses[0]
-            lines.append(f"| {m.result.sk.id} | {money(m.usd)} | {d.kind}: {d.detail} | {ADVICE.get(d.kind, '')} |")
+            lines.append(f"| {m.result.sk.id} | {money(m.usd)} | {d.kind}: {d.detail} | {advice_for(d)} |")
     else:
         lines.append("No cache misses.")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from typing import Any
 
 import orjson
 
-from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.report import Report
 
@@ -59,7 +59,7 @@ def diagnosis_rows(trace_id: str, r: RequestResult) -> list[dict[str, Any]]:
     rows = []
     for i, d in enumerate(r.diagnoses):
         rows.append({"trace_id": trace_id, "request_id": r.sk.id, "diagnosis_index": i, "kind": d.kind,
-                     "inferred": d.inferred, "detail": d.detail, "advice": ADVICE.get(d.kind, ""), "path": d.path,
+                     "inferred": d.inferred, "detail": d.detail, "advice": advice_for(d), "path": d.path,
                      "token_position": d.token_position, "seconds_past": d.seconds_past, "writer_id": d.writer_id,
                      "param": d.param, "missed_tokens": d.missed_tokens,
                      "details": orjson.dumps(d.to_json(), default=str).decode()})

@@ -1,7 +1,10 @@
 """Compaction: a request whose history was replaced (by a summary or by dropping turns).
 
-Found where a request of a stream does not extend the previous one inside `messages` and is much smaller.
-Its economics: the summarising request (the one before), the rebuild (the first request after, which writes
+Found where a request of a stream does not extend the previous one inside `messages` and is much smaller,
+or, in a usage-only log, where the transcript itself marks one (`extra["events"]` kind `compaction`: Claude
+Code's `compact_boundary` lines, Codex's `compacted`); there the summarising request is the session's
+compaction agent's (Claude Code writes it to `subagents/agent-acompact-*.jsonl`), and none when the log
+holds no usage for it (Codex): the break-even is then unknown, not understated. Its economics: the summarising request (the one before), the rebuild (the first request after, which writes
 the new shorter prefix), and the break-even point — after how many later turns the cheaper per-turn input
 pays back the summary and the rebuild.
 """
@@ -19,7 +22,7 @@ SHRINK_RATIO = 0.7  # the new prompt is at most this fraction of the previous on
 
 @dataclass(slots=True)
 class Compaction:
-    summary: RequestResult  # the request that produced the summary
+    summary: RequestResult | None  # the request that produced the summary (None: not in the log)
     rebuild: RequestResult  # the first request with the compacted history
     later: list[RequestResult]
     tokens_before: int
@@ -28,15 +31,16 @@ class Compaction:
     overhead_usd: float = 0.0  # the summarising request + the rebuild's premium over a plain read
 
     def break_even_turns(self) -> int | None:
-        if self.per_turn_saving_usd <= 0:
+        if self.per_turn_saving_usd <= 0 or self.summary is None:
             return None
         return max(math.ceil(self.overhead_usd / self.per_turn_saving_usd), 1)
 
     def to_json(self) -> dict[str, Any]:
         be = self.break_even_turns()
-        return {"summary_request": self.summary.sk.id, "rebuild_request": self.rebuild.sk.id,
+        s = self.summary
+        return {"summary_request": s.sk.id if s else None, "rebuild_request": self.rebuild.sk.id,
                 "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
-                "summary_cost_usd": _r(self.summary.cost_usd), "rebuild_cost_usd": _r(self.rebuild.cost_usd),
+                "summary_cost_usd": _r(s.cost_usd) if s else None, "rebuild_cost_usd": _r(self.rebuild.cost_usd),
                 "later_requests": len(self.later),
                 "later_cost_usd": _r(sum(r.cost_usd or 0.0 for r in self.later)),
                 "per_turn_saving_usd": _r(self.per_turn_saving_usd), "overhead_usd": _r(self.overhead_usd),
@@ -49,7 +53,8 @@ def _r(v: float | None) -> float | None:
 
 def _price(c: Compaction, prices: PriceBook) -> None:
     s, b = c.summary, c.rebuild
-    units = prices.unit_prices(s.sk.provider, s.sk.model, s.sk.started_at, s.usage.input_tokens)
+    at = s or b
+    units = prices.unit_prices(at.sk.provider, at.sk.model, at.sk.started_at, c.tokens_before)
     if not units:
         return
     c.per_turn_saving_usd = (c.tokens_before - c.tokens_after) * units["read"]
@@ -57,7 +62,7 @@ def _price(c: Compaction, prices: PriceBook) -> None:
     as_read = u.input_tokens * units["read"]
     paid = (u.cache_read_tokens * units["read"] + u.cache_write_5m_tokens * units["write_5m"]
             + u.cache_write_1h_tokens * units["write_1h"] + u.fresh_input_tokens * units["fresh"])
-    c.overhead_usd = (s.cost_usd or 0.0) + max(paid - as_read, 0.0)
+    c.overhead_usd = ((s.cost_usd or 0.0) if s else 0.0) + max(paid - as_read, 0.0)
 
 
 def _is_compaction(prev: RequestResult, cur: RequestResult) -> bool:
@@ -81,6 +86,46 @@ def find_compactions(results: list[RequestResult], prices: PriceBook) -> list[Co
             end = marks[n + 1] if n + 1 < len(marks) else len(stream)
             comp = Compaction(stream[i - 1], stream[i], stream[i + 1:end],
                               stream[i - 1].usage.input_tokens, stream[i].usage.input_tokens)
+            _price(comp, prices)
+            found.append(comp)
+    found += _logged_compactions(streams, prices)
+    return found
+
+
+SUMMARY_AGENT_PREFIX = "agent-acompact"  # Claude Code's compaction agent (subagents/agent-acompact-*.jsonl)
+
+
+def _marked(r: RequestResult) -> dict[str, Any] | None:
+    """The compaction event a usage-only request carries, if any."""
+    events = r.sk.extra.get("events") if r.sk.request is None else None
+    for e in events if isinstance(events, list) else ():
+        if isinstance(e, dict) and e.get("kind") == "compaction":
+            return e
+    return None
+
+
+def _logged_compactions(streams: dict[tuple[str, str], list[RequestResult]],
+                        prices: PriceBook) -> list[Compaction]:
+    """Compactions the transcript marks: the marked request is the rebuild; the summary is the latest
+    request of the session's compaction agent that started before it."""
+    summaries: dict[str, list[RequestResult]] = {}
+    for (session, agent), stream in streams.items():
+        if agent.startswith(SUMMARY_AGENT_PREFIX):
+            summaries.setdefault(session, []).extend(stream)
+    found = []
+    for (session, agent), stream in streams.items():
+        if agent.startswith(SUMMARY_AGENT_PREFIX):
+            continue
+        marks = [i for i, r in enumerate(stream) if i > 0 and _marked(r) is not None]
+        for n, i in enumerate(marks):
+            rebuild, before = stream[i], stream[i - 1]
+            end = marks[n + 1] if n + 1 < len(marks) else len(stream)
+            earlier = [s for s in summaries.get(session, ()) if before.sk.started_at <= s.sk.started_at
+                       <= rebuild.sk.started_at]
+            summary = max(earlier, key=lambda s: s.sk.started_at) if earlier else None
+            pre = _marked(rebuild).get("pre_tokens")  # type: ignore[union-attr]
+            tokens_before = pre if isinstance(pre, int) and pre > 0 else before.usage.input_tokens
+            comp = Compaction(summary, rebuild, stream[i + 1:end], tokens_before, rebuild.usage.input_tokens)
             _price(comp, prices)
             found.append(comp)
     return found

@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.compare import compare, summary_of
 from kvprobe.gate.config import Thresholds
 from kvprobe.report import Report
@@ -91,7 +91,7 @@ def causes(report: Report, n: int = 3) -> list[dict[str, Any]]:
         fix = fixes.get(m.result.sk.id)
         out.append({"request": m.result.sk.id, "kind": d.kind, "why": d.detail,
                     "cost_usd": None if m.usd is None else round(m.usd, 6),
-                    "fix": fix["detail"] if fix else ADVICE.get(d.kind, ""),
+                    "fix": fix["detail"] if fix else advice_for(d),
                     "fix_saving_usd": fix["saving_usd"] if fix else None})
     return out
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe import __version__
-from kvprobe.analysis.diagnosis import ADVICE
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
@@ -116,7 +116,7 @@ def _misses(rep: Report) -> str:
         d = m.result.diagnoses[0]
         rows.append(f'<tr><td><code>{esc(m.result.sk.id)}</code></td><td class="num">{esc(money(m.usd))}</td>'
                     f'<td class="num">{m.input_equivalent:,.0f}</td><td>{_chips([d.kind])}</td>'
-                    f'<td>{esc(d.detail)}</td><td class="advice">{esc(ADVICE.get(d.kind, ""))}</td></tr>')
+                    f'<td>{esc(d.detail)}</td><td class="advice">{esc(advice_for(d))}</td></tr>')
     head = ("<tr><th>request</th><th class=num>cost of miss</th><th class=num>input-equivalents</th>"
             "<th>cause</th><th>why</th><th>what to do</th></tr>")
     return (f'<section id="misses"><h2>Costliest misses</h2><table id="kv-misses"><thead>{head}</thead>'
