@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import deque
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
+from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.cli.common import err, fail, out, user_errors
 from kvprobe.cli.tables import Col, build
 from kvprobe.importers import default_sources
@@ -94,11 +96,22 @@ def _cause(event: Event, detail: bool = True) -> Text:
     return Text.assemble((d.short, "magenta"), f" ({label})" + (f": {d.detail}" if detail else ""))
 
 
+def stamp(seconds: float, today: str | None = None) -> str:
+    """When a request started, as the user lived it: the time alone today, with the date on any other day
+    (a watch over logs of several days, or one left running past midnight)."""
+    text = format_time(seconds)
+    today = today or format_time(time.time())[:10]
+    if text[:10] == today:
+        return text[11:19]
+    return (text[5:10] if text[:4] == today[:4] else text[:10]) + " " + text[11:19]
+
+
 def miss_line(event: Event) -> Text:
     r = event.result
-    return Text.assemble((format_time(r.sk.started_at)[11:19], "dim"), " ", ("miss ", "bold red"),
+    return Text.assemble((stamp(r.sk.started_at), "dim"), " ", ("miss ", "bold red"),
                          f"{r.sk.id} [{r.sk.session}/{r.sk.agent}] ", (f"{r.missed_tokens:,}", "bold"),
-                         " tokens not read, ", (_money(event.miss_usd), "red"), " extra · ", _cause(event))
+                         " tokens not read, ", (_money(event.miss_usd), "red"), " extra · ", _cause(event),
+                         (f" · what to do: {advice_for(r.diagnoses[0])}", "cyan"))
 
 
 def _header(w: Watch, files: int) -> Text:
@@ -112,7 +125,7 @@ def _header(w: Watch, files: int) -> Text:
 def _view(w: Watch, recent: deque[Event]) -> Group:
     cols = (Col("time", drop=2), Col("request", wrap=True), Col("agent", wrap=True, drop=1),
             Col("not read", "right"), Col("extra cost", "right"), Col("cause", wrap=True))
-    rows = [[format_time(e.result.sk.started_at)[11:19], e.result.sk.id, e.result.sk.agent,
+    rows = [[stamp(e.result.sk.started_at), e.result.sk.id, e.result.sk.agent,
              f"{e.result.missed_tokens:,}", _money(e.miss_usd), _cause(e, detail=False)] for e in recent]
     table, _ = build("Recent misses", cols, rows)
     parts = [_header(w, len(w.follower.files))]
