@@ -93,9 +93,14 @@ def _gemini(u: dict[str, Any]) -> Usage:
         # a cachedContents creation reports only totalTokenCount: the size of the cache it wrote
         total = _int(u, "totalTokenCount", "total_token_count")
         return Usage(total, 0, total, 0, 0)
-    return Usage(_int(u, "promptTokenCount", "prompt_token_count"),
+    # thinking is billed as output but counted apart from the candidates; the prompt of a tool-use step
+    # (toolUsePromptTokenCount) is input the prompt count leaves out
+    thoughts = _int(u, "thoughtsTokenCount", "thoughts_token_count")
+    return Usage(_int(u, "promptTokenCount", "prompt_token_count")
+                 + _int(u, "toolUsePromptTokenCount", "tool_use_prompt_token_count"),
                  _int(u, "cachedContentTokenCount", "cached_content_token_count"), 0, 0,
-                 _int(u, "candidatesTokenCount", "candidates_token_count"))
+                 _int(u, "candidatesTokenCount", "candidates_token_count") + thoughts,
+                 reasoning_output_tokens=thoughts)
 
 
 def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage | None:

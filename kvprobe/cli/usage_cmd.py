@@ -42,7 +42,7 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
 
 def usage(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions]")] = None,
+        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects and ~/.local/share/opencode where present]")] = None,
     by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)} "
                                     "(week: from Monday; project: working directory)")] = "day",
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this day (in --tz) or "
@@ -74,7 +74,7 @@ def usage(
         start, end = _date(since, "--since", zone), _date(until, "--until", zone, end_of_day=True)
         sources = list(paths or [str(p) for p in default_sources()])
         if not sources:
-            fail("no logs found in ~/.claude/projects or ~/.codex/sessions: name a file or directory")
+            fail("no logs found in ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp, ~/.qwen/projects or ~/.local/share/opencode: name a file or directory")
         book = PriceBook.from_file(price_file)
         with byte_progress(sources, "reading", not json_out) as progress:
             rows = load_any(sources, fmt=fmt, report=report, progress=progress,

@@ -3,7 +3,7 @@
 Found where a request of a stream does not extend the previous one inside `messages` and is much smaller,
 or, in a usage-only log, where the transcript itself marks one (`extra["events"]` kind `compaction`: Claude
 Code's `compact_boundary` lines, Codex's `compacted`); there the summarising request is the session's
-compaction agent's (Claude Code writes it to `subagents/agent-acompact-*.jsonl`), and none when the log
+compaction agent's (Claude Code writes it to `subagents/agent-acompact-*.jsonl`; OpenCode runs a `compaction` agent), and none when the log
 holds no usage for it (Codex): the break-even is then unknown, not understated. Its economics: the summarising request (the one before), the rebuild (the first request after, which writes
 the new shorter prefix), and the break-even point — after how many later turns the cheaper per-turn input
 pays back the summary and the rebuild.
@@ -92,7 +92,8 @@ def find_compactions(results: list[RequestResult], prices: PriceBook) -> list[Co
     return found
 
 
-SUMMARY_AGENT_PREFIX = "agent-acompact"  # Claude Code's compaction agent (subagents/agent-acompact-*.jsonl)
+# the agents that write compaction summaries: Claude Code's (subagents/agent-acompact-*.jsonl), OpenCode's
+SUMMARY_AGENT_PREFIXES = ("agent-acompact", "compaction")
 
 
 def _marked(r: RequestResult) -> dict[str, Any] | None:
@@ -110,11 +111,11 @@ def _logged_compactions(streams: dict[tuple[str, str], list[RequestResult]],
     request of the session's compaction agent that started before it."""
     summaries: dict[str, list[RequestResult]] = {}
     for (session, agent), stream in streams.items():
-        if agent.startswith(SUMMARY_AGENT_PREFIX):
+        if agent.startswith(SUMMARY_AGENT_PREFIXES):
             summaries.setdefault(session, []).extend(stream)
     found = []
     for (session, agent), stream in streams.items():
-        if agent.startswith(SUMMARY_AGENT_PREFIX):
+        if agent.startswith(SUMMARY_AGENT_PREFIXES):
             continue
         marks = [i for i, r in enumerate(stream) if i > 0 and _marked(r) is not None]
         for n, i in enumerate(marks):

@@ -6,7 +6,7 @@
     report.summary()   # what was read, and each kind of skipped line with its count
 
 One module per source, each owning its quirks (see each module's docstring): `har`, `claude_code`, `codex`,
-`otel`, `litellm`; kvprobe's own JSONL traces are read too. Formats are detected from the file's first
+`gemini_cli`, `qwen_code`, `opencode`, `otel`, `litellm`; kvprobe's own JSONL traces are read too. Formats are detected from the file's first
 JSON value; directories are walked. Malformed lines are counted per reason, never dropped silently; a file
 that is no known format, or a whole-document format (HAR, OTLP JSON) that does not parse, is an InputError
 naming the file and line.
@@ -22,13 +22,14 @@ import orjson
 
 from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError
-from kvprobe.importers import claude_code, codex, har, litellm, otel
+from kvprobe.importers import claude_code, codex, gemini_cli, har, litellm, opencode, otel, qwen_code
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
 
-IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, otel, litellm)}
+IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, gemini_cli, qwen_code, opencode, otel,
+                                                         litellm)}
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
 _SNIFF_LINES = 20
@@ -64,14 +65,17 @@ def _is_kvprobe(first: Any) -> bool:
 
 
 def detect_format(path: str | Path) -> str | None:
-    """kvprobe | har | claude_code | codex | otel | litellm, or None when no importer knows the file."""
+    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | otel | litellm, or None when
+    no importer knows the file."""
     path = Path(path)
+    if path.name == opencode.DATABASE:
+        return opencode.NAME
     first = _first_value(path)
     if har.sniff(first):
         return har.NAME
     if otel.sniff(first):
         return otel.NAME
-    for module in (claude_code, codex, litellm):
+    for module in (gemini_cli, qwen_code, opencode, claude_code, codex, litellm):  # Qwen's lines look like Claude's
         if module.sniff(first):
             return module.NAME
     if _is_kvprobe(first):
@@ -80,8 +84,10 @@ def detect_format(path: str | Path) -> str | None:
 
 
 def default_sources() -> list[Path]:
-    """Where agents keep their logs on this machine: Claude Code projects, Codex sessions."""
-    return claude_code.default_paths() + codex.default_paths()
+    """Where agents keep their logs on this machine: Claude Code projects, Codex sessions (and Gemini CLI,
+    Qwen Code and OpenCode data where they exist)."""
+    return (claude_code.default_paths() + codex.default_paths() + gemini_cli.default_paths()
+            + qwen_code.default_paths() + opencode.default_paths())
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -90,7 +96,8 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file()))
+            files.extend(sorted(p for p in path.rglob("*") if (p.suffix in _SUFFIXES or p.name == opencode.DATABASE)
+                                and p.is_file()))
         elif path.is_file():
             files.append(path)
         else:
@@ -171,8 +178,9 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
         kind = fmt or detect_format(path)
         if kind is None:
             if any(Path(p).expanduser() == path for p in named):
-                raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code "
-                                 "or Codex JSONL, OTLP JSON spans or LiteLLM logs", file=str(path))
+                raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code, "
+                                 "Codex, Gemini CLI, Qwen Code or OpenCode logs, OTLP JSON spans or LiteLLM logs",
+                                 file=str(path))
             stats = SourceStats(str(path), "unknown")
             stats.skip("file in a named directory is no known format", None)
             report.sources.append(stats)

@@ -1,0 +1,134 @@
+"""Gemini CLI sessions: ~/.gemini/tmp/<project hash>/chats/session-<time>-<id>.json(l).
+
+Quirks:
+* Two formats. Older versions write one JSON document per session ({sessionId, projectHash, startTime,
+  lastUpdated, messages: [...]}), rewritten as it grows. Newer ones append JSON Lines: a metadata line
+  ({sessionId, projectHash, startTime, ...}), message records, `{"$set": {...}}` metadata updates (which can
+  carry the whole `messages` list again) and `{"$rewindTo": id}` marks. A message is written again each time
+  it changes (its tokens arrive after its tool calls): the last version of each id wins.
+* One model call = one message of `type: "gemini"` with `tokens` {input (promptTokenCount, cached tokens
+  included), output (candidatesTokenCount), cached (cachedContentTokenCount), thoughts (thoughtsTokenCount,
+  billed as output), tool (toolUsePromptTokenCount, input the prompt count leaves out), total}. Messages
+  without tokens (user turns, info lines, a response still streaming) are not requests.
+* A rewound message was still a billed call: it is kept.
+* Only the response is timed: `started_at` is the previous message's time (or its last tool call's), the
+  moment the request could be sent; `finished_at` the message's own timestamp.
+* Subagents (newer versions) write `<parent session id>/<session id>.jsonl` beside the chats: their records
+  carry `agent = "subagent-<id8>"`.
+* No working directory is logged (only its hash): the project is the hash folder.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.trace import TraceRecord
+
+NAME = "gemini_cli"
+ENDPOINT = "/v1beta/models:generateContent"
+
+
+def default_paths() -> list[Path]:
+    env = os.environ.get("GEMINI_DATA_DIR")
+    roots = [Path(p).expanduser() for p in env.split(",") if p] if env else [Path("~/.gemini/tmp").expanduser()]
+    return [r for r in roots if r.is_dir()]
+
+
+def sniff(first: Any) -> bool:
+    return isinstance(first, dict) and "sessionId" in first and "projectHash" in first
+
+
+def usage_metadata(tokens: dict[str, Any]) -> dict[str, Any]:
+    """Gemini CLI's token summary as the API's usageMetadata (what normalize_usage reads)."""
+    return {"promptTokenCount": as_int(tokens.get("input")), "cachedContentTokenCount": as_int(tokens.get("cached")),
+            "candidatesTokenCount": as_int(tokens.get("output")), "thoughtsTokenCount": as_int(tokens.get("thoughts")),
+            "toolUsePromptTokenCount": as_int(tokens.get("tool")), "totalTokenCount": as_int(tokens.get("total"))}
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    meta, messages = _document(path, stats, progress)
+    session = as_str(meta.get("sessionId")) or path.stem
+    agent = f"subagent-{path.stem[:8]}" if meta.get("kind") == "subagent" else "main"
+    previous: float | None = time_or_none(meta.get("startTime"))
+    for message in messages:
+        stamp = time_or_none(message.get("timestamp"))
+        tokens = message.get("tokens")
+        if message.get("type") != "gemini" or not isinstance(tokens, dict):
+            stats.ignored += 1
+            previous = _last_time(message, stamp) or previous
+            continue
+        rid = f"{session}:{message['id']}"
+        if stats.first_time(rid, seen):
+            model = as_str(message.get("model"))
+            yield TraceRecord(id=rid, provider="gemini", started_at=previous if previous is not None else stamp,
+                              response={"id": message["id"], "model": model, "usageMetadata": usage_metadata(tokens)},
+                              session=session, agent=agent, endpoint=ENDPOINT, finished_at=stamp,
+                              extra={"source_format": NAME, "project_hash": as_str(meta.get("projectHash"))},
+                              source=str(path), line=message.get("_line"))
+        previous = _last_time(message, stamp) or previous
+
+
+def _last_time(message: dict[str, Any], stamp: float | None) -> float | None:
+    """When a message was done: its last tool call's time, else its own."""
+    calls = message.get("toolCalls")
+    times = [time_or_none(c.get("timestamp")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    times = [t for t in times if t is not None]
+    return max(times + ([stamp] if stamp is not None else [])) if times or stamp is not None else None
+
+
+def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tuple[dict[str, Any], list[dict]]:
+    """(metadata, messages in order, last version of each) of either format."""
+    data = path.read_bytes()
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict) and isinstance(whole.get("messages"), list):  # the older single document
+        if progress is not None:
+            progress(len(data))
+        stats.lines += 1
+        return whole, [m for m in whole["messages"] if _is_message(m, stats)]
+    meta: dict[str, Any] = {}
+    messages: dict[str, dict] = {}
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        record = loads_line(raw, stats, lineno)
+        if record is None:
+            continue
+        if isinstance(record.get("$set"), dict):
+            update = record["$set"]
+            for m in update.get("messages") or []:
+                _keep(messages, m, lineno, stats)
+            meta.update({k: v for k, v in update.items() if k != "messages"})
+        elif "$rewindTo" in record:
+            stats.ignored += 1  # the rewound calls were billed all the same
+        elif "id" in record:
+            _keep(messages, record, lineno, stats)
+        elif "sessionId" in record:
+            meta.update(record)
+        else:
+            stats.skip("line is neither a message, metadata nor an update", lineno)
+    return meta, list(messages.values())
+
+
+def _keep(messages: dict[str, dict], record: Any, lineno: int, stats: SourceStats) -> None:
+    if not _is_message(record, stats, lineno):
+        return
+    old = messages.get(record["id"])
+    if old is not None:
+        stats.duplicates += 1
+        if isinstance(old.get("tokens"), dict) and not isinstance(record.get("tokens"), dict):
+            return  # a later copy without tokens (a history rewrite) keeps the counts already logged
+    messages[record["id"]] = {**record, "_line": lineno}
+
+
+def _is_message(record: Any, stats: SourceStats, lineno: int | None = None) -> bool:
+    if isinstance(record, dict) and isinstance(record.get("id"), str) and record["id"]:
+        return True
+    stats.skip("message without a string id", lineno)
+    return False

@@ -1,0 +1,158 @@
+"""OpenCode sessions: ~/.local/share/opencode/ — `opencode.db` (SQLite, OpenCode 1.2 and later: a `message`
+table whose `data` column holds each message as JSON) or, before that, one JSON file per message
+(`storage/message/<sessionID>/msg_<id>.json`).
+
+Quirks:
+* One model call = one `role: "assistant"` message with `tokens` {input, output, reasoning, cache: {read,
+  write}}. OpenCode has already taken the cached tokens out of `input`, whatever the provider, and counts
+  `reasoning` apart from `output`: reasoning is billed as output, so it is added to it here (and shown apart).
+* `providerID` / `modelID` name what served it; Bedrock and Vertex serving Claude (`amazon-bedrock`,
+  `google-vertex-anthropic`) are labelled `extra["platform"]`; gateways (OpenRouter and the like) go by the
+  model name (`anthropic/claude-…` is Claude).
+* `time.created` is when the step started (the request was sent), `time.completed` when it ended (ms epoch).
+* Each session is a stream per agent (`build`, `plan`, subagents' own sessions); OpenCode's summaries run as
+  the `compaction` agent, and the next request of the session then starts from the summary (an
+  `extra["events"]` compaction, kvprobe.importers.events).
+* `storage/session`, `storage/part` and other storage files are read as ignored lines, not as errors.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvprobe.errors import InputError
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, time_or_none
+from kvprobe.importers.events import Events
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import TraceRecord
+
+NAME = "opencode"
+DATABASE = "opencode.db"
+SUMMARY_AGENT = "compaction"
+_PLATFORMS = {"amazon-bedrock": "bedrock", "google-vertex-anthropic": "vertex", "google-vertex": "vertex"}
+_PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "google": "gemini", "deepseek": "deepseek"}
+
+
+def default_paths() -> list[Path]:
+    env = os.environ.get("OPENCODE_DATA_DIR")
+    base = Path(os.environ.get("XDG_DATA_HOME", "~/.local/share")).expanduser() / "opencode"
+    roots = [Path(p).expanduser() for p in env.split(",") if p] if env else [base]
+    return [r for r in roots if (r / DATABASE).is_file() or (r / "storage" / "message").is_dir()]
+
+
+def sniff(first: Any) -> bool:
+    """A storage file of OpenCode's: a message, a part or a session (ids carry OpenCode's prefixes)."""
+    if not isinstance(first, dict):
+        return False
+    ident = first.get("id")
+    return isinstance(ident, str) and ident.startswith(("msg_", "prt_", "ses_")) and \
+        ("sessionID" in first or "projectID" in first)
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    if path.name == DATABASE:
+        yield from _records(_database_messages(path, stats), str(path), stats, seen)
+        return
+    data = path.read_bytes()
+    if progress is not None:
+        progress(len(data))
+    stats.lines += 1
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        stats.skip("invalid JSON file", 1, str(exc))
+        return
+    yield from _records([message] if isinstance(message, dict) else [], str(path), stats, seen)
+
+
+def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
+    """Every message of the database, in the order they were written."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT id, session_id, data FROM message ORDER BY time_created, id").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise InputError(f"not a readable OpenCode database: {exc}", file=str(path)) from None
+    out = []
+    for ident, session, data in rows:
+        stats.lines += 1
+        try:
+            message = orjson.loads(data)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            stats.skip("message row whose data is not JSON", ident, str(exc))
+            continue
+        if isinstance(message, dict):
+            out.append({**message, "id": message.get("id") or ident, "sessionID": message.get("sessionID") or session})
+    return out
+
+
+def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
+             seen: set[str]) -> Iterator[TraceRecord]:
+    events: dict[str, Events] = {}
+    for message in messages:
+        tokens = message.get("tokens")
+        if message.get("role") != "assistant" or not isinstance(tokens, dict):
+            stats.ignored += 1
+            continue
+        ident = as_str(message.get("id"))
+        if ident is None:
+            stats.skip("assistant message without an id")
+            continue
+        session = as_str(message.get("sessionID")) or "-"
+        agent = as_str(message.get("agent")) or as_str(message.get("mode")) or "main"
+        stream = events.setdefault(session, Events())
+        if not stats.first_time(ident, seen):
+            continue
+        yield _record(message, tokens, ident, session, agent, stream, source)
+        if agent == SUMMARY_AGENT:
+            stream.add("compaction", _time(message, "completed"))
+
+
+def _record(message: dict[str, Any], tokens: dict[str, Any], ident: str, session: str, agent: str,
+            stream: Events, source: str) -> TraceRecord:
+    model = as_str(message.get("modelID"))
+    provider_id = (as_str(message.get("providerID")) or "").lower()
+    provider = _PROVIDERS.get(provider_id) or infer_provider({"model": model.split("/")[-1]} if model else None) \
+        or "openai"
+    extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None}
+    platform = _PLATFORMS.get(provider_id)
+    if platform:
+        extra["platform"] = platform
+    path = message.get("path")
+    if isinstance(path, dict) and as_str(path.get("cwd")):
+        extra["cwd"] = path["cwd"]
+    if isinstance(message.get("cost"), (int, float)) and message["cost"] > 0:
+        extra["logged_cost_usd"] = message["cost"]
+    if agent != SUMMARY_AGENT:
+        stream.attach(extra)
+    return TraceRecord(id=ident, provider=provider, started_at=_time(message, "created"),
+                       response={"id": ident, "model": model, "usage": _usage(provider, tokens)},
+                       session=session, agent=agent, finished_at=_time(message, "completed"),
+                       extra={k: v for k, v in extra.items() if v is not None}, source=source)
+
+
+def _time(message: dict[str, Any], key: str) -> float | None:
+    times = message.get("time")
+    return time_or_none(times.get(key)) if isinstance(times, dict) else None
+
+
+def _usage(provider: str, tokens: dict[str, Any]) -> dict[str, Any]:
+    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    fresh, read, write = as_int(tokens.get("input")), as_int(cache.get("read")), as_int(cache.get("write"))
+    reasoning = as_int(tokens.get("reasoning"))
+    output = as_int(tokens.get("output")) + reasoning
+    if provider == "anthropic":
+        return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "output_tokens": output}
+    details: dict[str, Any] = {"cached_tokens": read}
+    if write:
+        details["cache_write_tokens"] = write
+    return {"input_tokens": fresh + read + write, "input_tokens_details": details, "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": reasoning}}

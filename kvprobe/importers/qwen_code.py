@@ -1,0 +1,101 @@
+"""Qwen Code sessions: ~/.qwen/projects/<cwd with / as ->/chats/<sessionId>.jsonl.
+
+Quirks:
+* One JSON record per line, chained by `uuid` / `parentUuid` (as Claude Code), typed `user`, `assistant`,
+  `tool_result` or `system`. An assistant record with `usageMetadata` is one model call; its usage is in the
+  Gemini API's shape whatever served it: `promptTokenCount` includes `cachedContentTokenCount` (Qwen Code
+  adds the cached tokens in when it converts an OpenAI or Anthropic response), `thoughtsTokenCount` is output.
+* Qwen Code talks to DashScope, OpenRouter, OpenAI or Anthropic: the provider comes from the model name, and
+  is `openai` (the OpenAI-compatible API) for models no provider rule file lists, such as `qwen3-coder-*`.
+* `started_at` is the time of the record the response answers (`parentUuid`), `finished_at` its own.
+* Subagent records carry `isSidechain` and `agentId`: `agent = "agent-<id>"`.
+* System records are the events between requests (kvprobe.importers.events): `chat_compression`
+  (info.originalTokenCount), `notification` / `background_task_completed`, `slash_command` (an `/mcp`
+  command changes the tool list).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.events import Events
+from kvprobe.request.detect import infer_provider
+from kvprobe.trace import TraceRecord
+
+NAME = "qwen_code"
+_SYSTEM_SUBTYPES = ("chat_compression", "notification", "background_task_completed", "slash_command",
+                    "session_model", "ui_telemetry", "session_source", "custom_title", "at_command")
+
+
+def default_paths() -> list[Path]:
+    env = os.environ.get("QWEN_DATA_DIR")
+    roots = [Path(p).expanduser() for p in env.split(",") if p] if env else [Path("~/.qwen").expanduser()]
+    return [r / "projects" for r in roots if (r / "projects").is_dir()]
+
+
+def sniff(first: Any) -> bool:
+    """A Qwen Code record: Claude Code's chaining keys, but Gemini-shaped content or Qwen's own payloads."""
+    if not isinstance(first, dict) or "sessionId" not in first or "uuid" not in first:
+        return False
+    message = first.get("message")
+    return (isinstance(message, dict) and "parts" in message) or "usageMetadata" in first or \
+        "systemPayload" in first or first.get("subtype") in _SYSTEM_SUBTYPES
+
+
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    times: dict[str, Any] = {}
+    events: dict[str, Events] = {}
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        line = loads_line(raw, stats, lineno)
+        if line is None:
+            continue
+        uuid = as_str(line.get("uuid"))
+        if uuid:
+            times[uuid] = line.get("timestamp")
+        agent = f"agent-{line['agentId']}" if line.get("isSidechain") and as_str(line.get("agentId")) else "main"
+        stream = events.setdefault(agent, Events())
+        usage = line.get("usageMetadata")
+        if line.get("type") != "assistant" or not isinstance(usage, dict):
+            stats.ignored += 1
+            if line.get("type") == "system":
+                _event(line, stream)
+            continue
+        if not uuid:
+            stats.skip("assistant record without a uuid", lineno)
+            continue
+        if not stats.first_time(uuid, seen):
+            continue
+        model = as_str(line.get("model"))
+        parent = as_str(line.get("parentUuid"))
+        stamp = time_or_none(line.get("timestamp"))
+        started = time_or_none(times.get(parent)) if parent else None
+        extra: dict[str, Any] = {"source_format": NAME}
+        for src, dst in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version")):
+            if as_str(line.get(src)):
+                extra[dst] = line[src]
+        stream.attach(extra)
+        yield TraceRecord(id=uuid, provider=infer_provider({"model": model} if model else None) or "openai",
+                          started_at=started if started is not None else stamp,
+                          response={"model": model, "usageMetadata": dict(usage)},
+                          session=as_str(line.get("sessionId")) or path.stem, agent=agent, finished_at=stamp,
+                          extra=extra, source=str(path), line=lineno)
+
+
+def _event(line: dict[str, Any], events: Events) -> None:
+    subtype, stamp = line.get("subtype"), time_or_none(line.get("timestamp"))
+    payload = line.get("systemPayload") if isinstance(line.get("systemPayload"), dict) else {}
+    if subtype == "chat_compression":
+        info = payload.get("info") if isinstance(payload.get("info"), dict) else {}
+        events.add("compaction", stamp, pre_tokens=as_int(info.get("originalTokenCount")) or None)
+    elif subtype in ("notification", "background_task_completed"):
+        events.add("task_notification", stamp)
+    elif subtype == "slash_command" and payload.get("phase") == "invocation":
+        name = (as_str(payload.get("rawCommand")) or "").split(" ", 1)[0]
+        if name == "/mcp":
+            events.add("tools_changed", stamp, detail=name)
+        elif name and name not in ("/stats", "/help", "/about", "/quit", "/compress"):
+            events.add("command", stamp, name=name)
