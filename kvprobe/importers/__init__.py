@@ -137,7 +137,16 @@ def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progres
               strict: bool) -> Iterator[TraceRecord]:
     if kind == "kvprobe":
         return _read_kvprobe(path, stats, seen, progress, strict)  # read_trace checks usage itself
-    return _valid_usage(IMPORTERS[kind].read(path, stats, seen, progress), stats)
+    return _valid_usage(_platforms(IMPORTERS[kind].read(path, stats, seen, progress), stats), stats)
+
+
+def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
+    """Count the records a cloud platform served (importers label them `extra["platform"]`)."""
+    for record in records:
+        platform = record.extra.get("platform")
+        if isinstance(platform, str):
+            stats.platforms[platform] += 1
+        yield record
 
 
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:

@@ -33,6 +33,7 @@ class SourceStats:
     examples: list[str] = field(default_factory=list)  # first few "path:line: reason (detail)"
     ignored: int = 0  # well-formed lines that are not requests (user turns, tool results, metadata)
     from_progress: int = 0  # records (in `records`) known only from a parent's agent_progress line
+    platforms: Counter = field(default_factory=Counter)  # records served through a cloud platform (bedrock, vertex)
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -106,7 +107,27 @@ class ImportReport:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
         for reason, count in self.reasons().most_common():
             lines.append(f"skipped {count:,}: {reason}")
+        platforms: Counter = Counter()
+        for s in self.sources:
+            platforms.update(s.platforms)
+        lines += [platform_note(name, count) for name, count in platforms.most_common()]
         return lines
+
+
+PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI"}
+
+
+def platform_note(platform: str, count: int) -> str:
+    """What the output can say about requests a cloud platform served: its own rules where `providers/` has
+    them (a `platforms` rule), else a caveat."""
+    from kvprobe.catalog import rules_for
+
+    name = PLATFORM_NAMES.get(platform, platform)
+    known = rules_for("anthropic", None).get("platforms") or {}
+    if isinstance(known, dict) and platform in known:
+        return f"{count:,} requests served through {name}: its own prices and cache rules applied"
+    return (f"{count:,} requests served through {name}: priced and ruled as the provider's own API — a caveat: "
+            f"{name}'s prices and cache rules are not in providers/")
 
 
 def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:

@@ -1,0 +1,176 @@
+"""The agent-log readers beyond Claude Code and Codex, on files written here in each tool's real format:
+Gemini CLI (both formats), Qwen Code, OpenCode (storage files and opencode.db); Bedrock-served Claude.
+
+The ccusage figures below were measured with ccusage 20.0.24 (`ccusage gemini|opencode daily --offline
+--json`) on these same files; the others are worked out by hand."""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from agent_logs import ClaudeTranscript
+from kvprobe.importers import ImportReport, detect_format, load_any
+from kvprobe.importers.summary import summarize
+from kvprobe.usage import normalize_usage
+
+GEMINI_LEGACY = {
+    "sessionId": "11111111-aaaa-bbbb-cccc-000000000001", "projectHash": "abc123",
+    "startTime": "2026-02-10T10:00:00.000Z", "lastUpdated": "2026-02-10T10:05:00.000Z",
+    "messages": [
+        {"id": "m1", "timestamp": "2026-02-10T10:00:00.000Z", "type": "user", "content": "hi"},
+        {"id": "m2", "timestamp": "2026-02-10T10:00:05.000Z", "type": "gemini", "content": "hello",
+         "model": "gemini-2.5-pro", "thoughts": [],
+         "tokens": {"input": 10000, "output": 200, "cached": 0, "thoughts": 300, "tool": 50, "total": 10550}},
+        {"id": "m3", "timestamp": "2026-02-10T10:01:00.000Z", "type": "gemini", "content": "more",
+         "model": "gemini-2.5-pro",
+         "tokens": {"input": 12000, "output": 100, "cached": 9000, "thoughts": 0, "tool": 0, "total": 12100}},
+        {"id": "m4", "timestamp": "2026-02-10T10:02:00.000Z", "type": "info", "content": "note"}]}
+
+_TOOL_CALL = {"id": "t1", "name": "ls", "args": {}, "status": "success", "timestamp": "2026-02-11T09:00:06.000Z"}
+GEMINI_JSONL = [
+    {"sessionId": "22222222-aaaa-bbbb-cccc-000000000002", "projectHash": "abc123",
+     "startTime": "2026-02-11T09:00:00.000Z", "lastUpdated": "2026-02-11T09:00:00.000Z", "kind": "main"},
+    {"id": "u1", "timestamp": "2026-02-11T09:00:00.000Z", "type": "user", "content": [{"text": "do"}]},
+    {"id": "g1", "timestamp": "2026-02-11T09:00:04.000Z", "type": "gemini", "content": "", "thoughts": [],
+     "toolCalls": [_TOOL_CALL], "model": "gemini-2.5-flash"},
+    {"id": "g1", "timestamp": "2026-02-11T09:00:04.000Z", "type": "gemini", "content": "", "thoughts": [],
+     "toolCalls": [_TOOL_CALL], "model": "gemini-2.5-flash",
+     "tokens": {"input": 20000, "output": 100, "cached": 0, "thoughts": 50, "tool": 0, "total": 20150}},
+    {"$set": {"lastUpdated": "2026-02-11T09:00:05.000Z"}},
+    {"id": "g2", "timestamp": "2026-02-11T09:00:09.000Z", "type": "gemini", "content": "done", "thoughts": [],
+     "model": "gemini-2.5-flash",
+     "tokens": {"input": 21000, "output": 80, "cached": 19000, "thoughts": 0, "tool": 0, "total": 21080}},
+]
+
+
+@pytest.fixture
+def gemini_dir(tmp_path):
+    chats = tmp_path / "tmp" / "abc123" / "chats"
+    chats.mkdir(parents=True)
+    (chats / "session-2026-02-10T10-00-11111111.json").write_text(json.dumps(GEMINI_LEGACY, indent=2))
+    (chats / "session-2026-02-11T09-00-22222222.jsonl").write_text("".join(json.dumps(x) + "\n" for x in GEMINI_JSONL))
+    return tmp_path / "tmp"
+
+
+def _load(path):
+    report = ImportReport()
+    return list(load_any(path, report=report)), report
+
+
+def test_gemini_cli_both_formats_equal_ccusage(gemini_dir):
+    records, report = _load(gemini_dir)
+    assert {s.format for s in report.sources} == {"gemini_cli"}
+    assert [r.id.split(":")[1] for r in records] == ["m2", "m3", "g1", "g2"]  # g1 once: its last version
+    assert report.duplicates == 1
+    by_day = {day: t for day, t in summarize(records).rows("day")}
+    # ccusage: 2026-02-10 input 13,050 (10,000 + 3,000 uncached + 50 tool prompt), read 9,000, $0.0234375;
+    # 2026-02-11 input 22,000, read 19,000, $0.007745; it leaves thoughts out of its output column but prices them
+    assert (by_day["2026-02-10"].usage.fresh_input_tokens, by_day["2026-02-10"].cache_read_tokens) == (13_050, 9_000)
+    assert (by_day["2026-02-11"].usage.fresh_input_tokens, by_day["2026-02-11"].cache_read_tokens) == (22_000, 19_000)
+    assert by_day["2026-02-10"].cost_usd == pytest.approx(0.0234375, abs=1e-6)
+    assert by_day["2026-02-11"].cost_usd == pytest.approx(0.007745, abs=1e-6)
+    assert by_day["2026-02-10"].output_tokens == 200 + 300 + 100  # thoughts are output
+    assert by_day["2026-02-10"].reasoning_output_tokens == 300
+
+
+def test_gemini_cli_requests_start_when_the_previous_message_ended(gemini_dir):
+    records, _ = _load(gemini_dir)
+    g1, g2 = records[2], records[3]
+    assert g1.finished_at - g1.started_at == pytest.approx(4.0)  # the user's message at 09:00:00
+    assert g2.finished_at - g2.started_at == pytest.approx(3.0)  # g1's tool call ended at 09:00:06
+
+
+def test_qwen_code_reads_prompt_counts_with_the_cached_tokens_inside(tmp_path):
+    base = {"sessionId": "q-sess", "cwd": "/home/me/app", "version": "0.5.0", "gitBranch": "main"}
+    lines = [
+        {**base, "uuid": "q1", "parentUuid": None, "timestamp": "2026-02-12T08:00:00.000Z", "type": "user",
+         "message": {"role": "user", "parts": [{"text": "fix"}]}},
+        {**base, "uuid": "q2", "parentUuid": "q1", "timestamp": "2026-02-12T08:00:06.000Z", "type": "assistant",
+         "model": "qwen3-coder-plus", "message": {"role": "model", "parts": [{"text": "ok"}]},
+         "usageMetadata": {"promptTokenCount": 15000, "candidatesTokenCount": 300, "cachedContentTokenCount": 0,
+                           "thoughtsTokenCount": 40, "totalTokenCount": 15340}},
+        {**base, "uuid": "q3", "parentUuid": "q2", "timestamp": "2026-02-12T08:00:07.000Z", "type": "system",
+         "subtype": "chat_compression",
+         "systemPayload": {"info": {"originalTokenCount": 15340, "newTokenCount": 3000}, "compressedHistory": []}},
+        {**base, "uuid": "q4", "parentUuid": "q3", "timestamp": "2026-02-12T08:00:12.000Z", "type": "assistant",
+         "model": "qwen3-coder-plus", "message": {"role": "model", "parts": [{"text": "done"}]},
+         "usageMetadata": {"promptTokenCount": 16000, "candidatesTokenCount": 100, "cachedContentTokenCount": 14000,
+                           "totalTokenCount": 16100}},
+    ]
+    path = tmp_path / "projects" / "-home-me-app" / "chats" / "q-sess.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert detect_format(path) == "qwen_code"
+    records, _ = _load(tmp_path / "projects")
+    u = [normalize_usage(r.provider, r.usage) for r in records]
+    # ccusage 20.0.24 reports 31,000 uncached input beside 14,000 cache reads: it counts the cached tokens twice
+    assert [(x.input_tokens, x.cache_read_tokens, x.fresh_input_tokens, x.output_tokens) for x in u] == \
+        [(15_000, 0, 15_000, 340), (16_000, 14_000, 2_000, 100)]
+    assert records[1].extra["events"] == [{"kind": "compaction", "at": "2026-02-12T08:00:07.000Z",
+                                           "pre_tokens": 15_340}]
+    assert records[1].started_at == pytest.approx(records[1].finished_at - 5)
+
+
+def _opencode_messages():
+    def assistant(i, created, completed, provider, model, tokens, agent="build"):
+        return {"id": f"msg_{i}", "sessionID": "ses_A", "role": "assistant", "parentID": "msg_001",
+                "time": {"created": created, "completed": completed}, "providerID": provider, "modelID": model,
+                "mode": agent, "agent": agent, "path": {"cwd": "/home/me/app", "root": "/home/me/app"}, "cost": 0,
+                "tokens": tokens, "finish": "stop"}
+    return [
+        {"id": "msg_001", "sessionID": "ses_A", "role": "user", "time": {"created": 1770800000000}},
+        assistant("002", 1770800001000, 1770800008000, "anthropic", "claude-sonnet-4-5",
+                  {"input": 12, "output": 300, "reasoning": 40, "cache": {"read": 0, "write": 15000}}),
+        assistant("003", 1770800009000, 1770800012000, "openai", "gpt-5",
+                  {"input": 2000, "output": 100, "reasoning": 60, "cache": {"read": 14000, "write": 0}}),
+    ]
+
+
+def test_opencode_message_files_equal_ccusage(tmp_path):
+    folder = tmp_path / "storage" / "message" / "ses_A"
+    folder.mkdir(parents=True)
+    for m in _opencode_messages():
+        (folder / f"{m['id']}.json").write_text(json.dumps(m, indent=2))
+    (tmp_path / "storage" / "session" / "p1").mkdir(parents=True)
+    (tmp_path / "storage" / "session" / "p1" / "ses_A.json").write_text(json.dumps(
+        {"id": "ses_A", "projectID": "p1", "directory": "/home/me/app", "time": {"created": 1770800000000}}))
+    records, report = _load(tmp_path)
+    assert report.skipped == 0 and [r.id for r in records] == ["msg_002", "msg_003"]
+    totals = summarize(records).totals
+    # ccusage: input 2,012, cache writes 15,000, reads 14,000, $0.067236 (reasoning priced as output)
+    assert (totals.usage.fresh_input_tokens, totals.cache_write_5m_tokens, totals.cache_read_tokens) == \
+        (2_012, 15_000, 14_000)
+    assert totals.output_tokens == 300 + 40 + 100 + 60
+    assert totals.cost_usd == pytest.approx(0.067236, abs=1e-6)
+    assert records[0].finished_at - records[0].started_at == pytest.approx(7.0)
+
+
+def test_opencode_database_and_its_compaction_agent(tmp_path):
+    messages = _opencode_messages()
+    messages.insert(2, {**messages[1], "id": "msg_0025", "agent": "compaction", "mode": "compaction",
+                        "time": {"created": 1770800008500, "completed": 1770800008900}})
+    db = sqlite3.connect(tmp_path / "opencode.db")
+    db.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
+               "time_updated INTEGER, data TEXT)")
+    for m in messages:
+        data = {k: v for k, v in m.items() if k not in ("id", "sessionID")}
+        db.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (m["id"], m["sessionID"], m["time"]["created"],
+                                                                 m["time"]["created"], json.dumps(data)))
+    db.commit()
+    db.close()
+    records, report = _load(tmp_path)
+    assert [s.format for s in report.sources] == ["opencode"]
+    assert [(r.id, r.agent) for r in records] == [("msg_002", "build"), ("msg_0025", "compaction"),
+                                                  ("msg_003", "build")]
+    assert [e["kind"] for e in records[2].extra["events"]] == ["compaction"]
+
+
+def test_bedrock_served_claude_code_lines_are_labelled(tmp_path):
+    s = ClaudeTranscript("b1", id_prefix="msg_bdrk_01")
+    s.turn(0, "r1", read=0, write=5_000)
+    s.turn(10, "r2", read=5_000, write=200)
+    records, report = _load(s.write(tmp_path / "b1.jsonl"))
+    assert [r.extra.get("platform") for r in records] == ["bedrock", "bedrock"]
+    assert any("Bedrock" in line and "caveat" in line for line in report.summary())
