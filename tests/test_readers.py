@@ -174,3 +174,31 @@ def test_bedrock_served_claude_code_lines_are_labelled(tmp_path):
     records, report = _load(s.write(tmp_path / "b1.jsonl"))
     assert [r.extra.get("platform") for r in records] == ["bedrock", "bedrock"]
     assert any("Bedrock" in line and "caveat" in line for line in report.summary())
+
+
+def _span(span_id, response_id, attrs, conversation="conv-1"):
+    values = {"gen_ai.provider.name": "anthropic", "gen_ai.request.model": "claude-sonnet-4-5",
+              "gen_ai.response.id": response_id, **attrs}
+    if conversation:
+        values["gen_ai.conversation.id"] = conversation
+    return {"traceId": f"trace-{span_id}", "spanId": span_id, "name": "chat claude-sonnet-4-5",
+            "startTimeUnixNano": "1770800000000000000", "endTimeUnixNano": "1770800002000000000",
+            "attributes": [{"key": k, "value": {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}}
+                           for k, v in values.items()]}
+
+
+def test_otel_spans_of_one_call_from_two_instrumentations_count_once(tmp_path):
+    with_cache = {"gen_ai.usage.input_tokens": 12000, "gen_ai.usage.cache_read.input_tokens": 10000,
+                  "gen_ai.usage.output_tokens": 80}
+    plain = {"gen_ai.usage.input_tokens": 12000, "gen_ai.usage.output_tokens": 80}
+    doc = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [
+        {"scope": {"name": "anthropic-sdk"}, "spans": [_span("s1", "msg_01A", plain)]},
+        {"scope": {"name": "opentelemetry.instrumentation.anthropic"}, "spans": [_span("s2", "msg_01A", with_cache)]},
+        {"scope": {"name": "anthropic-sdk"}, "spans": [_span("s3", "msg_01B", plain, conversation=None)]}]}]}
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(doc))
+    records, report = _load(path)
+    assert [r.id for r in records] == ["response:msg_01A", "response:msg_01B"] and report.duplicates == 1
+    u = normalize_usage(records[0].provider, records[0].usage)
+    assert (u.input_tokens, u.cache_read_tokens) == (12_000, 10_000)  # the span that reports the cache
+    assert any("no gen_ai.conversation.id" in line and "cannot be compared" in line for line in report.summary())

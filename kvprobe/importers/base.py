@@ -34,6 +34,7 @@ class SourceStats:
     ignored: int = 0  # well-formed lines that are not requests (user turns, tool results, metadata)
     from_progress: int = 0  # records (in `records`) known only from a parent's agent_progress line
     platforms: Counter = field(default_factory=Counter)  # records served through a cloud platform (bedrock, vertex)
+    sessionless: int = 0  # spans with no conversation or session id (OpenTelemetry): each trace its own session
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -111,6 +112,11 @@ class ImportReport:
         for s in self.sources:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
+        sessionless = sum(s.sessionless for s in self.sources)
+        if sessionless:
+            lines.append(f"{sessionless:,} spans carry no gen_ai.conversation.id (nor session.id): each trace is its "
+                         "own session, so requests of different traces cannot be compared (set gen_ai.conversation.id "
+                         "to group an agent's calls)")
         return lines
 
 

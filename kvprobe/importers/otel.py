@@ -9,6 +9,11 @@ Quirks (semantic conventions, status "development"):
 * Provider from `gen_ai.provider.name` (older: `gen_ai.system`); `aws.bedrock`/`gcp.vertex_ai` serve Claude
   models too, so the model name decides there. Model from `gen_ai.response.model`, else `gen_ai.request.model`.
 * Session from `gen_ai.conversation.id` (else `session.id`, else the trace id); agent from `gen_ai.agent.name`.
+  Spans with neither id are counted: each trace is then its own session, so requests of different traces
+  are never compared (the import summary says so).
+* One call can be recorded by two instrumentations (OpenLLMetry and the SDK's own, say): spans with the same
+  `gen_ai.response.id` are one request, kept once (the span that reports the cache tokens, else the first).
+  Such records are keyed by the response id.
 * Spans without usage attributes (tool calls, agent spans) are not requests: ignored, not skipped.
 * OTLP JSON encodes 64-bit ints as strings and times as unix nanoseconds (also strings).
 """
@@ -115,12 +120,15 @@ def _record(resource: dict[str, Any], span: Any, stats: SourceStats, where: str)
     error = None
     if status.get("code") in (2, "STATUS_CODE_ERROR", "ERROR"):
         error = as_str(status.get("message")) or as_str(a.get("error.type")) or "span status ERROR"
-    session = as_str(a.get("gen_ai.conversation.id")) or as_str(a.get("session.id")) or \
-        as_str(span.get("traceId") or span.get("trace_id"))
+    session = as_str(a.get("gen_ai.conversation.id")) or as_str(a.get("session.id"))
+    if session is None:
+        stats.sessionless += 1
+        session = as_str(span.get("traceId") or span.get("trace_id"))
     response: dict[str, Any] = {"model": model, "usage": _usage(provider, a)}
-    if as_str(a.get("gen_ai.response.id")):
-        response["id"] = a["gen_ai.response.id"]
-    return TraceRecord(id=span_id, provider=provider, started_at=start,
+    response_id = as_str(a.get("gen_ai.response.id"))
+    if response_id:
+        response["id"] = response_id
+    return TraceRecord(id=f"response:{response_id}" if response_id else span_id, provider=provider, started_at=start,
                        response=response, session=session, agent=as_str(a.get("gen_ai.agent.name")),
                        finished_at=end, error=error,
                        extra={"source_format": NAME, "service": resource.get("service.name"),
@@ -131,13 +139,31 @@ def _from_doc(doc: Any, stats: SourceStats, seen: set[str], where: str) -> Itera
     if not isinstance(doc, dict) or not sniff(doc):
         stats.skip("not an OTLP trace export (no resourceSpans)", where)
         return
+    chosen: dict[str, TraceRecord] = {}  # the same call seen by several instrumentations: one record
     for resource, span in _spans(doc):
         stats.lines += 1
         record = _record(resource, span, stats, where)
         if record is None:
             continue
+        held = chosen.get(record.id)
+        if held is None:
+            chosen[record.id] = record
+            continue
+        stats.duplicates += 1
+        if _detail(record) > _detail(held):
+            chosen[record.id] = record
+    for record in chosen.values():
         if stats.first_time(record.id, seen):
             yield record
+
+
+def _detail(record: TraceRecord) -> tuple[int, int]:
+    """How much a span says of its call's usage: cache tokens first, then the input it counts."""
+    u = (record.response or {}).get("usage") or {}
+    details = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
+    cache = as_int(u.get("cache_read_input_tokens")) + as_int(u.get("cache_creation_input_tokens")) \
+        + as_int(details.get("cached_tokens"))
+    return cache, as_int(u.get("input_tokens")) + as_int(u.get("prompt_tokens"))
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
