@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from agent_logs import ClaudeTranscript
 from kvprobe.db.schema import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,3 +208,26 @@ def test_the_database_may_not_be_one_of_the_traces(cli, trace, tmp_path):
     res = cli("db", "load", trace, "-o", trace)
     assert res.exit_code == 2 and "is also an input" in res.output
     assert trace.read_text() == "".join(LINES[:4])
+
+
+def test_a_folder_of_agent_logs_is_one_trace_deduplicated_as_usage_reads_it(cli, tmp_path):
+    """A subagent call appears in its own transcript and in its parent's progress line: loaded as a folder it
+    is one row (the files loaded one by one would store it twice)."""
+    project = tmp_path / "projects" / "-home-me-app"
+    main = ClaudeTranscript("s1")
+    main.turn(0, "r1", read=0, write=5_000)
+    sub = ClaudeTranscript("s1")
+    sub.turn(5, "sub1", read=0, write=3_000)
+    call = dict(sub.lines[-1])
+    main.lines.append({"type": "progress", "sessionId": "s1", "uuid": "p1", "timestamp": call["timestamp"],
+                       "data": {"type": "agent_progress", "agentId": "a1", "message": call}})
+    main.turn(20, "r2", read=5_000, write=300)
+    main.write(project / "s1.jsonl")
+    sub.write(project / "s1" / "subagents" / "agent-a1.jsonl")
+    db = tmp_path / "k.duckdb"
+    [result] = load(cli, project, "--db", db, "--no-fixes")["traces"]
+    assert (result["status"], result["requests"]) == ("loaded", 3)  # r1, sub1, r2: sub1 once
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(DISTINCT request_id), count(*) FROM requests").fetchone() == (3, 3)
+    again = load(cli, project, "--db", db, "--no-fixes")["traces"]
+    assert again[0]["status"] == "unchanged"

@@ -23,7 +23,8 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output")
 
 @app.command("load")
 def load(
-    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL); each is analysed on its own")],
+    traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL) or folders of agent logs; each is "
+                                                 "analysed on its own, a folder as one trace")],
     db: Annotated[Path, typer.Option("--db", "--output", "-o", envvar="KVPROBE_DB",
                                      help="DuckDB file to create or update")] = DEFAULT_DB,
     price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
@@ -35,10 +36,11 @@ def load(
 
     Incremental: re-loading a file (even one that grew since, or moved) replaces its rows rather than
     duplicating them; an unchanged file is skipped; a different file that happens to start with the same
-    record is a trace of its own. All traces are read and checked before the database is written, in one
-    transaction.
+    record is a trace of its own. A folder (a Claude Code project, a Codex sessions tree) is one trace, its
+    files deduplicated as `usage` reads them. All traces are read and checked before the database is
+    written, in one transaction.
 
-    Example: kvprobe db load traces/*.jsonl --db kvprobe.duckdb
+    Example: kvprobe db load traces/*.jsonl ~/.claude/projects/-home-me-app --db kvprobe.duckdb
     """
     from kvprobe.db import load_traces
 

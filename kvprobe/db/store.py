@@ -5,6 +5,11 @@ them in one transaction. A file that is a version of a trace already in the data
 content; or the stored file is gone and this one begins with its content: moved and grown) replaces that
 trace's rows, or is skipped when unchanged, so loading a file twice never duplicates a row. Any other file
 is a trace of its own, even when it starts with the same record as another.
+
+A folder (of agent logs: a Claude Code project, a Codex sessions tree) is one trace: its files are read
+together with the importers' dedupe, as `usage` reads them (a subagent call in its own transcript and in
+its parent's progress lines, a resumed session's copied history: stored once). Re-loading the folder
+replaces its rows; an unchanged folder is skipped.
 """
 from __future__ import annotations
 
@@ -44,6 +49,8 @@ class TraceFile:
 
 def identify(path: str | Path) -> TraceFile:
     path = Path(path)
+    if path.is_dir():
+        return _identify_folder(path)
     if not path.is_file():
         raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
     first, whole, size = None, xxhash.xxh3_128(), 0
@@ -60,6 +67,25 @@ def identify(path: str | Path) -> TraceFile:
     if first is None:
         raise InputError("no records: the trace is empty", file=str(path))
     return TraceFile(path.resolve(), str(path), first, whole.hexdigest(), size)
+
+
+def _identify_folder(path: Path) -> TraceFile:
+    """A folder of logs as one trace: keyed by where it is, its content hash over every file it holds."""
+    from kvprobe.importers import discover
+
+    files = discover([path])
+    if not files:
+        raise InputError("no logs in this folder (.jsonl, .json, .har, .ndjson files)", file=str(path))
+    whole, size = xxhash.xxh3_128(), 0
+    for f in files:
+        whole.update(str(f.relative_to(path)).encode() + b"\0")
+        with f.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                whole.update(chunk)
+                size += len(chunk)
+    resolved = path.resolve()
+    return TraceFile(resolved, str(path), xxhash.xxh3_64_hexdigest(f"folder:{resolved}".encode()),
+                     whole.hexdigest(), size)
 
 
 def _prefix_hash(path: Path, size: int) -> str | None:
@@ -99,7 +125,7 @@ def _same_trace(tf: TraceFile, stored: list[Stored]) -> Stored | None:
         if s.content_hash == tf.content_hash:
             return s
     for s in stored:
-        if s.trace_id.split("-")[0] == tf.key and not s.path.exists() and s.size < tf.size \
+        if tf.path.is_file() and s.trace_id.split("-")[0] == tf.key and not s.path.exists() and s.size < tf.size \
                 and _prefix_hash(tf.path, s.size) == s.content_hash:
             return s
     return None
@@ -135,8 +161,8 @@ class Analysed:
 def analyse(tf: TraceFile, prices: PriceBook | None = None, fixes: bool | None = None) -> Analysed:
     """Simulate one trace file on its own and turn its report into rows."""
     rep = build_report([tf.path], prices=prices or PriceBook(), fixes=fixes, top=0)
-    stats = rep.stats[0][1] if rep.stats else None
-    return Analysed(tf, report_rows(tf.trace_id, rep), stats.records if stats else 0,
+    stats = rep.stats[0][1] if rep.stats else None  # none for agent logs (read through the importers)
+    return Analysed(tf, report_rows(tf.trace_id, rep), stats.records if stats else rep.considered,
                     stats.skipped if stats else 0)
 
 
