@@ -89,6 +89,20 @@ def load_request(arg: str) -> LoadedRequest:
         raise InputError("file does not exist", file=name)
     if not path.is_file():
         raise InputError("not a file", file=name)
+    from kvprobe.importers import agent_log
+
+    kind = agent_log(path)
+    if kind is not None:  # an agent log or recording: its requests with bodies, as the importers read them
+        return _from_log(path, kind, wanted or None)
     if path.suffix in (".jsonl", ".ndjson") or wanted:
         return _from_jsonl(path, wanted or None)
     return _from_json(path)
+
+
+def _from_log(path: Path, kind: str, wanted: str | None) -> LoadedRequest:
+    from kvprobe.importers import bodies_of
+
+    for record in bodies_of(path, kind, "diff"):
+        if wanted is None or record.id == wanted:
+            return _from_record(record, f"{path}#{record.id}")
+    raise InputError(f"no record with id {wanted!r}", file=str(path), field="id")

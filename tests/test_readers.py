@@ -202,3 +202,22 @@ def test_otel_spans_of_one_call_from_two_instrumentations_count_once(tmp_path):
     u = normalize_usage(records[0].provider, records[0].usage)
     assert (u.input_tokens, u.cache_read_tokens) == (12_000, 10_000)  # the span that reports the cache
     assert any("no gen_ai.conversation.id" in line and "cannot be compared" in line for line in report.summary())
+
+
+def test_lint_and_diff_on_a_usage_only_log_say_so_plainly(cli, tmp_path):
+    s = ClaudeTranscript("u1")
+    s.turn(0, "r1", read=0, write=5_000)
+    path = s.write(tmp_path / "u1.jsonl")
+    for command in (("lint", path), ("diff", path, path)):
+        res = cli(*command)
+        assert res.exit_code == 2
+        said = " ".join(res.output.split())
+        assert "a Claude Code transcript logs usage, not request bodies" in said and "malformed" not in said
+
+
+def test_lint_reads_the_request_bodies_a_har_recording_holds(cli):
+    from pathlib import Path
+    har = Path(__file__).parent / "fixtures" / "importers" / "har" / "session.har"
+    res = cli("lint", har, "--json")
+    assert res.exit_code in (0, 1), res.output
+    assert json.loads(res.stdout)["inputs"][0]["requests"] >= 1

@@ -83,6 +83,32 @@ def detect_format(path: str | Path) -> str | None:
     return None
 
 
+FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
+                "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
+                "opencode": "an OpenCode session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log"}
+
+
+def agent_log(path: str | Path) -> str | None:
+    """The importer format of a file that is not a kvprobe trace (an agent log, HAR, spans), else None."""
+    path = Path(path)
+    kind = detect_format(path) if path.is_file() else None
+    return kind if kind in IMPORTERS else None
+
+
+def bodies_of(path: str | Path, kind: str, command: str) -> Iterator[TraceRecord]:
+    """The records of an agent log that carry request bodies (HAR, LiteLLM); an InputError saying so plainly
+    when the log has usage only (Claude Code, Codex, …), which `command` cannot work on."""
+    found = False
+    for record in load_any(path, fmt=kind):
+        if record.request is not None:
+            found = True
+            yield record
+    if not found:
+        raise InputError(f"{FORMAT_NAMES.get(kind, kind)} logs usage, not request bodies, so there is nothing to "
+                         f"{command}: `kvprobe report` explains its misses from the usage it logs, and "
+                         "`kvprobe capture` records the bodies", file=str(path))
+
+
 def default_sources() -> list[Path]:
     """Where agents keep their logs on this machine: Claude Code projects, Codex sessions (and Gemini CLI,
     Qwen Code and OpenCode data where they exist)."""

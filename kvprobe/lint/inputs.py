@@ -8,6 +8,7 @@ from typing import Any
 
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
+from kvprobe.importers import agent_log, bodies_of
 from kvprobe.inputs import is_trace_record, read_json_object
 from kvprobe.lint.model import RequestRef, Subject
 from kvprobe.request import render_request
@@ -106,7 +107,12 @@ def iter_subjects(paths: list[str | Path], stats_out: list[InputStats],
             raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
         stats = InputStats(str(path))
         stats_out.append(stats)
-        if path.suffix in (".jsonl", ".ndjson"):
+        kind = agent_log(path)
+        if kind is not None:  # HAR, LiteLLM, agent logs: the requests whose bodies they hold
+            for rec in bodies_of(path, kind, "lint"):
+                stats.requests += 1
+                yield _from_record(rec, str(path), streams)
+        elif path.suffix in (".jsonl", ".ndjson"):
             yield from _from_trace(path, stats, streams, progress)
         else:
             stats.requests = 1
