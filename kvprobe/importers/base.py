@@ -166,6 +166,15 @@ def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | 
     return value
 
 
+def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each JSON Lines object, every line counted and each bad one a counted skip."""
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        value = loads_line(raw, stats, lineno)
+        if value is not None:
+            yield lineno, value
+
+
 def _fast_utc(text: str) -> float | None:
     """'2026-09-10T10:00:03.123Z' (the shape agents write) by the C parser; None for any other shape."""
     if len(text) < 20 or text[-1] != "Z" or text[10] != "T":

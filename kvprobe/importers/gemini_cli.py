@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
 from kvprobe.trace import TraceRecord
 
 NAME = "gemini_cli"
@@ -95,11 +95,7 @@ def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tupl
         return whole, [m for m in whole["messages"] if _is_message(m, stats)]
     meta: dict[str, Any] = {}
     messages: dict[str, dict] = {}
-    for lineno, raw in iter_lines(path, progress):
-        stats.lines += 1
-        record = loads_line(raw, stats, lineno)
-        if record is None:
-            continue
+    for lineno, record in iter_objects(path, stats, progress):
         if isinstance(record.get("$set"), dict):
             update = record["$set"]
             for m in update.get("messages") or []:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -48,11 +48,7 @@ def sniff(first: Any) -> bool:
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
     times: dict[str, Any] = {}
     events: dict[str, Events] = {}
-    for lineno, raw in iter_lines(path, progress):
-        stats.lines += 1
-        line = loads_line(raw, stats, lineno)
-        if line is None:
-            continue
+    for lineno, line in iter_objects(path, stats, progress):
         uuid = as_str(line.get("uuid"))
         if uuid:
             times[uuid] = line.get("timestamp")
