@@ -13,7 +13,7 @@ from kvprobe.sim.implicit import round_cached
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.tokens import TokenCounter
 
-if TYPE_CHECKING:  # analysis imports diff (reported causes): sizes are imported where they are made
+if TYPE_CHECKING:  # analysis imports diff (reported causes), never the other way round
     from kvprobe.analysis.sizing import SizeBook
 
 SNIPPET_BEFORE, SNIPPET_AFTER = 16, 40
@@ -146,38 +146,6 @@ def _apply_sizes(req: RenderedRequest, book: SizeBook) -> bool:
         if tokens is not None:
             block.tokens, found = tokens, True
     return found
-
-
-def trace_sizes(args: list[str]) -> SizeBook | None:
-    """For `trace.jsonl#ID` arguments: the block sizes `report` gives those records (anchored on the trace's
-    logged usage), from the records up to the last one named. None when no argument names a trace record."""
-    from kvprobe.analysis.simulate import simulate
-    from kvprobe.analysis.sizing import BlockSizer, SizeBook
-    from kvprobe.analysis.skeleton import BlockStore, skeletons
-    from kvprobe.trace import read_trace
-
-    wanted: dict[str, set[str]] = {}
-    for arg in args:
-        name, _, rid = arg.partition("#")
-        if rid and name.endswith((".jsonl", ".ndjson")):
-            wanted.setdefault(name, set()).add(rid)
-    if not wanted:
-        return None
-    book = SizeBook()
-    for name, ids in wanted.items():
-        records, missing = [], set(ids)
-        for rec in read_trace(name, check_duplicates=False):
-            records.append(rec)
-            missing.discard(rec.id)
-            if not missing:
-                break
-        store, sizer = BlockStore(), BlockSizer()
-        simulate(list(skeletons(records, store)), None, store, sizer)
-        part = sizer.book_of(store)
-        book.by_key.update(part.by_key)
-        for body, tokens in part.by_body.items():
-            book.by_body.setdefault(body, tokens)
-    return book
 
 
 def _params_changed(a: RenderedRequest, b: RenderedRequest) -> list[dict[str, Any]]:

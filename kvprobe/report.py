@@ -11,6 +11,7 @@ from kvprobe.analysis import split_parse
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
+from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.simulate import LeadingSimulation, RequestResult, simulate
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
@@ -261,7 +262,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     kept: list[TraceRecord] | None = None
     leading: LeadingSimulation | None = None
     if split:  # large kvprobe traces: the parse pass on two cores; this one simulates its share meanwhile
-        leading = LeadingSimulation(_reread_factory, store)
+        leading = LeadingSimulation(store)
         sks, kept = split_parse.parse([Path(p) for p in paths], store, stats, progress, keep_records=bool(fixes),
                                       while_waiting=leading.lead)
     else:
@@ -272,10 +273,11 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
         results, sizer = leading.finish(sks), leading.sizer
     else:
         sizer = BlockSizer()
-        results = simulate(sks, _reread_factory(), store, sizer)
+        results = simulate(sks, store, sizer)
     book = sizer.book_of(store) if kept is not None or predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
-        results = simulate([without_usage(sk) for sk in sks], _reread_factory(), store, BlockSizer(book))
+        results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
+    diagnose(results, _reread_factory())
     price_results(results, prices)
     considered = len(results)
     if filters:

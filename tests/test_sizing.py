@@ -48,7 +48,7 @@ def _sizes(records: list[TraceRecord]) -> list[list[int]]:
     store = BlockStore()
     sks = list(skeletons(records, store))
     assert [sk.request.shared_prefix > 0 for sk in sks] == [False, True, True]  # requests 2, 3 take blocks over
-    results = simulate(sks, None, store, BlockSizer())
+    results = simulate(sks, store, BlockSizer())
     assert [r.tokens_source for r in results] == ["observed"] * 3  # anchored, not estimated
     return [[b.tokens for b in sk.request.blocks] for sk in sks]
 
@@ -69,5 +69,5 @@ def test_sizes_do_not_depend_on_a_request_taking_over_its_predecessors_blocks():
     records = _session(marked=True)
     sks = [sk for rec in records for sk in skeletons([rec], store)]  # a fresh renderer per record
     assert all(sk.request.shared_prefix == 0 for sk in sks)
-    simulate(sks, None, store, BlockSizer())
+    simulate(sks, store, BlockSizer())
     assert [[b.tokens for b in sk.request.blocks] for sk in sks] == together

@@ -237,7 +237,7 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
             _, jobs, counting = pickle.loads(conn.recv_bytes())
         except EOFError:  # never given work: the other process has ended
             return
-        from kvprobe.analysis.split_parse import parse_parts
+        from kvprobe.analysis.split_piece import parse_parts
 
         if parse_parts(jobs, conn, done) and counting:
             _count_texts(conn, scratch, read)

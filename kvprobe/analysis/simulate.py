@@ -1,7 +1,8 @@
-"""Replay skeletons in start order through each provider's cache rules; compare with observed usage.
+"""Replay skeletons in start order through each provider's cache rules (the simulate stage).
 
 For every request this yields the prediction, the usage to report (observed when the provider gave it,
-predicted otherwise), what an ideal prefix cache could have read, and the diagnoses of any shortfall.
+predicted otherwise), what an ideal prefix cache could have read, and the previous request of its stream.
+Why a request read less is the next stage's question (`analysis.diagnose`), which reads these results.
 """
 from __future__ import annotations
 
@@ -10,12 +11,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
-from kvprobe.analysis.explain import estimate_noise, explain_miss, from_evidence
-from kvprobe.analysis.siblings import diagnose_siblings
+from kvprobe.analysis.diagnosis import Diagnosis
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
-from kvprobe.analysis.usage_only import UsageOnly
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
@@ -39,6 +37,8 @@ class RequestResult:
     input_equivalent: float = 0.0
     ideal_content_tokens: int = 0  # what an ideal cache would read had no identity parameter changed
     stream_tokens: int = 0  # what the previous request of this session/agent left cached, had nothing changed
+    previous: "RequestResult | None" = None  # the previous request of the same session and agent
+    raw_ideal_tokens: int = 0  # the ideal read before the model's minimum length is applied
 
     @property
     def reusable_tokens(self) -> int:
@@ -104,56 +104,59 @@ class _Ideal:
 
 
 class Simulator:
-    """Stateful replay: feed skeletons in start order with `step`."""
+    """Stateful replay: feed skeletons in start order with `step`.
 
-    def __init__(self, reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
-                 store: BlockStore | None = None, sizer: BlockSizer | None = None) -> None:
+    presized: the blocks carry their sizes already (what-if skeletons, edited on sized ones): no sizing.
+    ideal: also track what an ideal cache could have read (the diagnose stage needs it; pricing does not).
+    """
+
+    def __init__(self, store: BlockStore | None = None, sizer: BlockSizer | None = None, *,
+                 presized: bool = False, ideal: bool = True) -> None:
         self.caches: dict[str, AnthropicCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
-        self.ideal: dict[str, _Ideal] = {}
-        self.sizer = sizer or BlockSizer()
+        self.ideal: dict[str, _Ideal] | None = {} if ideal else None
+        self.sizer = None if presized else (sizer or BlockSizer())
         self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
         self.previous: dict[tuple[str, str], RequestResult] = {}
-        self.reread = reread
-        self.usage_only = UsageOnly()  # requests without bodies: causes from the log's own evidence
 
     def step(self, sk: Skeleton) -> RequestResult:
         rules = rules_for(sk.provider, sk.model)
         if sk.request is None:
             return self._usage_only(sk, rules)
         req = sk.request
-        how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model), self.store.raw)
+        how = self.sizer.size(sk, self.store.counter(sk.provider, sk.model), self.store.raw) \
+            if self.sizer is not None else "carried"
         if req.cache_mode in ("gemini_create", "gemini_cached"):
             pred = self._context_cache(sk, req, rules)
         else:
             cache_name = f"{sk.provider}/{req.cache_mode}"
             cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
+        usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
+                                     pred.cache_write_1h_tokens, _output_tokens(sk))
+        result = RequestResult(sk, rules, usage, sk.observed is not None, pred, 0, how,
+                               previous=self.previous.get((sk.session, sk.agent)))
+        if self.ideal is not None:
+            self._ideals(result, req, rules)
+        self.previous[(sk.session, sk.agent)] = result
+        return result
+
+    def _ideals(self, result: RequestResult, req: RenderedRequest, rules: ModelRules) -> None:
+        """What an ideal prefix cache could have read, and what the previous request of the stream left."""
+        sk = result.sk
         ideal = self.ideal.setdefault(sk.provider, _Ideal())
         minimum = int(rules.get("min_cacheable_tokens", 0))
         # a prefix under the model's minimum can never be cached: no ideal cache holds it either
         held = ideal.longest_key(req)
-        raw_key = held[0]
-        ideal_key, ideal_content = _at_least(raw_key, minimum), _at_least(ideal.longest_content(req), minimum)
+        result.raw_ideal_tokens = held[0]
+        result.ideal_read_tokens = _at_least(held[0], minimum)
+        result.ideal_content_tokens = _at_least(ideal.longest_content(req), minimum)
         ideal.add(req, held)
-        usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
-                                     pred.cache_write_1h_tokens, _output_tokens(sk))
-        result = RequestResult(sk, rules, usage, sk.observed is not None, pred, ideal_key, how,
-                               ideal_content_tokens=ideal_content)
-        prev = self.previous.get((sk.session, sk.agent))
-        result.stream_tokens = _at_least(_stream_tokens(prev), minimum)
-        result.write_kind = _write_kind(usage, result.reusable_tokens, tolerance(rules))
+        result.stream_tokens = _at_least(_stream_tokens(result.previous), minimum)
+        result.write_kind = _write_kind(result.usage, result.reusable_tokens, tolerance(rules))
         if req.cache_mode == "gemini_cached":  # the named cache is the whole reusable prefix
             named = self.context_caches.caches.get(sk.extra.get("cache_ref") or "")
             result.ideal_read_tokens = named.tokens if named else 0
-            result.diagnoses = from_evidence(result) if result.missed_tokens else []
-        else:
-            result.diagnoses = self._diagnose(result, prev, ideal_content)
-        if not result.diagnoses and raw_key > usage.cache_read_tokens and not ideal_key:
-            # content was repeated but is too short to cache: say so, though no ideal cache could do better
-            result.diagnoses = [d for d in _below_minimum(pred, req)]
-        self.previous[(sk.session, sk.agent)] = result
-        return result
 
     def _context_cache(self, sk: Skeleton, req: RenderedRequest, rules: ModelRules) -> Prediction:
         if req.cache_mode == "gemini_cached":
@@ -163,33 +166,13 @@ class Simulator:
         sk.extra["storage_usd"] = storage_usd(cache, rules)
         return pred
 
-    def _diagnose(self, result: RequestResult, prev: RequestResult | None, ideal_content: int) -> list[Diagnosis]:
-        sk, tol = result.sk, tolerance(result.rules)
-        reported = [from_provider_reason(sk.observed.miss_reason, sk.extra.get("reported_missed_tokens"))] \
-            if sk.observed and sk.observed.miss_reason else []
-        short = result.usage.cache_read_tokens + tol < result.reusable_tokens
-        mismatch = result.observed and result.predicted is not None and \
-            abs(result.usage.cache_read_tokens - result.predicted.cache_read_tokens) > tol
-        if not short and not mismatch and not reported:
-            return []
-        found = explain_miss(result, prev, ideal_content, self.reread) if (short or mismatch) else []
-        missed = result.missed_tokens
-        for d in reported + found:
-            d.missed_tokens = missed
-        # beside a reported cause, kvprobe's own finding stays when it says more (the exact block changed)
-        return reported + [d for d in found if not reported or d.kind != reported[0].kind or d.path]
-
     def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
-        result = RequestResult(sk, rules, sk.observed or Usage(), sk.observed is not None, None, 0, "usage-only")
-        self.usage_only.step(result)  # its ideal read, write kind and diagnoses
+        """No body to simulate: what it could have read is inferred from the log (`analysis.usage_only`, in the
+        diagnose stage)."""
+        result = RequestResult(sk, rules, sk.observed or Usage(), sk.observed is not None, None, 0, "usage-only",
+                               previous=self.previous.get((sk.session, sk.agent)))
         self.previous[(sk.session, sk.agent)] = result
         return result
-
-
-def _below_minimum(pred: Prediction, req: RenderedRequest) -> list[Diagnosis]:
-    return [Diagnosis(e.kind, e.detail, path=req.blocks[e.block_index].path if e.block_index is not None else None,
-                      prefix_tokens=e.prefix_tokens, minimum_tokens=e.minimum_tokens)
-            for e in pred.evidence if e.kind == "below_minimum"][:1]
 
 
 def _output_tokens(sk: Skeleton) -> int:
@@ -228,19 +211,13 @@ def _start_order(sk: Skeleton) -> tuple[float, int]:
     return sk.started_at, sk.order
 
 
-def simulate(skeletons: Iterable[Skeleton], reread: Callable[[Skeleton], RenderedRequest | None] | None = None,
-             store: BlockStore | None = None, sizer: BlockSizer | None = None) -> list[RequestResult]:
-    """Simulate a whole trace (skeletons in any order: they are replayed by start time).
+def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, sizer: BlockSizer | None = None,
+             *, presized: bool = False, ideal: bool = True) -> list[RequestResult]:
+    """Simulate a whole trace (skeletons in any order: they are replayed by start time), in start order.
 
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
-    sim = Simulator(reread, store, sizer)
-    return _finished([sim.step(sk) for sk in sorted(skeletons, key=_start_order)], sim)
-
-
-def _finished(results: list[RequestResult], sim: Simulator) -> list[RequestResult]:
-    diagnose_siblings(results, estimate_noise)
-    sim.usage_only.revisit(results)  # with every cache level the whole trace shows
-    return results
+    sim = Simulator(store, sizer, presized=presized, ideal=ideal)
+    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order)]
 
 
 class LeadingSimulation:
@@ -250,15 +227,14 @@ class LeadingSimulation:
     trace written in time order; otherwise (or when `lead` was never called) `finish` simulates the whole
     trace, from a fresh sizer. `sizer` is the one whose sizes the results carry."""
 
-    def __init__(self, reread_factory: Callable[[], Callable[[Skeleton], RenderedRequest | None] | None],
-                 store: BlockStore) -> None:
-        self._reread_factory, self._store = reread_factory, store
+    def __init__(self, store: BlockStore) -> None:
+        self._store = store
         self.sizer = BlockSizer()
         self._sim: Simulator | None = None  # once `lead` has run
         self._results: list[RequestResult] = []
 
     def lead(self, leading: list[Skeleton]) -> None:
-        self._sim = Simulator(self._reread_factory(), self._store, self.sizer)
+        self._sim = Simulator(self._store, self.sizer)
         self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order)]
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
@@ -267,5 +243,5 @@ class LeadingSimulation:
         led = self._results
         if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
             self.sizer = BlockSizer()
-            return simulate(skeletons, self._reread_factory(), self._store, self.sizer)
-        return _finished(led + [self._sim.step(sk) for sk in rest], self._sim)
+            return simulate(skeletons, self._store, self.sizer)
+        return led + [self._sim.step(sk) for sk in rest]

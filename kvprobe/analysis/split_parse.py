@@ -22,12 +22,11 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kvprobe.analysis.helper import Helper, min_split_bytes, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
+from kvprobe.analysis.split_piece import Piece, leading_flags
 from kvprobe.errors import InputError
 from kvprobe.tokens import count_block_text
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
@@ -46,23 +45,6 @@ BATCH_CHARS = 1 << 18
 # and this process counts the next batch's worth itself, loading its own tokenizer once. Agent traces repeat
 # their history and stay far below it: 8 MB at most on 100 MB, 14 MB on 200 MB, all while the helper loads.
 BEHIND_BYTES = 32_000_000
-
-
-@dataclass(slots=True)
-class Piece:
-    """The skeletons of one byte range of one file, as a fresh pass over that range saw them."""
-
-    path: Path
-    skeletons: list[Skeleton]
-    stats: ReadStats
-    from_helper: bool = False
-    error: tuple[str, int | None, str | None] | None = None  # message, line within the range, field
-    leading: list[bool] = field(default_factory=list)  # records before the first start time: readable unknown?
-    raw_by_body: dict[int, int] = field(default_factory=dict)  # raw token counts of the bodies new in it
-
-    @property
-    def lines(self) -> int:  # every line of a strictly read range is a record or blank
-        return self.stats.records + self.stats.blank_lines + self.stats.skipped
 
 
 def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
@@ -189,7 +171,7 @@ def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callabl
         records = _keeping(records, kept)
     piece = Piece(path, [], stats)
     last = 0
-    for sk in skeletons(_leading(records, piece.leading), store):
+    for sk in skeletons(leading_flags(records, piece.leading), store):
         piece.skeletons.append(sk)
         if progress is not None:
             progress(stats.bytes_read - last)
@@ -203,19 +185,6 @@ def _keeping(records: Iterable[TraceRecord], kept: list[TraceRecord]) -> Iterato
     for rec in records:
         kept.append(rec)
         yield rec
-
-
-def _leading(records: Iterable[TraceRecord], flags: list[bool]) -> Iterator[TraceRecord]:
-    """Note, for the records before the first one with a start time, whether their readable time is unknown
-    too: a pass over a range cannot know the start time of the record before the range."""
-    records = iter(records)
-    for rec in records:
-        if rec.started_at is not None:
-            yield rec
-            break
-        flags.append(not rec.readable_at)
-        yield rec
-    yield from records
 
 
 class _Joiner:
@@ -288,28 +257,3 @@ def _merge_stats(into: ReadStats, part: ReadStats) -> None:
     into.skipped += part.skipped
     into.errors.extend(part.errors[: max(0, 20 - len(into.errors))])
     into.bytes_read += part.bytes_read
-
-
-# ---------------------------------------------------------------- the second process
-
-
-def parse_parts(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
-    """In the helper: send a piece per job; False after one that ends in an error (the parent stops there)."""
-    store = BlockStore()
-    total = 0
-    for path, cut, size in jobs:
-        stats = ReadStats()
-        piece = Piece(Path(path), [], stats, from_helper=True)
-        try:
-            records = read_trace(path, stats=stats, byte_range=(cut, size), check_duplicates=False)
-            for sk in skeletons(_leading(records, piece.leading), store):
-                piece.skeletons.append(sk)
-                done.value = total + stats.bytes_read
-        except InputError as exc:
-            piece.error = (exc.message, exc.line, exc.field)
-        total += stats.bytes_read
-        piece.raw_by_body, store.raw_by_body = store.raw_by_body, {}
-        conn.send_bytes(pickle.dumps(("piece", piece), protocol=pickle.HIGHEST_PROTOCOL))
-        if piece.error is not None:
-            return False
-    return True

@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
-from kvprobe.diff import DiffResult, diff_requests, trace_sizes
+from kvprobe.diff import DiffResult, diff_requests
 from kvprobe.inputs import load_request
 from kvprobe.wording import show
 
@@ -28,7 +28,7 @@ def diff(
     with user_errors():
         ra = load_request(a).render()
         rb = load_request(b).render()
-        result = diff_requests(ra, rb, trace_sizes([a, b]))
+        result = diff_requests(ra, rb, _trace_sizes([a, b]))
     if json_out:
         data = result.to_json()
         if no_content and data["first_change"]:
@@ -38,6 +38,15 @@ def diff(
         render(result, a, b, show_content=not no_content)
     if exit_code and result.breaks_reuse:
         raise typer.Exit(1)
+
+
+def _trace_sizes(args: list[str]):
+    """The sizes `report` gives named trace records; the analysis is imported only when a record is named."""
+    if not any("#" in arg for arg in args):
+        return None
+    from kvprobe.analysis.trace_sizes import trace_sizes
+
+    return trace_sizes(args)
 
 
 def _fmt_value(value: object) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis.costing import miss_cost, price_results
+from kvprobe.analysis.diagnose import Diagnoser
 from kvprobe.analysis.simulate import RequestResult, Simulator
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
 from kvprobe.pricing import PriceBook
@@ -87,7 +88,8 @@ class LiveAnalysis:
     def __init__(self, prices: PriceBook | None = None,
                  reread: Callable[[Skeleton], RenderedRequest | None] | None = _reread) -> None:
         self.store = BlockStore()
-        self.sim = Simulator(reread, self.store)
+        self.sim = Simulator(self.store)
+        self.diagnoser = Diagnoser(reread)
         self.prices = prices or PriceBook()
         self.totals = Totals()
         self._last_start = 0.0
@@ -97,7 +99,7 @@ class LiveAnalysis:
             record.started_at = self._last_start
         self._last_start = max(self._last_start, record.started_at)
         sk = next(skeletons([record], self.store))
-        result = self.sim.step(sk)
+        result = self.diagnoser.step(self.sim.step(sk))
         price_results([result], self.prices)
         event = Event(result, record.source)
         if event.is_miss:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from kvprobe.analysis.costing import price_results
+from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.simulate import RequestResult, simulate
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
@@ -71,7 +72,7 @@ def prepare(records: list[TraceRecord]) -> Prepared:
     store = BlockStore()
     sks = list(skeletons(records, store))
     sizer = BlockSizer()
-    simulate(sks, None, store, sizer)
+    simulate(sks, store, sizer, ideal=False)
     return Prepared(store, sks, sizer.book_of(store))
 
 
@@ -95,7 +96,7 @@ class Pricer:
     def __init__(self, records: list[TraceRecord], prices: PriceBook, prepared: Prepared) -> None:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
         self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
-        self.baseline = self.simulate(self.base_sks)
+        self.baseline = diagnose(self.simulate(self.base_sks))
         self.base_by_id = {r.sk.id: r for r in self.baseline}
         self.sk_by_id = {sk.id: sk for sk in self.base_sks}
         self.session_of = {rec.id: rec.session or "-" for rec in records}
@@ -105,7 +106,7 @@ class Pricer:
         self.segs: Segments = segment(self.base_sks, lambda sk: rules_for(sk.provider, sk.model))
 
     def simulate(self, sks: list[Skeleton]) -> list[RequestResult]:
-        results = simulate(sks, None, self.store, BlockSizer(self.book))
+        results = simulate(sks, self.store, BlockSizer(self.book))
         price_results(results, self.prices)
         return results
 
