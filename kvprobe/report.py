@@ -256,17 +256,17 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
         size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
         fixes = size <= FIXES_AUTO_MAX_BYTES
         if not fixes:
-            notes.append(f"what-if fixes not computed: {size / 1e6:,.0f} MB of input is "
-                         f"{(size - FIXES_AUTO_MAX_BYTES) / 1e6:,.0f} MB over the {FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB "
-                         "kept in memory for them by default (their time is linear; use --what-if to force)")
+            notes.append(f"what-if fixes not computed: {size / 1e6:,.0f} MB of input is over the "
+                         f"{FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB up to which they are on by default (they add a few "
+                         "whole-log simulations; use --what-if to compute them)")
+    # the what-if reads a few texts: from a kvprobe trace's own lines, else from the records held here
     kept: list[TraceRecord] | None = None
     leading: LeadingSimulation | None = None
     if split:  # large kvprobe traces: the parse pass on two cores; this one simulates its share meanwhile
         leading = LeadingSimulation(store)
-        sks, kept = split_parse.parse([Path(p) for p in paths], store, stats, progress, keep_records=bool(fixes),
-                                      while_waiting=leading.lead)
+        sks, _ = split_parse.parse([Path(p) for p in paths], store, stats, progress, while_waiting=leading.lead)
     else:
-        if fixes:
+        if fixes and (records is not None or not _all_kvprobe_traces([Path(p) for p in paths])):
             source = kept = list(source)
         sks = list(skeletons(source, store))
     if leading is not None:
@@ -274,7 +274,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     else:
         sizer = BlockSizer()
         results = simulate(sks, store, sizer)
-    book = sizer.book_of(store) if kept is not None or predicted_only else None
+    book = sizer.book_of(store) if fixes or predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
     diagnose(results, _reread_factory())
@@ -294,12 +294,12 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.tasks = summarize_tasks(results, outcomes)
-    if kept is not None:
+    if fixes:
         _add_fixes(rep, kept, prices, sks, store, book)
     return rep
 
 
-def _add_fixes(rep: Report, records: list[TraceRecord], prices: PriceBook, sks: list[Skeleton],
+def _add_fixes(rep: Report, records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton],
                store: BlockStore, book: Any) -> None:
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 

@@ -195,7 +195,7 @@ def test_siblings_fix_offers_the_cheaper_variant_with_its_latency(report):
     shared = next(f for f in report.fixes if f["kind"] == "shared_breakpoint")
     assert shared["variant"] == "stagger" and shared["requests"] == ["s1", "s2", "s3"]
     assert shared["added_latency_s"] == pytest.approx(63.01 - 60.05, abs=0.01)
-    assert "mark messages[6].content[0]" in shared["detail"]
+    assert "e.g. messages[6].content[0]) with cache_control" in shared["detail"]
     [warm] = [a for a in report.alternatives if a["kind"] == "shared_breakpoint"]
     assert warm["variant"] == "warm_up" and warm["instead_of"] == ["shared_breakpoint"]
     assert warm["saving_input_equivalent_tokens"] == pytest.approx(WARM_UP_SAVING, rel=0.01)

@@ -73,7 +73,8 @@ def test_stable_params_saves_exactly(cli, tmp_path):
     records = [rec("r0", 0, claude(turns=1)), rec("r1", 30, claude(turns=3, tool_choice={"type": "any"})),
                rec("r2", 60, claude(turns=5))]
     fix = reproduce(cli, tmp_path, records, "stable_params")
-    assert fix["requests"] == ["r1"] and "tool_choice" in fix["detail"]
+    # r1 flips tool_choice, r2 flips it back: both misses are what the policy removes
+    assert fix["requests"] == ["r1", "r2"] and "tool_choice" in fix["detail"] and fix["edited_requests"] == 1
 
 
 def test_stable_params_not_proposed_when_nothing_is_cacheable():
@@ -139,7 +140,7 @@ def siblings(task_words: int) -> list[TraceRecord]:
 
 def test_shared_breakpoint_marks_the_common_prefix_and_staggers_siblings(cli, tmp_path):
     fix = reproduce(cli, tmp_path, siblings(3000), "shared_breakpoint")
-    assert fix["requests"] == ["sub0", "sub1", "sub2"] and "start sub1, sub2 after sub0" in fix["detail"]
+    assert fix["requests"] == ["sub0", "sub1", "sub2"] and "(e.g. sub0, sub1, sub2) once the first" in fix["detail"]
     fixed = [json.loads(line) for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
     assert fixed[1]["started_at"] > fixed[0]["first_token_at"]
 
@@ -189,9 +190,10 @@ def test_alternatives_for_one_pause_are_not_stacked(cli, tmp_path):
                (json.loads(x) for x in fixed.read_text().splitlines()))  # no 1h TTL was written
 
 
-def test_segment_pricing_equals_whole_trace_re_simulation():
-    """Two sessions sending the same prompt at the same time are one segment; a third is on its own. Every
-    candidate's saving, priced on its segments only, is what re-simulating the whole trace gives."""
+def test_policy_pricing_on_skeletons_equals_rendering_the_fixed_records_again():
+    """Three sessions, two sharing a prompt: each policy is priced once on edited skeletons; rendering the
+    records it writes and simulating them again gives the same saving, and its instances name the sessions
+    whose cost it changed."""
     from kvprobe.whatif.evaluate import Pricer, prepare
 
     records = [rec("a0", 0, claude(turns=1), session="a"),
@@ -201,18 +203,18 @@ def test_segment_pricing_equals_whole_trace_re_simulation():
     own = claude(system_tokens=2500)
     records += [rec("c0", 0, own, session="c"), rec("c1", 420, own, session="c"),
                 rec("c2", 450, claude(system_tokens=2500, turns=3), session="c")]
-    pricer = Pricer(records, PriceBook(), prepare(records))
-    segments = sorted(sorted(s.ids) for s in pricer.segs.segments)
-    assert segments == [["a0", "a1", "a2", "b0", "b1"], ["c0", "c1", "c2"]]
     result = evaluate(records, PriceBook())
-    cands = result.fixes + result.alternatives
-    assert sorted(c.kind for c in cands) == ["keep_alive", "stable_params", "ttl_1h"]
+    policies = result.fixes + result.alternatives
+    assert sorted(p.kind for p in policies) == ["keep_alive", "stable_params", "ttl_1h"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
     base = sum(r.input_equivalent for r in pricer.baseline)
-    for cand in cands:
-        whole = base - sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([cand])))
-        assert cand.saving_input_equivalent_tokens == pytest.approx(whole, abs=0.01), cand.kind
-        touched = {i for s in pricer.price([cand]).segments for i in pricer.segs.segments[s].ids}
-        assert touched == ({"a0", "a1", "a2", "b0", "b1"} if cand.kind == "stable_params" else {"c0", "c1", "c2"})
+    for policy in policies:
+        whole = base - sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
+        assert policy.saving_input_equivalent_tokens == pytest.approx(whole, abs=0.01), policy.kind
+        sessions = {i.session for i in policy.instances}
+        # a and b share their prompt at the same time: holding a's tool_choice changes what b reads too
+        assert sessions == ({"a", "b"} if policy.kind == "stable_params" else {"c"}), policy.kind
+        assert sum(i.saving_ie for i in policy.instances) == pytest.approx(policy.saving_input_equivalent_tokens)
 
 
 def test_a_tool_name_that_is_not_a_string_is_still_priced(cli, tmp_path):

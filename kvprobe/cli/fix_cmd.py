@@ -12,7 +12,7 @@ from kvprobe.pricing import PriceBook
 from kvprobe.report import records_from
 from kvprobe.trace import write_trace
 from kvprobe.whatif.evaluate import evaluate
-from kvprobe.whatif.proposals import APPLY_ORDER
+from kvprobe.whatif.policies import APPLY_ORDER
 from kvprobe.wording import show
 
 
@@ -52,7 +52,7 @@ def fix(
         print_json(summary)
         return
     for c in result.fixes:
-        out.print(f"[magenta]{c.kind}[/] ({', '.join(c.requests)}): {c.detail}")
+        out.print(f"[magenta]{c.kind}[/] ({c.reach}): {c.detail}")
     for c in result.alternatives:
         out.print(f"[dim]not written: {c.kind} would save {c.saving_input_equivalent_tokens:,.0f} alone, less than "
                   f"{' + '.join(c.extra.get('instead_of', []))} chosen for the same misses[/]")

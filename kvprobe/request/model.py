@@ -121,7 +121,7 @@ def digest(data: str | bytes) -> str:
     return xxhash.xxh3_128_hexdigest(raw)
 
 
-def _level_rank(level: str) -> int:
+def level_rank(level: str) -> int:
     return 0 if level == "all" else LEVELS.index(level)
 
 
@@ -131,20 +131,20 @@ def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: i
     Blocks before `start` are already hashed under the same parameters (a prefix reused from another
     request): the chain continues from the last of them.
     """
-    salts = _level_salts(params)
+    salts = level_salts(params)
     parent_content = parent_key = b"\0" * 16
     seen_ranks: set[int] = set()
     if start:
         last = blocks[start - 1]
         parent_content, parent_key = last.content_hash.to_bytes(16, "big"), last.cache_key.to_bytes(16, "big")
         # (the distinct levels first: a long reused history has a handful of them)
-        seen_ranks = set(range(max(_level_rank(level) for level in {b.level for b in blocks[:start]}) + 1))
+        seen_ranks = set(range(max(level_rank(level) for level in {b.level for b in blocks[:start]}) + 1))
     for block in blocks[start:] if start else blocks:
         payload = (block.kind + "\0" + block.role + "\0" + block.meta + "\0" + block.text).encode(
             "utf-8", "surrogatepass")
         block.body_hash = xxhash.xxh3_64_intdigest(payload)
         content = xxhash.xxh3_128_digest(parent_content + payload)
-        rank = _level_rank(block.level)
+        rank = level_rank(block.level)
         salt = b""
         for r in range(rank + 1):  # mix each level's parameters in at the first block at or after it
             if r not in seen_ranks:
@@ -156,8 +156,8 @@ def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: i
         parent_content, parent_key = content, key
 
 
-def _level_salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
+def level_salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
     grouped: dict[int, list[tuple[str, Any]]] = {}
     for p in params.values():
-        grouped.setdefault(_level_rank(p.invalidates), []).append((p.name, p.value))
+        grouped.setdefault(level_rank(p.invalidates), []).append((p.name, p.value))
     return {rank: canonical_json(sorted(items, key=lambda kv: kv[0])).encode() for rank, items in grouped.items()}

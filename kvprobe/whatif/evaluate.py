@@ -1,16 +1,17 @@
-"""Price candidate fixes by re-simulation, choose the set `fix` writes, and simulate it once end to end.
+"""The propose and price stages: policies from the diagnosed baseline, each priced by one simulation of the
+whole log with it applied, the set `fix` writes chosen, and that set simulated once end to end.
 
-Sizes: every simulation here prices on the block sizes the anchored pass settled (`analysis.sizing`), so the
-what-if baseline is the report's own prediction and equals the observed totals wherever those agree.
+Sizes: every simulation here runs on the block sizes the anchored pass settled (`analysis.sizing`), carried
+by the skeletons themselves (an edit gives new blocks their sizes), so the baseline is the report's own
+prediction and equals the observed totals wherever those agree.
 
-Cost: a candidate is priced by re-simulating only the segments of requests it can change (`components`),
-reusing the baseline elsewhere; the saving is the same as a whole-trace re-simulation.
+Cost: a constant number of whole-log simulations — the baseline, one per policy, the subsets of policies that
+compete for the same misses (at most `EXHAUSTIVE_MAX` at a time; greedily beyond) and the final one — each
+linear in the log. No record is rendered again: policies edit skeletons (`reshape`).
 
-Overlap: candidates for the same miss (a keep-alive and a 1h TTL for the same pause) are alternatives, not
-stacked blindly. Per group of candidates naming a common request the best compatible subset is chosen by
-re-simulating the subsets (all of them up to `EXHAUSTIVE_MAX` candidates, greedily beyond); the others are
-kept as alternatives with their own prices. Fixes for different misses are combined, and the "with all
-fixes" total is one simulation of exactly what `fix` writes.
+Overlap: policies for the same misses (a keep-alive and a longer lifetime for the same pauses, a stagger and
+a warm-up for the same siblings) are alternatives, not stacked blindly: per group, the best compatible subset
+is chosen by simulating the subsets; the others are kept as alternatives with their own prices.
 """
 from __future__ import annotations
 
@@ -22,17 +23,22 @@ from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.simulate import RequestResult, simulate
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
-from kvprobe.catalog import rules_for
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
-from kvprobe.whatif.components import Segments, segment
-from kvprobe.whatif.proposals import APPLY_ORDER, PROPOSERS, Candidate
+from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy, TextSource
+from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
+from kvprobe.whatif.reshape import canonical
+from kvprobe.whatif.propose_timing import (propose_keep_alive, propose_longer_lifetime, propose_lookback,
+                                           propose_siblings)
 
 # A fix must save more than token-estimate rounding (splitting a block re-rounds its estimate) to be proposed.
 MIN_SAVING_TOKENS = 16.0
-MIN_SAVING_FRACTION = 0.001  # of the cost of the requests it changes
-EXHAUSTIVE_MAX = 4  # overlapping candidates up to this many: every subset is simulated
+MIN_SAVING_FRACTION = 0.001  # of the cost of the sessions it edits
+EXHAUSTIVE_MAX = 4  # overlapping policies up to this many: every subset is simulated
+
+PROPOSERS = (propose_spans, propose_tools, propose_params, propose_keep_alive, propose_longer_lifetime,
+             propose_lookback, propose_siblings)
 
 
 @dataclass(slots=True)
@@ -44,13 +50,173 @@ class Prepared:
     book: SizeBook
 
 
+def prepare(records: list[TraceRecord]) -> Prepared:
+    """Parse and size the trace once, anchored on its logged usage."""
+    store = BlockStore()
+    sks = list(skeletons(records, store))
+    sizer = BlockSizer()
+    simulate(sks, store, sizer, ideal=False)
+    return Prepared(store, sks, sizer.book_of(store))
+
+
+@dataclass(slots=True)
+class Priced:
+    saving_ie: float
+    saving_usd: float | None
+    base_ie: float  # cost of the sessions the policies edit, before
+    results: list[RequestResult]
+    edited: dict[str, int]  # session -> requests edited or added
+
+
+def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
+    ie = sum(r.input_equivalent for r in results)
+    costs = [r.cost_usd for r in results]
+    return ie, None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
+
+
+def _by_session(results: list[RequestResult]) -> dict[str, list[RequestResult]]:
+    out: dict[str, list[RequestResult]] = {}
+    for r in results:
+        out.setdefault(r.sk.session, []).append(r)
+    return out
+
+
+class Pricer:
+    """Simulates the log with sets of policies applied, against one baseline."""
+
+    def __init__(self, records: list[TraceRecord] | None, prices: PriceBook, prepared: Prepared) -> None:
+        self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
+        self.base_sks = canonical([without_usage(sk) for sk in prepared.skeletons])
+        self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
+        self.base_sessions = {s: _cost(rs) for s, rs in _by_session(self.baseline).items()}
+        self.base_ie, self.base_usd = _cost(self.baseline)
+
+    def simulate(self, sks: list[Skeleton], ideal: bool = False) -> list[RequestResult]:
+        results = simulate(sks, self.store, presized=True, ideal=ideal)
+        price_results(results, self.prices)
+        return results
+
+    def reshape(self, policies: list[Policy]) -> list[Skeleton]:
+        sks = self.base_sks
+        for policy in sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind)):
+            sks = policy.reshape(sks)
+        return sks
+
+    def price(self, policies: list[Policy]) -> Priced:
+        sks = self.reshape(policies)
+        results = self.simulate(sks)
+        ie, usd = _cost(results)
+        edited: dict[str, int] = {}
+        for k, sk in enumerate(sks):
+            if k >= len(self.base_sks) or sk is not self.base_sks[k]:
+                edited[sk.session] = edited.get(sk.session, 0) + 1
+        base_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
+        saving_usd = None if usd is None or self.base_usd is None else self.base_usd - usd
+        return Priced(self.base_ie - ie, saving_usd, base_ie, results, edited)
+
+    def instances(self, priced: Priced) -> list[Instance]:
+        """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
+        count where they were read)."""
+        out = []
+        for session, rs in _by_session(priced.results).items():
+            base_ie, base_usd = self.base_sessions.get(session, (0.0, 0.0))
+            ie, usd = _cost(rs)
+            edited = priced.edited.get(session, 0)
+            if edited or abs(base_ie - ie) > 1e-6:
+                out.append(Instance(session, edited, base_ie - ie,
+                                    None if usd is None or base_usd is None else base_usd - usd))
+        out.sort(key=lambda i: -i.saving_ie)
+        return out
+
+    # record-level: what `fix` writes, and the reference the skeleton pricing is tested against
+    def apply(self, policies: list[Policy]) -> list[TraceRecord]:
+        assert self.records is not None, "the records are needed to write them"
+        records = self.records
+        for policy in sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind)):
+            records = policy.apply(records)
+        return records
+
+    def simulate_records(self, records: list[TraceRecord]) -> list[RequestResult]:
+        """A whole trace rendered again and simulated on the baseline's sizes."""
+        results = simulate(list(skeletons(records, self.store, use_observed=False)), self.store,
+                           BlockSizer(self.book), ideal=False)
+        price_results(results, self.prices)
+        return results
+
+
+def _pays(p: Priced) -> bool:
+    if p.saving_ie < max(MIN_SAVING_TOKENS, MIN_SAVING_FRACTION * p.base_ie):
+        return False
+    return p.saving_usd is None or p.saving_usd > 0
+
+
+def _clusters(priced: list[tuple[Policy, Priced]]) -> list[list[tuple[Policy, Priced]]]:
+    """Policies for the same misses (a request they both address), grouped: those are alternatives."""
+    parent = list(range(len(priced)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    owner: dict[str, int] = {}
+    for i, (policy, _) in enumerate(priced):
+        for rid in policy.requests:
+            if rid in owner:
+                parent[find(i)] = find(owner[rid])
+            else:
+                owner[rid] = i
+    groups: dict[int, list[tuple[Policy, Priced]]] = {}
+    for i, item in enumerate(priced):
+        groups.setdefault(find(i), []).append(item)
+    return list(groups.values())
+
+
+def _compatible(policies) -> bool:
+    """At most one variant of a fix (stagger or warm-up of the same siblings)."""
+    groups = [p.exclusive for p in policies if p.exclusive]
+    return len(groups) == len(set(groups))
+
+
+def _choose(pricer: Pricer, group: list[tuple[Policy, Priced]]) -> list[Policy]:
+    """The subset of overlapping policies that saves most when simulated together."""
+    ranked = sorted(group, key=lambda pp: -pp[1].saving_ie)
+    best, best_saving = [ranked[0][0]], ranked[0][1].saving_ie
+    if len(group) == 1:
+        return best
+    subsets = ([list(s) for size in range(2, len(group) + 1) for s in combinations([p for p, _ in ranked], size)]
+               if len(group) <= EXHAUSTIVE_MAX else None)
+    if subsets is not None:
+        for subset in subsets:
+            if _compatible(subset):
+                p = pricer.price(subset)
+                if p.saving_ie > best_saving + MIN_SAVING_TOKENS and (p.saving_usd is None or p.saving_usd > 0):
+                    best, best_saving = subset, p.saving_ie
+        return best
+    for policy, _ in ranked[1:]:  # greedy: keep a policy only if it adds to what is chosen
+        if _compatible([*best, policy]):
+            p = pricer.price(best + [policy])
+            if p.saving_ie > best_saving + MIN_SAVING_TOKENS:
+                best, best_saving = best + [policy], p.saving_ie
+    return best
+
+
+def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
+    same = [c.kind for c in chosen if set(c.requests) & set(alt.requests)]
+    return same or [c.kind for c in chosen]
+
+
 @dataclass(slots=True)
 class WhatIf:
     baseline: list[RequestResult]
-    fixes: list[Candidate]  # the chosen fixes: what `fix` writes
-    fixed: list[RequestResult]  # the trace with every chosen fix applied (one simulation)
-    fixed_records: list[TraceRecord]
-    alternatives: list[Candidate] = field(default_factory=list)  # priced, but a chosen fix does better
+    fixes: list[Policy]  # the chosen policies: what `fix` writes
+    fixed: list[RequestResult]  # the log with every chosen policy applied (one simulation)
+    pricer: Pricer
+    alternatives: list[Policy] = field(default_factory=list)  # priced, but a chosen policy does better
+
+    @property
+    def fixed_records(self) -> list[TraceRecord]:
+        return self.pricer.apply(self.fixes) if self.fixes else list(self.pricer.records or [])
 
     def written_records(self) -> list[TraceRecord]:
         """The fixed trace as `fix` writes it: no logged usage on any record (every one is a prediction now),
@@ -67,192 +233,36 @@ class WhatIf:
         return out
 
 
-def prepare(records: list[TraceRecord]) -> Prepared:
-    """Parse and size the trace once, anchored on its logged usage."""
-    store = BlockStore()
-    sks = list(skeletons(records, store))
-    sizer = BlockSizer()
-    simulate(sks, store, sizer, ideal=False)
-    return Prepared(store, sks, sizer.book_of(store))
+def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None) -> list[Policy]:
+    ev = Evidence(pricer.baseline, texts)
+    return [p for propose_one in PROPOSERS for p in propose_one(ev) if not kinds or p.kind in kinds]
 
 
-def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
-    ie = sum(r.input_equivalent for r in results)
-    costs = [r.cost_usd for r in results]
-    return ie, None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
-
-
-@dataclass(slots=True)
-class Priced:
-    saving_ie: float
-    saving_usd: float | None
-    base_ie: float  # cost of the requests re-simulated, before
-    segments: frozenset[int]
-
-
-class Pricer:
-    """Re-simulates only what a set of fixes changes, against one baseline."""
-
-    def __init__(self, records: list[TraceRecord], prices: PriceBook, prepared: Prepared) -> None:
-        self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
-        self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
-        self.baseline = diagnose(self.simulate(self.base_sks))
-        self.base_by_id = {r.sk.id: r for r in self.baseline}
-        self.sk_by_id = {sk.id: sk for sk in self.base_sks}
-        self.session_of = {rec.id: rec.session or "-" for rec in records}
-        self.by_session: dict[str, list[int]] = {}
-        for i, rec in enumerate(records):
-            self.by_session.setdefault(rec.session or "-", []).append(i)
-        self.segs: Segments = segment(self.base_sks, lambda sk: rules_for(sk.provider, sk.model))
-
-    def simulate(self, sks: list[Skeleton]) -> list[RequestResult]:
-        results = simulate(sks, self.store, BlockSizer(self.book))
-        price_results(results, self.prices)
-        return results
-
-    def simulate_records(self, records: list[TraceRecord]) -> list[RequestResult]:
-        """A whole trace, re-simulated on the baseline's sizes (the final simulation, and the reference the
-        segment pricing is tested against)."""
-        return self.simulate(list(skeletons(records, self.store, use_observed=False)))
-
-    def _scope(self, cands: list[Candidate]) -> list[int]:
-        """Positions of the records a set of fixes may edit: every fix works within the sessions it names."""
-        sessions = {self.session_of[i] for c in cands for i in c.requests if i in self.session_of}
-        return sorted(i for s in sessions for i in self.by_session[s])
-
-    def _transform(self, cands: list[Candidate]) -> tuple[list[int], list[TraceRecord]]:
-        idx = self._scope(cands)
-        out = [self.records[i] for i in idx]
-        for cand in sorted(cands, key=lambda c: APPLY_ORDER.index(c.kind)):
-            out = cand.apply(out)
-        return idx, out  # out[:len(idx)] replace those positions; any further records are new
-
-    def apply(self, cands: list[Candidate]) -> list[TraceRecord]:
-        """The whole trace with these fixes: applied session group by session group, spliced back."""
-        groups: list[tuple[set[str], list[Candidate]]] = []
-        for cand in cands:
-            sessions = {self.session_of[i] for i in cand.requests if i in self.session_of}
-            meet = [g for g in groups if g[0] & sessions]
-            merged = (sessions.union(*(g[0] for g in meet)), [c for g in meet for c in g[1]] + [cand])
-            groups = [g for g in groups if not any(g is m for m in meet)] + [merged]
-        out, added = list(self.records), []
-        for _, group in groups:
-            idx, after = self._transform(group)
-            for i, rec in zip(idx, after):
-                out[i] = rec
-            added += after[len(idx):]
-        return out + added
-
-    def price(self, cands: list[Candidate]) -> Priced:
-        idx, after = self._transform(cands)
-        changed = [(idx[k] if k < len(idx) else len(self.records) + k, r) for k, r in enumerate(after)
-                   if k >= len(idx) or r is not self.records[idx[k]]]
-        new_sks = list(skeletons([r for _, r in changed], self.store, use_observed=False))
-        segs: set[int] = set()
-        for (pos, _), sk in zip(changed, new_sks):
-            sk.order = pos
-            if pos < len(self.records) and self.records[pos].started_at is None:
-                base = self.base_sks[pos]  # no start time logged: keep the one the baseline inferred
-                sk.started_at, sk.readable_at = base.started_at, base.readable_at
-            if sk.id in self.segs.of_id:
-                segs.add(self.segs.of_id[sk.id])
-            segs |= self.segs.touched(sk, rules_for(sk.provider, sk.model))
-        ids = {i for s in segs for i in self.segs.segments[s].ids} | {sk.id for sk in new_sks}
-        new_ids = {sk.id for sk in new_sks}
-        sub = new_sks + [self.sk_by_id[i] for i in ids if i not in new_ids and i in self.sk_by_id]
-        base_ie, base_usd = _cost([self.base_by_id[i] for i in ids if i in self.base_by_id])
-        ie, usd = _cost(self.simulate(sub))
-        return Priced(base_ie - ie, None if usd is None or base_usd is None else base_usd - usd, base_ie,
-                      frozenset(segs))
-
-
-def _pays(p: Priced) -> bool:
-    if p.saving_ie < max(MIN_SAVING_TOKENS, MIN_SAVING_FRACTION * p.base_ie):
-        return False
-    return p.saving_usd is None or p.saving_usd > 0
-
-
-def _clusters(priced: list[tuple[Candidate, Priced]]) -> list[list[tuple[Candidate, Priced]]]:
-    """Candidates for the same miss (a request they both name), grouped: those are alternatives."""
-    parent = list(range(len(priced)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    owner: dict[str, int] = {}
-    for i, (cand, _) in enumerate(priced):
-        for rid in cand.requests:
-            if rid in owner:
-                parent[find(i)] = find(owner[rid])
-            else:
-                owner[rid] = i
-    groups: dict[int, list[tuple[Candidate, Priced]]] = {}
-    for i, item in enumerate(priced):
-        groups.setdefault(find(i), []).append(item)
-    return list(groups.values())
-
-
-def _compatible(cands) -> bool:
-    """At most one variant of a fix (stagger or warm-up for one group of siblings)."""
-    groups = [c.exclusive for c in cands if c.exclusive]
-    return len(groups) == len(set(groups))
-
-
-def _choose(pricer: Pricer, group: list[tuple[Candidate, Priced]]) -> list[Candidate]:
-    """The subset of overlapping candidates that saves most when simulated together."""
-    if len(group) == 1:
-        return [group[0][0]]
-    ranked = sorted(group, key=lambda cp: -cp[1].saving_ie)
-    best, best_saving = [ranked[0][0]], ranked[0][1].saving_ie
-    if len(group) <= EXHAUSTIVE_MAX:
-        for size in range(2, len(group) + 1):
-            for subset in combinations([c for c, _ in ranked], size):
-                if not _compatible(subset):
-                    continue
-                p = pricer.price(list(subset))
-                if p.saving_ie > best_saving + MIN_SAVING_TOKENS and (p.saving_usd is None or p.saving_usd > 0):
-                    best, best_saving = list(subset), p.saving_ie
-        return best
-    for cand, _ in ranked[1:]:  # greedy: keep a candidate only if it adds to what is chosen
-        if not _compatible([*best, cand]):
-            continue
-        p = pricer.price(best + [cand])
-        if p.saving_ie > best_saving + MIN_SAVING_TOKENS:
-            best, best_saving = best + [cand], p.saving_ie
-    return best
-
-
-def _instead_of(alt: Candidate, chosen: list[Candidate]) -> list[str]:
-    same = [c.kind for c in chosen if set(c.requests) & set(alt.requests)]
-    return same or [c.kind for c in chosen]
-
-
-def evaluate(records: list[TraceRecord], prices: PriceBook, kinds: set[str] | None = None,
+def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[str] | None = None,
              prepared: Prepared | None = None) -> WhatIf:
-    prepared = prepared or prepare(records)
+    """records: the trace's records in input order when the caller holds them (needed to write `fix`'s
+    output); without them, the few texts a proposal reads are re-read from the skeletons' lines."""
+    if prepared is None:
+        assert records is not None
+        prepared = prepare(records)
     pricer = Pricer(records, prices, prepared)
     priced = []
-    for propose in PROPOSERS:
-        for cand in propose(records, pricer.baseline):
-            if kinds and cand.kind not in kinds:
-                continue
-            p = pricer.price([cand])
-            cand.saving_input_equivalent_tokens = p.saving_ie
-            cand.saving_usd = p.saving_usd
-            if _pays(p):
-                priced.append((cand, p))
+    for policy in propose(pricer, TextSource(records), kinds):
+        p = pricer.price([policy])
+        policy.saving_input_equivalent_tokens, policy.saving_usd = p.saving_ie, p.saving_usd
+        policy.edited_requests = sum(p.edited.values())
+        policy.instances = pricer.instances(p)
+        if _pays(p):
+            priced.append((policy, p))
     chosen, alternatives = [], []
     for group in _clusters(priced):
         best = _choose(pricer, group)
         chosen += best
-        for cand, _ in group:
-            if not any(cand is b for b in best):
-                cand.extra["instead_of"] = _instead_of(cand, best)
-                alternatives.append(cand)
+        for policy, _ in group:
+            if not any(policy is b for b in best):
+                policy.extra["instead_of"] = _instead_of(policy, best)
+                alternatives.append(policy)
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
-    fixed_records = pricer.apply(chosen) if chosen else records
-    fixed = pricer.simulate_records(fixed_records) if chosen else pricer.baseline
-    return WhatIf(pricer.baseline, chosen, fixed, fixed_records, alternatives)
+    fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
+    return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)

@@ -1,0 +1,133 @@
+"""Edits of sized skeletons: what a fix does to the blocks a simulation sees, without re-rendering any text.
+
+Pricing a policy means simulating the whole log with it applied. Editing the records and rendering them again
+would cost a parse per policy; instead the sized skeletons of the anchored pass are edited directly:
+
+* a block's content changes (a volatile span moved out of it, a tool list made stable): it gets the body hash
+  and size of its new content, and every block after it is chained again on the new keys;
+* an identity parameter changes: the blocks from the level it invalidates are chained again with its salt;
+* breakpoints, TTLs, start times change, or requests are added (keep-alive pings, a warm-up).
+
+Chaining uses each block's body hash (content alone, computed when the text was rendered): equal content
+after an edit gives equal keys, whatever it was before. Every skeleton is chained that way first (`canonical`), so
+edited and untouched requests compare. An edit is a function of the prefix it edits, and a block's old cache
+key names that whole prefix, so new blocks are memoized by (edit variant, old key): every
+unique block of the log is chained once per policy, however many requests repeat it.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+
+import xxhash
+
+from kvprobe.analysis.skeleton import Skeleton
+from kvprobe.request.model import Block, IdentityParam, RenderedRequest, level_rank, level_salts
+
+_ZERO = b"\0" * 16
+
+
+def _key_bytes(value: int) -> bytes:
+    return value.to_bytes(16, "big")
+
+
+@dataclass(slots=True)
+class Chainer:
+    """New blocks for old ones, chained on new parents; one per policy (its memo is the policy's)."""
+
+    memo: dict[tuple[Hashable, int], Block] = field(default_factory=dict)
+
+    def chain(self, block: Block, parent: Block | None, salt: bytes, variant: Hashable,
+              body_hash: int | None = None, tokens: int | None = None, path: str | None = None) -> Block:
+        """`block` (or its new content: body hash and size) chained after `parent`."""
+        memo_key = (variant, block.cache_key)
+        found = self.memo.get(memo_key)
+        if found is not None:
+            return found
+        new = copy.copy(block)
+        if body_hash is not None:
+            new.body_hash = body_hash
+        if tokens is not None:
+            new.tokens = tokens
+        if path is not None:
+            new.path = path
+        body = new.body_hash.to_bytes(8, "big")
+        parent_key = _key_bytes(parent.cache_key) if parent is not None else _ZERO
+        parent_content = _key_bytes(parent.content_hash) if parent is not None else _ZERO
+        new.cache_key = int.from_bytes(xxhash.xxh3_128_digest(parent_key + salt + body), "big")
+        new.content_hash = int.from_bytes(xxhash.xxh3_128_digest(parent_content + body), "big")
+        self.memo[memo_key] = new
+        return new
+
+    def rechain(self, blocks: list[Block], start: int, params: dict[str, IdentityParam],
+                variant: Hashable) -> list[Block]:
+        """blocks[:start] kept and blocks[start:] chained on them: salts mixed in where each level starts, as
+        `request.model.chain_hashes` does."""
+        salts = level_salts(params)
+        out = list(blocks[:start])
+        seen = set(range(max((level_rank(b.level) for b in out), default=-1) + 1))
+        for block in blocks[start:]:
+            rank = level_rank(block.level)
+            salt = b""
+            for r in range(rank + 1):
+                if r not in seen:
+                    seen.add(r)
+                    salt += salts.get(r, b"")
+            out.append(self.chain(block, out[-1] if out else None, salt, variant))
+        return out
+
+    def fresh(self, template: Block, parent: Block | None, body_hash: int, tokens: int, path: str,
+              variant: Hashable, salt: bytes = b"") -> Block:
+        """A block of new content (a moved span, a tool a request did not send) chained after `parent`."""
+        seed = replace(template, path=path, body_hash=body_hash, tokens=tokens, breakpoint=None,
+                       breakpoint_source=None)
+        seed.cache_key = (parent.cache_key if parent is not None else 0) ^ body_hash  # memo key only
+        return self.chain(seed, parent, salt, ("fresh", variant))
+
+
+def canonical(sks: list[Skeleton]) -> list[Skeleton]:
+    """The skeletons with every block chained the way edits chain them (on body hashes), so an edited
+    request and an untouched one with the same content have the same keys."""
+    chainer, out = Chainer(), []
+    for sk in sks:
+        req = sk.request
+        if req is None or not req.blocks:
+            out.append(sk)
+            continue
+        blocks = chainer.rechain(req.blocks, 0, req.params, "canonical")
+        out.append(replace(sk, request=replace(req, blocks=blocks, shared_prefix=0)))
+    return out
+
+
+def salt_at(req: RenderedRequest, i: int) -> bytes:
+    """The identity salt `chain_hashes` mixes in at block i: that of every level first reached there."""
+    salts = level_salts(req.params)
+    seen = max((level_rank(b.level) for b in req.blocks[:i]), default=-1)
+    return b"".join(salts.get(r, b"") for r in range(seen + 1, level_rank(req.blocks[i].level) + 1))
+
+
+def with_request(sk: Skeleton, req: RenderedRequest, **changes) -> Skeleton:
+    """A copy of the skeleton carrying `req` (no logged usage: a fix's effect is predicted)."""
+    return replace(sk, request=req, observed=None, **changes)
+
+
+def with_blocks(req: RenderedRequest, blocks: list[Block], breakpoints: list[tuple[int, str]] | None = None,
+                params: dict[str, IdentityParam] | None = None) -> RenderedRequest:
+    """A copy of the request with new blocks (and breakpoints, parameters); nothing is shared with the stream
+    any more, so the simulator's ideal cache walks it whole."""
+    return replace(req, blocks=blocks, breakpoints=list(req.breakpoints if breakpoints is None else breakpoints),
+                   params=dict(req.params if params is None else params), shared_prefix=0, warnings=[])
+
+
+def index_of(req: RenderedRequest, path: str) -> int | None:
+    for i, block in enumerate(req.blocks):
+        if block.path == path:
+            return i
+    return None
+
+
+def body_hash_of(text: str, kind: str = "text", role: str = "", meta: str = "") -> int:
+    """The body hash `chain_hashes` gives a block of this content."""
+    payload = (kind + "\0" + role + "\0" + meta + "\0" + text).encode("utf-8", "surrogatepass")
+    return xxhash.xxh3_64_intdigest(payload)
