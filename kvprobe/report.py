@@ -12,9 +12,11 @@ from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.diagnose import diagnose
+from kvprobe.analysis.fleet import find_shared_prefixes
 from kvprobe.analysis.simulate import LeadingSimulation, RequestResult, simulate
 from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
+from kvprobe.analysis.texts import TextSource
 from kvprobe.economics.attribution import attribute, top_blocks
 from kvprobe.economics.compaction import find_compactions
 from kvprobe.economics.tasks import Outcome, summarize_tasks
@@ -59,6 +61,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
+    fleet: list[Any] = field(default_factory=list)  # analysis.fleet.SharedPrefix: prefixes sessions share
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
     considered: int = 0  # requests read before the filters: tells "empty input" from "nothing matched"
 
@@ -103,6 +106,7 @@ class Report:
             "notes": self.notes,
             "blocks": [b.to_json() for b in self.blocks],
             "compactions": [c.to_json() for c in self.compactions],
+            "fleet": [f.to_json() for f in self.fleet],
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
         }
@@ -293,17 +297,19 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  notes=notes, considered=considered)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
+    texts = TextSource(kept)
+    rep.fleet = find_shared_prefixes(results, texts, prices)
     rep.tasks = summarize_tasks(results, outcomes)
     if fixes:
-        _add_fixes(rep, kept, prices, sks, store, book)
+        _add_fixes(rep, kept, prices, sks, store, book, texts)
     return rep
 
 
 def _add_fixes(rep: Report, records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton],
-               store: BlockStore, book: Any) -> None:
+               store: BlockStore, book: Any, texts: TextSource) -> None:
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    what_if = evaluate(records, prices, prepared=Prepared(store, sks, book))
+    what_if = evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=rep.fleet)
     rep.what_if = what_if
     rep.fixes = [c.to_json() for c in what_if.fixes]
     rep.alternatives = [c.to_json() for c in what_if.alternatives]

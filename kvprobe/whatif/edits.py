@@ -4,14 +4,16 @@ Every edit copies the record it changes (copy on write); the input trace is neve
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
+from kvprobe.request.paths import PATH as _PATH
+from kvprobe.request.paths import block_at
+from kvprobe.request.paths import content_list as _content_list
+from kvprobe.request.paths import writable_item as _writable_item
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
 
-_PATH = re.compile(r"^(tools|system|messages)(?:\[(\d+)\])?(?:\.content\[(\d+)\])?$")
 EPHEMERAL = "ephemeral"
 
 
@@ -28,57 +30,6 @@ def copy_record(rec: TraceRecord, **changes: Any) -> TraceRecord:
     if "request" not in changes:
         changes["request"] = dict(rec.request) if rec.request is not None else None
     return replace(rec, response=None, extra=extra, **changes)
-
-
-def _content_list(msg: dict[str, Any], writable: bool) -> list[dict[str, Any]]:
-    content = msg.get("content")
-    if isinstance(content, str):
-        content = [{"type": "text", "text": content}]
-        if writable:
-            msg["content"] = content
-    elif writable:
-        content = msg["content"] = list(content or [])
-    return content
-
-
-def _writable_item(items: list, idx: int) -> dict:
-    items[idx] = dict(items[idx])
-    return items[idx]
-
-
-def block_at(body: dict[str, Any], path: str, writable: bool = False) -> tuple[dict[str, Any] | None, Any]:
-    """(the JSON object holding the block, the block) for an Anthropic path, or (None, None).
-
-    writable: the containers along the path are copied into `body` first, so the block may be edited without
-    touching the record it was copied from (a top-level copy, as `copy_record` makes)."""
-    m = _PATH.match(path)
-    if not m:
-        return None, None
-    level, i, j = m.group(1), m.group(2), m.group(3)
-    if level in ("system", "tools"):
-        items = body.get(level)
-        if level == "system" and isinstance(items, str):
-            items = [{"type": "text", "text": items}]
-        items = list(items or [])
-        if writable:
-            body[level] = items
-        idx = int(i or 0)
-        if idx >= len(items):
-            return None, None
-        return body, (_writable_item(items, idx) if writable else items[idx])
-    msgs = body.get("messages") or []
-    if i is None or int(i) >= len(msgs):
-        return None, None
-    if writable:
-        msgs = body["messages"] = list(msgs)
-        msg = _writable_item(msgs, int(i))
-    else:
-        msg = msgs[int(i)]
-    parts = _content_list(msg, writable)
-    k = int(j or 0)
-    if k >= len(parts):
-        return None, None
-    return msg, (_writable_item(parts, k) if writable else parts[k])
 
 
 def breakpoint_count(body: dict[str, Any]) -> int:

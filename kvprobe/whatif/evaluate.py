@@ -26,9 +26,11 @@ from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_u
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
-from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy, TextSource
+from kvprobe.analysis.texts import TextSource
+from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.reshape import canonical
+from kvprobe.whatif.propose_fleet import propose_fleet
 from kvprobe.whatif.propose_timing import (propose_keep_alive, propose_longer_lifetime, propose_lookback,
                                            propose_siblings)
 
@@ -66,6 +68,8 @@ class Priced:
     base_ie: float  # cost of the sessions the policies edit, before
     results: list[RequestResult]
     edited: dict[str, int]  # session -> requests edited or added
+    sks: list[Skeleton]  # the skeletons simulated
+    under: list[RequestResult] | None = None  # what it is compared with, when not the baseline
 
 
 def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
@@ -112,14 +116,30 @@ class Pricer:
                 edited[sk.session] = edited.get(sk.session, 0) + 1
         base_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
         saving_usd = None if usd is None or self.base_usd is None else self.base_usd - usd
-        return Priced(self.base_ie - ie, saving_usd, base_ie, results, edited)
+        return Priced(self.base_ie - ie, saving_usd, base_ie, results, edited, sks)
+
+    def marginal(self, policy: Policy) -> Priced:
+        """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
+        under = self.price(policy.requires)
+        both = self.price([*policy.requires, policy])
+        edited: dict[str, int] = {}
+        for a, b in zip(under.sks, both.sks):
+            if a is not b and (a.request is not b.request or a.started_at != b.started_at):
+                edited[b.session] = edited.get(b.session, 0) + 1
+        for sk in both.sks[len(under.sks):]:
+            edited[sk.session] = edited.get(sk.session, 0) + 1
+        usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
+        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.results, edited, both.sks,
+                      under.results)
 
     def instances(self, priced: Priced) -> list[Instance]:
         """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
         count where they were read)."""
         out = []
+        before = self.base_sessions if priced.under is None else \
+            {s: _cost(rs) for s, rs in _by_session(priced.under).items()}
         for session, rs in _by_session(priced.results).items():
-            base_ie, base_usd = self.base_sessions.get(session, (0.0, 0.0))
+            base_ie, base_usd = before.get(session, (0.0, 0.0))
             ie, usd = _cost(rs)
             edited = priced.edited.get(session, 0)
             if edited or abs(base_ie - ie) > 1e-6:
@@ -233,27 +253,29 @@ class WhatIf:
         return out
 
 
-def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None) -> list[Policy]:
-    ev = Evidence(pricer.baseline, texts)
-    return [p for propose_one in PROPOSERS for p in propose_one(ev) if not kinds or p.kind in kinds]
+def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fleet: list | None = None) -> list[Policy]:
+    ev = Evidence(pricer.baseline, texts, fleet or [])
+    out = [p for propose_one in PROPOSERS for p in propose_one(ev)]
+    out += propose_fleet(ev, out)  # on top of the policies that remove what breaks the sharing
+    return [p for p in out if not kinds or p.kind in kinds]
 
 
 def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[str] | None = None,
-             prepared: Prepared | None = None) -> WhatIf:
+             prepared: Prepared | None = None, texts: TextSource | None = None, fleet: list | None = None) -> WhatIf:
     """records: the trace's records in input order when the caller holds them (needed to write `fix`'s
     output); without them, the few texts a proposal reads are re-read from the skeletons' lines."""
     if prepared is None:
         assert records is not None
         prepared = prepare(records)
     pricer = Pricer(records, prices, prepared)
-    priced = []
-    for policy in propose(pricer, TextSource(records), kinds):
-        p = pricer.price([policy])
+    priced, on_top = [], []
+    for policy in propose(pricer, texts or TextSource(records), kinds, fleet):
+        p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
         policy.saving_input_equivalent_tokens, policy.saving_usd = p.saving_ie, p.saving_usd
         policy.edited_requests = sum(p.edited.values())
         policy.instances = pricer.instances(p)
         if _pays(p):
-            priced.append((policy, p))
+            (on_top if policy.requires else priced).append((policy, p))
     chosen, alternatives = [], []
     for group in _clusters(priced):
         best = _choose(pricer, group)
@@ -262,6 +284,7 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
             if not any(policy is b for b in best):
                 policy.extra["instead_of"] = _instead_of(policy, best)
                 alternatives.append(policy)
+    chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
+from kvprobe.analysis.texts import TextSource
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import read_record_at
 
 Records = list[TraceRecord]
 Skeletons = list[Skeleton]
@@ -55,6 +54,7 @@ class Policy:
     rewrite: Callable[[Records], Records]
     cause_sessions: int = 0  # sessions where the cause it removes was diagnosed
     exclusive: str | None = None  # policies with the same value are variants of one fix: at most one applies
+    requires: list["Policy"] = field(default_factory=list)  # priced on top of these, chosen only with them
     extra: dict[str, Any] = field(default_factory=dict)
     saving_input_equivalent_tokens: float = 0.0
     saving_usd: float | None = None
@@ -78,31 +78,8 @@ class Policy:
                 "detail": self.detail, "edited_requests": self.edited_requests, "reach": {"sessions": len(self.sessions),
                                                  "sessions_with_cause": self.cause_sessions,
                                                  "edited_requests": self.edited_requests, "text": self.reach},
-                "instances": [i.to_json() for i in self.instances], **self.extra}
-
-
-class TextSource:
-    """The record behind a skeleton, for the few texts a proposal must read: from the records in memory
-    when the caller kept them, else re-read from its line in the trace (the parse drops block texts)."""
-
-    def __init__(self, records: Records | None = None) -> None:
-        self._by_order = records
-        self._cache: dict[int, TraceRecord | None] = {}
-
-    def record(self, sk: Skeleton) -> TraceRecord | None:
-        if self._by_order is not None:
-            return self._by_order[sk.order] if sk.order < len(self._by_order) else None
-        if sk.order in self._cache:
-            return self._cache[sk.order]
-        rec = None
-        if sk.source is not None and sk.offset is not None and Path(sk.source).is_file():
-            try:
-                rec = read_record_at(sk.source, sk.offset, sk.line)
-            except Exception:  # noqa: BLE001 - rewritten since: no text, no span proposal
-                rec = None
-        if len(self._cache) < 4096:
-            self._cache[sk.order] = rec
-        return rec
+                "instances": [i.to_json() for i in self.instances],
+                **({"requires": [p.key for p in self.requires]} if self.requires else {}), **self.extra}
 
 
 @dataclass(slots=True)
@@ -111,6 +88,7 @@ class Evidence:
 
     results: list[RequestResult]
     texts: TextSource
+    fleet: list = field(default_factory=list)  # analysis.fleet.SharedPrefix findings
 
     def streams(self) -> dict[tuple[str, str], list[RequestResult]]:
         out: dict[tuple[str, str], list[RequestResult]] = {}

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.request.model import Block, IdentityParam, canonical_json, level_rank
+from kvprobe.request.paths import text_at as body_text_at
 from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_record
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, plural
 from kvprobe.whatif.reshape import Chainer, body_hash_of, index_of, salt_at, with_blocks, with_request
-from kvprobe.whatif.spans import MAX_VOLATILE_FRACTION, Split, Template, common_prefix, common_suffix, find_template
+from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Split, Template, common_prefix, common_suffix, find_template
 from kvprobe.wording import show
 
 STABLE_PARAMS = ("tool_choice", "thinking")  # request fields a fix may hold constant
@@ -23,18 +24,8 @@ _SHARED_LEVELS = ("tools", "system")  # blocks sessions share: their versions ar
 
 # --- volatile spans --------------------------------------------------------------------------------------
 
-def _field(block: object, path: str) -> str | None:
-    """The text a span can sit in: a text block's text, a tool's description."""
-    if not isinstance(block, dict):
-        return None
-    value = block.get("description") if path.startswith("tools") else block.get("text")
-    return value if isinstance(value, str) else None
-
-
 def text_at(rec: TraceRecord | None, path: str) -> str | None:
-    if rec is None or not isinstance(rec.request, dict):
-        return None
-    return _field(block_at(rec.request, path)[1], path)
+    return body_text_at(rec.request, path) if rec is not None else None
 
 
 def _similar(a: str, b: str) -> bool:
@@ -172,8 +163,10 @@ class _SpanMove:
 
 
 def _span_paths(ev: Evidence) -> dict[str, set[tuple[str, str]]]:
-    """Changed text blocks, with the streams where the change was diagnosed."""
-    out: dict[str, set[tuple[str, str]]] = {}
+    """Changed text blocks, with the streams where the change was diagnosed; and blocks whose volatile span
+    breaks a prefix the sessions of a fleet share (a per-session value: no stream sees it change)."""
+    out: dict[str, set[tuple[str, str]]] = {f.breaks_at: set() for f in ev.fleet
+                                             if f.breaker == "volatile span" and f.breaks_at}
     for r in ev.with_kind("prefix_changed"):
         for d in r.diagnoses:
             if d.kind == "prefix_changed" and d.path and _is_text_path(d.path):
@@ -197,11 +190,12 @@ def propose_spans(ev: Evidence) -> list[Policy]:
                                      Counter({v.texts[b]: counts[b] for b in bodies}))
             if template is None:
                 continue
-            out.append(_span_policy(v, template, bodies, diagnosed, path))
+            out.append(_span_policy(v, template, bodies, diagnosed, path, ev.fleet))
     return out
 
 
-def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed: dict, path: str) -> Policy:
+def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed: dict, path: str,
+                 fleet: list) -> Policy:
     move = _SpanMove(v, template, bodies)
     members = set(bodies)
     scope = [sk for sk in v.carriers if sk.request.blocks[v.index[sk.order]].body_hash in members]  # type: ignore
@@ -209,6 +203,10 @@ def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed:
     addressed = [sk.id for sk in scope if sk.id in diagnosed and any(
         d.kind == "prefix_changed" and d.path == path for d in diagnosed[sk.id].diagnoses)]
     sessions = {sk.session for sk in scope}
+    for f in fleet:  # across sessions: each session's first request wrote what the others' entries held
+        if f.breaks_at == path and f.breaker == "volatile span":
+            firsts = _first_requests(v.carriers, set(f.sessions))
+            addressed += [i for i in firsts[1:] if i not in addressed]
     agents = sorted({sk.agent for sk in scope})
     unit = "line(s)" if any("\n" in template.reference[lo:hi] or lo == 0 for lo, hi in template.spans) \
         and all(_whole_line(template.reference, lo, hi) for lo, hi in template.spans) else "span(s)"
@@ -216,12 +214,22 @@ def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed:
               f"to after the last breakpoint (the end of the last user message), in all "
               f"{plural(len(scope), 'request')} that carry it ({plural(len(members), 'version')}"
               f"; agents: {', '.join(agents)})")
+    addressed_set = set(addressed)
     policy = Policy("stabilize_prefix", f"{path}#{min(members)}", detail, addressed, sessions, move.reshape,
-                    move.rewrite, cause_sessions=len({diagnosed[i].sk.session for i in addressed}),
+                    move.rewrite, cause_sessions=len({sk.session for sk in scope if sk.id in addressed_set}),
                     extra={"path": path, "unit": "line" if unit == "line(s)" else "span",
                            "spans": [template.reference[lo:hi].strip() for lo, hi in template.spans][:8],
                            "versions": len(members)})
     return policy
+
+
+def _first_requests(carriers: list[Skeleton], sessions: set[str]) -> list[str]:
+    seen, out = set(), []
+    for sk in sorted(carriers, key=lambda s: (s.started_at, s.order)):
+        if sk.session in sessions and sk.session not in seen:
+            seen.add(sk.session)
+            out.append(sk.id)
+    return out
 
 
 def _whole_line(text: str, lo: int, hi: int) -> bool:

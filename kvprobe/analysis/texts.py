@@ -1,0 +1,32 @@
+"""The record behind a skeleton, for the few texts a later stage reads (the parse drops block texts)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvprobe.analysis.skeleton import Skeleton
+from kvprobe.trace import TraceRecord
+from kvprobe.trace.reader import read_record_at
+
+
+class TextSource:
+    """The record behind a skeleton, for the few texts a proposal must read: from the records in memory
+    when the caller kept them, else re-read from its line in the trace (the parse drops block texts)."""
+
+    def __init__(self, records: list[TraceRecord] | None = None) -> None:
+        self._by_order = records
+        self._cache: dict[int, TraceRecord | None] = {}
+
+    def record(self, sk: Skeleton) -> TraceRecord | None:
+        if self._by_order is not None:
+            return self._by_order[sk.order] if sk.order < len(self._by_order) else None
+        if sk.order in self._cache:
+            return self._cache[sk.order]
+        rec = None
+        if sk.source is not None and sk.offset is not None and Path(sk.source).is_file():
+            try:
+                rec = read_record_at(sk.source, sk.offset, sk.line)
+            except Exception:  # noqa: BLE001 - rewritten since: no text, no span proposal
+                rec = None
+        if len(self._cache) < 4096:
+            self._cache[sk.order] = rec
+        return rec
