@@ -62,6 +62,14 @@ class Report:
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     fleet: list[Any] = field(default_factory=list)  # analysis.fleet.SharedPrefix: prefixes sessions share
+    top: int = 10  # misses the terminal lists (the JSON has every one)
+
+    @property
+    def causes(self) -> list[Any]:
+        """Misses grouped by cause, costliest first (economics.causes.Cause)."""
+        from kvprobe.economics.causes import group_causes
+
+        return group_causes(self.misses, self.fixes)
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
     considered: int = 0  # requests read before the filters: tells "empty input" from "nothing matched"
 
@@ -96,6 +104,7 @@ class Report:
                         "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
                         "what_to_do": advice_for(m.result.diagnoses[0]) if m.result.diagnoses else ""}
                        for m in self.misses],
+            "causes": [c.to_json() for c in self.causes],
             "fixes": self.fixes,
             "alternatives": self.alternatives,
             "with_all_fixes": self.with_all_fixes,
@@ -153,6 +162,7 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
         "unpriced_requests": unpriced,
         "cold_start_write_tokens": cold,
         "rebuild_write_tokens": rebuild,
+        "extension_write_tokens": w5m + w1h - cold - rebuild,
         "missed_read_tokens": missed,
     }
 
@@ -293,8 +303,8 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
             misses.append(Miss(r, ie, usd))
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
-    rep = Report(results, misses[:top] if top else misses, stats, unknown, sorted(prices.unknown_models),
-                 notes=notes, considered=considered)
+    rep = Report(results, misses, stats, unknown, sorted(prices.unknown_models), notes=notes,
+                 considered=considered, top=top)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     texts = TextSource(kept)
@@ -313,6 +323,8 @@ def _add_fixes(rep: Report, records: list[TraceRecord] | None, prices: PriceBook
     rep.what_if = what_if
     rep.fixes = [c.to_json() for c in what_if.fixes]
     rep.alternatives = [c.to_json() for c in what_if.alternatives]
+    if not what_if.fixes:  # nothing to apply: no "with all fixes" figure to show
+        return
     fixed = summarize(what_if.fixed)
     rep.with_all_fixes = {k: fixed[k] for k in ("requests", "input_tokens", "cache_read_tokens",
                                                  "cache_write_tokens", "fresh_input_tokens", "token_hit_ratio",

@@ -14,9 +14,10 @@ def test_table_names_every_miss_and_the_costliest_first(cli):
     assert "a timestamp near the start of the system prompt changed" in res.output
     assert "expired 120s before this request started" in res.output
     assert "tool_choice changed" in res.output
-    misses = res.output.split("Costliest misses")[1]
-    assert misses.index("req_4") < misses.index("req_3")  # the TTL expiry cost more than the timestamp
-    assert "what to do:" in misses
+    causes = res.output.split("What the misses cost, by cause")[1]
+    # the TTL expiry cost more than the timestamp; each cause with its costliest request and what to do
+    assert causes.index("TTL expired") < causes.index("prefix changed at")
+    assert "e.g. req_4" in causes and "e.g. req_3" in causes and "what to do:" in causes
 
 
 def test_json_contract_keys_and_token_weighted_hit_ratio(cli):

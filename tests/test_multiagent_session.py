@@ -197,7 +197,7 @@ def test_siblings_fix_offers_the_cheaper_variant_with_its_latency(report):
     assert shared["added_latency_s"] == pytest.approx(63.01 - 60.05, abs=0.01)
     assert "e.g. messages[6].content[0]) with cache_control" in shared["detail"]
     [warm] = [a for a in report.alternatives if a["kind"] == "shared_breakpoint"]
-    assert warm["variant"] == "warm_up" and warm["instead_of"] == ["shared_breakpoint"]
+    assert warm["variant"] == "warm_up" and warm["instead_of"] == ["shared_breakpoint (stagger)"]
     assert warm["saving_input_equivalent_tokens"] == pytest.approx(WARM_UP_SAVING, rel=0.01)
     assert warm["saving_usd"] == pytest.approx(WARM_UP_SAVING * USD_PER_IE - USD_PER_OUTPUT, rel=0.01)
     assert warm["added_latency_s"] == pytest.approx(3.01, abs=0.01)

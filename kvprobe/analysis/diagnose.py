@@ -15,6 +15,8 @@ from kvprobe.analysis.siblings import diagnose_siblings
 from kvprobe.analysis.simulate import RequestResult, tolerance
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.analysis.usage_only import UsageOnly
+from kvprobe.economics.keep_alive import pause_advice
+from kvprobe.wording import duration
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import Prediction
 
@@ -58,8 +60,23 @@ class Diagnoser:
         missed = result.missed_tokens
         for d in reported + found:
             d.missed_tokens = missed
+            if d.kind == "ttl_expired" and d.advice is None:
+                _pause_advice(result, d)
         # beside a reported cause, kvprobe's own finding stays when it says more (the exact block changed)
         return reported + [d for d in found if not reported or d.kind != reported[0].kind or d.path]
+
+
+def _pause_advice(result: RequestResult, d: Diagnosis) -> None:
+    """The keep-alive or longer lifetime that pays for this pause; or that nothing does (a new start)."""
+    prev = result.previous
+    if prev is None or prev.sk.request is None:
+        return
+    gap = result.sk.started_at - prev.sk.started_at
+    d.advice = pause_advice(result.rules, result.stream_tokens, gap)
+    if d.advice is None:
+        d.detail += (f"; {duration(gap)} is past every lifetime the provider offers and every keep-alive that pays "
+                     "for itself: a new start")
+        d.advice = "nothing pays for a pause this long: the rebuild is what the gap costs"
 
 
 def diagnose(results: list[RequestResult], reread: Reread | None = None) -> list[RequestResult]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 MAX_VOLATILE_FRACTION = 0.2  # more of a text than this changing: another text, not a volatile span
-LINE_UNIT_CHARS = 200  # a span on a line at most this long moves with its line
+LABEL_CHARS = 40  # a line whose text besides its spans is at most this long (a label) moves whole
 _WORDS = re.compile(r"\S+|\s+")
 
 
@@ -109,13 +109,15 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _line_units(ref: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """A span on a short line of its own takes the whole line (and its line break) with it."""
+    """A span on a line of its own beside only a label ("Current time: ...") takes the whole line (and its
+    line break) with it; a span inside a line of other text moves alone."""
     out = []
     for lo, hi in spans:
         start = ref.rfind("\n", 0, lo) + 1
         end = ref.find("\n", hi)
         end = len(ref) if end < 0 else end
-        if (start > 0 or end < len(ref)) and end - start <= LINE_UNIT_CHARS:
+        others = (end - start) - sum(min(h, end) - max(l, start) for l, h in spans if l < end and h > start)
+        if (start > 0 or end < len(ref)) and others <= LABEL_CHARS:
             lo, hi = start, (end + 1 if end < len(ref) else end)
             if hi == len(ref) and start > 0:  # the last line: take the break before it instead
                 lo = start - 1

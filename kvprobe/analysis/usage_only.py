@@ -250,31 +250,13 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
 def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: float, rules: ModelRules,
              chosen: bool) -> Diagnosis | None:
     """A TTL expiry with the advice that pays for it; None (and nothing to read) for a new start."""
-    cached = r.ideal_read_tokens
-    plan = keep_alive.plan(rules, cached, gap)
-    longer = keep_alive.longer_lifetime(rules)
-    covers = longer is not None and lifetime < float(longer["seconds"]) and gap <= float(longer["seconds"])
     ttl = f"{duration(lifetime)} ({'the 1h TTL of this log’s own writes' if chosen else 'the default'})"
     detail = f"{duration(gap)} since {base.sk.id} started; the entry lives {ttl}"
-    if plan is not None and plan.pays:
-        advice = (f"send {plan.pings} keep-alive request{'s' if plan.pings > 1 else ''} (the same prefix, max_tokens "
-                  f"1) every {duration(plan.interval_s)} through pauses like this one: "
-                  f"{plan.pings * plan.ping_cost:,.0f} input-equivalents against {plan.rebuild_cost:,.0f} for the "
-                  f"rebuild (pings pay for pauses up to {duration(plan.break_even_s)})")
-        if covers:
-            advice += f"; or {_longer_words(longer)}"
-    elif covers:
-        be = f" (they pay up to {duration(plan.break_even_s)})" if plan is not None else ""
-        advice = f"keep-alive pings would cost more than the rebuild for a {duration(gap)} pause{be}; {_longer_words(longer)}"
-    else:
+    advice = keep_alive.pause_advice(rules, r.ideal_read_tokens, gap, lifetime)
+    if advice is None:
         r.ideal_read_tokens = 0  # a new start: no lifetime the provider offers, nor pings that pay, span it
         return None
     return Diagnosis("ttl_expired", detail, seconds_past=gap - lifetime, advice=advice)
-
-
-def _longer_words(longer: dict[str, Any]) -> str:
-    return (f"use {longer['setting']}: entries live {duration(float(longer['seconds']))}, long enough for this pause "
-            f"(writes at {float(longer['write_multiplier']):g}× input)")
 
 
 def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None") -> Diagnosis:

@@ -29,7 +29,9 @@ def report(
     agent: Annotated[str | None, typer.Option("--agent", help="Only this agent")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Only requests started at/after (RFC 3339)")] = None,
     price_file: Annotated[Path | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
-    top: Annotated[int, typer.Option("--top", help="How many costliest misses to list")] = 10,
+    top: Annotated[int, typer.Option("--top", help="How many causes and costliest misses to list")] = 10,
+    requests: Annotated[str, typer.Option("--requests", help="Request rows to show: all, or the N costliest "
+                                          "(default: all up to 50 requests, else the 20 costliest)")] = "auto",
     what_if: Annotated[bool, typer.Option("--what-if", help="Show before/after with every fix applied "
                                           "(forces fixes on large inputs)")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
@@ -43,6 +45,7 @@ def report(
     Example: kvprobe report traces/sample_session.jsonl
     """
     with user_errors():
+        rows = _row_limit(requests)
         filters = Filters(session, agent, _since(since))
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)
@@ -53,14 +56,18 @@ def report(
         print_json(rep.to_json())
     elif markdown:
         out.print(to_markdown(rep), markup=False, highlight=False, soft_wrap=True)
-    else:
-        render(rep)
+    else:  # the answer first: totals, what the misses cost by cause, the fixes; then the detail
+        render_totals(rep)
+        render_causes(rep)
+        render_fixes(rep)
+        render_fleet(rep)
+        render_requests(rep, rows)
         render_blocks(rep)
         render_compactions(rep)
         render_tasks(rep)
-        render_fixes(rep)
         if what_if:
             render_what_if(rep)
+        _render_notes(rep)
 
 
 def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | None]) -> None:
@@ -76,6 +83,20 @@ def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | N
     why = f" ({skipped} malformed lines skipped)" if skipped else ""
     raise InputError(f"no requests found{why}: expected a kvprobe trace (JSONL) or agent logs kvprobe can "
                      "import", file=names)
+
+
+AUTO_ALL_ROWS, AUTO_ROWS = 50, 20
+
+
+def _row_limit(value: str) -> int | None:
+    """None: every row; else how many of the costliest."""
+    if value == "all":
+        return None
+    if value == "auto":
+        return -1
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise InputError(f"expected all or a number of rows, got {show(value)}", field="--requests")
 
 
 def _since(value: str | None) -> float | None:
@@ -111,11 +132,59 @@ REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("in
                    Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=20))
 
 
-def render(rep: Report) -> None:
+def render_totals(rep: Report) -> None:
+    t = rep.totals
+    sessions = len({r.sk.session for r in rep.results})
+    out.print(Text.assemble((f"Total ({rep.basis}): ", "bold"),
+                            f"{t['requests']:,} requests in {sessions:,} session{'s' if sessions != 1 else ''} · "
+                            f"{t['input_tokens']:,} input tokens · ",
+                            (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", _ratio_style(t['token_hit_ratio'])),
+                            " · ", f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
+                            (_total_cost(t), "bold")))
+    written = t["cache_write_tokens"]
+    out.print(f"Writes: {written:,} tokens (cold start {t['cold_start_write_tokens']:,}, rebuilds "
+              f"{t['rebuild_write_tokens']:,}, extensions {t['extension_write_tokens']:,}); missed reads "
+              f"{t['missed_read_tokens']:,} tokens")
+
+
+def _ratio_style(ratio: float) -> str:
+    return "green" if ratio >= 0.8 else ("yellow" if ratio >= 0.5 else "red")
+
+
+def render_causes(rep: Report) -> None:
+    causes = rep.causes
+    if not causes:
+        out.print(Text("No misses: every request read what an ideal prefix cache would have.", style="green"))
+        return
+    cols = [Col("cause", wrap=True, least=18), Col("requests", "right"), Col("sessions", "right", drop=2),
+            Col("missed tokens", "right", drop=1), Col("cost", "right"), Col("fixed by", wrap=True, drop=3)]
+    rows = [[c.label, f"{len(c.requests):,}", f"{len(c.sessions):,}", f"{c.missed_tokens:,}",
+             money(c.usd), ", ".join(c.fixes) or "-"] for c in causes[: rep.top]]
+    print_table("What the misses cost, by cause", cols, rows)
+    for c in causes[: min(rep.top, 5)]:
+        assert c.example is not None
+        more = f" (and {len(c.requests) - 1:,} more like it)" if len(c.requests) > 1 else ""
+        out.print(Text.assemble("  ", (c.label, "magenta"), f", e.g. {c.example_request}{more}"))
+        out.print(Text(f"    why: {c.example.detail}"))
+        out.print(Text(f"    what to do: {advice_for(c.example)}", style="cyan"))
+    if len(causes) > rep.top:
+        out.print(Text(f"  ({len(causes) - rep.top} more causes in --json)", style="dim"))
+
+
+def render_requests(rep: Report, limit: int | None) -> None:
+    results = rep.results
+    if limit == -1:
+        limit = None if len(results) <= AUTO_ALL_ROWS else AUTO_ROWS
+    shown = results
+    if limit is not None and len(results) > limit:
+        cost = {id(m.result): m.input_equivalent for m in rep.misses}
+        ranked = sorted(results, key=lambda r: (-cost.get(id(r), 0.0), -(r.cost_usd or 0.0)))[:limit]
+        keep = {id(r) for r in ranked}
+        shown = [r for r in results if id(r) in keep]  # in time order
     days = {format_time(r.sk.started_at)[:10] for r in rep.results}
     stamp = slice(5, 19) if len(days) > 1 else slice(11, 19)
     rows = []
-    for r in rep.results:
+    for r in shown:
         u, p = r.usage, r.predicted
         read = f"{u.cache_read_tokens:,}"
         if r.observed and p is not None and p.cache_read_tokens != u.cache_read_tokens:
@@ -125,17 +194,9 @@ def render(rep: Report) -> None:
         rows.append([format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent,
                      f"{u.input_tokens:,}", read, f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit,
                      money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
-    print_table("Requests", REQUEST_COLUMNS, rows)
-    t = rep.totals
-    out.print(Text.assemble((f"Total ({rep.basis}): ", "bold"),
-                            f"{t['requests']} requests · {t['input_tokens']:,} input tokens · ",
-                            (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", "green"), " · ",
-                            f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
-                            (_total_cost(t), "bold")))
-    out.print(f"Writes: cold start {t['cold_start_write_tokens']:,} tokens, rebuilds "
-              f"{t['rebuild_write_tokens']:,} tokens; missed reads {t['missed_read_tokens']:,} tokens")
-    _render_misses(rep)
-    _render_notes(rep)
+    title = "Requests" if shown is results else \
+        f"Requests: the {len(shown):,} costliest of {len(results):,} (--requests all for every row)"
+    print_table(title, REQUEST_COLUMNS, rows)
 
 
 def _total_cost(t: dict) -> str:
@@ -143,19 +204,6 @@ def _total_cost(t: dict) -> str:
     if t["cost_usd"] is None or not unpriced:
         return money(t["cost_usd"])
     return f"{money(t['cost_usd'])} + n/a for {unpriced} unpriced request{'s' if unpriced > 1 else ''}"
-
-
-def _render_misses(rep: Report) -> None:
-    if not rep.misses:
-        out.print(Text("No misses: every request read what an ideal prefix cache would have.", style="green"))
-        return
-    out.print(Text("Costliest misses", style="bold"))
-    for m in rep.misses:
-        d = m.result.diagnoses[0]
-        out.print(Text.assemble(f"  {m.result.sk.id}: ", (f"{money(m.usd)}", "bold red"),
-                                f" ({m.input_equivalent:,.0f} input-equivalents) ", (d.kind, "magenta")))
-        out.print(Text(f"    why: {d.detail}"))
-        out.print(Text(f"    what to do: {advice_for(d)}", style="cyan"))
 
 
 def render_blocks(rep: Report) -> None:
@@ -207,19 +255,27 @@ def render_tasks(rep: Report) -> None:
 
 
 def render_fixes(rep: Report) -> None:
-    if not rep.fixes:
+    if rep.what_if is None:
         return
-    out.print(Text("Fixes (each priced alone by re-simulating the requests it changes)", style="bold"))
-    for fix in rep.fixes:
-        out.print(Text.assemble("  ", (fix["kind"], "magenta"), f" ({', '.join(fix['requests'])}): saves ",
-                                (f"{money(fix['saving_usd'])}", "bold green"),
-                                f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents)"))
-        out.print(Text(f"    {fix['detail']}", style="cyan"))
+    if not rep.fixes:
+        out.print(Text("Fixes: none pays for itself on this log.", style="dim"))
+        return
+    out.print(Text("Fixes, most valuable first (each priced by one simulation of the whole log with it applied)",
+                   style="bold"))
+    for n, fix in enumerate(rep.fixes, start=1):
+        on_top = f" on top of {', '.join(fix['requires'])}" if fix.get("requires") else ""
+        out.print(Text.assemble(f"  {n}. ", (fix["kind"], "magenta"), " saves ",
+                                (money(fix["saving_usd"]), "bold green"),
+                                f" ({fix['saving_input_equivalent_tokens']:,.0f} input-equivalents{on_top}) · "
+                                f"{fix['reach']['text']}"))
+        out.print(Text(f"     {fix['detail']}", style="cyan"))
     for alt in rep.alternatives:  # same misses, a chosen fix does better: priced, not applied
-        out.print(Text.assemble("  or ", (alt["kind"], "magenta"), f" ({', '.join(alt['requests'])}) instead of "
-                                f"{' + '.join(alt.get('instead_of', []))}: saves {money(alt['saving_usd'])} "
-                                f"({alt['saving_input_equivalent_tokens']:,.0f} input-equivalents)", style="dim"))
-        out.print(Text(f"    {alt['detail']}", style="dim"))
+        variant = f" ({alt['variant']})" if alt.get("variant") else ""
+        out.print(Text.assemble("  or ", (alt["kind"] + variant, "magenta"),
+                                f" instead of {' + '.join(alt.get('instead_of', []))}"
+                                f": saves {money(alt['saving_usd'])} ({alt['saving_input_equivalent_tokens']:,.0f} "
+                                f"input-equivalents) · {alt['reach']['text']}", style="dim"))
+        out.print(Text(f"     {alt['detail']}", style="dim"))
     a, b = rep.with_all_fixes["baseline_predicted"], rep.with_all_fixes
     # both sides are kvprobe's prediction; say so next to the logged total printed above
     logged = rep.totals["cost_usd"] if any(r.observed for r in rep.results) else None
@@ -229,6 +285,13 @@ def render_fixes(rep: Report) -> None:
                             (money(b["cost_usd"]), "green"),
                             " (one simulation of what `kvprobe fix` writes"
                             + (f"; the logged total is {money(logged)})" if logged is not None else ")")))
+
+
+def render_fleet(rep: Report) -> None:
+    for f in rep.fleet:
+        out.print(Text.assemble(("Fleet: ", "bold"), f.summary))
+        if f.fixes:
+            out.print(Text(f"  fixed by: {', '.join(f.fixes)}", style="cyan"))
 
 
 def render_what_if(rep: Report) -> None:
@@ -251,7 +314,7 @@ def _before_after(before, after, name: str) -> str:
     return f"{getattr(before, name):,} → {now:,}" if before is not None else f"+{now:,}"
 
 
-def _render_notes(rep: Report) -> None:
+def _render_notes(rep: Report) -> None:  # on stderr, after everything
     for note in rep.notes:
         err.print(note)
     for name, stats in rep.stats:
@@ -271,7 +334,7 @@ def to_markdown(rep: Report) -> str:
              f"{t['input_equivalent_tokens']:,.0f} | {money(t['cost_usd'])} |", ""]
     if rep.misses:
         lines += ["| request | cost of miss | cause | what to do |", "|---|---:|---|---|"]
-        for m in rep.misses:
+        for m in rep.misses[: rep.top]:
             d = m.result.diagnoses[0]
             lines.append(f"| {m.result.sk.id} | {money(m.usd)} | {d.kind}: {d.detail} | {advice_for(d)} |")
     else:

@@ -93,3 +93,28 @@ def longer_lifetime(rules: ModelRules) -> dict[str, Any] | None:
     breakpoint cache "ttl": the value a breakpoint's ttl takes}."""
     value = rules.get("longer_lifetime")
     return value if isinstance(value, dict) and value.get("setting") else None
+
+
+def pause_advice(rules: ModelRules, cached_tokens: int, pause_s: float, lifetime_s: float | None = None,
+                 tail_tokens: int = 0) -> str | None:
+    """What pays for one pause after which the entry had expired: keep-alive pings (under their break-even),
+    or the provider's longer lifetime (where it covers the pause). None: nothing does — a new start."""
+    from kvprobe.wording import duration
+
+    lifetime = lifetime_s if lifetime_s is not None else entry_lifetime_s(rules)
+    p = plan(rules, cached_tokens, pause_s, tail_tokens)
+    longer = longer_lifetime(rules)
+    covers = longer is not None and lifetime is not None and lifetime < float(longer["seconds"]) \
+        and pause_s <= float(longer["seconds"])
+    longer_words = (f"use {longer['setting']}: entries live {duration(float(longer['seconds']))}, long enough for "
+                    f"this pause (writes at {float(longer['write_multiplier']):g}× input)") if covers and longer else ""
+    if p is not None and p.pays:
+        advice = (f"send {p.pings} keep-alive request{'s' if p.pings > 1 else ''} (the same prefix, max_tokens 1) "
+                  f"every {duration(p.interval_s)} through pauses like this one: {p.pings * p.ping_cost:,.0f} "
+                  f"input-equivalents against {p.rebuild_cost:,.0f} for the rebuild (pings pay for pauses up to "
+                  f"{duration(p.break_even_s)})")
+        return advice + (f"; or {longer_words}" if covers else "")
+    if covers:
+        be = f" (they pay up to {duration(p.break_even_s)})" if p is not None else ""
+        return f"keep-alive pings would cost more than the rebuild for a {duration(pause_s)} pause{be}; {longer_words}"
+    return None

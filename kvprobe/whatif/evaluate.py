@@ -222,8 +222,8 @@ def _choose(pricer: Pricer, group: list[tuple[Policy, Priced]]) -> list[Policy]:
 
 
 def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
-    same = [c.kind for c in chosen if set(c.requests) & set(alt.requests)]
-    return same or [c.kind for c in chosen]
+    same = [c.label for c in chosen if set(c.requests) & set(alt.requests)]
+    return same or [c.label for c in chosen]
 
 
 @dataclass(slots=True)

@@ -79,7 +79,13 @@ class Policy:
                                                  "sessions_with_cause": self.cause_sessions,
                                                  "edited_requests": self.edited_requests, "text": self.reach},
                 "instances": [i.to_json() for i in self.instances],
-                **({"requires": [p.key for p in self.requires]} if self.requires else {}), **self.extra}
+                **({"requires": [p.label for p in self.requires]} if self.requires else {}), **self.extra}
+
+    @property
+    def label(self) -> str:
+        """The kind and what it changes, in a few words: `stabilize_prefix (system[0])`."""
+        what = self.extra.get("variant") or self.extra.get("path") or self.extra.get("param")
+        return f"{self.kind} ({what})" if what else self.kind
 
 
 @dataclass(slots=True)

@@ -91,8 +91,11 @@ def propose_fleet(ev: Evidence, earlier: list[Policy]) -> list[Policy]:
         if f.breaker in ("tool list", "parameter"):
             continue  # the fix for those is per session (stable tools, held parameters), not a lifetime
         sessions = set(f.sessions)
-        firsts = sorted(((r.sk.started_at, r.sk.id) for r in ev.results if r.sk.session in sessions
-                         and r.previous is None and r.sk.request is not None))
+        first: dict[str, tuple[float, str]] = {}  # each session's first request: it wrote what others held
+        for r in ev.results:
+            if r.sk.session in sessions and r.sk.request is not None and r.sk.session not in first:
+                first[r.sk.session] = (r.sk.started_at, r.sk.id)
+        firsts = sorted(first.values())
         end = _SharedEnd(path, str(knob["ttl"]), sessions)
         detail = (f"the {plural(len(sessions), 'session')} start {f.median_gap_s:,.0f}s apart and entries live "
                   f"{f.lifetime_s:,.0f}s: give the breakpoint that ends their shared {f.prefix_tokens:,}-token "
