@@ -9,14 +9,15 @@ import datetime as dt
 import fnmatch
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from kvprobe.errors import CatalogError
+from kvprobe.model_ids import canonical_model, stem_matches
 
-PROVIDERS = ("anthropic", "openai", "deepseek", "gemini", "local")
+PROVIDERS = ("anthropic", "openai", "deepseek", "gemini", "xai", "mistral", "moonshot", "qwen", "local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +29,45 @@ class Rule:
     source: str
     checked: dt.date
     alternatives: tuple[Any, ...] = ()
-    scope: str = "provider"  # "provider" or the model family that set it
+    scope: str = "provider"  # "provider", the model family that set it, or "<platform>" / "<platform>:<family>"
 
 
 @dataclass(frozen=True, slots=True)
 class ModelFamily:
     family: str
-    patterns: tuple[str, ...]
+    patterns: tuple[str, ...]  # model stems (kvprobe.model_ids.stem_matches), or fnmatch globs
     rules: dict[str, Rule]
+    provider: str | None = None  # in a platform file: the provider whose models the family names
+
+    def matches(self, canonical: str) -> bool:
+        return any(stem_matches(canonical, pattern) for pattern in self.patterns)
+
+
+def _family_of(models: tuple[ModelFamily, ...], model: str | None, provider: str | None = None
+               ) -> ModelFamily | None:
+    if not model:
+        return None
+    canonical = canonical_model(model)
+    for fam in models:
+        if (provider is None or fam.provider in (None, provider)) and fam.matches(canonical):
+            return fam
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformCatalog:
+    """A platform serving other providers' models (Bedrock, Vertex, OpenRouter): rules that replace the
+    provider's for what it serves, and what tells a request served by it apart (`detect`)."""
+
+    platform: str
+    serves: tuple[str, ...]
+    rules: dict[str, Rule]
+    models: tuple[ModelFamily, ...]
+    detect: dict[str, tuple[str, ...]]
+    path: Path
+
+    def family_for(self, provider: str, model: str | None) -> ModelFamily | None:
+        return _family_of(self.models, model, provider)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,33 +80,62 @@ class ProviderCatalog:
     path: Path
 
     def family_for(self, model: str | None) -> ModelFamily | None:
-        if not model:
-            return None
-        for fam in self.models:
-            if any(fnmatch.fnmatchcase(model, pat) for pat in fam.patterns):
-                return fam
-        return None
+        return _family_of(self.models, model)
 
-    def for_model(self, model: str | None) -> "ModelRules":
+    def for_model(self, model: str | None, platform: str | None = None,
+                  serving: PlatformCatalog | None = None) -> "ModelRules":
+        """The rules for a model: provider defaults, its family's, then (served by a platform) the platform's
+        rules and the platform's family for the model. A model no family matches is flagged (`fallback`)."""
         fam = self.family_for(model)
         merged = dict(self.rules)
         if fam:
             merged.update(fam.rules)
-        return ModelRules(self.provider, model, fam.family if fam else None, merged)
+        platform_family = None
+        if serving is not None:
+            merged.update(serving.rules)
+            pfam = serving.family_for(self.provider, model)
+            if pfam:
+                merged.update(pfam.rules)
+                platform_family = pfam.family
+        return ModelRules(self.provider, model, fam.family if fam else None, merged, platform,
+                          platform_family, platform_listed=serving is not None or _first_party(self.provider,
+                                                                                               platform))
+
+
+def _first_party(provider: str, platform: str | None) -> bool:
+    return platform is None or platform == provider
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRules:
-    """The rules that apply to one model of one provider."""
+    """The rules that apply to one model of one provider, on one platform."""
 
     provider: str
     model: str | None
-    family: str | None  # None: the model is not listed; provider defaults apply (flag it)
+    family: str | None  # None: the model is not listed; provider defaults apply (flag it: `fallback`)
     rules: dict[str, Rule] = field(default_factory=dict)
+    platform: str | None = None  # who served it: None or the provider itself for the first-party API
+    platform_family: str | None = None  # the platform's own entry for the model, when it has one
+    platform_listed: bool = True  # False: a platform the catalog has no rules for (first-party rules used)
 
     @property
     def known_model(self) -> bool:
         return self.family is not None
+
+    @property
+    def fallback(self) -> str | None:
+        """What the rules fell back to, in words, or None when nothing did: every output that used a default
+        names the model with this."""
+        parts = []
+        if not self.known_model:
+            parts.append(f"{self.provider} defaults (no rule names {self.model or 'an unnamed model'})")
+        if not self.platform_listed:
+            parts.append(f"{self.provider}'s own rules (no rules for the {self.platform} platform)")
+        return "; ".join(parts) or None
+
+    @property
+    def served_by(self) -> str:
+        return self.platform if self.platform and self.platform != self.provider else self.provider
 
     def get(self, name: str, default: Any = None) -> Any:
         rule = self.rules.get(name)
@@ -115,22 +176,29 @@ def _parse_rule(name: str, raw: Any, where: str, scope: str) -> Rule:
     return Rule(name, raw["value"], str(raw["source"]), checked, tuple(raw.get("alternatives", ())), scope)
 
 
-def _parse_model(raw: dict[str, Any], where: str) -> ModelFamily:
+def _parse_model(raw: dict[str, Any], where: str, scope_prefix: str = "") -> ModelFamily:
     family = raw.get("family")
     patterns = raw.get("match")
     if not isinstance(family, str) or not isinstance(patterns, list) or not patterns:
         raise CatalogError(f"{where}: each [[models]] entry needs 'family' and a non-empty 'match' list")
-    rules = {k: _parse_rule(k, v, f"{where} [{family}]", family)
-             for k, v in raw.items() if k not in ("family", "match")}
-    return ModelFamily(family, tuple(patterns), rules)
+    provider = raw.get("provider")
+    if provider is not None and provider not in PROVIDERS:
+        raise CatalogError(f"{where} [{family}]: field 'provider' must be one of {', '.join(PROVIDERS)}")
+    rules = {k: _parse_rule(k, v, f"{where} [{family}]", scope_prefix + family)
+             for k, v in raw.items() if k not in ("family", "match", "provider")}
+    return ModelFamily(family, tuple(str(p).lower() for p in patterns), rules, provider)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: cannot read provider rules: {exc}") from exc
 
 
 def load_provider_file(path: Path) -> ProviderCatalog:
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise CatalogError(f"{where}: cannot read provider rules: {exc}") from exc
+    data = _read_toml(path)
     provider = data.get("provider")
     if provider not in PROVIDERS:
         raise CatalogError(f"{where}: field 'provider' must be one of {', '.join(PROVIDERS)}")
@@ -141,30 +209,102 @@ def load_provider_file(path: Path) -> ProviderCatalog:
                            rules, models, path)
 
 
+_DETECT_KEYS = ("hosts", "endpoint_markers", "model_markers", "response_id_prefixes")
+
+
+def load_platform_file(path: Path) -> PlatformCatalog:
+    where = str(path)
+    data = _read_toml(path)
+    platform = data.get("platform")
+    if not isinstance(platform, str) or not platform or platform in PROVIDERS:
+        raise CatalogError(f"{where}: field 'platform' must name a platform other than a provider")
+    serves = data.get("serves")
+    if not isinstance(serves, list) or not serves or any(p not in PROVIDERS for p in serves):
+        raise CatalogError(f"{where}: field 'serves' must list providers among {', '.join(PROVIDERS)}")
+    detect = data.get("detect", {})
+    if not isinstance(detect, dict) or any(k not in _DETECT_KEYS or not isinstance(v, list) for k, v in detect.items()):
+        raise CatalogError(f"{where}: table 'detect' takes lists named {', '.join(_DETECT_KEYS)}")
+    rules = {name: _parse_rule(name, raw, where, platform) for name, raw in data.get("rules", {}).items()}
+    models = tuple(_parse_model(m, where, f"{platform}:") for m in data.get("models", []))
+    if any(m.provider is None for m in models):
+        raise CatalogError(f"{where}: each [[models]] entry of a platform file names its 'provider'")
+    return PlatformCatalog(platform, tuple(serves), rules, models,
+                           {k: tuple(str(x).lower() for x in v) for k, v in detect.items()}, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    providers: dict[str, ProviderCatalog]
+    platforms: dict[str, PlatformCatalog]
+
+
 @lru_cache(maxsize=8)
-def _load_all(directory: str) -> dict[str, ProviderCatalog]:
+def _load_all(directory: str) -> Catalog:
     root = Path(directory)
     files = sorted(root.glob("*.toml"))
     if not files:
         raise CatalogError(f"{root}: no provider rule files (*.toml) found")
-    catalogs = {}
+    providers: dict[str, ProviderCatalog] = {}
+    platforms: dict[str, PlatformCatalog] = {}
     for path in files:
-        cat = load_provider_file(path)
-        catalogs[cat.provider] = cat
-    return catalogs
+        head = _read_toml(path)
+        if "platform" in head:
+            plat = load_platform_file(path)
+            platforms[plat.platform] = plat
+        elif "provider" in head or "prices" not in head:  # prices.toml is the price overlay (kvprobe.pricing)
+            cat = load_provider_file(path)
+            providers[cat.provider] = cat
+    return Catalog(providers, platforms)
 
 
 def load_catalog(directory: Path | None = None) -> dict[str, ProviderCatalog]:
-    return _load_all(str(directory or providers_dir()))
+    return _load_all(str(directory or providers_dir())).providers
 
 
-def rules_for(provider: str, model: str | None) -> ModelRules:
-    return _rules_for(str(providers_dir()), provider, model)
+def load_platforms(directory: Path | None = None) -> dict[str, PlatformCatalog]:
+    return _load_all(str(directory or providers_dir())).platforms
+
+
+def rules_for(provider: str, model: str | None, platform: str | None = None, mode: str | None = None
+              ) -> ModelRules:
+    """The rules for a model of a provider, served by `platform` (None: the provider's own API), for a request
+    cached in `mode` (a request's `cache_mode`: where a provider has two modes, `mode_rules` says what
+    differs in each)."""
+    return _rules_for(str(providers_dir()), provider, model, platform, mode)
 
 
 @lru_cache(maxsize=1024)
-def _rules_for(directory: str, provider: str, model: str | None) -> ModelRules:
-    cat = _load_all(directory).get(provider)
+def _rules_for(directory: str, provider: str, model: str | None, platform: str | None,
+               mode: str | None = None) -> ModelRules:
+    if mode is not None:
+        return _in_mode(_rules_for(directory, provider, model, platform), mode)
+    catalog = _load_all(directory)
+    cat = catalog.providers.get(provider)
+    serving = catalog.platforms.get(platform) if platform else None
+    if serving is not None and provider not in serving.serves:
+        serving = None
     if cat is None:
-        return ModelRules(provider, model, None, {})
-    return cat.for_model(model)
+        return ModelRules(provider, model, None, {}, platform, None, _first_party(provider, platform))
+    return cat.for_model(model, platform, serving)
+
+
+def _in_mode(rules: ModelRules, mode: str) -> ModelRules:
+    base = rules.rule("mode_rules")
+    overrides = base.value.get(mode) if base is not None and isinstance(base.value, dict) else None
+    if not isinstance(overrides, dict):
+        return rules
+    merged = dict(rules.rules)
+    for name, value in overrides.items():
+        merged[name] = Rule(name, value, base.source, base.checked, (), f"{base.scope} ({mode} mode)")
+    return replace(rules, rules=merged)
+
+
+def all_rules(directory: Path | None = None) -> list[Rule]:
+    """Every rule of every provider and platform file, each once (the registry `providers --check` dates)."""
+    catalog = _load_all(str(directory or providers_dir()))
+    out: list[Rule] = []
+    for holder in [*catalog.providers.values(), *catalog.platforms.values()]:
+        out += holder.rules.values()
+        for fam in holder.models:
+            out += fam.rules.values()
+    return out

@@ -85,7 +85,7 @@ def test_providers_command_shows_sources(cli):
     data = json.loads(cli("providers", "claude-sonnet-4-6", "--json").stdout)
     [view] = data
     rule = view["rules"]["min_cacheable_tokens"]
-    assert rule["value"] == 1024 and rule["alternatives"] == [2048] and rule["checked"] == "2026-08-30"
+    assert rule["value"] == 1024 and rule["alternatives"] == [2048] and rule["checked"] == "2026-12-01"
     assert view["known_model"] is True
     res = cli("providers", "claude-unknown-model", "--json")
     assert json.loads(res.stdout)[0]["known_model"] is False

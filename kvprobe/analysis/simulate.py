@@ -16,7 +16,7 @@ from kvprobe.analysis.sizing import BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
-from kvprobe.sim import AnthropicCache, Prediction, PrefixCache, cache_for
+from kvprobe.sim import AnthropicCache, BreakpointCache, Prediction, PrefixCache, cache_for, cache_name
 from kvprobe.sim.gemini_explicit import GeminiContextCaches, storage_usd
 from kvprobe.usage import Usage
 
@@ -112,7 +112,7 @@ class Simulator:
 
     def __init__(self, store: BlockStore | None = None, sizer: BlockSizer | None = None, *,
                  presized: bool = False, ideal: bool = True) -> None:
-        self.caches: dict[str, AnthropicCache | PrefixCache] = {}
+        self.caches: dict[str, AnthropicCache | BreakpointCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
         self.ideal: dict[str, _Ideal] | None = {} if ideal else None
         self.sizer = None if presized else (sizer or BlockSizer())
@@ -120,7 +120,8 @@ class Simulator:
         self.previous: dict[tuple[str, str], RequestResult] = {}
 
     def step(self, sk: Skeleton) -> RequestResult:
-        rules = rules_for(sk.provider, sk.model)
+        platform = sk.extra.get("platform")
+        rules = rules_for(sk.provider, sk.model, platform, sk.request.cache_mode if sk.request else None)
         if sk.request is None:
             return self._usage_only(sk, rules)
         req = sk.request
@@ -129,8 +130,8 @@ class Simulator:
         if req.cache_mode in ("gemini_create", "gemini_cached"):
             pred = self._context_cache(sk, req, rules)
         else:
-            cache_name = f"{sk.provider}/{req.cache_mode}"
-            cache = self.caches.setdefault(cache_name, cache_for(sk.provider, req.cache_mode))
+            name = cache_name(sk.provider, platform, req.cache_mode)
+            cache = self.caches.setdefault(name, cache_for(sk.provider, req.cache_mode))
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
                                      pred.cache_write_1h_tokens, _output_tokens(sk))

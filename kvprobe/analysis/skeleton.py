@@ -108,7 +108,7 @@ class BlockStore:
 def _render(record: TraceRecord, renderer: StreamRenderer) -> RenderedRequest:
     try:
         return renderer.render(record.request, record.provider, record.endpoint, record.response,
-                               (record.session, record.agent))
+                               (record.session, record.agent), record.extra.get("request_headers"), record.platform)
     except InputError as exc:
         field = f"request.{exc.field}" if exc.field else "request"
         raise InputError(exc.message, file=record.source, line=record.line, field=field) from None
@@ -166,6 +166,9 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
         logged = normalize_usage(provider, rec.usage)
         observed = logged if use_observed else None
         kept = {k: rec.extra[k] for k in _CARRIED if k in rec.extra}
+        platform = rec.platform
+        if platform is not None:  # who served it: part of the rules a request is simulated under
+            kept["platform"] = platform
         if logged is not None and not use_observed:
             kept.setdefault("output_tokens", logged.output_tokens)
         reported = _miss_reason(rec.response)

@@ -88,11 +88,14 @@ def _message_blocks(messages: Any, default_ttl: str, start: int = 0) -> list[Blo
 
 
 def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules,
-            new_from: tuple[int, int] = (0, 0)) -> dict[str, IdentityParam]:
+            new_from: tuple[int, int] = (0, 0), betas: frozenset[str] = frozenset()) -> dict[str, IdentityParam]:
     """The identity parameters the rules name. `new_from` = (first block, first message) not known to be
     free of images and citation-enabled documents: only those are scanned (a long history is not walked
-    again for every request that extends it)."""
+    again for every request that extends it). A beta the rules list in `cache_keeping_betas` takes the
+    parameters it names out (a change of them keeps the cache)."""
     levels: dict[str, str] = rules.get("invalidation", {}) or {}
+    kept: dict[str, list[str]] = rules.get("cache_keeping_betas", {}) or {}
+    exempt = {name for beta in betas for name in kept.get(beta, ())}
     tools = body.get("tools") or []
     first_block, first_message = new_from
     values = {
@@ -103,9 +106,18 @@ def _params(body: dict[str, Any], blocks: list[Block], rules: ModelRules,
         "web_search": lambda: any(isinstance(t, dict) and str(t.get("type", "")).startswith("web_search")
                                   for t in tools),
         "citations": lambda: _citations_enabled(body.get("messages"), first_message),
+        "speed": lambda: body.get("speed"),
+        "effort": lambda: _effort(body, rules),
     }
     return {name: IdentityParam.of(name, value(), levels.get(name, "all")) for name, value in values.items()
-            if name in levels}
+            if name in levels and name not in exempt}
+
+
+def _effort(body: dict[str, Any], rules: ModelRules) -> Any:
+    """output_config.effort as the cache sees it: the model's default effort is the same as none."""
+    config = body.get("output_config")
+    effort = config.get("effort") if isinstance(config, dict) else None
+    return None if effort is None or effort == rules.get("default_effort") else effort
 
 
 def _citations_enabled(messages: Any, start: int = 0) -> bool:
@@ -131,14 +143,14 @@ def _apply_automatic(body: dict[str, Any], blocks: list[Block], default_ttl: str
     return True
 
 
-def render_anthropic(body: dict[str, Any], rules: ModelRules) -> RenderedRequest:
+def render_anthropic(body: dict[str, Any], rules: ModelRules, betas: frozenset[str] = frozenset()) -> RenderedRequest:
     if "messages" not in body:
         raise InputError("expected an Anthropic Messages body with 'messages'", field="messages")
     default_ttl = rules.get("default_ttl", "5m")
     blocks = _tool_blocks(body.get("tools"), default_ttl) + _system_blocks(body.get("system"), default_ttl)
     blocks += _message_blocks(body["messages"], default_ttl)
     auto = _apply_automatic(body, blocks, default_ttl)
-    params = _params(body, blocks, rules)
+    params = _params(body, blocks, rules, betas=betas)
     chain_hashes(blocks, params)
     req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, auto,
                           cache_mode="breakpoints")
@@ -148,7 +160,8 @@ def render_anthropic(body: dict[str, Any], rules: ModelRules) -> RenderedRequest
 
 def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block],
                      reused_breakpoints: list[tuple[int, str]], first_new: int,
-                     params_before: dict[str, IdentityParam]) -> RenderedRequest | None:
+                     params_before: dict[str, IdentityParam], betas: frozenset[str] = frozenset()
+                     ) -> RenderedRequest | None:
     """Render a body whose blocks up to messages[first_new] are `reused` (already hashed, shared with a
     previous request of identical tools, system, model and leading messages); None when its identity
     parameters differ from `params_before` (every key changes then: render it whole)."""
@@ -157,7 +170,7 @@ def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block
     # the reused blocks and messages[:first_new] belong to the previous request: when it had no image and no
     # citations, neither do they, and only the new ones need a look
     clean = all(p.value in (0, False) for name, p in params_before.items() if name in ("images", "citations"))
-    params = _params(body, blocks, rules, (len(reused), first_new) if clean else (0, 0))
+    params = _params(body, blocks, rules, (len(reused), first_new) if clean else (0, 0), betas)
     if params != params_before:
         return None
     chain_hashes(blocks, params, start=len(reused))

@@ -5,20 +5,24 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from kvprobe.catalog import load_catalog
+from kvprobe.catalog import load_catalog, load_platforms
+from kvprobe.model_ids import canonical_model
 
 _ANTHROPIC_PART_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 
 
 def _by_endpoint(endpoint: str | None, model: str | None) -> str | None:
+    """Provider from the API path; a model another provider names wins on the compatible APIs (DeepSeek,
+    Moonshot and Qwen serve Anthropic-compatible /messages; xAI, Mistral and others OpenAI-compatible ones)."""
     if not endpoint:
         return None
+    named = _by_model(model)
     if endpoint.rstrip("/").endswith("/messages") or endpoint.endswith("/messages/count_tokens"):
-        return "anthropic"
+        return named or "anthropic"
     if "generateContent" in endpoint or endpoint.rstrip("/").endswith("/cachedContents"):
         return "gemini"
     if "chat/completions" in endpoint or endpoint.rstrip("/").endswith("/responses"):
-        return _by_model(model) if _by_model(model) in ("deepseek", "openai") else "openai"
+        return named or "openai"
     return None
 
 
@@ -30,7 +34,7 @@ def _by_model(model: Any) -> str | None:
 
 @lru_cache(maxsize=1024)  # called for every record of a trace; a log names a handful of models
 def _provider_of_model(model: str, _rules_dir: str | None) -> str | None:
-    name = model.lower().rsplit("/", 1)[-1]
+    name = canonical_model(model)
     for cat in load_catalog().values():
         if any(name.startswith(p) for p in cat.model_prefixes):
             return cat.provider
@@ -82,8 +86,47 @@ def infer_provider(body: dict[str, Any] | None, endpoint: str | None = None,
 
 
 def infer_api(body: dict[str, Any], provider: str, endpoint: str | None = None) -> str:
-    if provider == "anthropic":
+    """The wire format of a body: from the endpoint where it says, else the provider's own, else the shape
+    (a Claude model reached through an OpenAI-compatible gateway is still an OpenAI Chat body)."""
+    path = (endpoint or "").split("?", 1)[0].rstrip("/")
+    if path.endswith("/messages"):
         return "anthropic_messages"
-    if (endpoint and endpoint.rstrip("/").endswith("/responses")) or ("input" in body and "messages" not in body):
+    if path.endswith("/responses") or ("input" in body and "messages" not in body):
         return "openai_responses"
+    if "chat/completions" in path:
+        return "openai_chat"
+    if provider in ("anthropic", "local") or (provider != "openai" and _by_shape(body) == "anthropic"):
+        return "anthropic_messages"
     return "openai_chat"
+
+
+def infer_platform(endpoint: str | None = None, model: Any = None, response: Any = None) -> str | None:
+    """Which platform served a request (bedrock, vertex, openrouter, ...) from what a record shows: the
+    response id's prefix (msg_bdrk_, msg_vrtx_), the endpoint's host or path, the model id's form
+    (us.anthropic.claude-..., claude-...@20250929). None: the provider's own API, or nothing says."""
+    return _platform_of(endpoint.lower() if isinstance(endpoint, str) else "",
+                        model.lower() if isinstance(model, str) else "", _response_id(response),
+                        os.environ.get("KVPROBE_PROVIDERS_DIR"))
+
+
+def _response_id(response: Any) -> str:
+    if not isinstance(response, dict):
+        return ""
+    rid = response.get("id")
+    if not isinstance(rid, str) and isinstance(response.get("message"), dict):  # a stream's message_start
+        rid = response["message"].get("id")
+    return rid if isinstance(rid, str) else ""
+
+
+@lru_cache(maxsize=4096)
+def _platform_of(endpoint: str, model: str, response_id: str, _rules_dir: str | None) -> str | None:
+    platforms = load_platforms().values()
+    checks = ((response_id, "response_id_prefixes", str.startswith), (endpoint, "hosts", str.__contains__),
+              (endpoint, "endpoint_markers", str.__contains__), (model, "model_markers", str.__contains__))
+    for text, key, test in checks:
+        if not text:
+            continue
+        for plat in platforms:
+            if any(test(text, marker) for marker in plat.detect.get(key, ())):
+                return plat.platform
+    return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvprobe.catalog import rules_for
-from kvprobe.request import render_request
+from kvprobe.request import betas_of, infer_platform, render_request
 from kvprobe.request.anthropic import extend_anthropic
 from kvprobe.request.model import RenderedRequest
 
@@ -28,6 +28,8 @@ class _Previous:
     request: RenderedRequest  # its `blocks` may since have been swapped for shared (interned) ones
     message_ends: list[int]  # index in request.blocks just after messages[i]
     head: int  # blocks before the first message (tools, system)
+    platform: str | None = None
+    betas: frozenset[str] = frozenset()
 
 
 def _message_ends(req: RenderedRequest, count: int, known: tuple[int, list[int], int] | None = None
@@ -75,15 +77,21 @@ class StreamRenderer:
         self._previous: OrderedDict[Hashable, _Previous] = OrderedDict()
 
     def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
-               stream: Hashable = None) -> RenderedRequest:
+               stream: Hashable = None, headers: dict[str, str] | None = None,
+               platform: str | None = None) -> RenderedRequest:
         prev = self._previous.get(stream)
-        req, known = self._extend(prev, body, provider) if prev is not None else (None, None)
+        betas = betas_of(headers)
+        if platform is None and isinstance(body, dict):
+            platform = infer_platform(endpoint, body.get("model"), response)
+        same = prev is not None and prev.platform == platform and prev.betas == betas
+        req, known = self._extend(prev, body, provider) if same and prev is not None else (None, None)
         if req is None:
-            req, known = render_request(body, provider, endpoint, response), None
+            req, known = render_request(body, provider, endpoint, response, headers, platform), None
         self._previous.pop(stream, None)
-        if req.api == "anthropic_messages" and isinstance(body.get("messages"), list):
+        if req.api == "anthropic_messages" and req.provider in ("anthropic", "local") \
+                and isinstance(body.get("messages"), list):
             head, ends = _message_ends(req, len(body["messages"]), known)
-            self._previous[stream] = _Previous(body, req.provider, req, ends, head)
+            self._previous[stream] = _Previous(body, req.provider, req, ends, head, platform, betas)
             if len(self._previous) > self.streams:
                 self._previous.popitem(last=False)  # the stream seen least recently
         return req
@@ -109,7 +117,8 @@ class StreamRenderer:
             return None, None
         reused = prev.request.blocks[:cut]
         marks = [(i, ttl) for i, ttl in prev.request.breakpoints if i < cut]
-        req = extend_anthropic(body, rules_for(provider, model), reused, marks, k, prev.request.params)
+        req = extend_anthropic(body, rules_for(provider, model, prev.platform), reused, marks, k, prev.request.params,
+                               prev.betas)
         if req is None:
             return None, None
         req.provider = provider  # type: ignore[assignment]

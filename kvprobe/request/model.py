@@ -89,10 +89,13 @@ class RenderedRequest:
     # requests share deduplicated block objects while each request places its own markers.
     # None: read off the blocks (a fresh rendering); given when blocks are shared with another request.
     breakpoints: list[tuple[int, str]] = None  # type: ignore[assignment]
-    cache_mode: str = "implicit"  # "breakpoints" (Anthropic), "explicit" (OpenAI 5.6+ explicit) or "implicit"
+    # "breakpoints" (Anthropic, Qwen's explicit cache), "managed" / "explicit" (OpenAI GPT-5.6+ implicit and
+    # explicit modes), "implicit" (a prefix cache), "gemini_create" / "gemini_cached"
+    cache_mode: str = "implicit"
     # leading blocks taken over from the previous request of the stream (request.incremental): already
     # interned when that request was, so a block store need not look them up again
     shared_prefix: int = field(default=0, compare=False)
+    managed_breakpoint: int | None = None  # GPT-5.6+ implicit mode: the breakpoint OpenAI places itself
 
     def __post_init__(self) -> None:
         if self.breakpoints is None:

@@ -10,28 +10,25 @@ from typing import Any
 from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
-from kvprobe.request.model import Block, IdentityParam, RenderedRequest, canonical_json, chain_hashes
+from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
+from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed
 
 _TEXT_KEY = {"text": "text", "input_text": "text", "refusal": "refusal"}
 
 
-def _part_block(path: str, part: Any, role: str, i: int) -> Block:
+def _part_block(path: str, part: Any, role: str, i: int, rules: ModelRules, provider: str) -> Block:
     if isinstance(part, str):
         return Block(path, "messages", "text", part, role=role, message_index=i)
     if not isinstance(part, dict):
         raise InputError("expected a content part object", field=path)
     kind = str(part.get("type", "text"))
     text, meta = split_part(part, _TEXT_KEY.get(kind))
-    bp = "prompt_cache_breakpoint" in part and part["prompt_cache_breakpoint"] is not False
-    return Block(path, "messages", kind, text, meta, role, i,
-                 breakpoint=_bp_ttl(bp), breakpoint_source="explicit" if bp else None)
+    ttl = marker_ttl(part, rules, provider)
+    return Block(path, "messages", kind, text, meta, role, i, breakpoint=ttl,
+                 breakpoint_source="explicit" if ttl else None)
 
 
-def _bp_ttl(marker: bool) -> str | None:
-    return "explicit" if marker else None
-
-
-def _message_blocks(i: int, msg: Any) -> list[Block]:
+def _message_blocks(i: int, msg: Any, rules: ModelRules, provider: str) -> list[Block]:
     if not isinstance(msg, dict) or "role" not in msg:
         raise InputError("expected a message object with 'role'", field=f"messages[{i}]")
     role, content = str(msg["role"]), msg.get("content")
@@ -41,7 +38,8 @@ def _message_blocks(i: int, msg: Any) -> list[Block]:
         kind = "tool_result" if role == "tool" else "text"
         blocks.append(Block(f"messages[{i}]", "messages", kind, content, meta, role, i))
     elif isinstance(content, list):
-        blocks += [_part_block(f"messages[{i}].content[{j}]", p, role, i) for j, p in enumerate(content)]
+        blocks += [_part_block(f"messages[{i}].content[{j}]", p, role, i, rules, provider)
+                   for j, p in enumerate(content)]
     elif content is not None:
         raise InputError("expected a string, a list of content parts or null", field=f"messages[{i}].content")
     for k, call in enumerate(msg.get("tool_calls") or []):
@@ -61,28 +59,17 @@ def _tool_blocks(tools: Any) -> list[Block]:
     return [Block(f"tools[{i}]", "tools", "tool_definition", canonical_json(t)) for i, t in enumerate(tools)]
 
 
-def openai_params(body: dict[str, Any], rules: ModelRules) -> dict[str, IdentityParam]:
-    levels: dict[str, str] = rules.get("invalidation", {}) or {}
-    values = {"model": body.get("model"), "prompt_cache_key": body.get("prompt_cache_key")}
-    return {n: IdentityParam.of(n, v, levels.get(n, "all")) for n, v in values.items() if n in levels}
-
-
-def explicit_mode(body: dict[str, Any], rules: ModelRules) -> str:
-    """GPT-5.6+ with prompt_cache_options.mode == "explicit" caches at marked breakpoints only."""
-    options = body.get("prompt_cache_options")
-    mode = options.get("mode") if isinstance(options, dict) else None
-    return "explicit" if mode == "explicit" and rules.get("explicit_breakpoints", False) else "implicit"
-
-
-def render_openai_chat(body: dict[str, Any], rules: ModelRules, provider: str = "openai") -> RenderedRequest:
+def render_openai_chat(body: dict[str, Any], rules: ModelRules, provider: str = "openai",
+                       headers: dict[str, str] | None = None) -> RenderedRequest:
     if "messages" not in body:
         raise InputError("expected a Chat Completions body with 'messages'", field="messages")
     if not isinstance(body["messages"], list):
         raise InputError("expected a list of messages", field="messages")
     blocks = _tool_blocks(body.get("tools"))
     for i, msg in enumerate(body["messages"]):
-        blocks += _message_blocks(i, msg)
-    params = openai_params(body, rules)
+        blocks += _message_blocks(i, msg, rules, provider)
+    params = openai_params(body, rules, headers)
     chain_hashes(blocks, params)
-    return RenderedRequest(provider, "openai_chat", body.get("model"), blocks, params,
-                           cache_mode=explicit_mode(body, rules))
+    req = RenderedRequest(provider, "openai_chat", body.get("model"), blocks, params,
+                          cache_mode=cache_mode(body, rules, provider, blocks))
+    return place_managed(req, rules)

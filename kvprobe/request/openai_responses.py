@@ -7,7 +7,7 @@ from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
-from kvprobe.request.openai_chat import explicit_mode, openai_params
+from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed
 
 _TEXT_KEY = {"input_text": "text", "output_text": "text", "text": "text", "function_call_output": "output",
              "reasoning": "summary"}
@@ -15,17 +15,17 @@ _KIND = {"function_call": "tool_use", "function_call_output": "tool_result", "re
          "input_image": "image", "input_file": "document", "input_text": "text", "output_text": "text"}
 
 
-def _part(path: str, part: Any, role: str, i: int) -> Block:
+def _part(path: str, part: Any, role: str, i: int, rules: ModelRules, provider: str) -> Block:
     if not isinstance(part, dict):
         raise InputError("expected a content part object", field=path)
     kind = str(part.get("type", "input_text"))
     text, meta = split_part(part, _TEXT_KEY.get(kind))
-    bp = "prompt_cache_breakpoint" in part and part["prompt_cache_breakpoint"] is not False
+    ttl = marker_ttl(part, rules, provider)
     return Block(path, "messages", _KIND.get(kind, kind), text, meta, role, i,
-                 breakpoint="explicit" if bp else None, breakpoint_source="explicit" if bp else None)
+                 breakpoint=ttl, breakpoint_source="explicit" if ttl else None)
 
 
-def _item_blocks(i: int, item: Any) -> list[Block]:
+def _item_blocks(i: int, item: Any, rules: ModelRules, provider: str) -> list[Block]:
     path = f"input[{i}]"
     if isinstance(item, str):
         blocks = [Block(path, "messages", "text", item, role="user", message_index=i)]
@@ -36,17 +36,18 @@ def _item_blocks(i: int, item: Any) -> list[Block]:
         if isinstance(content, str):
             blocks = [Block(path, "messages", "text", content, role=role, message_index=i)]
         elif isinstance(content, list):
-            blocks = [_part(f"{path}.content[{j}]", p, role, i) for j, p in enumerate(content)]
+            blocks = [_part(f"{path}.content[{j}]", p, role, i, rules, provider) for j, p in enumerate(content)]
         else:
             raise InputError("expected a string or a list of content parts", field=f"{path}.content")
     else:
-        blocks = [_part(path, item, str(item.get("role", "")), i)]
+        blocks = [_part(path, item, str(item.get("role", "")), i, rules, provider)]
     if blocks:
         blocks[0].first_in_message = True
     return blocks
 
 
-def render_openai_responses(body: dict[str, Any], rules: ModelRules) -> RenderedRequest:
+def render_openai_responses(body: dict[str, Any], rules: ModelRules, provider: str = "openai",
+                            headers: dict[str, str] | None = None) -> RenderedRequest:
     if "input" not in body:
         raise InputError("expected a Responses body with 'input'", field="input")
     tools = body.get("tools") or []
@@ -60,8 +61,9 @@ def render_openai_responses(body: dict[str, Any], rules: ModelRules) -> Rendered
     for i, item in enumerate([items] if isinstance(items, str) else items if isinstance(items, list) else [None]):
         if item is None:
             raise InputError("expected a string or a list of input items", field="input")
-        blocks += _item_blocks(i, item)
-    params = openai_params(body, rules)
+        blocks += _item_blocks(i, item, rules, provider)
+    params = openai_params(body, rules, headers)
     chain_hashes(blocks, params)
-    return RenderedRequest("openai", "openai_responses", body.get("model"), blocks, params,
-                           cache_mode=explicit_mode(body, rules))
+    req = RenderedRequest(provider, "openai_responses", body.get("model"), blocks, params,
+                          cache_mode=cache_mode(body, rules, provider, blocks))
+    return place_managed(req, rules)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
+from kvprobe.sim.implicit import routing_capped
 from kvprobe.sim.positions import cumulative_tokens, lookback_positions
 from kvprobe.sim.result import Evidence, Prediction
 
@@ -43,7 +44,8 @@ class AnthropicCache:
         if not bps:
             pred.fresh_input_tokens = total
             return pred
-        ttl_seconds: dict[str, float] = rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}
+        ttl_seconds: dict[str, float] = {ttl: routing_capped(float(s), rules) for ttl, s in
+                                         (rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}).items()}
         hit = self._find_hit(req, rules, bps, start, pred)
         read = cum[hit] if hit is not None else 0
         if hit is not None:

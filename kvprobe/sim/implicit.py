@@ -35,8 +35,15 @@ def round_cached(matched: int, rules: ModelRules, total: int) -> int:
 def retention_seconds(rules: ModelRules) -> float:
     value = rules.get("retention_seconds", 600)
     if isinstance(value, dict):
-        return float(value.get(str(rules.get("default_retention", "in_memory")), min(value.values())))
-    return float(value)
+        value = value.get(str(rules.get("default_retention", "in_memory")), min(value.values()))
+    return routing_capped(float(value), rules)
+
+
+def routing_capped(seconds: float, rules: ModelRules) -> float:
+    """An entry's useful life where the platform routes a conversation away after an idle time (OpenRouter's
+    sticky routing ends after 10 idle minutes: the next request lands on another provider's cache)."""
+    cap = rules.get("sticky_routing_idle_seconds")
+    return min(seconds, float(cap)) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else seconds
 
 
 class PrefixCache:

@@ -43,6 +43,19 @@ class TraceRecord:
         return via if isinstance(via, str) else None
 
     @property
+    def platform(self) -> str | None:
+        """Who served the request when not the provider's own API (bedrock, vertex, openrouter, azure, ...): the
+        record's own `platform` key (importers and capture set it), else what the endpoint's host or path,
+        the response id's prefix (msg_bdrk_, msg_vrtx_) or the model id's form show. None: first-party, or
+        nothing says."""
+        named = self.extra.get("platform")
+        if isinstance(named, str) and named:
+            return None if named == self.provider else named
+        from kvprobe.request.detect import infer_platform  # the catalog's `detect` tables (providers/)
+
+        return infer_platform(self.endpoint, self.model, self.response)
+
+    @property
     def model(self) -> str | None:
         for holder in (self.request, self.response):
             if isinstance(holder, dict) and isinstance(holder.get("model"), str):
