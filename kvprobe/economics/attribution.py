@@ -99,7 +99,8 @@ def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, Bloc
         req = r.sk.request
         if req is None:
             continue
-        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, r.usage.input_tokens) or {}
+        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, r.usage.input_tokens,
+                                   r.sk.extra.get("platform")) or {}
         weights = _weights(r)
         segments = _segments(r)
         priced = [(s, e, units.get(cls, 0.0), weights[cls], _FIELD[cls]) for s, e, cls in segments]

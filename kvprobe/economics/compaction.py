@@ -54,7 +54,8 @@ def _r(v: float | None) -> float | None:
 def _price(c: Compaction, prices: PriceBook) -> None:
     s, b = c.summary, c.rebuild
     at = s or b
-    units = prices.unit_prices(at.sk.provider, at.sk.model, at.sk.started_at, c.tokens_before)
+    units = prices.unit_prices(at.sk.provider, at.sk.model, at.sk.started_at, c.tokens_before,
+                               at.sk.extra.get("platform"))
     if not units:
         return
     c.per_turn_saving_usd = (c.tokens_before - c.tokens_after) * units["read"]

@@ -1,0 +1,100 @@
+"""The dated, sourced price overlay (`providers/prices.toml`): models the genai-prices dataset lacks, and the
+dated corrections it needs. Each row: provider, model, `from` (and optional `until`) date, per-million-token
+prices, source and checked date; `override = true` makes a row win over genai-prices inside its dates."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kvprobe.catalog import PROVIDERS, providers_dir
+from kvprobe.errors import CatalogError
+from kvprobe.model_ids import canonical_model
+
+OVERLAY_FILE = "prices.toml"
+PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
+_EPOCH = dt.date(1970, 1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceRow:
+    provider: str
+    model: str
+    start: dt.date
+    until: dt.date | None
+    prices: dict[str, float]
+    override: bool
+    source: str
+    checked: dt.date
+
+    def covers(self, day: int | None) -> bool:
+        """Whether the row applies on an epoch day (None: no date known, the newest row applies)."""
+        if day is None:
+            return self.until is None
+        date = _EPOCH + dt.timedelta(days=day)
+        return self.start <= date and (self.until is None or date < self.until)
+
+    def units(self) -> dict[str, float]:
+        """USD per token of each class, as `PriceBook.unit_prices` gives them."""
+        p, per = self.prices, 1_000_000
+        base = p["input_mtok"]
+        write = p.get("cache_write_mtok", base)
+        return {"fresh": base / per, "read": p.get("cache_read_mtok", base) / per, "write_5m": write / per,
+                "write_1h": p.get("cache_write_1h_mtok", write) / per, "output": p.get("output_mtok", 0.0) / per}
+
+
+def _date(raw: Any, where: str, name: str) -> dt.date:
+    if isinstance(raw, dt.date):
+        return raw
+    try:
+        return dt.date.fromisoformat(str(raw))
+    except ValueError:
+        raise CatalogError(f"{where}: field '{name}': expected YYYY-MM-DD, got {raw!r}") from None
+
+
+def _row(raw: Any, where: str) -> PriceRow:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: each [[models]] entry must be a table")
+    for key in ("provider", "model", "from", "input_mtok", "source", "checked"):
+        if key not in raw:
+            raise CatalogError(f"{where}: a price row has no '{key}'")
+    if raw["provider"] not in PROVIDERS:
+        raise CatalogError(f"{where} [{raw['model']}]: field 'provider' must be one of {', '.join(PROVIDERS)}")
+    prices = {k: raw[k] for k in PRICE_KEYS if k in raw}
+    bad = [k for k, v in prices.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0]
+    if bad:
+        raise CatalogError(f"{where} [{raw['model']}]: field '{bad[0]}': expected a price of 0 or more")
+    until = _date(raw["until"], where, "until") if "until" in raw else None
+    return PriceRow(str(raw["provider"]), canonical_model(str(raw["model"])), _date(raw["from"], where, "from"),
+                    until, {k: float(v) for k, v in prices.items()}, bool(raw.get("override", False)),
+                    str(raw["source"]), _date(raw["checked"], where, "checked"))
+
+
+@lru_cache(maxsize=4)
+def _load(directory: str) -> tuple[PriceRow, ...]:
+    import tomllib
+
+    path = Path(directory) / OVERLAY_FILE
+    if not path.is_file():
+        return ()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: cannot read the price overlay: {exc}") from exc
+    return tuple(_row(raw, str(path)) for raw in data.get("models", []))
+
+
+def overlay_rows(directory: Path | None = None) -> tuple[PriceRow, ...]:
+    return _load(str(directory or providers_dir()))
+
+
+def overlay_row(provider: str | None, model: str, day: int | None, override: bool) -> PriceRow | None:
+    """The overlay row pricing a model on a day: among the override rows, or the plain ones."""
+    name = canonical_model(model)
+    for row in overlay_rows():
+        if row.override == override and row.model == name and row.provider == (provider or row.provider) \
+                and row.covers(day):
+            return row
+    return None
