@@ -257,6 +257,11 @@ def _load_all(directory: str) -> Catalog:
     return Catalog(providers, platforms)
 
 
+def load_registry(directory: Path | None = None) -> Catalog:
+    """Every provider and platform file."""
+    return _load_all(str(directory or providers_dir()))
+
+
 def load_catalog(directory: Path | None = None) -> dict[str, ProviderCatalog]:
     return _load_all(str(directory or providers_dir())).providers
 

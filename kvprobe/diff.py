@@ -88,6 +88,7 @@ class DiffResult:
             "tokens": {"a": self.a_tokens, "b": self.b_tokens, "exact": self.tokens_exact,
                        "source": self.tokens_source},
             "model_known": self.rules.known_model,
+            "rules_fallback": self.rules.fallback,
             "a_provider": self.a_provider or self.provider,
             "shared_cache": self.shared_cache,
             "warnings": self.warnings,

@@ -54,6 +54,8 @@ class Report:
     stats: list[tuple[str, ReadStats]] = field(default_factory=list)
     unknown_models: list[str] = field(default_factory=list)
     unpriced_models: list[str] = field(default_factory=list)
+    # every model (and platform) whose requests used a default rule, with what it fell back to
+    rule_fallbacks: list[dict[str, Any]] = field(default_factory=list)
     fixes: list[dict[str, Any]] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)  # fixes a chosen one does better than
     with_all_fixes: dict[str, Any] | None = None
@@ -112,6 +114,7 @@ class Report:
                        for name, s in self.stats],
             "unknown_models": self.unknown_models,
             "unpriced_models": self.unpriced_models,
+            "rule_fallbacks": self.rule_fallbacks,
             "notes": self.notes,
             "blocks": [b.to_json() for b in self.blocks],
             "compactions": [c.to_json() for c in self.compactions],
@@ -167,11 +170,33 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
     }
 
 
+def rule_fallbacks(results: list[RequestResult]) -> list[dict[str, Any]]:
+    """The models (per provider and platform) whose requests used a default rule, with what they fell back
+    to and how many requests did: nothing falls back silently."""
+    counts: dict[tuple[str, str | None, str | None], list] = {}
+    for r in results:
+        fallback = r.rules.fallback
+        if fallback:
+            key = (r.sk.provider, r.rules.platform, r.sk.model)
+            counts.setdefault(key, [fallback, 0])[1] += 1
+    return [{"provider": p, "platform": plat, "model": m, "requests": n, "fell_back_to": why}
+            for (p, plat, m), (why, n) in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "",
+                                                                                   kv[0][2] or ""))]
+
+
+def fallback_lines(rep: "Report") -> list[str]:
+    """One line per model that used a default rule (text and HTML reports)."""
+    return [f"{f['provider']}/{f['model'] or 'unnamed model'}"
+            + (f" on {f['platform']}" if f["platform"] and f["platform"] != f["provider"] else "")
+            + f" ({f['requests']:,} requests): {f['fell_back_to']}" for f in rep.rule_fallbacks]
+
+
 def request_json(r: RequestResult) -> dict[str, Any]:
     u, p = r.usage, r.predicted
     return {
         "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "started_at": format_time(r.sk.started_at),
         "provider": r.sk.provider, "model": r.sk.model, "model_known": r.rules.known_model,
+        "platform": r.rules.platform, "rules_family": r.rules.family, "rules_fallback": r.rules.fallback,
         "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
         "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
         "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
@@ -303,8 +328,8 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
             misses.append(Miss(r, ie, usd))
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
-    rep = Report(results, misses, stats, unknown, sorted(prices.unknown_models), notes=notes,
-                 considered=considered, top=top)
+    rep = Report(results, misses, stats, unknown, sorted(prices.unknown_models),
+                 rule_fallbacks=rule_fallbacks(results), notes=notes, considered=considered, top=top)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     texts = TextSource(kept)

@@ -62,7 +62,7 @@ def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
 
 def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
     model = result.model or "model not named"
-    flag = "" if result.rules.known_model else " (not in the catalog: provider defaults)"
+    flag = f" (not in the catalog: {result.rules.fallback})" if result.rules.fallback else ""
     out.print(Text.assemble(("kvprobe diff ", "bold"), f"{Path(a.split('#')[0]).name} → "
                             f"{Path(b.split('#')[0]).name}  ", (f"{result.provider} · {model}{flag}", "cyan")))
     est = {"anchored": "sized on the trace's logged usage"}.get(result.tokens_source, result.tokens_source)

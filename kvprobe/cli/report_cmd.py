@@ -13,7 +13,7 @@ from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
-from kvprobe.report import Filters, Report, build_report
+from kvprobe.report import Filters, Report, build_report, fallback_lines
 from kvprobe.trace.record import format_time, parse_time
 from kvprobe.wording import show
 
@@ -320,8 +320,8 @@ def _render_notes(rep: Report) -> None:  # on stderr, after everything
     for name, stats in rep.stats:
         if stats.skipped:
             err.print(f"{name}: skipped {stats.skipped} malformed lines")
-    if rep.unknown_models:
-        err.print(f"models not in the catalog (provider defaults used): {', '.join(rep.unknown_models)}")
+    for line in fallback_lines(rep):
+        err.print(f"not in the catalog: {line}")
     if rep.unpriced_models:
         err.print(f"no price for: {', '.join(rep.unpriced_models)} (use --price-file)")
 

@@ -18,7 +18,7 @@ from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
-from kvprobe.report import Report
+from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
 
 
@@ -188,8 +188,7 @@ def _notes(rep: Report) -> str:
     items = [f"{name}: {s.records:,} records" + (f", {s.skipped:,} malformed lines skipped" if s.skipped else "")
              for name, s in rep.stats]
     items += list(rep.notes)
-    if rep.unknown_models:
-        items.append("models not in the catalog (provider defaults used): " + ", ".join(rep.unknown_models))
+    items += [f"not in the catalog: {line}" for line in fallback_lines(rep)]
     if rep.unpriced_models:
         items.append("no price for: " + ", ".join(rep.unpriced_models))
     lis = "".join(f"<li>{esc(i)}</li>" for i in items)

@@ -8,13 +8,14 @@ from typing import Any
 
 import orjson
 
+from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
 
-PROVIDER_NAMES = ("anthropic", "openai", "deepseek", "gemini", "local")
+PROVIDER_NAMES = PROVIDERS  # the providers the catalog has rules for
 
 # Read buffer for JSON Lines logs. Their lines run from KBs to MBs (each request resends its history), and
 # with Python's default 8 KB buffer iterating a 1 GB trace took 1.0-2.5 s here, with 4 MB 0.3 s.
