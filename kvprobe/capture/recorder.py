@@ -27,7 +27,7 @@ SESSION_HEADER = "x-kvprobe-session"
 AGENT_HEADER = "x-kvprobe-agent"
 SESSION_ENV, AGENT_ENV = "KVPROBE_SESSION", "KVPROBE_AGENT"
 # Request headers worth keeping: they change what the provider caches or bills. Nothing else is stored.
-KEPT_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta")
+KEPT_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta", "x-grok-conv-id")
 REQUEST_ID_HEADERS = ("request-id", "x-request-id")
 NOT_RECORDED_SUFFIXES = ("/count_tokens",)  # free estimates, not cache events
 
