@@ -61,14 +61,20 @@ def _canonical(model: str) -> str:
 def stem_matches(model: str, stem: str) -> bool:
     """Whether a canonical model id is `stem` or one of its dated or named variants (not a newer version).
 
-    A stem holding glob characters (`*`, `?`, `[`) is an fnmatch pattern (older rule files); the text before
-    its first wildcard must still not be followed by a newer version number."""
+    A stem holding glob characters (`*`, `?`, `[`) is an fnmatch pattern (older rule files, or "every model of
+    a line" such as `gemini-*`); the version its literal head ends with is protected the same way."""
     if any(c in stem for c in "*?["):
-        head = re.split(r"[*?\[]", stem, maxsplit=1)[0]
-        return fnmatch.fnmatchcase(model, stem) and not _NEWER_VERSION.match(model[len(head):])
+        head = re.split(r"[*?\[]", stem, maxsplit=1)[0].rstrip("-._")
+        return fnmatch.fnmatchcase(model, stem) and not _newer(model, head)
     if model == stem:
         return True
     if not model.startswith(stem):
         return False
-    tail = model[len(stem):]
-    return tail[0] in _VARIANT_START and not _NEWER_VERSION.match(tail)
+    return model[len(stem)] in _VARIANT_START and not _newer(model, stem)
+
+
+def _newer(model: str, head: str) -> bool:
+    """Whether `model` continues the version number `head` ends with (claude-sonnet-5 -> claude-sonnet-5-5,
+    gpt-5 -> gpt-5.6). A head that ends with no number names no version to protect."""
+    return bool(head) and head[-1].isdigit() and model.startswith(head) \
+        and _NEWER_VERSION.match(model[len(head):]) is not None
