@@ -16,6 +16,7 @@ from typing import Any
 
 from kvprobe.catalog import Catalog, load_registry, rules_for
 from kvprobe.price_overlay import overlay_rows
+from kvprobe.request import model_from_endpoint
 
 DEFAULT_MAX_AGE_DAYS = 90
 
@@ -102,7 +103,7 @@ def models_in(records: Iterable[Any]) -> Counter[tuple[str, str | None, str]]:
     """(provider, platform, model) of every record that names a model, with counts."""
     used: Counter[tuple[str, str | None, str]] = Counter()
     for rec in records:
-        model = rec.model
+        model = rec.model or model_from_endpoint(rec.endpoint)
         if isinstance(model, str) and model and model != "<synthetic>":
             used[(rec.provider or "anthropic", rec.platform, model)] += 1
     return used

@@ -188,7 +188,8 @@ def fallback_lines(rep: "Report") -> list[str]:
     """One line per model that used a default rule (text and HTML reports)."""
     return [f"{f['provider']}/{f['model'] or 'unnamed model'}"
             + (f" on {f['platform']}" if f["platform"] and f["platform"] != f["provider"] else "")
-            + f" ({f['requests']:,} requests): {f['fell_back_to']}" for f in rep.rule_fallbacks]
+            + f" ({f['requests']:,} request{'' if f['requests'] == 1 else 's'}): {f['fell_back_to']}"
+            for f in rep.rule_fallbacks]
 
 
 def request_json(r: RequestResult) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def render_request(body: Any, provider: str | None = None, endpoint: str | None 
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat "
                          "Completions, OpenAI Responses, DeepSeek or Gemini body ('messages', 'input' or "
                          "'contents')")
-    model = body.get("model") or _model_from_endpoint(endpoint)
+    model = body.get("model") or model_from_endpoint(endpoint)
     if isinstance(model, str) and model.startswith("models/"):  # Gemini names models as resources
         model = model[len("models/"):]
     platform = platform or infer_platform(endpoint, model, response)
@@ -75,7 +75,7 @@ def betas_of(headers: dict[str, str] | None) -> frozenset[str]:
     return frozenset(b.strip() for b in value.split(",") if b.strip()) if isinstance(value, str) else frozenset()
 
 
-def _model_from_endpoint(endpoint: str | None) -> str | None:
+def model_from_endpoint(endpoint: str | None) -> str | None:
     """Gemini names the model in the URL: /v1beta/models/gemini-2.5-pro:generateContent."""
     if endpoint and "/models/" in endpoint:
         return endpoint.split("/models/", 1)[1].split(":", 1)[0]
