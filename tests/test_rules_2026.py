@@ -243,3 +243,18 @@ def test_providers_command_shows_a_model_as_a_platform_serves_it(cli):
     assert view["rules"]["min_cacheable_tokens"]["scope"] == "bedrock:claude-opus-4-7 (Bedrock)"
     bad = cli("providers", "claude-opus-4-7", "--platform", "nowhere")
     assert bad.exit_code == 2 and "unknown platform" in bad.output and "--platform" in bad.output
+
+
+@pytest.mark.parametrize("provider, model, platform, setting", [
+    ("anthropic", "claude-opus-5-5", None, '"ttl": "1h"'),
+    ("anthropic", "us.anthropic.claude-opus-5-5", "bedrock", '"ttl": "1h"'),
+    ("openai", "gpt-5.5", None, '"prompt_cache_retention": "24h"'),
+    ("openai", "gpt-5.6-sol", None, None),  # prompt_cache_options.ttl takes only 30m
+    ("openai", "gpt-6.1-terra", None, None),
+    ("xai", "grok-4.7", None, None), ("mistral", "mistral-large-latest", None, None),
+    ("moonshot", "kimi-k3", None, None), ("qwen", "qwen3-max", None, None),
+])
+def test_each_provider_names_its_own_longer_lifetime_setting_or_none(provider, model, platform, setting):
+    from kvprobe.economics.keep_alive import longer_lifetime
+    found = longer_lifetime(rules_for(provider, model, platform))
+    assert (found["setting"].split(" on ")[0].split(" (")[0] if found else None) == setting
