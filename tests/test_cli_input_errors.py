@@ -22,7 +22,7 @@ EXAMPLES = ROOT / "examples"
      "none of the 6 requests matches --agent x and --since 2030-01-01T00:00:00Z"),
     (["providers", "not-a-model"], "field 'MODEL': no provider lists a model like \"not-a-model\""),
     (["providers", "--provider", "nosuch"],
-     "field '--provider': unknown provider \"nosuch\": expected one of anthropic, deepseek, gemini, openai"),
+     "field '--provider': unknown provider \"nosuch\": expected one of anthropic, deepseek, gemini, mistral, moonshot, openai, qwen, xai"),
 ])
 def test_empty_or_unknown_input_exits_2_with_a_message(cli, tmp_path, args, message):
     (tmp_path / "empty.jsonl").write_text("")
