@@ -13,7 +13,7 @@ from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.sim.implicit import routing_capped
 from kvprobe.sim.positions import cumulative_tokens, lookback_positions
-from kvprobe.sim.result import Evidence, Prediction
+from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 
 @dataclass(slots=True)
@@ -110,9 +110,7 @@ class AnthropicCache:
             ttl = ttl_of[bp] if ttl_of[bp] in ttl_seconds else str(rules.get("default_ttl", "5m"))
             if cum[bp] < minimum:
                 if bp == bps[-1]:
-                    pred.evidence.append(Evidence("below_minimum", f"the prefix through {block.path} is "
-                                                  f"{cum[bp]} tokens; the minimum for this model is {minimum}",
-                                                  bp, prefix_tokens=cum[bp], minimum_tokens=minimum))
+                    pred.evidence.append(below_minimum(block.path, bp, cum[bp], minimum))
                 continue
             entry = self.entries.get(block.cache_key)
             live = entry is not None and start < entry.expires_at

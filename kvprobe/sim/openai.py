@@ -21,7 +21,7 @@ from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.sim.implicit import routing_capped
 from kvprobe.sim.positions import cumulative_tokens
-from kvprobe.sim.result import Evidence, Prediction
+from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 MANAGED = "managed"
 
@@ -102,9 +102,7 @@ class BreakpointCache:
             block = req.blocks[bp]
             if cum[bp] < minimum:
                 if bp == written[-1]:
-                    pred.evidence.append(Evidence("below_minimum", f"the prefix through {block.path} is "
-                                                  f"{cum[bp]} tokens; the minimum for this model is {minimum}",
-                                                  bp, prefix_tokens=cum[bp], minimum_tokens=minimum))
+                    pred.evidence.append(below_minimum(block.path, bp, cum[bp], minimum))
                 continue
             entry = self.entries.get(block.cache_key)
             if hit is not None and bp <= hit:

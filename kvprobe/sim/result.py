@@ -38,3 +38,9 @@ class Prediction:
     def as_dict(self) -> dict[str, int]:
         return {"cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
                 "fresh_input_tokens": self.fresh_input_tokens}
+
+
+def below_minimum(path: str, index: int, prefix_tokens: int, minimum: int) -> Evidence:
+    """A breakpoint whose prefix is shorter than the model's minimum: nothing is written there."""
+    return Evidence("below_minimum", f"the prefix through {path} is {prefix_tokens} tokens; the minimum for "
+                    f"this model is {minimum}", index, prefix_tokens=prefix_tokens, minimum_tokens=minimum)
