@@ -201,8 +201,8 @@ def diff_requests(a: RenderedRequest, b: RenderedRequest, sizes: SizeBook | None
         partial = _tokens_before(counter, b.blocks[first.block_index], first.char_offset)
     pred = _predict(a, b, ra, rb, common_keys, partial)
     cum = cumulative_tokens(b.blocks)
-    bps = [BreakpointStatus(b.blocks[i].path, b.blocks[i].breakpoint or "", cum[i], i < common_keys)
-           for i in b.breakpoint_indices]
+    bps = [BreakpointStatus(b.blocks[i].path, ttl or "", cum[i], i < common_keys)  # GPT-5.6+: "managed" too
+           for i, ttl in b.breakpoints]
     return DiffResult(b.provider, b.model, rb, identical and not params, extends, first, params, pred, bps,
                       a.total_tokens, b.total_tokens, [*a.warnings, *b.warnings],
                       all(x.tokens_exact for x in b.blocks), "anchored" if anchored else

@@ -6,6 +6,8 @@ those sizes and the published rules (write 1.25x, reads only at breakpoints, fou
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvprobe.analysis.costing import input_equivalent
@@ -234,3 +236,15 @@ def test_moonshot_prefix_cache_and_the_coding_endpoints_256_token_chunks(model, 
     sim.send(sized(chat(model, "Q1"), [1000, 5]), 0, "k1")
     again = sim.send(sized(chat(model, "Q2"), [1000, 5]), 10, "k2")
     assert again.cache_read_tokens == 1000 // step * step
+
+
+def test_diff_shows_the_managed_breakpoint_and_predicts_no_read(cli, write_json):
+    a = write_json("a.json", responses("Fix the login bug.", dev_text=DEV * 6))
+    b = write_json("b.json", responses("Add a test.", dev_text=DEV * 6))
+    data = json.loads(cli("diff", a, b, "--json").stdout)
+    assert [(bp["path"], bp["ttl"], bp["reusable"]) for bp in data["breakpoints"]] == [
+        ("input[1].content[0]", "managed", False)]
+    assert data["predicted"]["cache_read_tokens"] == 0
+    marked = write_json("c.json", responses("Add a test.", dev_text=DEV * 6, dev_marker=True))
+    data = json.loads(cli("diff", a, marked, "--json").stdout)
+    assert [bp["ttl"] for bp in data["breakpoints"]] == ["explicit", "managed"]
