@@ -104,9 +104,14 @@ def infer_platform(endpoint: str | None = None, model: Any = None, response: Any
     """Which platform served a request (bedrock, vertex, openrouter, ...) from what a record shows: the
     response id's prefix (msg_bdrk_, msg_vrtx_), the endpoint's host or path, the model id's form
     (us.anthropic.claude-..., claude-...@20250929). None: the provider's own API, or nothing says."""
+    rules_dir = os.environ.get("KVPROBE_PROVIDERS_DIR")
+    rid = _response_id(response)
+    if rid:  # every response id differs: checked here, not cached
+        for plat, prefixes in _id_prefixes(rules_dir):
+            if rid.startswith(prefixes):
+                return plat
     return _platform_of(endpoint.lower() if isinstance(endpoint, str) else "",
-                        model.lower() if isinstance(model, str) else "", _response_id(response),
-                        os.environ.get("KVPROBE_PROVIDERS_DIR"))
+                        model.lower() if isinstance(model, str) else "", rules_dir)
 
 
 def _response_id(response: Any) -> str:
@@ -118,15 +123,20 @@ def _response_id(response: Any) -> str:
     return rid if isinstance(rid, str) else ""
 
 
-@lru_cache(maxsize=4096)
-def _platform_of(endpoint: str, model: str, response_id: str, _rules_dir: str | None) -> str | None:
+@lru_cache(maxsize=8)
+def _id_prefixes(_rules_dir: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((p.platform, p.detect.get("response_id_prefixes", ())) for p in load_platforms().values()
+                 if p.detect.get("response_id_prefixes"))
+
+
+@lru_cache(maxsize=4096)  # a trace names a handful of endpoints and models
+def _platform_of(endpoint: str, model: str, _rules_dir: str | None) -> str | None:
     platforms = load_platforms().values()
-    checks = ((response_id, "response_id_prefixes", str.startswith), (endpoint, "hosts", str.__contains__),
-              (endpoint, "endpoint_markers", str.__contains__), (model, "model_markers", str.__contains__))
-    for text, key, test in checks:
+    checks = ((endpoint, "hosts"), (endpoint, "endpoint_markers"), (model, "model_markers"))
+    for text, key in checks:
         if not text:
             continue
         for plat in platforms:
-            if any(test(text, marker) for marker in plat.detect.get(key, ())):
+            if any(marker in text for marker in plat.detect.get(key, ())):
                 return plat.platform
     return None
