@@ -258,3 +258,10 @@ def test_each_provider_names_its_own_longer_lifetime_setting_or_none(provider, m
     from kvprobe.economics.keep_alive import longer_lifetime
     found = longer_lifetime(rules_for(provider, model, platform))
     assert (found["setting"].split(" on ")[0].split(" (")[0] if found else None) == setting
+
+
+def test_import_notes_say_which_platforms_have_rules_of_their_own():
+    from kvprobe.importers.base import platform_note
+    assert platform_note("bedrock", 3) == ("3 requests served through Amazon Bedrock: ruled by providers/bedrock.toml "
+                                           "and priced at its list prices where the price data has them")
+    assert "a caveat" in platform_note("azure", 2)

@@ -124,14 +124,14 @@ PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI"}
 
 
 def platform_note(platform: str, count: int) -> str:
-    """What the output can say about requests a cloud platform served: its own rules where `providers/` has
-    them (a `platforms` rule), else a caveat."""
-    from kvprobe.catalog import rules_for
+    """What the output can say about requests a cloud platform served: its own rules where `providers/` has a
+    platform file for it (bedrock.toml, vertex.toml, openrouter.toml), else a caveat."""
+    from kvprobe.catalog import load_platforms
 
     name = PLATFORM_NAMES.get(platform, platform)
-    known = rules_for("anthropic", None).get("platforms") or {}
-    if isinstance(known, dict) and platform in known:
-        return f"{count:,} requests served through {name}: its own prices and cache rules applied"
+    if platform in load_platforms():
+        return (f"{count:,} requests served through {name}: ruled by providers/{platform}.toml and priced at its "
+                "list prices where the price data has them")
     return (f"{count:,} requests served through {name}: priced and ruled as the provider's own API — a caveat: "
             f"{name}'s prices and cache rules are not in providers/")
 
