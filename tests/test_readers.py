@@ -173,7 +173,9 @@ def test_bedrock_served_claude_code_lines_are_labelled(tmp_path):
     s.turn(10, "r2", read=5_000, write=200)
     records, report = _load(s.write(tmp_path / "b1.jsonl"))
     assert [r.extra.get("platform") for r in records] == ["bedrock", "bedrock"]
-    assert any("Bedrock" in line and "caveat" in line for line in report.summary())
+    # providers/bedrock.toml has Bedrock's own rules (#32): the summary says they applied
+    assert any("2 requests served through Amazon Bedrock: ruled by providers/bedrock.toml" in line
+               for line in report.summary())
 
 
 def _span(span_id, response_id, attrs, conversation="conv-1"):
