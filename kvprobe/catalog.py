@@ -6,7 +6,6 @@ defaults. Nothing about provider behaviour is hard-coded elsewhere: code asks ``
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import os
 import tomllib
 from dataclasses import dataclass, field, replace

@@ -7,7 +7,6 @@ generation, so errors name the line a user would find.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
