@@ -15,6 +15,7 @@ import orjson
 from kvprobe.economics.tasks import overall
 from kvprobe.errors import InputError
 from kvprobe.report import Report
+from kvprobe.wording import usd
 
 BASELINE_VERSION = 1
 METRICS = ("cost_usd", "input_equivalent_tokens", "token_hit_ratio", "duration_s")
@@ -163,18 +164,45 @@ def compare(base: dict[str, Any], cand: dict[str, Any], tolerance: float = 0.05)
     return Comparison(base, cand, deltas)
 
 
+# How each figure reads: (label, unit). A ratio's change is in percentage points (39.9% → 81.9% is
+# +42.0 pp, not +105%); every other change is relative.
+FIGURES: dict[str, tuple[str, str]] = {
+    "cost_usd": ("cost", "usd"), "input_equivalent_tokens": ("input-equivalent tokens", "tokens"),
+    "token_hit_ratio": ("token hit ratio", "ratio"), "pass_rate": ("pass rate", "ratio"),
+    "cost_per_accepted_task_usd": ("cost per accepted task", "usd"),
+    "median_duration_s": ("median task duration", "seconds"), "duration_s": ("duration", "seconds"),
+}
+
+
+def shown(metric: str, value: Any) -> str:
+    """A figure as a person reads it: $0.0706, 19,404 (tokens), 39.9%, 561.5 s; – when unknown."""
+    if not isinstance(value, (int, float)):
+        return "–"
+    unit = FIGURES.get(metric, ("", "tokens"))[1]
+    if unit == "usd":
+        return usd(value)
+    if unit == "ratio":
+        return f"{100 * value:.1f}%"
+    if unit == "seconds":
+        return f"{value:,.1f} s"
+    return f"{value:,.0f}"
+
+
+def change(metric: str, base: Any, candidate: Any) -> str:
+    """The change from base to candidate: in points for a ratio, else relative; – when undefined."""
+    if not isinstance(base, (int, float)) or not isinstance(candidate, (int, float)):
+        return "–"
+    if FIGURES.get(metric, ("", ""))[1] == "ratio":
+        return f"{100 * (candidate - base):+.1f} pp"
+    rel = _rel(base, candidate)
+    return "–" if rel is None or rel in (float("inf"), float("-inf")) else f"{100 * rel:+.1f}%"
+
+
 def to_markdown(c: Comparison) -> str:
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "–"
-        return f"{v:,.4f}" if isinstance(v, float) else f"{v:,}"
-
-    def pct(v: float | None) -> str:
-        return "–" if v is None or v in (float("inf"), float("-inf")) else f"{100 * v:+.1f}%"
-
-    lines = ["### kvprobe compare", "", "| metric | base | candidate | change |", "|---|---:|---:|---:|"]
+    lines = ["### kvprobe compare", "", "| | base | candidate | change |", "|---|---:|---:|---:|"]
     for k, v in c.totals().items():
-        lines.append(f"| {k} | {fmt(v['base'])} | {fmt(v['candidate'])} | {pct(v['change'])} |")
+        lines.append(f"| {FIGURES[k][0]} | {shown(k, v['base'])} | {shown(k, v['candidate'])} | "
+                     f"{change(k, v['base'], v['candidate'])} |")
     if c.regressed:
         lines += ["", "**Regressed tasks**", "", "| task | worse | new diagnoses |", "|---|---|---|"]
         lines += [f"| {t.task} | {', '.join(t.regressed)} | {', '.join(t.new_diagnoses) or '–'} |" for t in c.regressed]

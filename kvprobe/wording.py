@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 MAX_CHARS = 60
@@ -32,3 +33,15 @@ def duration(seconds: float) -> str:
     if s < 2 * 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def usd(value: float | None, digits: int = 4) -> str:
+    """Dollars for a person: `digits` decimals ($0.0706), and an amount too small for them in two significant
+    digits ($0.0038 where two decimals would say $0.00): a cost that is not zero never reads as zero. None
+    (kvprobe could not price it) is n/a, never $0."""
+    if value is None:
+        return "n/a"
+    size = abs(value)
+    if size and size < 0.5 * 10 ** -digits:
+        digits = 1 - math.floor(math.log10(size))
+    return f"{'-' if value < 0 else ''}${size:,.{digits}f}"

@@ -165,7 +165,9 @@ def test_since_until_days_are_inclusive_and_in_the_time_zone(cli, logs):
 def test_breakdown_table_shows_a_sub_row_per_model(cli, logs):
     res = cli("usage", logs / "projects", "--by", "week", "--breakdown", "--price-file", logs / "prices.toml")
     assert res.exit_code == 0, res.output
-    assert "Usage by week" in res.output and "└ claude-sonnet-4-5" in res.output and "└ claude-haiku" in res.output
+    # not a terminal: the sub-rows are marked with a dash, no box-drawing character
+    assert "Usage by week" in res.output and "  - claude-sonnet-4-5" in res.output and "  - claude-haiku" in res.output
+    assert "└" not in res.output
     assert "1 subagent requests read from the parent's progress lines" in res.output
 
 

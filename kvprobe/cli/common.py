@@ -11,15 +11,66 @@ from typing import Annotated, Any, NoReturn
 import orjson
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from kvprobe.errors import InputError, KvprobeError
 from kvprobe.output import check_output
+from kvprobe.wording import usd
+
+
+HANG = 2  # continuation lines of an indented line start this much further in than its first line
+_PLAIN_KWARGS = frozenset(("markup", "highlight"))
+
+
+def hanging(console: Console, text: Text, indent: int, hang: int = HANG) -> list[Text] | None:
+    """`text` wrapped to the console's width as lines: the first at `indent`, the rest `hang` further in
+    (None when the console is too narrow for that)."""
+    width = console.width - indent
+    if width - hang < 12 or not text.plain:
+        return None
+    first = text.wrap(console, width, overflow="fold")[0]
+    first.rstrip()
+    lines = [Text(" " * indent) + first]
+    if not text.plain.startswith(first.plain):  # wrapping changed the text: let rich lay it out instead
+        return None
+    rest = text[len(first.plain):]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip()):]  # the spaces (or newline) it broke at
+    if rest.plain:
+        for line in rest.wrap(console, width - hang, overflow="fold"):
+            line.rstrip()
+            lines.append(Text(" " * (indent + hang)) + line)
+    return lines
+
+
+class _Console(Console):
+    """A console whose indented lines stay indented when they wrap. On a terminal, a line of text that starts
+    with spaces ("    what to do: …") wraps with its continuation lines `HANG` further in, never back at
+    column 0; off a terminal lines are not wrapped at all (soft wrap), so nothing changes there."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        lines = self._hanging(objects, kwargs)
+        if lines is None:
+            super().print(*objects, **kwargs)
+            return
+        for line in lines:
+            super().print(line, soft_wrap=True)
+
+    def _hanging(self, objects: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Text] | None:
+        if len(objects) != 1 or set(kwargs) - _PLAIN_KWARGS or self.soft_wrap or not self.is_terminal:
+            return None
+        obj = objects[0]
+        if isinstance(obj, str):
+            obj = self.render_str(obj, markup=kwargs.get("markup"), highlight=False)
+        if not isinstance(obj, Text) or not obj.plain.startswith(" ") or "\n" in obj.plain:
+            return None
+        indent = len(obj.plain) - len(obj.plain.lstrip(" "))
+        return hanging(self, obj[indent:], indent)
 
 
 def _console(stderr: bool = False) -> Console:
     # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included
     no_color = os.environ.get("NO_COLOR", "") != ""
-    console = Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+    console = _Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
     # off a terminal, sentences stay on one line (grep, CI logs); tables are fitted to the width anyway
     console.soft_wrap = not console.is_terminal
     return console
@@ -47,8 +98,9 @@ def print_json(data: Any) -> None:
 
 
 def money(value: float | None) -> str:
-    """USD for a person: n/a when kvprobe could not price it (an unknown cost is not $0)."""
-    return "n/a" if value is None else f"${value:,.4f}"
+    """USD for a person, to 4 decimals (`wording.usd`): n/a when kvprobe could not price it (an unknown cost
+    is not $0), and a cost too small for 4 decimals in two significant digits (never $0.0000)."""
+    return usd(value)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

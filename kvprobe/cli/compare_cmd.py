@@ -9,7 +9,7 @@ from rich.text import Text
 
 from kvprobe.cli.common import money, out, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
-from kvprobe.compare import compare, load_baseline, summary_of, to_markdown
+from kvprobe.compare import compare, load_baseline, shown, summary_of, to_markdown
 from kvprobe.economics.tasks import load_outcomes
 from kvprobe.report import build_report
 
@@ -22,9 +22,8 @@ def summary_for(path: Path, outcomes: Path | None = None) -> dict:
     return summary_of(rep)
 
 
-def _cell(row: dict, metric: str, fmt: str) -> str:
-    a, b = row[metric]["base"], row[metric]["candidate"]
-    return f"{format(a, fmt) if a is not None else '–'} → {format(b, fmt) if b is not None else '–'}"
+def _cell(row: dict, metric: str) -> str:
+    return f"{shown(metric, row[metric]['base'])} → {shown(metric, row[metric]['candidate'])}"
 
 
 def _yes_no(value: bool | None) -> str:
@@ -52,14 +51,15 @@ def compare_cmd(
     if markdown:
         out.print(to_markdown(result), markup=False, highlight=False, soft_wrap=True)
         return
-    cols = (Col("task", wrap=True), Col("cost", wrap=True), Col("input-equiv.", wrap=True, drop=2),
-            Col("hit ratio", wrap=True), Col("passed", wrap=True, drop=1), Col("worse", wrap=True),
-            Col("new diagnoses", wrap=True, drop=3))
+    # "base → candidate" cells never wrap at their arrow; narrow, input-equivalents (cost says it in
+    # dollars) and pass/fail go first, the new diagnoses (why it got worse) last
+    cols = (Col("task", wrap=True), Col("cost"), Col("input-equiv.", drop=1), Col("hit ratio"),
+            Col("passed", drop=2), Col("worse", wrap=True), Col("new diagnoses", wrap=True, drop=3))
     rows = []
     for t in result.tasks:
         row = t.to_json()
-        rows.append([t.task, _cell(row, "cost_usd", ".4f"), _cell(row, "input_equivalent_tokens", ",.0f"),
-                     _cell(row, "token_hit_ratio", ".1%"), f"{_yes_no(row['passed']['base'])} → "
+        rows.append([t.task, _cell(row, "cost_usd"), _cell(row, "input_equivalent_tokens"),
+                     _cell(row, "token_hit_ratio"), f"{_yes_no(row['passed']['base'])} → "
                                                            f"{_yes_no(row['passed']['candidate'])}",
                      Text(", ".join(t.regressed), style="red"), ", ".join(t.new_diagnoses)])
     print_table("Tasks: base → candidate", cols, rows)

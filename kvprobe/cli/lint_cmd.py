@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
 from kvprobe.cli.common import Force, err, fail, out, output_path, print_json, user_errors
+from kvprobe.cli.tables import Col, print_table
 from kvprobe.lint import LintResult, lint_paths
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
@@ -103,14 +103,17 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+# the location keeps its end when cut (line:column); the rule's name goes first, the finding wraps
+LINT_COLUMNS = (Col("where", cut="start"), Col("rule"), Col("name", drop=1),
+                Col("finding and fix", wrap=True, least=30))
+
+
 def render(result: LintResult) -> None:
     if not result.findings:
         out.print(Text(f"No findings in {_plural(result.requests, 'request')}.", style="green"))
         _render_inputs(result)
         return
-    table = Table(show_lines=True)
-    for col, ratio in (("where", 2), ("rule", 2), ("finding and fix", 7)):
-        table.add_column(col, overflow="fold", ratio=ratio)
+    rows = []
     for f in result.findings:
         finding = Text(f.message)
         if f.snippet:
@@ -118,10 +121,10 @@ def render(result: LintResult) -> None:
         finding.append(f"\nfix: {f.fix}", style="cyan")
         if f.repeats:
             finding.append(f"\n(repeats in {_plural(f.repeats, 'later request')})", style="dim")
-        rule = Text(f.severity, style=_STYLE[f.severity])
-        rule.append(f"\n{f.rule.id}\n{f.rule.name}", style="")
-        table.add_row(_where(f), rule, finding)
-    out.print(table)
+        rule = Text(f.rule.id)
+        rule.append(f"\n{f.severity}", style=_STYLE[f.severity])
+        rows.append([_where(f), rule, f.rule.name, finding])
+    print_table(None, LINT_COLUMNS, rows, spaced=True)
     counts = ", ".join(_plural(n, sev) for sev, n in result.counts().items() if n)
     out.print(Text(f"{_plural(len(result.findings), 'finding')} in {_plural(result.requests, 'request')}: "
                    f"{counts}", style="bold"))

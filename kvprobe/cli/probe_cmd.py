@@ -149,7 +149,7 @@ def _render(result: ProbeResult) -> None:
         rows.append([f"{i} {o.case.replace('_', ' ').replace('beginning', 'start')}", *cells,
                      "–" if o.first_text_s is None else f"{o.first_text_s:.1f}s",
                      "–" if o.request_s is None else f"{o.request_s:.1f}s",
-                     "–" if cost is None else f"${cost:.4f}",
+                     "–" if cost is None else money(cost),
                      (o.stop_reason or ("error" if o.error else "–")).replace("_", " ")])
     print_table(None, cols, rows)
     _render_diagnostics(result)

@@ -127,9 +127,11 @@ def _diag_words(r) -> str:
     return "; ".join(d.short for d in r.diagnoses)
 
 
-REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("input", "right", drop=5),
-                   Col("read", "right", wrap=True), Col("write", "right", drop=3), Col("fresh", "right", drop=2),
-                   Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=20))
+# Narrow, the columns a row can do without go first: agent, fresh and input (read + write + fresh), then
+# time; what the cache did (read, write, hit %), what it cost and why stay. `why` wraps between words.
+REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("input", "right", drop=3),
+                   Col("read", "right", wrap=True), Col("write", "right", drop=5), Col("fresh", "right", drop=2),
+                   Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=16))
 
 
 def render_totals(rep: Report) -> None:
@@ -209,9 +211,10 @@ def _total_cost(t: dict) -> str:
 def render_blocks(rep: Report) -> None:
     if not rep.blocks:
         return
-    # "first" tells apart two versions of one path (system[0] before and after an edit): it goes last
-    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=2), Col("first", drop=5)]
-    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 4), ("requests", 3), ("write", None),
+    # narrow, the counts go first, then what kind of block it is; "first" tells apart two versions of one
+    # path (system[0] before and after an edit) and stays longest; the money columns stay
+    cols = [Col("block", wrap=True), Col("kind", wrap=True, drop=4), Col("first", drop=5)]
+    cols += [Col(name, "right", drop=drop) for name, drop in (("tokens", 3), ("requests", 2), ("write", None),
                                                               ("reads", None), ("fresh", 1), ("total", None))]
     priced = rep.totals["cost_usd"] is not None  # blocks of an unpriced trace cost n/a, not $0
 
@@ -298,7 +301,9 @@ def render_what_if(rep: Report) -> None:
     if rep.what_if is None:
         return
     before = {r.sk.id: r for r in rep.what_if.baseline}
-    cols = [Col("id", wrap=True)] + [Col(name, "right", wrap=True) for name in ("read", "write", "fresh", "cost")]
+    # "before → after" cells never wrap at their arrow: narrow, fresh and then write are left out
+    cols = [Col("id", wrap=True)] + [Col(name, "right", drop=drop) for name, drop in (
+        ("read", None), ("write", 2), ("fresh", 1), ("cost", None))]
     rows = []
     for r in rep.what_if.fixed:
         b = before.get(r.sk.id)

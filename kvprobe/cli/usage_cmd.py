@@ -10,13 +10,13 @@ from rich.text import Text
 
 from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
-from kvprobe.cli.tables import Col, print_table
+from kvprobe.cli.tables import Col, print_table, sub_row
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, default_sources, load_any
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize, usage_row
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
-from kvprobe.wording import show
+from kvprobe.wording import show, usd
 
 
 def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
@@ -74,17 +74,35 @@ def usage(
         start, end = _date(since, "--since", zone), _date(until, "--until", zone, end_of_day=True)
         sources = list(paths or [str(p) for p in default_sources()])
         if not sources:
-            fail("no logs found in ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp, ~/.qwen/projects or ~/.local/share/opencode: name a file or directory")
+            fail(f"no logs found: looked in {DEFAULT_PLACES}; name a file or directory")
         book = PriceBook.from_file(price_file)
         with byte_progress(sources, "reading", not json_out) as progress:
             rows = load_any(sources, fmt=fmt, report=report, progress=progress,
                             workers=max(workers, 0), reduce=usage_row)
             summary = summarize(rows, book=book, tz=zone, since=start, until=end)
+        _require_records(report, sources)
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
     render(summary, by, breakdown)
     report_skips(report)
+
+
+DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_CONFIG_DIR), ~/.codex/sessions "
+                  "(or $CODEX_HOME), ~/.gemini/tmp (or $GEMINI_DATA_DIR), ~/.qwen/projects (or $QWEN_DATA_DIR), "
+                  "~/.local/share/opencode (or $OPENCODE_DATA_DIR)")
+
+
+def _require_records(report: ImportReport, sources: list[str]) -> None:
+    """No request in any log is an empty input (exit 2, as for `report`), said with where kvprobe looked;
+    requests outside --since/--until are an answer (an empty table), not an error."""
+    if report.records:
+        return
+    files = len(report.sources)
+    if files:  # what was skipped in them, and why
+        report_skips(report)
+    raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
+                     "read): expected Claude Code or Codex logs, HAR, OpenTelemetry or LiteLLM logs, or kvprobe traces")
 
 
 def _zone(tz: str):
@@ -109,7 +127,7 @@ def _n(tokens: int) -> str:
 
 
 def _cost(t: Totals) -> str:
-    text = f"${t.cost_usd:,.2f}"
+    text = usd(t.cost_usd, 2)  # a Haiku row of 3,000 written tokens reads $0.0037, not $0.00
     return text + "*" if t.unpriced_requests else text
 
 
@@ -125,17 +143,19 @@ def _cells(t: Totals, reasoning: bool) -> list[str]:
 def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
     total = summary.totals
     reasoning = total.reasoning_output_tokens > 0  # a column only when some log reports them (Codex)
-    # (header, drop order: None = always shown) — at 80 columns the token detail goes first, hit and cost stay
-    names = [("reqs", 3), ("input", 4), ("read", None), ("write", 2), ("fresh", 1), ("output", 5)] + \
-        ([("reasoning", 6)] if reasoning else []) + [("hit", None), ("cost", None)]
-    cols = [Col(by, wrap=True, footer="Total")] + [Col(name, "right", footer=footer, drop=drop)
+    # (header, drop order: None = always shown). Narrow, the detail goes first: reasoning (a part of output),
+    # fresh input, output, the request count; what the cache did and cost (read, write, hit, cost) stays
+    names = [("reqs", 4), ("input", 5), ("read", None), ("write", 6), ("fresh", 2), ("output", 3)] + \
+        ([("reasoning", 1)] if reasoning else []) + [("hit", None), ("cost", None)]
+    # row labels stay on one line; a path (project) too long for any layout keeps its end
+    cols = [Col(by, footer="Total", cut="start" if by == "project" else "end")] + [Col(name, "right", footer=footer, drop=drop)
                                                     for (name, drop), footer in zip(names, _cells(total, reasoning))]
     rows: list[list[str | Text]] = []
     for key, t in summary.rows(by):
         rows.append([key, *_cells(t, reasoning)])
         if breakdown and by != "model":
             for model, m in t.ranked_models():
-                rows.append([Text(f"  └ {model}", style="dim"),
+                rows.append([Text(sub_row(model), style="dim"),
                              *(Text(cell, style="dim") for cell in _cells(m, reasoning))])
     print_table(f"Usage by {by}", cols, rows)
     if summary.unknown_models:

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
-from kvprobe.cli.common import err, fail, out, user_errors
+from kvprobe.cli.common import err, fail, money, out, user_errors
 from kvprobe.cli.tables import Col, build
 from kvprobe.importers import default_sources
 from kvprobe.pricing import PriceBook
@@ -86,10 +86,6 @@ def _stream_json(w: Watch, steps) -> None:
             sys.stdout.flush()  # one complete line per request, as it happens, for the next tool in a pipe
 
 
-def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}"
-
-
 def _cause(event: Event, detail: bool = True) -> Text:
     d = event.result.diagnoses[0]
     label = "reported by the API" if not d.inferred else "inferred"
@@ -110,7 +106,7 @@ def miss_line(event: Event) -> Text:
     r = event.result
     return Text.assemble((stamp(r.sk.started_at), "dim"), " ", ("miss ", "bold red"),
                          f"{r.sk.id} [{r.sk.session}/{r.sk.agent}] ", (f"{r.missed_tokens:,}", "bold"),
-                         " tokens not read, ", (_money(event.miss_usd), "red"), " extra · ", _cause(event),
+                         " tokens not read, ", (money(event.miss_usd), "red"), " extra · ", _cause(event),
                          (f" · what to do: {advice_for(r.diagnoses[0])}", "cyan"))
 
 
@@ -118,7 +114,7 @@ def _header(w: Watch, files: int) -> Text:
     t = w.totals
     return Text.assemble(("kvprobe watch", "bold"), f" · {files} file(s) · ", (f"{t.requests:,}", "bold"),
                          " requests · hit ratio ", (f"{100 * t.hit_ratio:.1f}%", "green"), " · cost so far ",
-                         (_money(t.cost_usd), "bold"), f" · {t.misses} miss(es) costing ", (_money(t.miss_usd), "red"),
+                         (money(t.cost_usd), "bold"), f" · {t.misses} miss(es) costing ", (money(t.miss_usd), "red"),
                          f" · {w.skips.total} malformed line(s) skipped" if w.skips.total else "")
 
 
@@ -126,7 +122,7 @@ def _view(w: Watch, recent: deque[Event]) -> Group:
     cols = (Col("time", drop=2), Col("request", wrap=True), Col("agent", wrap=True, drop=1),
             Col("not read", "right"), Col("extra cost", "right"), Col("cause", wrap=True))
     rows = [[stamp(e.result.sk.started_at), e.result.sk.id, e.result.sk.agent,
-             f"{e.result.missed_tokens:,}", _money(e.miss_usd), _cause(e, detail=False)] for e in recent]
+             f"{e.result.missed_tokens:,}", money(e.miss_usd), _cause(e, detail=False)] for e in recent]
     table, _ = build("Recent misses", cols, rows)
     parts = [_header(w, len(w.follower.files))]
     return Group(*parts, table) if recent else Group(*parts, Text("no misses so far", style="green"))
@@ -159,8 +155,8 @@ def _show_live(w: Watch, steps, sources: list[str], once: bool) -> None:
 
 def _summary(w: Watch, json_out: bool) -> None:
     t = w.totals
-    line = (f"watch: {t.requests:,} requests, hit ratio {100 * t.hit_ratio:.1f}%, cost {_money(t.cost_usd)}, "
-            f"{t.misses} miss(es) costing {_money(t.miss_usd)}")
+    line = (f"watch: {t.requests:,} requests, hit ratio {100 * t.hit_ratio:.1f}%, cost {money(t.cost_usd)}, "
+            f"{t.misses} miss(es) costing {money(t.miss_usd)}")
     if t.unpriced:
         line += f", {t.unpriced} request(s) of unknown price"
     if json_out:

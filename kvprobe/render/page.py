@@ -20,6 +20,7 @@ from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
+from kvprobe.wording import usd
 
 
 def _asset(name: str) -> str:
@@ -32,8 +33,7 @@ def _csp(script: str) -> str:
             "base-uri 'none'; form-action 'none'")
 
 
-def money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}"
+money = usd  # the terminal's figures, to the same decimals
 
 
 def _pct(ratio: float) -> str:

@@ -14,6 +14,7 @@ from html import escape
 from kvprobe.render.chart import MISS_KINDS, Bar, Timeline
 from kvprobe.wording import duration
 from kvprobe.trace.record import format_time
+from kvprobe.wording import usd
 
 SEGMENTS = (  # (attribute of Bar, legend label, colour), bottom to top
     ("read", "cache read", "#2a9d8f"),
@@ -127,7 +128,7 @@ def _tooltip(b: Bar) -> str:
     if b.missed:
         lines.append(f"missed reads: {b.missed:,} tokens could have been read")
     if b.cost_usd is not None:
-        lines.append(f"cost ${b.cost_usd:,.4f} · {b.input_equivalent:,.0f} input-equivalents")
+        lines.append(f"cost {usd(b.cost_usd)} · {b.input_equivalent:,.0f} input-equivalents")
     lines += [f"{MISS_KINDS[m.kind][1]}: {m.detail}" for m in b.marks]
     return "\n".join(lines)
 
