@@ -26,16 +26,15 @@ def diff(
     Example: kvprobe diff examples/request_a.json examples/request_b.json
     """
     with user_errors():
-        ra = load_request(a).render()
-        rb = load_request(b).render()
-        result = diff_requests(ra, rb, _trace_sizes([a, b]))
+        la, lb = load_request(a), load_request(b)
+        result = diff_requests(la.render(), lb.render(), _trace_sizes([a, b]))
     if json_out:
         data = result.to_json()
         if no_content and data["first_change"]:
             data["first_change"]["a_snippet"] = data["first_change"]["b_snippet"] = None
         print_json(data)
     else:
-        render(result, a, b, show_content=not no_content)
+        render(result, la.label, lb.label, show_content=not no_content)
     if exit_code and result.breaks_reuse:
         raise typer.Exit(1)
 
@@ -60,11 +59,21 @@ def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
     return line
 
 
+def title(a: str, b: str) -> str:
+    """What is compared, by name: two files, two records (`file#id`) of one trace, or records of two."""
+    (fa, _, ia), (fb, _, ib) = a.partition("#"), b.partition("#")
+    na, nb = Path(fa).name, Path(fb).name
+    if ia and ib and fa == fb:
+        return f"{ia} → {ib} in {na}"
+    return f"{na}{'#' + ia if ia else ''} → {nb}{'#' + ib if ib else ''}"
+
+
 def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
+    """`a` and `b`: the requests' labels (`body.json`, `trace.jsonl#ID`)."""
     model = result.model or "model not named"
     flag = f" (not in the catalog: {result.rules.fallback})" if result.rules.fallback else ""
-    out.print(Text.assemble(("kvprobe diff ", "bold"), f"{Path(a.split('#')[0]).name} → "
-                            f"{Path(b.split('#')[0]).name}  ", (f"{result.provider} · {model}{flag}", "cyan")))
+    out.print(Text.assemble(("kvprobe diff ", "bold"), f"{title(a, b)}  ",
+                            (f"{result.provider} · {model}{flag}", "cyan")))
     est = {"anchored": "sized on the trace's logged usage"}.get(result.tokens_source, result.tokens_source)
     out.print(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})")
     if not result.shared_cache:

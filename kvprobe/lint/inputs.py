@@ -15,6 +15,7 @@ from kvprobe.request import render_request
 from kvprobe.tokens import TokenCounter, pooled_counter
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
+from kvprobe.usage import normalize_usage
 
 
 @dataclass(slots=True)
@@ -49,7 +50,7 @@ class _Streams:
 
 
 def _subject(body: dict[str, Any], ref: RequestRef, streams: _Streams, provider: str | None = None,
-             endpoint: str | None = None, response: Any = None) -> Subject:
+             endpoint: str | None = None, response: Any = None, usage: dict[str, Any] | None = None) -> Subject:
     try:
         req = render_request(body, provider, endpoint, response)
     except InputError as exc:
@@ -57,13 +58,14 @@ def _subject(body: dict[str, Any], ref: RequestRef, streams: _Streams, provider:
         raise InputError(exc.message, file=ref.source, line=ref.line, field=field_name) from None
     streams.counter(req.provider, req.model).count_request(req)
     continues = bool(body.get("previous_response_id") or body.get("conversation"))
-    return Subject(ref, req, rules_for(req.provider, req.model), continues)
+    logged = normalize_usage(req.provider, usage) if usage is not None else None
+    return Subject(ref, req, rules_for(req.provider, req.model), continues, logged)
 
 
 def _from_record(rec: TraceRecord, source: str, streams: _Streams) -> Subject:
     stream = f"{rec.session}/{rec.agent or 'main'}" if rec.session else f"{source}/{rec.agent or 'main'}"
     ref = streams.ref(rec.id, stream, source=source, line=rec.line, offset=rec.offset, in_record=True)
-    return _subject(rec.request or {}, ref, streams, rec.provider, rec.endpoint, rec.response)
+    return _subject(rec.request or {}, ref, streams, rec.provider, rec.endpoint, rec.response, rec.usage)
 
 
 def _from_trace(path: Path, stats: InputStats, streams: _Streams,

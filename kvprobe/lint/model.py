@@ -7,6 +7,7 @@ from typing import Any
 from kvprobe.catalog import ModelRules
 from kvprobe.lint.catalog import LintRule
 from kvprobe.request.model import RenderedRequest
+from kvprobe.usage import Usage
 
 SNIPPET_CONTEXT = 24
 
@@ -34,6 +35,7 @@ class Subject:
     rules: ModelRules
     continues: bool = False  # continues a server-side conversation (Responses previous_response_id): its
     # body holds only the new turn, so comparing its prefix with the previous request's says nothing
+    logged: Usage | None = None  # the usage its trace record logged, when it has one
 
     @property
     def id(self) -> str:
@@ -50,10 +52,30 @@ class Subject:
     def tokens_before(self, index: int) -> int:
         return sum(b.tokens for b in self.request.blocks[:index])
 
+    def lost_tokens(self, changed: int) -> tuple[int, bool]:
+        """Tokens this request cached that the next one cannot read when block `changed` differs, and whether
+        the figure comes from logged usage (else it is the estimate).
+
+        What stays readable ends at this request's last breakpoint before the change (an implicit cache: at
+        the change itself); everything cached after that is written again. Where the record logged its usage,
+        read + write is the exact size of what it cached (what `report` counts as missed reads), and the part
+        that stays readable is scaled by the same logged/estimated ratio.
+        """
+        req, extent = self.request, self.cached_extent
+        explicit = req.cache_mode in ("breakpoints", "explicit")
+        kept = max((j + 1 for j in req.breakpoint_indices if j < changed), default=0) if explicit else changed
+        cached, readable = self.tokens_before(extent), self.tokens_before(min(kept, extent))
+        u = self.logged
+        logged = None if u is None else (u.cache_read_tokens + u.cache_write_tokens if explicit else u.input_tokens)
+        if not logged or not cached:
+            return cached - readable, False
+        return logged - round(readable * logged / cached), True
+
     def light(self) -> Subject:
         """Itself without its content: what a finding made later needs (ids, model)."""
         req = self.request
-        return Subject(self.ref, RenderedRequest(req.provider, req.api, req.model, [], {}), self.rules, self.continues)
+        return Subject(self.ref, RenderedRequest(req.provider, req.api, req.model, [], {}), self.rules, self.continues,
+                       self.logged)
 
 
 @dataclass(slots=True)

@@ -107,21 +107,22 @@ def prefix_changed(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Findin
     extent = prev.cached_extent
     if i >= extent or (i < len(a) and a[i].level == "tools") or (i < len(b) and b[i].level == "tools"):
         return []  # nothing cached was lost, or the tools rule reports it
-    lost = prev.tokens_before(extent) - prev.tokens_before(i)
+    lost, logged = prev.lost_tokens(i)
+    tokens = f"{lost:,}" if logged else f"~{lost:,}"
     x, y = a[i], (b[i] if i < len(b) else None)
     if y is not None and x.kind == y.kind and x.role == y.role and x.text == y.text:  # ids, flags, media
         return [make_finding(cat.rule("prefix-changed"), cur, y.path, (y.path, "attributes"),
                              label="The attributes (not the text)", previous=prev.id, before=_quote(x.meta),
-                             after=_quote(y.meta), tokens=f"{lost:,}")]
+                             after=_quote(y.meta), tokens=tokens)]
     if y is None or x.kind != y.kind or x.role != y.role:
         what = (f"{x.path} and everything after it were removed" if y is None
                 else f"{y.path} was replaced (a {x.kind} block became a {y.kind} block)")
         return [make_finding(cat.rule("history-rewritten"), cur, (y or x).path, ((y or x).path,), what=what,
-                             previous=prev.id, tokens=f"{lost:,}")]
+                             previous=prev.id, tokens=tokens)]
     span_a, span_b, label = changed_span(x.text, y.text, cat)
     return [make_finding(cat.rule("prefix-changed"), cur, y.path, (y.path, label), span=span_b, text=y.text,
                          label=label[:1].upper() + label[1:], previous=prev.id, before=_quote(x.text[slice(*span_a)]),
-                         after=_quote(y.text[slice(*span_b)]), tokens=f"{lost:,}")]
+                         after=_quote(y.text[slice(*span_b)]), tokens=tokens)]
 
 
 def lookback(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding]:
