@@ -1,22 +1,35 @@
-"""kvprobe: profile and audit prompt-caching costs of AI agents."""
-from __future__ import annotations
+"""kvprobe: profile and audit what AI agents pay for prompt caching.
 
-from typing import TYPE_CHECKING, Any
+The same analysis as the command line, from Python:
 
-if TYPE_CHECKING:
-    from kvprobe.db.data import load as load
+    import kvprobe
+    rep = kvprobe.analyse("trace.jsonl")      # what `kvprobe report` prints: rep.to_json() is its --json
+    rep.totals["cost_usd"], rep.fixes          # totals, and the fixes with what each saves
+    data = kvprobe.load(rep)                   # every table as DataFrames (or kvprobe.load("trace.jsonl"))
+    data.to_pandas("diagnoses")                # requests, sessions, blocks, block_costs, diagnoses, fixes, ...
+    data.records("fixes")                      # the same rows as dataclasses
 
-__all__ = ["load"]
+Nothing heavy is imported until used: `import kvprobe` loads neither pandas nor the analysis.
+"""
+
+__all__ = ["InputError", "KvprobeError", "Loaded", "PriceBook", "Report", "__version__", "analyse", "load"]
+
+_WHERE = {"load": "kvprobe.db.data", "Loaded": "kvprobe.db.data", "analyse": "kvprobe.api",
+          "Report": "kvprobe.report", "PriceBook": "kvprobe.pricing", "InputError": "kvprobe.errors",
+          "KvprobeError": "kvprobe.errors"}
 
 
-def __getattr__(name: str) -> Any:
-    # `kvprobe.load` pulls in the analysis and (when used) pandas: only on first use, not at `import kvprobe`.
+def __getattr__(name: str):  # noqa: ANN202 - module attributes, imported on first use
     if name == "__version__":  # from the installed metadata (pyproject's version), read only when asked
         from importlib.metadata import version
 
         return version("kvprobe")
-    if name == "load":
-        from kvprobe.db.data import load
+    if name in _WHERE:
+        import importlib
 
-        return load
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'kvprobe' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

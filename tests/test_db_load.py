@@ -94,7 +94,8 @@ def test_schema_is_documented_and_matches_the_database(cli, trace, tmp_path):
     db = tmp_path / "k.duckdb"
     load(cli, trace, "--db", db)
     described = json.loads(cli("db", "schema", "--json").stdout)
-    assert [t["table"] for t in described] == ["traces", "requests", "blocks", "block_costs", "diagnoses", "fixes"]
+    assert [t["table"] for t in described] == ["traces", "requests", "sessions", "blocks", "block_costs",
+                                               "diagnoses", "fixes"]
     with duckdb.connect(str(db), read_only=True) as con:
         for t in described:
             actual = con.execute("SELECT column_name, data_type, comment FROM duckdb_columns() WHERE "

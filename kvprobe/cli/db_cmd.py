@@ -67,7 +67,8 @@ def schema(
     json_out: JsonOut = False,
     sql: Annotated[bool, typer.Option("--sql", help="Print the CREATE statements")] = False,
 ) -> None:
-    """Describe the tables `kvprobe db load` writes: traces, requests, blocks, diagnoses, fixes.
+    """Describe the tables `kvprobe db load` writes: traces, requests, sessions, blocks, block_costs,
+    diagnoses, fixes.
 
     Times are TIMESTAMPTZ (UTC). Every table carries trace_id; requests, blocks and diagnoses carry
     request_id: join on (trace_id, request_id).
@@ -113,7 +114,8 @@ def sql(
 ) -> None:
     """Run SQL over the tables of `kvprobe db load` (read-only) and print the rows as a table.
 
-    Tables: traces, requests, blocks, diagnoses, fixes (`kvprobe db schema` describes every column).
+    Tables: traces, requests, sessions, blocks, block_costs, diagnoses, fixes (`kvprobe db schema`
+    describes every column).
 
     Example: kvprobe sql "SELECT agent, sum(cost_usd) AS usd FROM requests GROUP BY agent ORDER BY usd DESC"
     """

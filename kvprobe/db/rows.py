@@ -86,11 +86,18 @@ def block_cost_rows(trace_id: str, blocks: list[Any]) -> list[dict[str, Any]]:
              "input_equivalent_tokens": b.input_equivalent} for b in blocks]
 
 
+def session_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
+    """The report's per-session totals (the same computation as its JSON `sessions`)."""
+    return [{"trace_id": trace_id, "session": name, **totals}
+            for name, totals in rep.groups(lambda r: r.sk.session).items()]
+
+
 def report_rows(trace_id: str, rep: Report) -> Rows:
     """Rows of requests, blocks, block costs, diagnoses and fixes for one trace's report."""
     ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
-    rows: Rows = {"requests": [], "blocks": [], "block_costs": block_cost_rows(trace_id, rep.blocks),
-                  "diagnoses": [], "fixes": fix_rows(trace_id, rep.fixes, rep.alternatives)}
+    rows: Rows = {"requests": [], "sessions": session_rows(trace_id, rep), "blocks": [],
+                  "block_costs": block_cost_rows(trace_id, rep.blocks), "diagnoses": [],
+                  "fixes": fix_rows(trace_id, rep.fixes, rep.alternatives)}
     for seq, r in enumerate(ordered):
         rows["requests"].append(request_row(trace_id, seq, r))
         rows["blocks"] += block_rows(trace_id, r)

@@ -10,9 +10,13 @@ request_id, ...).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-SCHEMA_VERSION = 2  # 2: fixes.chosen (alternatives stored too)
+SCHEMA_VERSION = 3  # 2: fixes.chosen (alternatives stored too); 3: sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,26 @@ TABLES: tuple[Table, ...] = (
         _c("n_blocks", "INTEGER", "cacheable blocks in the request (NULL for usage-only records)"),
         _c("n_breakpoints", "INTEGER", "cache breakpoints in the request"),
         _c("error", "VARCHAR", "transport/API error logged with the record"),
+    )),
+    Table("sessions", "one row per session of each trace: the totals `kvprobe report --json` lists under "
+                      "sessions", ("trace_id", "session"), (
+        _TRACE,
+        _c("session", "VARCHAR", "session ('-' when the records have none)"),
+        _c("requests", "INTEGER", "requests in the session"),
+        _c("input_tokens", "BIGINT", "ALL input tokens (cached or not)"),
+        _c("cache_read_tokens", "BIGINT", "input tokens read from the cache"),
+        _c("cache_write_tokens", "BIGINT", "input tokens written to the cache (5m + 1h)"),
+        _c("cache_write_5m_tokens", "BIGINT", "cache writes with a 5-minute TTL"),
+        _c("cache_write_1h_tokens", "BIGINT", "cache writes with a 1-hour TTL"),
+        _c("fresh_input_tokens", "BIGINT", "input tokens neither read nor written"),
+        _c("output_tokens", "BIGINT", "output tokens"),
+        _c("token_hit_ratio", "DOUBLE", "cache_read_tokens / input_tokens (0 when no input)"),
+        _c("input_equivalent_tokens", "DOUBLE", "cost in fresh-input tokens (writes and reads weighted)"),
+        _c("cost_usd", "DOUBLE", "price of its requests (NULL when none could be priced)"),
+        _c("unpriced_requests", "INTEGER", "requests whose model has no price"),
+        _c("cold_start_write_tokens", "BIGINT", "cache writes of requests that found nothing to read"),
+        _c("rebuild_write_tokens", "BIGINT", "cache writes that rebuilt what was cached before"),
+        _c("missed_read_tokens", "BIGINT", "tokens an ideal prefix cache would have read that were not"),
     )),
     Table("blocks", "one row per cacheable block of each request, in prefix order",
           ("trace_id", "request_id", "block_index"), (
@@ -176,3 +200,48 @@ def describe() -> list[dict[str, object]]:
     """The schema as data (what `kvprobe db schema --json` prints)."""
     return [{"table": t.name, "doc": t.doc, "key": list(t.key),
              "columns": [{"name": c.name, "type": c.type, "doc": c.doc} for c in t.columns]} for t in TABLES]
+
+
+_PY_TYPES: dict[str, Any] = {"BIGINT": int, "INTEGER": int, "DOUBLE": float, "BOOLEAN": bool, "VARCHAR": str,
+                             "JSON": str, "TIMESTAMPTZ": dt.datetime, "VARCHAR[]": list[str]}
+
+
+def _from_row(cls: Any, row: dict[str, Any]) -> Any:
+    """An instance from a row dict: missing columns are None, epoch seconds become UTC datetimes."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        v = row.get(f.name)
+        if isinstance(v, (int, float)) and f.metadata.get("type") == "TIMESTAMPTZ":
+            v = dt.datetime.fromtimestamp(v, dt.timezone.utc)
+        values[f.name] = v
+    return cls(**values)
+
+
+@lru_cache(maxsize=None)
+def _schema_row_type(name: str) -> type:
+    t = BY_NAME[name]
+    fields = [(c.name, _PY_TYPES.get(c.type, Any) | None, dataclasses.field(metadata={"type": c.type, "doc": c.doc}))
+              for c in t.columns]
+    doc = f"A row of `{name}`: {t.doc}.\n\n" + "\n".join(f"{c.name}: {c.doc}" for c in t.columns)
+    cls = dataclasses.make_dataclass(_class_name(name), fields, frozen=True, slots=True,
+                                     namespace={"__doc__": doc, "from_row": classmethod(_from_row)})
+    cls.__module__ = __name__
+    return cls
+
+
+def _class_name(table: str) -> str:
+    singular = {"traces": "trace", "requests": "request", "sessions": "session", "blocks": "block",
+                "block_costs": "block_cost", "diagnoses": "diagnosis", "fixes": "fix"}.get(table, table)
+    return "".join(part.title() for part in singular.split("_")) + "Row"
+
+
+def row_type(name: str, rows: list[dict[str, Any]] = ()) -> type:  # type: ignore[assignment]
+    """The frozen dataclass of one table's rows, its fields the table's columns (typed from the schema, each
+    documented). A table outside the schema (fleet findings) gets one from its rows' keys."""
+    if name in BY_NAME:
+        return _schema_row_type(name)
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    cls = dataclasses.make_dataclass(_class_name(name), [(k, Any, dataclasses.field(default=None)) for k in keys],
+                                     frozen=True, namespace={"from_row": classmethod(_from_row)})
+    cls.__module__ = __name__
+    return cls

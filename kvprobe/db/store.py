@@ -27,7 +27,7 @@ from kvprobe.db.rows import Rows, report_rows
 from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
-from kvprobe.report import build_report
+from kvprobe.report import Report, build_report
 
 if TYPE_CHECKING:
     import duckdb
@@ -44,7 +44,7 @@ class TraceFile:
     key: str  # hash of the first record line: what a grown or moved copy of the file still shares
     content_hash: str
     size: int
-    trace_id: str = ""  # assigned by `_assign_ids`: the key, made unique when another file shares it
+    trace_id: str = ""  # assigned by `assign_ids`: the key, made unique when another file shares it
 
 
 def identify(path: str | Path) -> TraceFile:
@@ -131,7 +131,7 @@ def _same_trace(tf: TraceFile, stored: list[Stored]) -> Stored | None:
     return None
 
 
-def _assign_ids(files: list[TraceFile], stored: list[Stored]) -> dict[str, Stored]:
+def assign_ids(files: list[TraceFile], stored: list[Stored]) -> dict[str, Stored]:
     """Give each file its trace_id (kept from the stored trace it is a version of); the matches by id."""
     taken = {s.trace_id for s in stored}
     matches: dict[str, Stored] = {}
@@ -156,14 +156,16 @@ class Analysed:
     rows: Rows
     records: int
     skipped: int
+    report: Report | None = None  # kept only when asked (kvprobe.load): db load writes rows and lets it go
 
 
-def analyse(tf: TraceFile, prices: PriceBook | None = None, fixes: bool | None = None) -> Analysed:
+def analyse(tf: TraceFile, prices: PriceBook | None = None, fixes: bool | None = None,
+            keep_report: bool = False) -> Analysed:
     """Simulate one trace file on its own and turn its report into rows."""
     rep = build_report([tf.path], prices=prices or PriceBook(), fixes=fixes, top=0)
     stats = rep.stats[0][1] if rep.stats else None  # none for agent logs (read through the importers)
     return Analysed(tf, report_rows(tf.trace_id, rep), stats.records if stats else rep.considered,
-                    stats.skipped if stats else 0)
+                    stats.skipped if stats else 0, rep if keep_report else None)
 
 
 @dataclass(slots=True)
@@ -248,7 +250,7 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
     if Path(db).is_file():
         with connect(db, read_only=True) as con:
             stored = _existing(con)
-    matches = _assign_ids(files, stored)
+    matches = assign_ids(files, stored)
     todo = [tf for tf in files if force or tf.trace_id not in matches
             or matches[tf.trace_id].content_hash != tf.content_hash or matches[tf.trace_id].path != tf.path]
     analysed = [analyse(tf, prices, fixes) for tf in todo]  # all input checked before the database is touched

@@ -1,0 +1,39 @@
+"""`kvprobe.analyse(...)`: the analysis `kvprobe report` prints, as the `Report` dataclass it renders."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvprobe.errors import InputError
+from kvprobe.pricing import PriceBook
+from kvprobe.report import Filters, Report, build_report
+from kvprobe.trace.record import parse_time
+
+
+def _since(value: str | float | dt.datetime | None) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise InputError(f"expected an RFC 3339 time, got {value!r}", field="since") from None
+
+
+def analyse(paths: str | Path | Sequence[str | Path], *, session: str | None = None, agent: str | None = None,
+           since: str | float | dt.datetime | None = None, prices: PriceBook | None = None,
+           price_file: str | Path | None = None, fixes: bool | None = None, top: int = 10) -> Report:
+    """Simulate each provider's cache over traces (or agent logs), diagnose every miss and price the task,
+    exactly as `kvprobe report` does: `.to_json()` is its `--json` output, `.totals` its total line,
+    `.misses` the costliest misses, `.fixes` the fixes with their savings, `.blocks` the costliest blocks.
+
+    All files are simulated together (ids made unique across them); `session`, `agent` and `since` (RFC
+    3339, epoch seconds or a datetime) narrow the requests as the CLI flags do. `fixes`: True computes the
+    what-if fixes, False skips them, None decides by input size. Pass the result to `kvprobe.load(...)` for
+    every table as DataFrames. (Not `kvprobe.report`: that name is the module `kvprobe/report.py`.) Raises kvprobe.InputError on bad input, naming file, line and field.
+    """
+    names = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    book = prices or PriceBook.from_file(price_file)
+    return build_report(names, filters=Filters(session, agent, _since(since)), prices=book, fixes=fixes, top=top)
