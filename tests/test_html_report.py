@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import os
 import struct
 import zlib
@@ -73,6 +74,20 @@ def artifacts(tmp_path: Path) -> Path:
     return where
 
 
+def chart_heights(dom: "Dom", unit: str) -> dict[str, dict[str, float]]:
+    """Request id -> segment class -> drawn height, in the chart of `unit` (tokens or usd)."""
+    heights: dict[str, dict[str, float]] = {}
+    owner = chart = None
+    for t, a in dom.elements:  # segments follow their bar group, bar groups their chart, in document order
+        if t == "svg" and "kv-chart" in a.get("class", ""):
+            chart = a.get("data-unit")
+        elif t == "g" and "req" in a.get("class", "").split():
+            owner = a["data-id"]
+        elif t == "rect" and a.get("class", "").split()[:1] in (["seg"], ["missed"]) and owner and chart == unit:
+            heights.setdefault(owner, {})[a["class"].split()[-1]] = float(a["height"])
+    return heights
+
+
 class Dom(HTMLParser):
     """Every element as (tag, attrs), plus text by element id: enough to check a dumped DOM."""
 
@@ -115,7 +130,8 @@ def test_html_is_one_self_contained_file_with_every_trace_string_escaped(built):
     refs = [u for u in ("http://", "https://", "//cdn", "url(") if u in page]
     assert set(refs) <= {"http://", "url("}
     assert page.count("http://") == page.count('xmlns="http://www.w3.org/2000/svg"')  # SVG namespace only
-    assert "url(#kv-hatch)" in page and page.count("url(") == page.count("url(#kv-hatch)")
+    # the only url() references: each chart's own hatch pattern (dollars and tokens)
+    assert set(re.findall(r"url\(([^)]*)\)", page)) == {"#kv-hatch", "#kv-hatch-usd"}
     csp = Dom(page).find("meta", http_equiv="Content-Security-Policy")[0]["content"]
     assert "default-src 'none'" in csp and "script-src 'sha256-" in csp and "unsafe-inline" not in csp.split(
         "script-src")[1]
@@ -134,19 +150,14 @@ def test_chromium_renders_the_chart_and_the_numbers(built, tmp_path):
     assert not [a for _, a in dom.elements if any(k.startswith("on") for k in a)], "an event handler got in"
     assert dom.text_by_id["kv-js-summary"].startswith("9 requests drawn, 5 with a miss cause")
 
-    bars = dom.with_class("g", "req")
-    assert [b["data-id"] for b in bars] == [r["id"] for r in sorted(rep["requests"], key=lambda r: r["started_at"])]
+    in_order = [r["id"] for r in sorted(rep["requests"], key=lambda r: r["started_at"])]
+    bars = [b for b in dom.with_class("g", "req") if not b["id"].endswith("-usd")]  # the tokens chart
+    assert [b["data-id"] for b in bars] == in_order
+    assert [b["data-id"] for b in dom.with_class("g", "req") if b["id"].endswith("-usd")] == in_order
     assert {b["data-agent"] for b in bars} == {"main", EVIL_AGENT}  # escaped in the file, exact in the DOM
     by_id = {r["id"]: r for r in rep["requests"]}
-    segs = [(t, a) for t, a in dom.elements if t == "rect" and "seg" in a.get("class", "")]
-    heights: dict[str, dict[str, float]] = {}
-    owner = None
-    for t, a in dom.elements:  # segments follow their bar group in document order
-        if t == "g" and "req" in a.get("class", "").split():
-            owner = a["data-id"]
-        elif t == "rect" and "seg" in a.get("class", "") and owner:
-            heights.setdefault(owner, {})[a["class"].split()[1]] = float(a["height"])
-    assert len(segs) >= 9
+    heights = chart_heights(dom, "tokens")
+    assert sum(len(h) for h in heights.values()) >= 9
     per_token = heights["req_1"]["write_5m"] / by_id["req_1"]["cache_write_tokens"]
     for rid, h in heights.items():
         r = by_id[rid]
@@ -161,15 +172,15 @@ def test_chromium_renders_the_chart_and_the_numbers(built, tmp_path):
     marks = {a["data-kind"] for a in dom.with_class("circle", "mark")}
     assert {"prefix_changed", "ttl_expired", "params_changed", "not_yet_readable"} <= marks
     index = {b["data-id"]: b["data-i"] for b in bars}
-    assert [a["data-i"] for a in dom.with_class("g", "expiry")] == [index["req_4"]]
+    assert [a["data-i"] for a in dom.with_class("g", "expiry")] == [index["req_4"]] * 2  # in both charts
     overlaps = [(a["data-writer"], a["data-i"]) for a in dom.with_class("g", "overlap")]
-    assert overlaps == [(index["sc_1"], index[EVIL_ID])]
-    assert [a["data-before"] for a in dom.with_class("line", "gap")] == [index["req_4"]]  # the 7-minute pause
+    assert overlaps == [(index["sc_1"], index[EVIL_ID])] * 2
+    assert [a["data-before"] for a in dom.with_class("line", "gap")] == [index["req_4"]] * 2  # the 7-minute pause
     assert {a["data-agent"] for a in dom.with_class("g", "lane")} == {"main", EVIL_AGENT}
 
     cards = {a["data-key"]: a["data-value"] for a in dom.with_class("div", "card")}
     t = rep["totals"]
-    for key in ("requests", "input_tokens", "token_hit_ratio", "cost_usd", "missed_read_tokens"):
+    for key in ("input_tokens", "token_hit_ratio", "cost_usd", "input_equivalent_tokens"):
         assert float(cards[key]) == pytest.approx(t[key])
     assert float(cards["with_all_fixes"]) == pytest.approx(rep["with_all_fixes"]["cost_usd"])
     assert {a["data-kind"] for a in dom.find("tr") if "data-kind" in a} == {f["kind"] for f in rep["fixes"]}
@@ -302,7 +313,9 @@ def test_filters_narrow_the_page(cli, mixed_trace, tmp_path):
     res = cli("html", mixed_trace, "-o", out, "--agent", "main", "--no-fixes", "--title", "Main <agent>")
     assert res.exit_code == 0, res.output
     page = out.read_text()
-    assert page.count('class="req"') == 6 and "<title>Main &lt;agent&gt;</title>" in page
+    # 6 bars in each chart (tokens, and dollars)
+    assert len(re.findall(r'class="req" id="bar-\d+-\d+"', page)) == 6 and page.count('class="req"') == 12
+    assert "<title>Main &lt;agent&gt;</title>" in page
     assert "fixes were not computed" in page
 
 
@@ -374,4 +387,4 @@ def test_the_page_script_links_chart_and_table(built, tmp_path):
     assert seen["selectedRow"] == f"row-{in_order.index('req_4')}"
     assert seen["selectedBar"].startswith("bar-") and "req_4" in seen["tip"] and "TTL expired" in seen["tip"]
     assert seen["firstByCost"] == max(by_id, key=lambda i: by_id[i]["cost_usd"])
-    assert seen["visible"] == ["req_4"] and seen["dimmed"] == 8
+    assert seen["visible"] == ["req_4"] and seen["dimmed"] == 2 * 8  # the other 8, in both charts

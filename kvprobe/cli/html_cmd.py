@@ -24,7 +24,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print what was written as
 
 
 def load_report(traces: list[Path], session: str | None, agent: str | None, since: str | None,
-                price_file: Path | None, fixes: bool | None = None) -> Report:
+                prices: PriceBook, fixes: bool | None = None) -> Report:
     """The report both `html` and `plot` draw (library errors propagate to `user_errors`)."""
     start = None
     if since is not None:
@@ -32,8 +32,7 @@ def load_report(traces: list[Path], session: str | None, agent: str | None, sinc
             start = parse_time(since)
         except ValueError:
             raise InputError(f"expected an RFC 3339 time, got {show(since)}", field="--since") from None
-    rep = build_report(traces, filters=Filters(session, agent, start), prices=PriceBook.from_file(price_file),
-                       fixes=fixes)
+    rep = build_report(traces, filters=Filters(session, agent, start), prices=prices, fixes=fixes)
     # an empty input or filters that match nothing: exit 2 and write nothing, as `report` does
     require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
     return rep
@@ -51,9 +50,10 @@ def html(
 ) -> None:
     """Write the report as one self-contained HTML page (no network needed to view it).
 
-    The page holds the totals, a timeline chart (cache read / write / fresh per request, misses marked with
-    their cause, idle gaps, TTL expiries, concurrent starts, a lane per agent), the fixes with their savings,
-    the costliest misses and every request. Trace text is escaped; a Content-Security-Policy blocks any
+    The page leads with the money: what was spent, what the misses of each cause wasted, what each fix
+    saves. Then a timeline chart in dollars or tokens (cache read / write / fresh per request, misses marked
+    with their cause, idle gaps, TTL expiries, concurrent starts, a lane per agent), the fixes, the costliest
+    blocks, the costliest misses and every request. Trace text is escaped; a Content-Security-Policy blocks any
     network access.
 
     Example: kvprobe html traces/sample_session.jsonl -o report.html
@@ -63,8 +63,9 @@ def html(
     with user_errors():
         output = output_path(output, [*traces, *([price_file] if price_file else [])], force=force)
         fixes = False if no_fixes else (True if what_if else None)
-        rep = load_report(traces, session, agent, since, price_file, fixes)
-        size = write_html(rep, output, title)
+        prices = PriceBook.from_file(price_file)
+        rep = load_report(traces, session, agent, since, prices, fixes)
+        size = write_html(rep, output, title, prices)
     info = {"output": str(output), "bytes": size, "requests": len(rep.results), "fixes": len(rep.fixes)}
     if json_out:
         print_json(info)

@@ -58,10 +58,13 @@ def screenshot(html_file: Path, png: Path, width: int, height: int, scale: float
         raise BrowserError(f"Chromium could not draw the PNG (exit {proc.returncode}): {' | '.join(tail)}")
 
 
-def dump_dom(html_file: Path, budget_ms: int = 3000) -> str:
-    """The DOM after the page's scripts ran, serialised (Chromium's --dump-dom)."""
+def dump_dom(html_file: Path, budget_ms: int = 3000, width: int | None = None, height: int = 1000) -> str:
+    """The DOM after the page's scripts ran, serialised (Chromium's --dump-dom); laid out in a window
+    `width` x `height` CSS pixels when a width is given."""
+    size = [f"--window-size={width},{height}"] if width else []
     with tempfile.TemporaryDirectory(prefix="kvprobe-chromium-") as profile:
-        proc = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", html_file.resolve().as_uri()], profile)
+        proc = _run([*size, f"--virtual-time-budget={budget_ms}", "--dump-dom", html_file.resolve().as_uri()],
+                    profile)
     if proc.returncode != 0:
         raise BrowserError(f"Chromium failed (exit {proc.returncode})")
     return proc.stdout.decode("utf-8", errors="replace")

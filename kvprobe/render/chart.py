@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kvprobe.analysis.costing import miss_cost
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.pricing import PriceBook
 
 IDLE_GAP_SECONDS = 60.0  # a pause at least this long between two starts gets a marked gap on the chart
 MAX_SLOTS = 2500  # beyond this many requests, consecutive requests share a slot (one summed bar per agent)
@@ -56,6 +58,9 @@ class Bar:
     marks: list[Mark] = field(default_factory=list)
     first: int = 0  # position in start order of the (first) request drawn by this bar
     count: int = 1  # requests summed into this bar
+    # USD of each token class (read, write_5m, write_1h, fresh, output: they add up to the request's cost)
+    # and "missed": what its misses cost above an ideal prefix cache. None: not priced
+    usd: dict[str, float] | None = None
 
     @property
     def input_tokens(self) -> int:
@@ -108,18 +113,47 @@ class Timeline:
         return max((b.index for b in self.bars), default=-1) + 1
 
     @property
+    def priced(self) -> bool:
+        """Every bar has its cost by class: the chart can be drawn in dollars."""
+        return bool(self.bars) and all(b.usd is not None for b in self.bars)
+
+    @property
     def kinds(self) -> list[str]:
         present = {m.kind for b in self.bars for m in b.marks}
         return [k for k in MISS_KINDS if k in present]
 
 
-def _bar(index: int, r: RequestResult) -> Bar:
+USD_CLASSES = ("read", "write_5m", "write_1h", "fresh", "output")
+
+
+def _dollars(r: RequestResult, prices: PriceBook | None) -> dict[str, float] | None:
+    """What each token class of the request cost (its cost split by the unit prices it was priced at)."""
+    if prices is None or r.cost_usd is None:
+        return None
     u = r.usage
-    marks = [Mark(d.kind if d.kind in MISS_KINDS else "unexplained", d.detail) for d in r.diagnoses]
+    units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens)
+    if units is None:
+        return None
+    tokens = {"read": u.cache_read_tokens, "write_5m": u.cache_write_5m_tokens, "write_1h": u.cache_write_1h_tokens,
+              "fresh": max(u.fresh_input_tokens, 0), "output": u.output_tokens}
+    usd = {cls: units[cls] * n for cls, n in tokens.items()}
+    total = sum(usd.values())
+    if total > 0 and abs(total - r.cost_usd) > 1e-12:  # a logged cost: the classes keep their shares of it
+        usd = {cls: v * r.cost_usd / total for cls, v in usd.items()}
+    usd["missed"] = max(miss_cost(r, prices)[1] or 0.0, 0.0) if r.missed_tokens > 0 else 0.0
+    return usd
+
+
+def _bar(index: int, r: RequestResult, prices: PriceBook | None = None) -> Bar:
+    u = r.usage
+    # a mark is a miss cause: a diagnosis of a request that read all it could (the provider read more than
+    # predicted) is no miss, and the page's money figures do not count it either
+    marks = [Mark(d.kind if d.kind in MISS_KINDS else "unexplained", d.detail) for d in r.diagnoses] \
+        if r.missed_tokens > 0 else []
     return Bar(index, r.sk.id, r.sk.session, r.sk.agent, r.sk.model, r.sk.started_at, r.sk.readable_at,
                u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens,
                max(u.fresh_input_tokens, 0), u.output_tokens, r.missed_tokens, r.cost_usd, r.input_equivalent,
-               r.write_kind, marks, first=index)
+               r.write_kind, marks, first=index, usd=_dollars(r, prices))
 
 
 def _overlaps(results: list[RequestResult]) -> list[Overlap]:
@@ -149,10 +183,12 @@ def _sessions(bars: list[Bar]) -> list[tuple[str, int, int]]:
     return runs
 
 
-def build_timeline(results: list[RequestResult], max_slots: int = MAX_SLOTS) -> Timeline:
-    """The chart model of simulated results (any order: bars follow start time, then input order)."""
+def build_timeline(results: list[RequestResult], max_slots: int = MAX_SLOTS,
+                   prices: PriceBook | None = None) -> Timeline:
+    """The chart model of simulated results (any order: bars follow start time, then input order). With
+    `prices` (those the results were priced with), each bar also carries its cost by token class."""
     ordered = sorted(results, key=lambda r: (r.sk.started_at, r.sk.order))
-    bars = [_bar(i, r) for i, r in enumerate(ordered)]
+    bars = [_bar(i, r, prices) for i, r in enumerate(ordered)]
     lanes = list(dict.fromkeys(b.agent for b in bars))
     expiries = [Expiry(i, r.sk.agent, d.seconds_past, d.detail) for i, r in enumerate(ordered)
                 for d in r.diagnoses if d.kind == "ttl_expired"]
@@ -167,11 +203,14 @@ def _sum(slot: int, group: list[Bar]) -> Bar:
     a, z = group[0], group[-1]
     costs = [b.cost_usd for b in group]
     marks = list({m.kind: m for b in group for m in b.marks}.values())
+    usd = None if any(b.usd is None for b in group) else \
+        {k: sum(b.usd[k] for b in group) for k in (*USD_CLASSES, "missed")}  # type: ignore[index]
     return Bar(slot, f"{a.id} … {z.id}" if len(group) > 1 else a.id, a.session, a.agent, a.model, a.started_at,
                z.readable_at, sum(b.read for b in group), sum(b.write_5m for b in group),
                sum(b.write_1h for b in group), sum(b.fresh for b in group), sum(b.output for b in group),
                sum(b.missed for b in group), None if None in costs else sum(costs),
-               sum(b.input_equivalent for b in group), a.write_kind, marks, first=a.first, count=len(group))
+               sum(b.input_equivalent for b in group), a.write_kind, marks, first=a.first, count=len(group),
+               usd=usd)
 
 
 def _aggregate(tl: Timeline, k: int) -> Timeline:

@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file (inline CSS, JS and SVG; nothing fetched) for a `Report`.
 
-Sections: totals, the timeline chart, the fixes with their savings, the costliest misses, every request, and
-notes. All trace-derived text is escaped; a Content-Security-Policy forbids any network access and allows only
+Sections: the money (spent, wasted by cause, saved by each fix), the timeline chart in dollars or tokens, the
+fixes with their savings, findings across sessions, the costliest blocks, the costliest misses, every
+request, and notes. All trace-derived text is escaped; a Content-Security-Policy forbids any network access and allows only
 this module's own script (by hash), so even a markup slip could not run injected code.
 """
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 from kvprobe import __version__
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.pricing import PriceBook
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
+from kvprobe.render.money import blocks_table, cost_cards, fleet_section, grade, instances, reach
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
@@ -40,34 +43,6 @@ def _pct(ratio: float) -> str:
     return f"{100 * ratio:.1f}%"
 
 
-def _card(key: str, label: str, value: str, raw: Any, cls: str = "") -> str:
-    return (f'<div class="card" data-key="{esc(key)}" data-value="{esc(raw)}"><div class="label">{esc(label)}</div>'
-            f'<div class="value {cls}">{esc(value)}</div></div>')
-
-
-def _totals(rep: Report) -> str:
-    t = rep.totals
-    cards = [
-        _card("requests", "Requests", f"{t['requests']:,}", t["requests"]),
-        _card("input_tokens", "Input tokens", f"{t['input_tokens']:,}", t["input_tokens"]),
-        _card("token_hit_ratio", "Hit ratio", _pct(t["token_hit_ratio"]), t["token_hit_ratio"], "good"),
-        _card("input_equivalent_tokens", "Input-equivalents", f"{t['input_equivalent_tokens']:,.0f}",
-              t["input_equivalent_tokens"]),
-        _card("cost_usd", f"Cost ({rep.basis})", money(t["cost_usd"]), t["cost_usd"]),
-        _card("missed_read_tokens", "Missed reads", f"{t['missed_read_tokens']:,} tokens", t["missed_read_tokens"],
-              "bad" if t["missed_read_tokens"] else ""),
-    ]
-    w = rep.with_all_fixes
-    if w:
-        base = w.get("baseline_predicted", {})
-        cards.append(
-            f'<div class="card fixes" data-key="with_all_fixes" data-value="{esc(w["cost_usd"])}">'
-            f'<div class="label">With all fixes (predicted)</div><div class="value good">'
-            f'{esc(_pct(base.get("token_hit_ratio", 0)))} → {esc(_pct(w["token_hit_ratio"]))}</div>'
-            f'<div>{esc(money(base.get("cost_usd")))} → <b>{esc(money(w["cost_usd"]))}</b></div></div>')
-    return f'<section id="totals"><div class="cards">{"".join(cards)}</div></section>'
-
-
 def _chips(kinds: list[str]) -> str:
     return "".join(f'<span class="chip" style="background:{MISS_KINDS.get(k, MISS_KINDS["unexplained"])[2]}">'
                    f'{esc(k)}</span>' for k in kinds)
@@ -80,11 +55,13 @@ def _fixes(rep: Report) -> str:
         return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
     total = rep.totals["input_equivalent_tokens"] or 1
     rows = []
+    reaches = any("reach" in f for f in rep.fixes)
     for f in sorted(rep.fixes, key=lambda f: -(f.get("saving_input_equivalent_tokens") or 0)):
         share = min(100.0, 100 * (f.get("saving_input_equivalent_tokens") or 0) / total)
         rows.append(
             f'<tr data-kind="{esc(f["kind"])}"><td><code>{esc(f["kind"])}</code></td>'
-            f'<td>{esc(", ".join(map(str, f.get("requests", []))))}</td>'
+            f'<td>{esc(", ".join(map(str, f.get("requests", []))))}{instances(f)}</td>'
+            + (f'<td>{esc(reach(f))}</td>' if reaches else "") +
             f'<td class="num saving" data-v="{esc(f.get("saving_usd"))}">{esc(money(f.get("saving_usd")))}</td>'
             f'<td class="num" data-v="{esc(f.get("saving_input_equivalent_tokens"))}">'
             f'{f.get("saving_input_equivalent_tokens") or 0:,.0f}</td>'
@@ -95,11 +72,13 @@ def _fixes(rep: Report) -> str:
         rows.append(
             f'<tr class="alt" data-kind="{esc(a["kind"])}"><td>or <code>{esc(a["kind"])}</code></td>'
             f'<td>{esc(", ".join(map(str, a.get("requests", []))))}</td>'
+            + (f'<td>{esc(reach(a))}</td>' if reaches else "") +
             f'<td class="num" data-v="{esc(a.get("saving_usd"))}">{esc(money(a.get("saving_usd")))}</td>'
             f'<td class="num" data-v="{esc(a.get("saving_input_equivalent_tokens"))}">'
             f'{a.get("saving_input_equivalent_tokens") or 0:,.0f}</td>'
             f'<td class="num">instead of {esc(instead)}</td><td>{esc(a.get("detail", ""))}</td></tr>')
-    head = ("<tr><th>fix</th><th>requests</th><th class=num>saves</th><th class=num>input-equivalents</th>"
+    head = ("<tr><th>fix</th><th>requests</th>" + ("<th>reach</th>" if reaches else "")
+            + "<th class=num>saves</th><th class=num>input-equivalents</th>"
             "<th class=num>of total</th><th>what to change</th></tr>")
     note = ("Each saving comes from re-simulating the requests that change with only that fix; the total is "
             "one simulation of what `kvprobe fix` writes.")
@@ -128,8 +107,8 @@ _COLUMNS = (("#", "num"), ("time (UTC)", "text"), ("id", "text"), ("session", "t
             ("hit %", "num"), ("missed", "num"), ("cost", "num"), ("why", "text"))
 
 
-def _num(v: float | int | None, text: str) -> str:
-    return f'<td class="num" data-v="{"" if v is None else v}">{esc(text)}</td>'
+def _num(v: float | int | None, text: str, cls: str = "") -> str:
+    return f'<td class="num{" " + cls if cls else ""}" data-v="{"" if v is None else v}">{esc(text)}</td>'
 
 
 MAX_TABLE_ROWS = 5000  # beyond this, the table keeps the requests with the costliest misses, then the costliest
@@ -150,6 +129,7 @@ def _row(i: int, r: RequestResult, tl: Timeline, lanes: dict[str, int]) -> str:
     why = "; ".join(d.detail for d in r.diagnoses) or ("cold start" if r.write_kind == "cold_start" else "")
     lane = lanes[sk.agent]
     colour = AGENT_COLOURS[lane % len(AGENT_COLOURS)]
+    level = grade(u.cache_read_tokens, r.reusable_tokens)
     return (
         f'<tr id="row-{i}" data-i="{i}" data-bar="bar-{i // tl.per_slot}-{lane}" data-id="{esc(sk.id)}"'
         f'{" class=missed" if kinds else ""}>{_num(i + 1, str(i + 1))}'
@@ -161,7 +141,7 @@ def _row(i: int, r: RequestResult, tl: Timeline, lanes: dict[str, int]) -> str:
         f'<td class="name" data-v="{esc(sk.model or "")}">{esc(sk.model or "")}</td>'
         f'{_num(u.input_tokens, f"{u.input_tokens:,}")}{_num(u.cache_read_tokens, f"{u.cache_read_tokens:,}")}'
         f'{_num(u.cache_write_tokens, f"{u.cache_write_tokens:,}")}{_num(fresh, f"{fresh:,}")}'
-        f'{_num(None if hit is None else round(hit, 4), "-" if hit is None else f"{100 * hit:.0f}")}'
+        f'{_num(None if hit is None else round(hit, 4), "-" if hit is None else f"{100 * hit:.0f}", level)}'
         f'{_num(r.missed_tokens, f"{r.missed_tokens:,}" if r.missed_tokens else "")}'
         f'{_num(r.cost_usd, money(r.cost_usd))}'
         f'<td class="why" data-v="{esc(" ".join(kinds))}">{_chips(kinds)}{esc(why)}</td></tr>')
@@ -195,17 +175,38 @@ def _notes(rep: Report) -> str:
     return f'<section id="notes"><h2>Inputs and notes</h2><ul class="notes">{lis}</ul></section>'
 
 
-def render_html(rep: Report, *, title: str | None = None) -> str:
-    """The whole report page as one string."""
-    tl = build_timeline(rep.results)
+def _timeline(tl: Timeline, tokens_svg: str, usd_svg: str | None) -> str:
+    """The chart, in dollars (when priced) and in tokens, switched by two radio buttons (CSS only)."""
+    per_slot = f" (each bar sums {tl.per_slot} consecutive requests)" if tl.per_slot > 1 else ""
+    if usd_svg is None:
+        charts = f'<div class="chart-wrap">{tokens_svg}</div>'
+        unit = "tokens (not every request could be priced)"
+    else:
+        charts = ('<input type="radio" name="kv-unit" id="kv-unit-usd" checked>'
+                  '<label for="kv-unit-usd">dollars</label>'
+                  '<input type="radio" name="kv-unit" id="kv-unit-tokens"><label for="kv-unit-tokens">tokens</label>'
+                  f'<div class="chart-wrap unit-usd">{usd_svg}</div>'
+                  f'<div class="chart-wrap unit-tokens">{tokens_svg}</div>')
+        unit = "dollars (each bar is the request's cost by token class) or tokens"
+    return ('<section id="timeline"><h2>Timeline</h2>'
+            f'<div class="chart-switch">{charts}</div>'
+            f'<p class="hint">One bar per request in start order{esc(per_slot)}, a lane per agent, in {esc(unit)}.</p>'
+            '<p class="hint" id="kv-js-summary">Hover a bar for details.</p></section>')
+
+
+def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | None = None) -> str:
+    """The whole report page as one string. `prices`: those the report was priced with, for the dollars of
+    the chart and of the waste (default: kvprobe's offline prices, as `build_report` uses)."""
+    prices = prices or PriceBook()
+    tl = build_timeline(rep.results, prices=prices)
     sources = ", ".join(Path(name).name for name, _ in rep.stats) or "records"
     title = title or f"kvprobe report: {sources}"
-    svg, _, _ = render_svg(tl)
+    tokens_svg, _, _ = render_svg(tl)
+    usd_svg = render_svg(tl, unit="usd", suffix="-usd")[0] if tl.priced else None
     script, style = _asset("report.js"), _asset("report.css")
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     starts = [r.sk.started_at for r in rep.results]
     span = f" · {format_time(min(starts))} → {format_time(max(starts))}" if starts else ""
-    per_slot = f" (each bar sums {tl.per_slot} consecutive requests)" if tl.per_slot > 1 else ""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{esc(_csp(script))}">'
@@ -213,28 +214,23 @@ def render_html(rep: Report, *, title: str | None = None) -> str:
         f"<title>{esc(title)}</title><style>{style}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"sub\">{tl.requests:,} requests · {len(tl.lanes)} agent(s)"
         f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p></header>"
-        f"{_totals(rep)}"
-        '<section id="timeline"><h2>Timeline</h2><div class="chart-wrap">'
-        f"{svg}</div><p class=\"hint\">One bar per request in start order{esc(per_slot)}, a lane per agent.</p>"
-        "<p class=\"hint\" id=\"kv-js-summary\">Hover a bar for details.</p></section>"
-        f"{_fixes(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
+        f"{cost_cards(rep, prices)}{_timeline(tl, tokens_svg, usd_svg)}"
+        f"{_fixes(rep)}{fleet_section(rep)}{blocks_table(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
         "<footer>Self-contained report: no network access, no external files.</footer>"
         f'<div id="kv-tip" hidden></div><script>{script}</script></body></html>\n')
 
 
 def chart_title(rep: Report) -> str:
-    """A one-line caption for a standalone chart: sources and the totals that matter."""
+    """A one-line caption for a standalone chart: sources and the totals that matter (wrapped to fit)."""
     t = rep.totals
     sources = ", ".join(Path(name).name for name, _ in rep.stats) or "trace"
     return (f"{sources} · {t['requests']:,} requests · hit ratio {_pct(t['token_hit_ratio'])} · "
             f"{t['missed_read_tokens']:,} missed read tokens · {money(t['cost_usd'])}")
 
 
-def render_chart_page(rep: Report, *, title: str | None = None) -> tuple[str, int, int]:
+def chart_page(svg: str) -> str:
     """A page holding only the chart, sized to it (what `kvprobe plot` screenshots)."""
-    svg, width, height = render_svg(build_timeline(rep.results), title=title)
-    page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<style>html,body{margin:0;padding:0;background:#fff;overflow:hidden}svg{display:block}</style>"
             f"</head><body>{svg}</body></html>\n")
-    return page, width, height

@@ -4,17 +4,22 @@
   "use strict";
   var doc = document;
   var tip = doc.getElementById("kv-tip");
-  var bars = Array.prototype.slice.call(doc.querySelectorAll("svg.kv-chart g.req"));
+  var bars = Array.prototype.slice.call(doc.querySelectorAll("svg.kv-chart g.req"));  // every chart's
+  var firstChart = doc.querySelector("svg.kv-chart");
+  var drawnBars = firstChart ? Array.prototype.slice.call(firstChart.querySelectorAll("g.req")) : [];
   var table = doc.getElementById("kv-requests");
   var rows = table ? Array.prototype.slice.call(table.tBodies[0].rows) : [];
   var selected = null;  // [row, bar] currently highlighted
 
   function byId(id) { return id ? doc.getElementById(id) : null; }
+  // A row's bar in each chart: the tokens chart's id, and the dollars chart's with "-usd" after it.
+  function barsOf(tr) { return [byId(tr.dataset.bar), byId(tr.dataset.bar + "-usd")].filter(Boolean); }
+  function shown(el) { return el && el.getClientRects().length > 0; }
 
-  // Select a row and its bar together (rows carry data-bar, bars data-row); scroll the other one into view.
-  function select(tr, g, scrollTo) {
+  // Select a row and its bars together (rows carry data-bar, bars data-row); scroll the other one into view.
+  function select(tr, gs, scrollTo) {
     (selected || []).forEach(function (el) { if (el) el.classList.remove("sel"); });
-    selected = [tr, g];
+    selected = [tr].concat(gs);
     selected.forEach(function (el) { if (el) el.classList.add("sel"); });
     if (scrollTo && scrollTo.scrollIntoView) scrollTo.scrollIntoView({ block: "center", behavior: "smooth" });
   }
@@ -32,10 +37,16 @@
       tip.style.top = (ev.pageY + 16) + "px";
     });
     g.addEventListener("mouseleave", function () { tip.hidden = true; });
-    g.addEventListener("click", function () { var tr = byId(g.dataset.row); select(tr, g, tr); });
+    g.addEventListener("click", function () {
+      var tr = byId(g.dataset.row);
+      select(tr, tr ? barsOf(tr) : [g], tr);
+    });
   });
   rows.forEach(function (tr) {
-    tr.addEventListener("click", function () { var g = byId(tr.dataset.bar); select(tr, g, g); });
+    tr.addEventListener("click", function () {
+      var gs = barsOf(tr);
+      select(tr, gs, gs.filter(shown)[0] || gs[0]);
+    });
   });
 
   // Table: click a header to sort (numbers by their raw value), type to filter rows and dim their bars.
@@ -63,18 +74,17 @@
       rows.forEach(function (tr) {
         var hide = q !== "" && tr.textContent.toLowerCase().indexOf(q) < 0;
         tr.hidden = hide;
-        var g = byId(tr.dataset.bar);
-        if (g) g.classList.toggle("dim", hide);
+        barsOf(tr).forEach(function (g) { g.classList.toggle("dim", hide); });
       });
     });
   }
 
   // What the script saw, in words (and a marker tests use to know it ran).
-  var drawn = bars.reduce(function (n, g) { return n + (parseInt(g.dataset.count, 10) || 1); }, 0);
-  var marked = bars.filter(function (g) { return g.dataset.kinds !== ""; }).length;
+  var drawn = drawnBars.reduce(function (n, g) { return n + (parseInt(g.dataset.count, 10) || 1); }, 0);
+  var marked = drawnBars.filter(function (g) { return g.dataset.kinds !== ""; }).length;
   var summary = doc.getElementById("kv-js-summary");
   if (summary) {
-    summary.textContent = drawn + " requests drawn" + (drawn !== bars.length ? " in " + bars.length + " bars" : "") +
+    summary.textContent = drawn + " requests drawn" + (drawn !== drawnBars.length ? " in " + drawnBars.length + " bars" : "") +
       ", " + marked + " with a miss cause. Hover a bar for details; click it to find its row.";
   }
   doc.documentElement.dataset.ready = "1";

@@ -1,5 +1,5 @@
-"""Draw a `Timeline` as one SVG: a lane per agent, a stacked bar per request (read / write / fresh) in start
-order, miss causes above the bars, idle gaps and TTL expiries as vertical rules, concurrent starts as
+"""Draw a `Timeline` as one SVG: a lane per agent, a stacked bar per request (read / write / fresh, in tokens;
+or, in dollars, what each of them and the output cost) in start order, miss causes above the bars, idle gaps and TTL expiries as vertical rules, concurrent starts as
 brackets, and a legend. Server-side, so the chart reads without JavaScript and screenshots to a PNG as is.
 
 Every string that came from a trace goes through `esc` (ids, agents, sessions, models and diagnosis text
@@ -22,15 +22,20 @@ SEGMENTS = (  # (attribute of Bar, legend label, colour), bottom to top
     ("write_1h", "cache write (1h)", "#c2410c"),
     ("fresh", "fresh input", "#94a3b8"),
 )
+USD_SEGMENTS = SEGMENTS + (("output", "output", "#6d5bd0"),)  # in dollars a bar is the whole request's cost
 AGENT_COLOURS = ("#3b6ea8", "#8e5ea2", "#3c8d5a", "#b8860b", "#4a9bb0", "#a0522d", "#6b7280", "#c2185b")
 MISSED_COLOUR = "#d62828"
 GAP_COLOUR, EXPIRY_COLOUR, OVERLAP_COLOUR = "#64748b", "#b45309", "#db2777"
 
 LEFT, RIGHT, TOP = 132, 24, 44  # margins (px): lane labels on the left, gap labels on top
 MARK_BAND = 34  # headroom above the tallest bar in each lane for miss markers
-MIN_SLOT, MAX_SLOT = 3.0, 96.0
-PLOT_WIDTH = 1000.0  # the plot area aims at this width; many requests widen it down to MIN_SLOT per bar
-MIN_WIDTH = 760
+MIN_SLOT, MAX_BAR = 3.0, 56.0
+# The chart is drawn this wide and the page scales it to its width (a few requests get wide slots, their
+# bars at most MAX_BAR); many requests widen it beyond, MIN_SLOT per bar, and the page scrolls it.
+DESIGN_WIDTH = 1240
+PLOT_WIDTH = float(DESIGN_WIDTH - LEFT - RIGHT)
+TITLE_SIZE, TITLE_LINE = 13, 18
+TITLE_CHAR = 0.62 * TITLE_SIZE  # a bold DejaVu Sans character's width, rounded up: titles are wrapped by it
 FONT = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\""
 
 
@@ -46,8 +51,13 @@ def tokens_short(n: float) -> str:
     return f"{n:.0f}"
 
 
+def usd_short(v: float) -> str:
+    """An axis label in dollars: $0, $0.005, $0.02, $1.5, $120."""
+    return "$0" if v == 0 else f"${v:,.0f}" if v >= 100 else f"${v:.3g}"
+
+
 def nice_step(top: float, ticks: int = 4) -> float:
-    raw = max(top, 1) / ticks
+    raw = (top if top > 0 else 1) / ticks
     base = 10 ** math.floor(math.log10(raw))
     return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw)
 
@@ -61,6 +71,9 @@ class Geometry:
     plot_w: float
     lanes_top: float
     lanes_bottom: float
+    top: float = TOP  # where the lanes' header band (gap labels) starts: below the title
+    unit: str = "tokens"  # tokens | usd
+    suffix: str = ""  # appended to element ids: two charts of one page stay apart
 
     def x(self, index: int) -> float:
         return LEFT + index * self.slot + (self.slot - self.bar) / 2
@@ -78,16 +91,28 @@ class Geometry:
         return (self.lane_h - MARK_BAND - 6) * tokens / self.y_max if self.y_max else 0.0
 
 
-def _geometry(tl: Timeline) -> Geometry:
+def value(b: Bar, attr: str, unit: str) -> float:
+    """A bar's segment (or "missed") in the chart's unit: tokens, or dollars."""
+    if unit == "usd":
+        return (b.usd or {}).get(attr, 0.0)
+    return getattr(b, attr)
+
+
+def segments(unit: str) -> tuple[tuple[str, str, str], ...]:
+    return USD_SEGMENTS if unit == "usd" else SEGMENTS
+
+
+def _geometry(tl: Timeline, unit: str, top: float, suffix: str) -> Geometry:
     n = max(tl.slots, 1)
-    slot = min(MAX_SLOT, max(MIN_SLOT, PLOT_WIDTH / n))
-    bar = slot * 0.72 if slot >= 6 else max(slot - 1, 1.5)
+    slot = max(MIN_SLOT, PLOT_WIDTH / n)
+    bar = min(slot * 0.72, MAX_BAR) if slot >= 6 else max(slot - 1, 1.5)
     lane_h = 190.0 if len(tl.lanes) <= 2 else 150.0 if len(tl.lanes) <= 4 else 110.0
-    y_top = max((b.input_tokens for b in tl.bars), default=0)
+    y_top = max((sum(value(b, a, unit) for a, _, _ in segments(unit)) for b in tl.bars), default=0)
     step = nice_step(y_top)
     y_max = step * math.ceil(y_top / step) if y_top else step
-    lanes_top = TOP + 8
-    return Geometry(slot, bar, lane_h, y_max, slot * n, lanes_top, lanes_top + lane_h * max(len(tl.lanes), 1))
+    lanes_top = top + 8
+    return Geometry(slot, bar, lane_h, y_max, slot * n, lanes_top, lanes_top + lane_h * max(len(tl.lanes), 1),
+                    top, unit, suffix)
 
 
 def _text(x: float, y: float, body: str, *, size: int = 11, anchor: str = "start", fill: str = "#1f2937",
@@ -114,7 +139,8 @@ def _lanes(tl: Timeline, g: Geometry) -> list[str]:
             y = base - g.height(tick)
             parts.append(f'<line x1="{LEFT}" x2="{LEFT + g.plot_w:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
                          f'stroke="#e2e8f0" stroke-width="1"/>')
-            parts.append(_text(LEFT - 6, y + 4, tokens_short(tick), size=10, anchor="end", fill="#64748b"))
+            label = usd_short(tick) if g.unit == "usd" else tokens_short(tick)
+            parts.append(_text(LEFT - 6, y + 4, label, size=10, anchor="end", fill="#64748b"))
             tick += step
         parts.append("</g>")
     parts.append("</g>")
@@ -129,13 +155,15 @@ def _tooltip(b: Bar) -> str:
         lines.append(f"missed reads: {b.missed:,} tokens could have been read")
     if b.cost_usd is not None:
         lines.append(f"cost {usd(b.cost_usd)} · {b.input_equivalent:,.0f} input-equivalents")
+    if b.usd and b.usd["missed"]:
+        lines.append(f"the misses cost {usd(b.usd['missed'])} above an ideal cache")
     lines += [f"{MISS_KINDS[m.kind][1]}: {m.detail}" for m in b.marks]
     return "\n".join(lines)
 
 
 def _bar(b: Bar, lane: int, g: Geometry) -> list[str]:
     kinds = " ".join(m.kind for m in b.marks)
-    attrs = (f'class="req" id="bar-{b.index}-{lane}" data-i="{b.index}" data-row="row-{b.first}" '
+    attrs = (f'class="req" id="bar-{b.index}-{lane}{g.suffix}" data-i="{b.index}" data-row="row-{b.first}" '
              f'data-count="{b.count}" data-id="{esc(b.id)}" data-agent="{esc(b.agent)}" '
              f'data-input="{b.input_tokens}" data-read="{b.read}" data-write="{b.write_5m + b.write_1h}" '
              f'data-fresh="{b.fresh}" data-missed="{b.missed}" data-kinds="{esc(kinds)}"')
@@ -143,17 +171,19 @@ def _bar(b: Bar, lane: int, g: Geometry) -> list[str]:
     x, y = g.x(b.index), g.lane_base(lane)
     parts.append(f'<rect class="hit" x="{g.boundary(b.index):.1f}" y="{g.lanes_top + lane * g.lane_h:.1f}" '
                  f'width="{g.slot:.1f}" height="{g.lane_h:.1f}" fill="transparent"/>')
-    for attr, _, colour in SEGMENTS:
-        h = g.height(getattr(b, attr))
+    for attr, _, colour in segments(g.unit):
+        h = g.height(value(b, attr, g.unit))
         if h > 0:
             y -= h
             parts.append(f'<rect class="seg {attr}" x="{x:.1f}" y="{y:.2f}" width="{g.bar:.1f}" height="{h:.2f}" '
                          f'fill="{colour}"/>')
-    if b.missed:
-        h, base = g.height(b.missed), g.lane_base(lane) - g.height(b.read)
+    missed = value(b, "missed", g.unit)
+    if missed:  # on top of the reads: what a working cache would have read (tokens) or saved (dollars)
+        h, base = g.height(missed), g.lane_base(lane) - g.height(value(b, "read", g.unit))
         parts.append(f'<rect class="missed" x="{x:.1f}" y="{base - h:.2f}" width="{g.bar:.1f}" height="{h:.2f}" '
-                     f'fill="url(#kv-hatch)" stroke="{MISSED_COLOUR}" stroke-width="1.2" stroke-dasharray="3 2"/>')
-    top = g.lane_base(lane) - g.height(b.input_tokens)
+                     f'fill="url(#kv-hatch{g.suffix})" stroke="{MISSED_COLOUR}" stroke-width="1.2" '
+                     f'stroke-dasharray="3 2"/>')
+    top = g.lane_base(lane) - g.height(sum(value(b, a, g.unit) for a, _, _ in segments(g.unit)))
     for k, mark in enumerate(b.marks[:3]):
         glyph, label, colour = MISS_KINDS[mark.kind]
         cy, r = top - 9 - k * 15, min(7.0, max(g.slot / 2 - 0.5, 2.5))
@@ -171,11 +201,11 @@ def _gaps(tl: Timeline, g: Geometry) -> list[str]:
     for gap in tl.gaps:
         x = g.boundary(gap.before)
         colour = EXPIRY_COLOUR if gap.ttl_expired else GAP_COLOUR
-        parts.append(f'<line class="gap" data-before="{gap.before}" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" '
+        parts.append(f'<line class="gap" data-before="{gap.before}" x1="{x:.1f}" x2="{x:.1f}" y1="{g.top - 4}" '
                      f'y2="{g.lanes_bottom:.1f}" stroke="{colour}" stroke-width="1.2" stroke-dasharray="4 3">'
                      f'<title>{esc(f"idle {duration(gap.seconds)} before this request")}</title></line>')
         if x - last_label >= 64:
-            parts.append(_text(x, TOP - 8, f"idle {duration(gap.seconds)}", size=10, anchor="middle", fill=colour))
+            parts.append(_text(x, g.top - 8, f"idle {duration(gap.seconds)}", size=10, anchor="middle", fill=colour))
             last_label = x
     parts.append("</g>")
     return parts
@@ -261,10 +291,13 @@ def _sessions(tl: Timeline, g: Geometry, y0: float) -> tuple[list[str], float]:
     return parts, y0 + 18
 
 
-def _legend(tl: Timeline, width: float, y0: float) -> tuple[list[str], float]:
-    items: list[tuple[str, str]] = [(f'<rect width="12" height="12" fill="{c}"/>', label) for _, label, c in SEGMENTS]
-    items.append((f'<rect width="12" height="12" fill="url(#kv-hatch)" stroke="{MISSED_COLOUR}" '
-                  f'stroke-dasharray="3 2"/>', "missed read (an ideal cache would have read it)"))
+def _legend(tl: Timeline, g: Geometry, width: float, y0: float) -> tuple[list[str], float]:
+    items: list[tuple[str, str]] = [(f'<rect width="12" height="12" fill="{c}"/>', label)
+                                    for _, label, c in segments(g.unit)]
+    missed = "what the misses cost above an ideal cache" if g.unit == "usd" else \
+        "missed read (an ideal cache would have read it)"
+    items.append((f'<rect width="12" height="12" fill="url(#kv-hatch{g.suffix})" stroke="{MISSED_COLOUR}" '
+                  f'stroke-dasharray="3 2"/>', missed))
     for kind in tl.kinds:
         glyph, label, colour = MISS_KINDS[kind]
         items.append((f'<circle cx="6" cy="6" r="6.5" fill="{colour}"/><text x="6" y="9.5" font-size="9" '
@@ -279,7 +312,7 @@ def _legend(tl: Timeline, width: float, y0: float) -> tuple[list[str], float]:
                       "concurrent start (earlier response not begun)"))
     parts, x, y = ['<g class="legend">'], float(LEFT), y0 + 8
     for swatch, label in items:
-        w = 20 + 6.4 * len(label) + 18
+        w = 20 + 6.8 * len(label) + 18  # 11px DejaVu Sans, rounded up
         if x + w > width - RIGHT and x > LEFT:
             x, y = float(LEFT), y + 20
         parts.append(f'<g transform="translate({x:.1f},{y:.1f})">{swatch}{_text(18, 10.5, label, size=11)}</g>')
@@ -288,11 +321,37 @@ def _legend(tl: Timeline, width: float, y0: float) -> tuple[list[str], float]:
     return parts, y + 24
 
 
-def render_svg(tl: Timeline, *, title: str | None = None) -> tuple[str, int, int]:
-    """The chart as an SVG element (no XML prolog: inline it in HTML, or wrap it with `standalone`)."""
-    g = _geometry(tl)
+def title_lines(title: str, width: float) -> list[str]:
+    """The title in lines that fit `width` (split between its " · " parts, then between words)."""
+    room = max(int(width // TITLE_CHAR), 20)
+    lines: list[str] = []
+    for part in title.split(" · "):
+        joined = f"{lines[-1]} · {part}" if lines else part
+        if lines and len(joined) <= room:
+            lines[-1] = joined
+            continue
+        words, line = part.split(" "), ""
+        for word in words:  # a part longer than a line wraps between its words
+            if line and len(line) + 1 + len(word) > room:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return lines
+
+
+def render_svg(tl: Timeline, *, title: str | None = None, unit: str = "tokens",
+               suffix: str = "") -> tuple[str, int, int]:
+    """The chart as an SVG element (no XML prolog: inline it in HTML, or wrap it with `standalone`).
+
+    unit: "tokens" (read / write / fresh input per request) or "usd" (what each of them and the output cost;
+    needs a timeline built with prices). suffix: appended to element ids, for a second chart on one page."""
+    width = int(max(DESIGN_WIDTH, LEFT + max(tl.slots, 1) * MIN_SLOT + RIGHT))
+    lines = title_lines(title, width - 24) if title else []
+    g = _geometry(tl, unit, TOP + TITLE_LINE * len(lines), suffix)
+    width = int(max(DESIGN_WIDTH, LEFT + g.plot_w + RIGHT))
     lane_of = {agent: i for i, agent in enumerate(tl.lanes)}
-    width = int(max(MIN_WIDTH, LEFT + g.plot_w + RIGHT))
     body = _lanes(tl, g) + _gaps(tl, g) + _expiries(tl, g, lane_of)
     body.append('<g class="bars">')
     for b in tl.bars:
@@ -302,17 +361,20 @@ def render_svg(tl: Timeline, *, title: str | None = None) -> tuple[str, int, int
     for section in (_overlaps, _axis, _sessions):
         parts, y = section(tl, g, y)
         body += parts
-    parts, y = _legend(tl, width, y)
+    parts, y = _legend(tl, g, width, y)
     body += parts
     if not tl.bars:
         body.append(_text(LEFT + 12, g.lanes_top + 40, "no requests", size=14, fill="#64748b"))
     height = int(math.ceil(y))
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="kv-chart" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title or "kvprobe timeline")}" {FONT}>'
-            f'<defs><pattern id="kv-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+    # a page scales the chart to its width; one drawn wider (many requests) keeps its size and scrolls
+    wide = f' style="min-width:{width}px"' if width > DESIGN_WIDTH else ""
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="kv-chart" data-unit="{unit}" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}"{wide} role="img" '
+            f'aria-label="{esc(title or "kvprobe timeline")}" {FONT}>'
+            f'<defs><pattern id="kv-hatch{suffix}" width="6" height="6" patternUnits="userSpaceOnUse" '
             f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fde2e2" fill-opacity="0.55"/>'
             f'<line x1="0" y1="0" x2="0" y2="6" stroke="{MISSED_COLOUR}" stroke-width="1.6"/></pattern></defs>'
             f'<rect width="{width}" height="{height}" fill="#ffffff"/>')
-    if title:
-        head += _text(LEFT, 16, title, size=13, weight="bold", cls="chart-title")
+    for k, line in enumerate(lines):  # from the left edge, wrapped to the width: never cut off
+        head += _text(12, 18 + k * TITLE_LINE, line, size=TITLE_SIZE, weight="bold", cls="chart-title")
     return head + "".join(body) + "</svg>", width, height

@@ -8,8 +8,9 @@ from kvprobe.errors import InputError
 from kvprobe.output import write_bytes_atomic
 from kvprobe.render.browser import screenshot
 from kvprobe.render.chart import build_timeline
-from kvprobe.render.page import render_chart_page, render_html
+from kvprobe.render.page import chart_page, render_html
 from kvprobe.render.svg import render_svg
+from kvprobe.pricing import PriceBook
 from kvprobe.report import Report
 
 CHART_SUFFIXES = (".png", ".svg")
@@ -26,16 +27,18 @@ def atomic_write(path: Path, data: bytes) -> None:
     write_bytes_atomic(path, data, 0o644)
 
 
-def write_html(rep: Report, path: Path, title: str | None = None) -> int:
-    """Write the self-contained HTML report; returns its size in bytes."""
+def write_html(rep: Report, path: Path, title: str | None = None, prices: PriceBook | None = None) -> int:
+    """Write the self-contained HTML report; returns its size in bytes. `prices`: those the report used."""
     _check_target(path, "--output")
-    data = render_html(rep, title=title).encode("utf-8")
+    data = render_html(rep, title=title, prices=prices).encode("utf-8")
     atomic_write(path, data)
     return len(data)
 
 
-def write_chart(rep: Report, path: Path, *, title: str | None = None, scale: float = 2.0) -> tuple[int, int]:
-    """Write the timeline chart as PNG (drawn by headless Chromium) or SVG, by the file's suffix.
+def write_chart(rep: Report, path: Path, *, title: str | None = None, scale: float = 2.0, unit: str = "tokens",
+                prices: PriceBook | None = None) -> tuple[int, int]:
+    """Write the timeline chart as PNG (drawn by headless Chromium) or SVG, by the file's suffix, in tokens
+    or in dollars (`unit` "usd": priced with `prices`, those the report used).
 
     Returns the chart's (width, height) in CSS pixels."""
     _check_target(path, "--output")
@@ -43,11 +46,15 @@ def write_chart(rep: Report, path: Path, *, title: str | None = None, scale: flo
     if suffix not in CHART_SUFFIXES:
         raise InputError(f"expected a .png or .svg file name, got {path.suffix or 'no suffix'!r}",
                          file=str(path), field="--output")
+    tl = build_timeline(rep.results, prices=prices or PriceBook())
+    if unit == "usd" and not tl.priced:
+        raise InputError("not every request has a price: draw it in tokens, or give --price-file",
+                         file=str(path), field="--unit")
+    svg, width, height = render_svg(tl, title=title, unit=unit)
     if suffix == ".svg":
-        svg, width, height = render_svg(build_timeline(rep.results), title=title)
         atomic_write(path, b'<?xml version="1.0" encoding="UTF-8"?>\n' + svg.encode("utf-8") + b"\n")
         return width, height
-    page, width, height = render_chart_page(rep, title=title)
+    page = chart_page(svg)
     with tempfile.TemporaryDirectory(prefix="kvprobe-plot-") as tmp:
         html = Path(tmp) / "chart.html"
         html.write_text(page, encoding="utf-8")
