@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rich.cells import cell_len, set_cell_size
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -159,15 +159,21 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
 def print_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
                 console: Console = out, *, spaced: bool = False) -> None:
     table, hidden = build(title, cols, rows, console, spaced=spaced)
-    if plain(console):  # no trailing blanks for grep, diff and CI logs
-        with console.capture() as captured:
-            console.print(table, soft_wrap=False)
-        console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    else:
-        console.print(table, soft_wrap=False)
+    print_block(table, console)
     if hidden:
         console.print(Text(f"(not shown at {console.width} columns: {', '.join(hidden)}; --json has every "
                            "field)", style="dim"))
+
+
+def print_block(renderable: RenderableType, console: Console = out) -> None:
+    """A table (or a group holding one) as laid out; plain output without trailing blanks (grep, diff,
+    CI logs)."""
+    if not plain(console):
+        console.print(renderable, soft_wrap=False)
+        return
+    with console.capture() as captured:
+        console.print(renderable, soft_wrap=False)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def sub_row(label: str, console: Console = out) -> str:

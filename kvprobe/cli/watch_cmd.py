@@ -15,7 +15,7 @@ from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.cli.common import err, fail, money, out, user_errors
-from kvprobe.cli.tables import Col, build
+from kvprobe.cli.tables import Col, build, print_block
 from kvprobe.importers import default_sources
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import format_time
@@ -143,7 +143,7 @@ def _show_live(w: Watch, steps, sources: list[str], once: bool) -> None:
     if not out.is_terminal:  # piped or logged: the miss lines as they happen, the totals at the end
         for step in steps:
             _print_step(step, recent, out)
-        out.print(_view(w, recent))
+        print_block(_view(w, recent))
         return
     if not once:
         err.print(f"watching {', '.join(sources)} (Ctrl-C to stop)", soft_wrap=True)
