@@ -45,6 +45,15 @@ def _c(name: str, type_: str, doc: str) -> Column:
 _TRACE = _c("trace_id", "VARCHAR", "the trace file's identity: hash of its first record line (suffixed when "
             "another file starts alike)")
 _REQ = _c("request_id", "VARCHAR", "the record's id (unique within its trace)")
+_TOKENS = (  # a request's usage, and the sums of a session's
+    _c("input_tokens", "BIGINT", "ALL input tokens (cached or not)"),
+    _c("cache_read_tokens", "BIGINT", "input tokens read from the cache"),
+    _c("cache_write_tokens", "BIGINT", "input tokens written to the cache (5m + 1h)"),
+    _c("cache_write_5m_tokens", "BIGINT", "cache writes with a 5-minute TTL"),
+    _c("cache_write_1h_tokens", "BIGINT", "cache writes with a 1-hour TTL"),
+    _c("fresh_input_tokens", "BIGINT", "input tokens neither read nor written"),
+    _c("output_tokens", "BIGINT", "output tokens"),
+)
 
 TABLES: tuple[Table, ...] = (
     Table("traces", "one row per loaded trace file", ("trace_id",), (
@@ -70,13 +79,7 @@ TABLES: tuple[Table, ...] = (
         _c("started_at", "TIMESTAMPTZ", "when the request was sent"),
         _c("readable_at", "TIMESTAMPTZ", "first response byte: from then on its cache entry can be read"),
         _c("finished_at", "TIMESTAMPTZ", "when the response ended (NULL if not logged)"),
-        _c("input_tokens", "BIGINT", "ALL input tokens (cached or not)"),
-        _c("cache_read_tokens", "BIGINT", "input tokens read from the cache"),
-        _c("cache_write_tokens", "BIGINT", "input tokens written to the cache (5m + 1h)"),
-        _c("cache_write_5m_tokens", "BIGINT", "cache writes with a 5-minute TTL"),
-        _c("cache_write_1h_tokens", "BIGINT", "cache writes with a 1-hour TTL"),
-        _c("fresh_input_tokens", "BIGINT", "input tokens neither read nor written"),
-        _c("output_tokens", "BIGINT", "output tokens"),
+        *_TOKENS,
         _c("hit_ratio", "DOUBLE", "cache_read_tokens / input_tokens (NULL when no input)"),
         _c("cost_usd", "DOUBLE", "price of the request (NULL when the model has no price)"),
         _c("cost_source", "VARCHAR", "where the price came from"),
@@ -99,13 +102,7 @@ TABLES: tuple[Table, ...] = (
         _TRACE,
         _c("session", "VARCHAR", "session ('-' when the records have none)"),
         _c("requests", "INTEGER", "requests in the session"),
-        _c("input_tokens", "BIGINT", "ALL input tokens (cached or not)"),
-        _c("cache_read_tokens", "BIGINT", "input tokens read from the cache"),
-        _c("cache_write_tokens", "BIGINT", "input tokens written to the cache (5m + 1h)"),
-        _c("cache_write_5m_tokens", "BIGINT", "cache writes with a 5-minute TTL"),
-        _c("cache_write_1h_tokens", "BIGINT", "cache writes with a 1-hour TTL"),
-        _c("fresh_input_tokens", "BIGINT", "input tokens neither read nor written"),
-        _c("output_tokens", "BIGINT", "output tokens"),
+        *_TOKENS,
         _c("token_hit_ratio", "DOUBLE", "cache_read_tokens / input_tokens (0 when no input)"),
         _c("input_equivalent_tokens", "DOUBLE", "cost in fresh-input tokens (writes and reads weighted)"),
         _c("cost_usd", "DOUBLE", "price of its requests (NULL when none could be priced)"),
