@@ -102,7 +102,8 @@ def _require_records(report: ImportReport, sources: list[str]) -> None:
     if files:  # what was skipped in them, and why
         report_skips(report)
     raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
-                     "read): expected Claude Code or Codex logs, HAR, OpenTelemetry or LiteLLM logs, or kvprobe traces")
+                     "read): expected agent logs (Claude Code, Codex, Gemini CLI, Qwen Code, OpenCode), HAR, "
+                     "OpenTelemetry or LiteLLM logs, or kvprobe traces")
 
 
 def _zone(tz: str):
