@@ -170,7 +170,9 @@ def test_lint_off_a_terminal_is_plain_and_keeps_each_location_whole(env):
 
 def test_what_to_do_continues_indented_on_an_80_column_terminal():
     text = _run("report", SAMPLE, "--no-fixes", columns=80, terminal=True)
-    misses = text.split("Costliest misses\n")[1].split("Costliest blocks")[0].splitlines()
+    section = re.split(r"What the misses cost, by cause *\n", text)[1].split("Requests")[0].splitlines()
+    start = next(i for i, line in enumerate(section) if line.startswith("  "))  # the causes' examples
+    misses = section[start:]
     assert misses and all(line.startswith("  ") for line in misses), misses
     advice = next(i for i, line in enumerate(misses) if "what to do: keep the content before" in line)
     assert misses[advice + 1].startswith("      ") and "changing text" in misses[advice + 1]

@@ -82,25 +82,25 @@ def test_the_costliest_blocks_are_listed_as_the_terminal_lists_them(page):
 
 
 def test_fleet_findings_reach_and_instances_are_shown_when_the_report_has_them():
+    from kvprobe.analysis.fleet import SharedPrefix
     from kvprobe.render.page import render_html
-    from kvprobe.report import Report, build_report
+    from kvprobe.report import build_report
 
     rep = build_report([SAMPLE])
-    rep.fixes = [dict(f, reach="4 of 6 sessions", instances=[{"session": "a", "saving_usd": 0.5},
-                                                            {"session": "b", "saving_usd": 0.25}])
-                 if f["kind"] == "keep_alive" else f for f in rep.fixes]
-
-    @dataclasses.dataclass(slots=True)
-    class WithFleet(Report):
-        fleet: list = dataclasses.field(default_factory=list)
-    fleet = [{"kind": "volatile_line", "sessions": 412, "saving_usd": 12.5, "detail": "a <b>date</b> in system[0]"}]
-    html = render_html(WithFleet(*(getattr(rep, f.name) for f in dataclasses.fields(Report)), fleet=fleet))
+    keep_alive = next(f for f in rep.fixes if f["kind"] == "keep_alive")
+    assert 'id="fleet"' not in render_html(rep)  # one session: no fleet finding, no section
+    rep.fleet = [SharedPrefix(["main"], [f"s{i}" for i in range(412)], 412, 13, 3_460, "system[0]",
+                              breaks_at="system[0]", breaker="volatile span",
+                              breaker_detail='e.g. "<b>date</b>"; 412 versions', could_share_tokens=3_460,
+                              rewrote_sessions=411, rewritten_tokens=1_421_000, rewrite_usd=12.5)]
+    html = render_html(rep)
     dom = Dom(html)
     assert "412" in dom.text_by_id["kv-fleet"] and "$12.5000" in dom.text_by_id["kv-fleet"]
-    assert "a &lt;b&gt;date&lt;/b&gt;" in html and "<b>date" not in html
-    assert "4 of 6 sessions" in dom.text_by_id["fixes"] and "2 sessions" in dom.text_by_id["fixes"]
-    assert "$0.2500" in dom.text_by_id["kv-instances-keep_alive"]
-    assert 'id="fleet"' not in render_html(rep)  # no findings, no section
+    assert "&lt;b&gt;date&lt;/b&gt;" in html and "<b>date" not in html
+    assert keep_alive["reach"]["text"] in dom.text_by_id["fixes"]  # "1 of 1 session, 1 request edited"
+    assert "1 session" in dom.text_by_id["fixes"]
+    saved = keep_alive["instances"][0]["saving_usd"]
+    assert f"{saved:.4f}" in dom.text_by_id["kv-instances-keep_alive"]
 
 
 MEASURE = """<script>

@@ -323,8 +323,8 @@ def test_html_page_lists_the_alternatives_and_says_the_cost_is_logged(cli, tmp_p
     page_path = tmp_path / "page.html"
     assert cli("html", original, "-o", page_path).exit_code == 0
     page = page_path.read_text()
-    fixes = page[page.index('id="kv-fixes"'):page.index("</table>", page.index('id="kv-fixes"'))]
+    fixes = page[page.index('id="kv-fixes"'):page.index("</section>", page.index('id="kv-fixes"'))]
     assert fixes.count('<tr data-kind=') == len(SAVINGS)
     assert fixes.count('<tr class="alt" data-kind="shared_breakpoint">') == 1
-    assert "instead of shared_breakpoint" in fixes
+    assert "instead of shared_breakpoint (stagger)" in fixes
     assert "Cost (logged usage)" in page

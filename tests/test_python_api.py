@@ -98,16 +98,16 @@ def test_analyse_is_kvprobe_report(report_json):
 
 
 def test_fleet_findings_become_a_table_when_the_report_has_them():
-    rep = kvprobe.analyse(SAMPLE, fixes=False)
-    finding = {"kind": "shared_prefix_varies", "sessions": 120, "saving_usd": 4.2}
+    from kvprobe.analysis.fleet import SharedPrefix
 
-    @dataclasses.dataclass(slots=True)
-    class WithFleet(kvprobe.Report):  # what a report with fleet findings carries (a top-level `fleet` list)
-        fleet: list = dataclasses.field(default_factory=list)
-    fleet_rep = WithFleet(*(getattr(rep, f.name) for f in dataclasses.fields(kvprobe.Report)), fleet=[finding])
-    loaded = kvprobe.load(fleet_rep)
-    assert "fleet" in loaded.tables and "fleet" not in kvprobe.load(rep).tables
-    assert loaded.fleet().drop(columns=["trace_id"]).to_dict("records") == [finding]
+    rep = kvprobe.analyse(SAMPLE, fixes=False)
+    assert rep.fleet == [] and "fleet" not in kvprobe.load(rep).tables  # one session: no fleet
+    rep.fleet = [SharedPrefix(["main"], [f"s{i}" for i in range(120)], 120, 13, 3_460, "system[0]",
+                              rewrote_sessions=120, rewritten_tokens=415_200, rewrite_usd=4.2)]
+    loaded = kvprobe.load(rep)
+    assert "fleet" in loaded.tables
+    [row] = loaded.fleet().drop(columns=["trace_id"]).to_dict("records")
+    assert (row["sessions"], row["shared_tokens"], row["rewrite_usd"]) == (120, 3_460, 4.2)
     assert loaded.records("fleet")[0].sessions == 120
 
 

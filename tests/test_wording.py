@@ -67,11 +67,11 @@ def test_compare_markdown_shows_dollars_whole_tokens_and_points(cli, tmp_path):
     assert cli("fix", SAMPLE, "-o", fixed).exit_code == 0
     md = cli("compare", SAMPLE, fixed, "--markdown").stdout
     # the sample: $0.0706, 19,403.5 input-equivalents, hit ratio 39.90%; the fixed trace, as `fix` prints:
-    # 8,687 input-equivalents, 81.94% -> +42.0 points (not the relative +105.4%)
-    assert "| cost | $0.0706 | $0.0385 | -45.5% |" in md
-    assert "| input-equivalent tokens | 19,404 | 8,687 | -55.2% |" in md
-    assert "| token hit ratio | 39.9% | 81.9% | +42.0 pp |" in md
-    assert ".5000" not in md and "+105.4%" not in md
+    # 8,574 input-equivalents, 82.4% -> +42.5 points (not the relative +106.5%)
+    assert "| cost | $0.0706 | $0.0381 | -46.0% |" in md
+    assert "| input-equivalent tokens | 19,404 | 8,574 | -55.8% |" in md
+    assert "| token hit ratio | 39.9% | 82.4% | +42.5 pp |" in md
+    assert ".5000" not in md and "+106.5%" not in md
 
 
 @pytest.mark.parametrize(("value", "digits", "shown"), [

@@ -109,6 +109,7 @@ TABLES: tuple[Table, ...] = (
         _c("unpriced_requests", "INTEGER", "requests whose model has no price"),
         _c("cold_start_write_tokens", "BIGINT", "cache writes of requests that found nothing to read"),
         _c("rebuild_write_tokens", "BIGINT", "cache writes that rebuilt what was cached before"),
+        _c("extension_write_tokens", "BIGINT", "cache writes of content new to the cache (the rest of the writes)"),
         _c("missed_read_tokens", "BIGINT", "tokens an ideal prefix cache would have read that were not"),
     )),
     Table("blocks", "one row per cacheable block of each request, in prefix order",

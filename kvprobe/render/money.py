@@ -211,9 +211,13 @@ def fleet_section(rep: Report) -> str:
     if not found:
         return ""
     rows = [f.to_json() if hasattr(f, "to_json") else dict(f) for f in found]
-    return ('<section id="fleet"><h2>Across sessions</h2><p class="hint">Findings on the prefix many sessions '
-            'share: each one is a policy for the whole fleet, priced on every session it reaches.</p>'
-            f'<div class="table-wrap">{generic_table("kv-fleet", rows)}</div></section>')
+    cols = ("sessions", "shared_tokens", "breaks_at", "breaker", "could_share_tokens", "rewrote_sessions",
+            "rewritten_tokens", "rewrite_usd", "fixes")
+    table = generic_table("kv-fleet", [{k: r.get(k) for k in cols} for r in rows])
+    said = "".join(f"<p>{esc(r.get('summary', ''))}</p>" for r in rows)
+    return ('<section id="fleet"><h2>Across sessions</h2><p class="hint">Prefixes many sessions share, what breaks '
+            'the sharing and what the rewrites cost; the fixes named are priced on the whole fleet.</p>'
+            f'{said}<div class="table-wrap">{table}</div></section>')
 
 
 def instances(fix: dict[str, Any]) -> str:
@@ -228,4 +232,12 @@ def instances(fix: dict[str, Any]) -> str:
 
 def reach(fix: dict[str, Any]) -> str:
     value = fix.get("reach")
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        return value["text"]
     return "" if value is None else _text(value)
+
+
+def request_ids(ids: list[Any], shown: int = 6) -> str:
+    """A policy can fix thousands of requests: the first few, and how many more."""
+    ids = list(map(str, ids))
+    return ", ".join(ids) if len(ids) <= shown else f"{', '.join(ids[:shown])} and {len(ids) - shown:,} more"

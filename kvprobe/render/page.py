@@ -12,14 +12,14 @@ import datetime as dt
 import hashlib
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 from kvprobe import __version__
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.pricing import PriceBook
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
-from kvprobe.render.money import blocks_table, cost_cards, fleet_section, grade, instances, reach
+from kvprobe.render.money import (blocks_table, cost_cards, fleet_section, grade, instances, reach,
+                                  request_ids)
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
@@ -60,7 +60,7 @@ def _fixes(rep: Report) -> str:
         share = min(100.0, 100 * (f.get("saving_input_equivalent_tokens") or 0) / total)
         rows.append(
             f'<tr data-kind="{esc(f["kind"])}"><td><code>{esc(f["kind"])}</code></td>'
-            f'<td>{esc(", ".join(map(str, f.get("requests", []))))}{instances(f)}</td>'
+            f'<td>{esc(request_ids(f.get("requests", [])))}{instances(f)}</td>'
             + (f'<td>{esc(reach(f))}</td>' if reaches else "") +
             f'<td class="num saving" data-v="{esc(f.get("saving_usd"))}">{esc(money(f.get("saving_usd")))}</td>'
             f'<td class="num" data-v="{esc(f.get("saving_input_equivalent_tokens"))}">'
@@ -71,7 +71,7 @@ def _fixes(rep: Report) -> str:
         instead = " + ".join(a.get("instead_of", []))
         rows.append(
             f'<tr class="alt" data-kind="{esc(a["kind"])}"><td>or <code>{esc(a["kind"])}</code></td>'
-            f'<td>{esc(", ".join(map(str, a.get("requests", []))))}</td>'
+            f'<td>{esc(request_ids(a.get("requests", [])))}</td>'
             + (f'<td>{esc(reach(a))}</td>' if reaches else "") +
             f'<td class="num" data-v="{esc(a.get("saving_usd"))}">{esc(money(a.get("saving_usd")))}</td>'
             f'<td class="num" data-v="{esc(a.get("saving_input_equivalent_tokens"))}">'
