@@ -1,11 +1,20 @@
 """USD prices from the maintained, dated, offline `genai-prices` dataset, with `--price-file` overrides.
 
 Covers base input, cache reads, 5m and 1h cache writes, output and long-context tiers (genai-prices applies
-the tier from the request's total input). A price file (TOML or JSON) maps model ids to per-million-token
-prices and wins over the dataset: ``[models."claude-sonnet-4-5"] input_mtok = 3.0 ...``. Models the dataset
-lacks (and its dated mistakes) are priced from the sourced overlay in `providers/prices.toml`
-(kvprobe.price_overlay). A request a platform served is priced at that platform's list price where the
-dataset has it (Bedrock, Vertex, OpenRouter, Azure), else at the provider's.
+the tier from the request's total input). Models the dataset lacks (and its dated mistakes) are priced from
+the sourced overlay in `providers/prices.toml` (kvprobe.price_overlay). A request a platform served is priced
+at that platform's list price where the dataset has it (Bedrock, Vertex, OpenRouter, Azure), else at the
+provider's. A price file (TOML or JSON, UTF-8) maps model ids to USD per million tokens and wins over both
+(`kvprobe schema price-file`)::
+
+    [models."acme-model-1"]
+    input_mtok = 3.0           # required, as is output_mtok
+    output_mtok = 15.0
+    cache_read_mtok = 0.3      # optional: missing cache prices are input_mtok times the provider's
+    cache_write_mtok = 3.75    # multipliers (providers/*.toml), and the output says so
+    cache_write_1h_mtok = 6.0
+
+Prices are finite numbers of at least 0; anything else is refused with the file and field (exit 2).
 
 Loading the dataset costs ~0.5 s of CPU, more than pricing a whole trace: what each run reads from it (per
 model: the days its prices change, its tier thresholds and per-token rates) is kept in a small JSON file
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 from bisect import bisect_right
 import tomllib
@@ -29,6 +39,7 @@ from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
 from kvprobe.price_overlay import overlay_row
 from kvprobe.usage import Usage
+from kvprobe.wording import show
 
 _PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deepseek", "gemini": "google",
                  "xai": "x-ai", "mistral": "mistral", "moonshot": "moonshotai"}
@@ -36,6 +47,9 @@ _PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deep
 _PLATFORM_IDS = {"bedrock": "aws", "vertex": "google", "openrouter": "openrouter", "azure": "azure"}
 OVERLAY_SOURCE = "kvprobe-overlay"
 _OVERRIDE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
+_REQUIRED_KEYS = ("input_mtok", "output_mtok")  # no rule derives an output price, nor input from the rest
+# a missing cache price is input_mtok times this multiplier of the provider's rules
+_DERIVED = {"cache_read_mtok": "read", "cache_write_mtok": "write_5m", "cache_write_1h_mtok": "write_1h"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +127,34 @@ class PriceBook:
     _memo: dict[tuple, Any] = field(default_factory=dict)
     unknown_models: set[str] = field(default_factory=set)
     dataset: DatasetCache = field(default_factory=lambda: _DATASET)
+    source: str | None = None  # the price file, for notes
+    notes: list[str] = field(default_factory=list)  # prices the file did not give and how they were derived
 
     @classmethod
     def from_file(cls, path: str | Path | None) -> "PriceBook":
-        return cls(load_price_file(Path(path))) if path else cls()
+        return cls(load_price_file(Path(path)), source=str(path)) if path else cls()
+
+    def override(self, provider: str | None, model: str) -> dict[str, float]:
+        """The price file's prices of `model` (USD per million tokens), every cache price filled in: a missing
+        one is input_mtok times the provider's multiplier for that class, and a note says so (once)."""
+        key = ("override", provider, model)
+        if key not in self._memo:
+            given = self.overrides[model]
+            missing = [k for k in _DERIVED if k not in given]
+            full = dict(given)
+            if missing:
+                factors = cache_multipliers(provider or "anthropic", model)
+                full.update({k: given["input_mtok"] * factors[_DERIVED[k]] for k in missing})
+                self.notes.append(_derived_note(self.source, provider, model, missing, factors))
+            self._memo[key] = full
+        return self._memo[key]
 
     def cost(self, provider: str | None, model: str | None, usage: Usage, when: float | None = None,
              platform: str | None = None) -> Cost:
         if provider == "local":
             return Cost(0.0, "local")
         if model and model in self.overrides:
-            return Cost(_override_cost(self.overrides[model], usage), "price-file")
+            return Cost(_override_cost(self.override(provider, model), usage), "price-file")
         if not model:
             return Cost(None, "unknown")
         units, source = self._resolve(provider, model, int(when // 86400) if when else None, usage.input_tokens,
@@ -141,12 +172,10 @@ class PriceBook:
         if provider == "local":
             return dict.fromkeys(("fresh", "read", "write_5m", "write_1h", "output"), 0.0)
         if model and model in self.overrides:
-            o, per = self.overrides[model], 1_000_000
-            base = o.get("input_mtok", 0.0)
-            return {"fresh": base / per, "read": o.get("cache_read_mtok", base) / per,
-                    "write_5m": o.get("cache_write_mtok", base) / per,
-                    "write_1h": o.get("cache_write_1h_mtok", o.get("cache_write_mtok", base)) / per,
-                    "output": o.get("output_mtok", 0.0) / per}
+            o, per = self.override(provider, model), 1_000_000
+            return {"fresh": o["input_mtok"] / per, "read": o["cache_read_mtok"] / per,
+                    "write_5m": o["cache_write_mtok"] / per, "write_1h": o["cache_write_1h_mtok"] / per,
+                    "output": o["output_mtok"] / per}
         if not model:
             return None
         return self._resolve(provider, model, int(when // 86400) if when else None, input_tokens, platform)[0]
@@ -299,35 +328,74 @@ def _period_starts(provider: str | None, model: str) -> list[int] | None:
     return sorted({(c.start_date - epoch).days for c in constraints})
 
 
+def cache_multipliers(provider: str, model: str | None) -> dict[str, float]:
+    """Cache read and write prices relative to fresh input, from the provider's rules (`providers/*.toml`)."""
+    from kvprobe.catalog import rules_for
+
+    rules = rules_for(provider, model)
+    writes = rules.get("write_multipliers", {}) or {}
+    w5m = float(writes.get("5m", writes.get("explicit", writes.get("implicit", 1.0))))
+    return {"read": float(rules.get("read_multiplier", 1.0)), "write_5m": w5m, "write_1h": float(writes.get("1h", w5m))}
+
+
+def _derived_note(source: str | None, provider: str | None, model: str, missing: list[str],
+                  factors: dict[str, float]) -> str:
+    shown = ", ".join(f"{k} = {factors[_DERIVED[k]]:g} × input_mtok" for k in missing)
+    return (f"{source or 'price file'}: {model} has no {', '.join(missing)}: priced at {provider or 'anthropic'}'s "
+            f"cache multipliers ({shown}; `kvprobe providers {model}` shows their source)")
+
+
 def _override_cost(prices: dict[str, float], usage: Usage) -> float:
     per = Decimal(1_000_000)
-    base = Decimal(str(prices.get("input_mtok", 0)))
-    write_5m = Decimal(str(prices.get("cache_write_mtok", prices.get("input_mtok", 0))))
-    write_1h = Decimal(str(prices.get("cache_write_1h_mtok", prices.get("cache_write_mtok", 0))))
-    read = Decimal(str(prices.get("cache_read_mtok", prices.get("input_mtok", 0))))
-    total = (base * usage.fresh_input_tokens + read * usage.cache_read_tokens + write_5m * usage.cache_write_5m_tokens
-             + write_1h * usage.cache_write_1h_tokens + Decimal(str(prices.get("output_mtok", 0))) * usage.output_tokens)
+    price = {k: Decimal(str(v)) for k, v in prices.items()}
+    total = (price["input_mtok"] * usage.fresh_input_tokens + price["cache_read_mtok"] * usage.cache_read_tokens
+             + price["cache_write_mtok"] * usage.cache_write_5m_tokens
+             + price["cache_write_1h_mtok"] * usage.cache_write_1h_tokens + price["output_mtok"] * usage.output_tokens)
     return float(total / per)
+
+
+def _decode(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                         file=str(path)) from None
+
+
+def _price(value: Any, path: Path, where: str) -> float:
+    """A price: a finite number of at least 0 (TOML and JSON both spell nan and inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"expected a price in USD per million tokens (a number), got {show(value)}",
+                         file=str(path), field=where)
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"expected a finite price of at least 0, got {value:g}", file=str(path), field=where)
+    return float(value)
 
 
 def load_price_file(path: Path) -> dict[str, dict[str, float]]:
     if not path.is_file():
         raise InputError("price file does not exist", file=str(path))
+    text = _decode(path)
     try:
-        text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"cannot parse price file: {exc}", file=str(path)) from None
-    models = data.get("models", data)
-    if not isinstance(models, dict):
-        raise InputError("expected a table of models", file=str(path), field="models")
+    models = data.get("models", data) if isinstance(data, dict) else data
+    if not isinstance(models, dict) or not models:
+        raise InputError("expected a table of models (`kvprobe schema price-file`)", file=str(path), field="models")
     out: dict[str, dict[str, float]] = {}
     for model, prices in models.items():
+        where = f"models.{model}"
         if not isinstance(prices, dict):
-            raise InputError("expected a table of prices", file=str(path), field=f"models.{model}")
-        for key, value in prices.items():
-            if key not in _OVERRIDE_KEYS or not isinstance(value, (int, float)):
-                raise InputError(f"expected one of {', '.join(_OVERRIDE_KEYS)} with a number",
-                                 file=str(path), field=f"models.{model}.{key}")
-        out[model] = {k: float(v) for k, v in prices.items()}
+            raise InputError("expected a table of prices", file=str(path), field=where)
+        for key in prices:
+            if key not in _OVERRIDE_KEYS:
+                raise InputError(f"unknown price; expected one of {', '.join(_OVERRIDE_KEYS)}", file=str(path),
+                                 field=f"{where}.{key}")
+        for key in _REQUIRED_KEYS:
+            if key not in prices:
+                raise InputError(f"missing: every model needs {' and '.join(_REQUIRED_KEYS)} (cache prices may "
+                                 "be left to the provider's multipliers)", file=str(path), field=f"{where}.{key}")
+        out[model] = {k: _price(v, path, f"{where}.{k}") for k, v in prices.items()}
     return out

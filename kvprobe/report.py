@@ -74,6 +74,9 @@ class Report:
         return group_causes(self.misses, self.fixes)
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
     considered: int = 0  # requests read before the filters: tells "empty input" from "nothing matched"
+    # requests that failed with no usage (nothing listening, a 5xx, a refused body): (id, error). With
+    # skip_failed they are not simulated, priced or counted in `results`: nothing reached a model
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -279,11 +282,13 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  progress: Callable[[int], None] | None = None, top: int = 10,
                  records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
                  predicted_only: bool = False, outcomes: dict[str, Outcome] | None = None,
-                 top_block_count: int | None = None) -> Report:
+                 top_block_count: int | None = None, skip_failed: bool = False) -> Report:
     """Simulate, diagnose and price the traces at `paths` (or the given records).
 
     fixes: True computes what-if fixes, False skips them, None decides by input size.
     predicted_only: ignore logged usage and report the simulation (compare with a `kvprobe fix` output).
+    skip_failed: leave requests that failed without usage out of the simulation and the totals (the gate:
+    a request that never reached a model is neither priced nor passed); `Report.failed` lists them anyway.
     """
     prices = prices or PriceBook()
     stats: list[tuple[str, ReadStats]] = []
@@ -309,6 +314,10 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
         if fixes and (records is not None or not _all_kvprobe_traces([Path(p) for p in paths])):
             source = kept = list(source)
         sks = list(skeletons(source, store))
+    failed = [(sk.id, sk.error) for sk in sks if sk.error is not None and sk.observed is None]
+    if failed and skip_failed:
+        sks, kept = _without_failed(sks, kept)
+        leading = None  # its share was stepped with the failed requests in it
     if leading is not None:
         results, sizer = leading.finish(sks), leading.sizer
     else:
@@ -330,7 +339,8 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
     rep = Report(results, misses, stats, unknown, sorted(prices.unknown_models),
-                 rule_fallbacks=rule_fallbacks(results), notes=notes, considered=considered, top=top)
+                 rule_fallbacks=rule_fallbacks(results), notes=notes + prices.notes, considered=considered, top=top,
+                 failed=failed)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     texts = TextSource(kept)
@@ -339,6 +349,13 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     if fixes:
         _add_fixes(rep, kept, prices, sks, store, book, texts)
     return rep
+
+
+def _without_failed(sks: list[Skeleton], kept: list[TraceRecord] | None
+                    ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
+    """The skeletons (and the records kept beside them, one for one) of the requests that did not fail."""
+    keep = [i for i, sk in enumerate(sks) if sk.error is None or sk.observed is not None]
+    return [sks[i] for i in keep], None if kept is None else [kept[i] for i in keep]
 
 
 def _add_fixes(rep: Report, records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton],

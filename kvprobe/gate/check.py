@@ -1,12 +1,19 @@
-"""Check a report against thresholds: which failed, by how much, and the top causes with their fixes."""
+"""Check a report against thresholds: which failed, by how much, and the causes (new ones first) with their fixes.
+
+Never green on nothing: requests that failed without usage are counted and named and fail the gate (beyond
+`max_failed_requests`), never priced or passed; a trace without a request that succeeded, or without logged
+usage (unless `--predicted`), decides nothing; a baseline task the trace does not contain leaves the
+comparison undecided. Exit 0 held, 1 failed, 3 undecided (`undecided = "warn"`: 0 with a warning when
+every check that could be decided held).
+"""
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.compare import compare, summary_of
+from kvprobe.gate.causes import Cause, causes as find_causes
 from kvprobe.gate.config import Thresholds
 from kvprobe.report import Report
 
@@ -18,58 +25,100 @@ class Check:
     actual: float | None
     passed: bool | None  # None: could not be decided (e.g. a cost limit over unpriced requests)
     detail: str
+    source: str | None = None  # what set the limit: "--flag", a config file, or the baseline (and its limit)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "limit": self.limit, "actual": self.actual, "passed": self.passed,
+                "detail": self.detail, "source": self.source}
 
 
 @dataclass(slots=True)
 class GateResult:
     checks: list[Check]
-    causes: list[dict[str, Any]] = field(default_factory=list)
-    decidable: bool = True
-    reason: str = ""
+    causes: list[Cause] = field(default_factory=list)
+    reason: str = ""  # why nothing could be decided ("" when checks were made)
+    undecided_mode: str = "fail"
+    inputs: dict[str, Any] = field(default_factory=dict)  # traces, requests, failed, config, baseline
+    notes: list[str] = field(default_factory=list)  # warnings: configs that disagree, derived prices, ...
 
     @property
     def failed(self) -> bool:
         return any(c.passed is False for c in self.checks)
 
     @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+    def undecided(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is None]
+
+    @property
+    def decidable(self) -> bool:
+        return self.failed or (not self.reason and not self.undecided)
+
+    @property
+    def passed(self) -> bool | None:
+        return (not self.failed) if self.decidable else None
 
     @property
     def exit_code(self) -> int:
-        """1 when a check failed (even if another could not be decided), 3 when any could not be decided."""
-        if not self.decidable:
-            return 3
+        """1 when a check failed (even if another could not be decided), 3 when anything was undecided;
+        in warn mode an undecided check is a warning if some threshold was decided and held."""
         if self.failed:
             return 1
-        return 0 if self.passed else 3
+        if self.reason:
+            return 3
+        if self.undecided:
+            held = any(c.passed for c in self.checks if c.name != "failed_requests")
+            return 0 if self.undecided_mode == "warn" and held else 3
+        return 0
 
-    def to_json(self) -> dict[str, Any]:
-        decided = self.exit_code != 3
-        return {"passed": self.passed if decided else None, "decidable": decided,
-                "reason": self.reason or None,
-                "checks": [{"name": c.name, "limit": c.limit, "actual": c.actual, "passed": c.passed,
-                            "detail": c.detail} for c in self.checks],
-                "top_causes": self.causes}
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return "failed"
+        if self.exit_code == 0:
+            return "passed with warnings" if self.undecided else "passed"
+        return "could not decide"
+
+    def to_json(self, content: bool = True) -> dict[str, Any]:
+        return {"passed": self.passed, "decidable": self.decidable, "reason": self.reason or None,
+                "exit_code": self.exit_code, "undecided": self.undecided_mode,
+                "checks": [c.to_json() for c in self.checks],
+                "top_causes": [c.to_json(content) for c in self.causes],
+                "inputs": self.inputs, "notes": self.notes}
 
 
-def _max(name: str, limit: float, actual: float, unit: str) -> Check:
+# Plain numbers for people: thousands separators, never scientific notation.
+def usd(value: float) -> str:
+    if value and abs(value) < 0.0001:
+        return f"${value:,.6f}"
+    return f"${value:,.4f}"
+
+
+def tokens(value: float) -> str:
+    return f"{value:,.0f} tokens"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def _limit_pct(fraction: float) -> str:
+    return f"{100 * fraction:,.4g}%"
+
+
+def _max(name: str, limit: float, actual: float, fmt: Any, source: str | None) -> Check:
     ok = actual <= limit
     over = actual - limit
-    detail = f"{actual:,.4g}{unit} ≤ {limit:,.4g}{unit}" if ok else \
-        f"{actual:,.4g}{unit} exceeds {limit:,.4g}{unit} by {over:,.4g}{unit} ({100 * over / limit:.1f}%)" if limit \
-        else f"{actual:,.4g}{unit} exceeds 0"
-    return Check(name, limit, actual, ok, detail)
-
-
-def _regression(name: str, base: float | None, actual: float | None, limit: float, higher_is_better: bool) -> Check:
-    if not base or actual is None:
-        return Check(name, limit, None, True, "no baseline value")
-    change = (actual - base) / abs(base)
-    worse = -change if higher_is_better else change
-    ok = worse <= limit
-    detail = (f"{base:,.4g} → {actual:,.4g} ({100 * change:+.1f}%; allowed {100 * limit:.0f}% worse)")
-    return Check(name, limit, round(change, 4), ok, detail)
+    if ok:
+        detail = f"{fmt(actual)} ≤ {fmt(limit)}"
+    elif limit:
+        detail = f"{fmt(actual)} exceeds {fmt(limit)} by {fmt(over)} ({100 * over / limit:,.1f}%)"
+    else:
+        detail = f"{fmt(actual)} exceeds {fmt(limit)}"
+    return Check(name, limit, actual, ok, detail, source)
 
 
 def unpriced(report: Report) -> Counter[str]:
@@ -77,86 +126,140 @@ def unpriced(report: Report) -> Counter[str]:
     return Counter(f"{r.sk.provider}/{r.sk.model}" for r in report.results if r.cost_usd is None)
 
 
-def _unpriced_check(name: str, limit: float, missing: Counter[str]) -> Check:
+def _unpriced_check(name: str, limit: float, missing: Counter[str], source: str | None) -> Check:
     models = ", ".join(f"{model} ({n} request{'s' if n > 1 else ''})" for model, n in sorted(missing.items()))
-    return Check(name, limit, None, None, f"no price for {models}; "
-                                          "pass --price-file with their prices")
+    return Check(name, limit, None, None, f"no price for {models}; pass --price-file with their prices "
+                                          "(`kvprobe schema price-file`)", source)
 
 
-def causes(report: Report, n: int = 3) -> list[dict[str, Any]]:
-    fixes = {rid: f for f in report.fixes for rid in f["requests"]}
-    out = []
-    for m in report.misses[:n]:
-        d = m.result.diagnoses[0]
-        fix = fixes.get(m.result.sk.id)
-        out.append({"request": m.result.sk.id, "kind": d.kind, "why": d.detail,
-                    "cost_usd": None if m.usd is None else round(m.usd, 6),
-                    "fix": fix["detail"] if fix else advice_for(d),
-                    "fix_saving_usd": fix["saving_usd"] if fix else None})
-    return out
+def _failed_check(report: Report, limit: int, source: str | None) -> Check:
+    failed, total = len(report.failed), len(report.failed) + len(report.results)
+    allowed = f" (at most {limit:,} allowed)" if limit else ""
+    if not failed:
+        return Check("failed_requests", limit, 0, True, f"none of {plural(total, 'request')} failed", source)
+    errors = Counter(error.strip().splitlines()[0][:160] if error.strip() else "no response"
+                     for _, error in report.failed)
+    named = ", ".join(rid for rid, _ in report.failed[:3]) + (", …" if failed > 3 else "")
+    said = "; ".join(f"{text}" + (f" ({n}×)" if n > 1 else "") for text, n in errors.most_common(2))
+    more = f"; and {len(errors) - 2} other errors" if len(errors) > 2 else ""
+    return Check("failed_requests", limit, failed, failed <= limit,
+                 f"{failed:,} of {plural(total, 'request')} failed: {said}{more} ({named}); a failed request reached no "
+                 f"model, so it is neither priced nor passed{allowed}", source)
 
 
-def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = None,
-             allow_predicted: bool = False) -> GateResult:
-    if not report.results:
-        return GateResult([], decidable=False, reason="the trace has no requests")
-    if not allow_predicted and not any(r.observed for r in report.results):
-        return GateResult([], decidable=False, reason="the trace has no logged usage (use --predicted to gate "
-                                                      "on kvprobe's simulation)")
-    totals = report.totals
+def _relative(name: str, base: Any, actual: float | None, limit: float, fmt: Any, source: str) -> Check:
+    if not isinstance(base, (int, float)):
+        return Check(name, limit, None, None, "the baseline has no value for it (its requests were not priced?): "
+                     "write the baseline again with prices (`--price-file`)", source)
+    if actual is None:
+        return Check(name, limit, None, None, "the trace has no value for it", source)
+    if base == 0:
+        ok = actual <= 0
+        return Check(name, limit, None if not ok else 0.0, ok,
+                     f"{fmt(0)} → {fmt(actual)}" + ("" if ok else ": the baseline's was 0, so any increase is "
+                                                    f"beyond the allowed +{_limit_pct(limit)}"), source)
+    change = (actual - base) / abs(base)
+    return Check(name, limit, round(change, 4), change <= limit,
+                 f"{fmt(base)} → {fmt(actual)} ({100 * change:+,.1f}%; allowed +{_limit_pct(limit)})", source)
+
+
+def _points(name: str, base: Any, actual: float, limit: float, source: str) -> Check:
+    """A ratio's regression in percentage points (59.4% → 47.1% is −12.3 points, not −20.7%)."""
+    if not isinstance(base, (int, float)):
+        return Check(name, limit, None, None, "the baseline has no value for it", source)
+    change = actual - base
+    return Check(name, limit, round(change, 4), -change <= limit + 1e-12,
+                 f"{percent(base)} → {percent(actual)} ({100 * change:+.1f} points; allowed "
+                 f"−{100 * limit:,.4g} points)", source)
+
+
+def _tasks_check(baseline: dict[str, Any], cand: dict[str, Any], source: str) -> Check:
+    base_tasks, cand_tasks = set(baseline["tasks"]), set(cand["tasks"])
+    missing, extra = sorted(base_tasks - cand_tasks), sorted(cand_tasks - base_tasks)
+    new = f"; new in the trace: {_names(extra)}" if extra else ""
+    if missing:
+        return Check("regression:tasks", 0, len(missing), None,
+                     f"{len(missing)} of {len(base_tasks)} baseline task{'s' if len(base_tasks) > 1 else ''} "
+                     f"not in the trace: {_names(missing)}{new}; a comparison without them would not be like for "
+                     "like (tasks are matched by `task`, else the session: capture with --session NAME so every "
+                     "run keeps the same one)", source)
+    return Check("regression:tasks", 0, 0, True, f"all {len(base_tasks)} baseline tasks are in the trace{new}", source)
+
+
+def _names(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def _regressions(report: Report, t: Thresholds, baseline: dict[str, Any], missing: Counter[str]) -> list[Check]:
+    limit = t.regression_limit
+    where = t.sources.get("baseline") or "--baseline"
+    source = f"baseline {t.baseline} (from {where}); limit " + t.sources.get("max_regression", "default 10%")
+    cand = summary_of(report)
+    base_totals, totals = baseline["totals"], cand["totals"]
+    checks = [_tasks_check(baseline, cand, f"baseline {t.baseline}")]
+    if missing:
+        checks.append(_unpriced_check("regression:cost_usd", limit, missing, source))
+    else:
+        checks.append(_relative("regression:cost_usd", base_totals.get("cost_usd"), totals.get("cost_usd"),
+                                limit, usd, source))
+    checks.append(_relative("regression:input_equivalent_tokens", base_totals.get("input_equivalent_tokens"),
+                            totals.get("input_equivalent_tokens"), limit, tokens, source))
+    drop_source = source if t.max_hit_ratio_drop is None else \
+        f"baseline {t.baseline}; limit {t.sources.get('max_hit_ratio_drop')}"
+    checks.append(_points("regression:token_hit_ratio", base_totals.get("token_hit_ratio"),
+                          totals["token_hit_ratio"], t.hit_ratio_drop_limit, drop_source))
+    for task in compare(baseline, cand, limit).regressed:
+        checks.append(Check(f"regression:task:{task.task}", limit, None, False,
+                            f"task {task.task} got worse in {', '.join(task.regressed)}"
+                            + (f"; new: {', '.join(task.new_diagnoses)}" if task.new_diagnoses else ""), source))
+    return checks
+
+
+def _thresholds(report: Report, t: Thresholds, missing: Counter[str]) -> list[Check]:
+    totals, src = report.totals, t.sources.get
     checks = []
-    missing = unpriced(report)
     if t.max_cost_usd is not None:
-        checks.append(_unpriced_check("max_cost_usd", t.max_cost_usd, missing) if missing else
-                      _max("max_cost_usd", t.max_cost_usd, totals["cost_usd"] or 0.0, " USD"))
+        checks.append(_unpriced_check("max_cost_usd", t.max_cost_usd, missing, src("max_cost_usd")) if missing
+                      else _max("max_cost_usd", t.max_cost_usd, totals["cost_usd"] or 0.0, usd, src("max_cost_usd")))
     if t.max_cost_per_task is not None:
-        checks.append(_unpriced_check("max_cost_per_task", t.max_cost_per_task, missing) if missing else
-                      _task_check(report, t.max_cost_per_task))
+        checks.append(_unpriced_check("max_cost_per_task", t.max_cost_per_task, missing, src("max_cost_per_task"))
+                      if missing else _task_check(report, t.max_cost_per_task, src("max_cost_per_task")))
     if t.min_hit_ratio is not None:
         ratio = totals["token_hit_ratio"]
         ok = ratio >= t.min_hit_ratio
         checks.append(Check("min_hit_ratio", t.min_hit_ratio, ratio, ok,
-                            f"{100 * ratio:.1f}% {'≥' if ok else 'is below'} {100 * t.min_hit_ratio:.1f}%"
-                            + ("" if ok else f" by {100 * (t.min_hit_ratio - ratio):.1f} points")))
+                            f"{percent(ratio)} {'≥' if ok else 'is below'} {percent(t.min_hit_ratio)}"
+                            + ("" if ok else f" by {100 * (t.min_hit_ratio - ratio):.1f} points"),
+                            src("min_hit_ratio")))
     if t.max_input_equivalent is not None:
         checks.append(_max("max_input_equivalent", t.max_input_equivalent, totals["input_equivalent_tokens"],
-                           " tokens"))
-    if baseline is not None:
-        limit = t.max_regression if t.max_regression is not None else 0.1
-        cand = summary_of(report)
-        for name, higher in (("cost_usd", False), ("input_equivalent_tokens", False), ("token_hit_ratio", True)):
-            if name == "cost_usd" and missing:
-                checks.append(_unpriced_check("regression:cost_usd", limit, missing))
-                continue
-            checks.append(_regression(f"regression:{name}", baseline["totals"].get(name), cand["totals"].get(name),
-                                      limit, higher))
-        comp = compare(baseline, cand, limit)
-        for task in comp.regressed:
-            checks.append(Check(f"regression:task:{task.task}", limit, None, False,
-                                f"task {task.task} got worse in {', '.join(task.regressed)}"
-                                + (f"; new: {', '.join(task.new_diagnoses)}" if task.new_diagnoses else "")))
-    return GateResult(checks, causes(report))
+                           tokens, src("max_input_equivalent")))
+    return checks
 
 
-def _task_check(report: Report, limit: float) -> Check:
+def _task_check(report: Report, limit: float, source: str | None) -> Check:
     worst = max(report.tasks, key=lambda task: task.cost_usd)
-    check = _max("max_cost_per_task", limit, worst.cost_usd, " USD")
+    check = _max("max_cost_per_task", limit, worst.cost_usd, usd, source)
     check.detail = f"task {worst.task}: {check.detail}"
     return check
 
 
-_MARK = {True: "✅", False: "❌", None: "❔"}
-
-
-def to_markdown(result: GateResult) -> str:
-    if not result.decidable:
-        return f"### kvprobe gate: could not decide\n\n{result.reason}"
-    head = {0: "✅ passed", 1: "❌ failed", 3: "could not decide"}[result.exit_code]
-    lines = [f"### kvprobe gate: {head}", "", "| check | result |", "|---|---|"]
-    lines += [f"| {_MARK[c.passed]} {c.name} | {c.detail} |" for c in result.checks]
-    if result.causes and result.failed:
-        lines += ["", "**Top causes**", "", "| request | cause | cost | fix |", "|---|---|---:|---|"]
-        for c in result.causes:
-            cost = "–" if c["cost_usd"] is None else f"${c['cost_usd']:.4f}"
-            lines.append(f"| {c['request']} | {c['kind']}: {c['why']} | {cost} | {c['fix']} |")
-    return "\n".join(lines)
+def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = None,
+             allow_predicted: bool = False) -> GateResult:
+    """Every check of `t` on the report (built with skip_failed, top=0), and the causes of its misses."""
+    mode = t.undecided or "fail"
+    checks = [_failed_check(report, t.max_failed_requests or 0, t.sources.get("max_failed_requests"))]
+    if not report.results:
+        return GateResult(checks, reason="no request succeeded, so nothing else could be checked", undecided_mode=mode)
+    if not allow_predicted and not any(r.observed for r in report.results):
+        return GateResult(checks, reason="the trace has no logged usage (use --predicted to gate on kvprobe's "
+                                         "simulation)", undecided_mode=mode)
+    if t.empty:
+        return GateResult(checks, reason="no thresholds: pass flags, --config, or set [tool.kvprobe.gate] in "
+                                         "pyproject.toml (`kvprobe schema gate-config` lists the keys)",
+                          undecided_mode=mode)
+    missing = unpriced(report)
+    checks += _thresholds(report, t, missing)
+    if baseline is not None:
+        checks += _regressions(report, t, baseline, missing)
+    return GateResult(checks, find_causes(report, baseline), undecided_mode=mode)
