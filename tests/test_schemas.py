@@ -72,7 +72,7 @@ def assert_trace_valid(schema: dict, path) -> int:
 def test_every_format_has_a_schema_and_the_list_names_them(cli, schemas):
     listed = run_json("schema", "--json")
     assert [row["name"] for row in listed] == ["trace", "diff", "report", "gate", "compare", "usage", "run-probe",
-                                               "watch", "lint"]
+                                               "watch", "lint", "baseline", "gate-config", "price-file"]
     assert all(schemas[name]["$schema"].endswith("2020-12/schema") for name in NAMES)
     result = cli("schema", "traces")
     assert result.exit_code == 2 and "expected one of trace, diff" in result.output

@@ -17,7 +17,7 @@ def diff(
     a: Annotated[str, typer.Argument(help="Request A: body.json, record.json, trace.jsonl or trace.jsonl#ID")],
     b: Annotated[str, typer.Argument(help="Request B, in the same forms")],
     json_out: Annotated[bool, typer.Option(
-        "--json", help="The contract JSON (docs/contracts.md §2; `kvprobe schema diff`)")] = False,
+        "--json", help="The contract JSON (`kvprobe schema diff` describes it)")] = False,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 1 when B cannot reuse all of A")] = False,
     no_content: Annotated[bool, typer.Option("--no-content", help="Print no prompt content (snippets)")] = False,
 ) -> None:

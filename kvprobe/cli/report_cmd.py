@@ -23,7 +23,7 @@ PROGRESS_MIN_BYTES = 20_000_000
 def report(
     traces: Annotated[list[Path], typer.Argument(help="Trace files (JSONL)")],
     json_out: Annotated[bool, typer.Option(
-        "--json", help="The contract JSON (docs/contracts.md §3; `kvprobe schema report`)")] = False,
+        "--json", help="The contract JSON (`kvprobe schema report` describes it)")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown summary for a PR comment")] = False,
     session: Annotated[str | None, typer.Option("--session", help="Only this session")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Only this agent")] = None,

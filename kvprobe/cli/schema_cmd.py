@@ -15,7 +15,10 @@ def schema(
     name: Annotated[str | None, typer.Argument(help=f"One of: {' | '.join(NAMES)}")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Without NAME: the list as JSON")] = False,
 ) -> None:
-    """Print the JSON Schema of a format (docs/contracts.md); without NAME, list them.
+    """Print the JSON Schema of a format (each field described in it); without NAME, list them.
+
+    The formats: the trace record, each command's --json output, and the files kvprobe reads (baseline,
+    gate-config, price-file, each with an example).
 
     Example: kvprobe schema trace > trace.schema.json
     """

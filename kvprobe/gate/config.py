@@ -161,8 +161,8 @@ def parse_setting(name: str, value: Any, where: str) -> Any:
     return parse_ratio(value, where, up_to_1=kind == "ratio_up_to_1")
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    """A TOML file's data; InputError (exit 2) for bytes that are not UTF-8 or text that is not TOML."""
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """A TOML file's data and text; InputError (exit 2) for bytes that are not UTF-8 or text that is not TOML."""
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")
@@ -170,7 +170,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); TOML files "
                          "are UTF-8", file=str(path)) from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"invalid TOML: {exc}", file=str(path)) from None
 
@@ -186,11 +186,11 @@ def _table(data: dict[str, Any], keys: tuple[str, ...], path: Path) -> dict[str,
     return table
 
 
-def _key_lines(path: Path, header: str, keys: list[str]) -> dict[str, int]:
+def _key_lines(text: str, header: str, keys: list[str]) -> dict[str, int]:
     """The line of each key inside the table `header` (for annotations that point at the setting)."""
     found: dict[str, int] = {}
     inside = False
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if stripped.startswith("["):
             inside = stripped.replace(" ", "") == header
@@ -201,9 +201,9 @@ def _key_lines(path: Path, header: str, keys: list[str]) -> dict[str, int]:
     return found
 
 
-def _from_table(table: dict[str, Any], path: Path, header: str) -> GateConfig:
+def _from_table(table: dict[str, Any], path: Path, header: str, text: str = "") -> GateConfig:
     values: dict[str, Any] = {}
-    lines = _key_lines(path, header, list(table))
+    lines = _key_lines(text, header, list(table))
     for key, value in table.items():
         name = key.replace("-", "_")
         if name not in KINDS:
@@ -230,10 +230,11 @@ def load_config_file(path: Path) -> GateConfig:
         raise InputError("config file does not exist" if not path.exists() else "is not a file",
                          file=str(path), field="--config")
     keys = CONFIG_FILES[1][1] if path.name == "pyproject.toml" else CONFIG_FILES[0][1]
-    table = _table(_read_toml(path), keys, path)
+    data, text = _read_toml(path)
+    table = _table(data, keys, path)
     if table is None:
         raise InputError(f"no {_header(keys)} table of gate settings", file=str(path), field="--config")
-    return _from_table(table, path, _header(keys))
+    return _from_table(table, path, _header(keys), text)
 
 
 def _disagreement(used: GateConfig, other: GateConfig) -> str | None:
@@ -258,8 +259,11 @@ def find_config(start: Path) -> GateConfig:
         found = []
         for name, keys in CONFIG_FILES:
             path = folder / name
-            if path.is_file() and (table := _table(_read_toml(path), keys, path)) is not None:
-                found.append(_from_table(table, path, _header(keys)))
+            if not path.is_file():
+                continue
+            data, text = _read_toml(path)
+            if (table := _table(data, keys, path)) is not None:
+                found.append(_from_table(table, path, _header(keys), text))
         if found:
             used = found[0]
             used.warnings += [w for other in found[1:] if (w := _disagreement(used, other))]

@@ -23,14 +23,14 @@ SHOWN_CAUSES = 5
 
 
 def shown_path(path: str | None) -> str:
-    """A path as the user would type it: relative to the working directory when inside it."""
-    if not path:
-        return ""
+    """A path as the user would type it: relative to the working directory when that is shorter."""
+    if not path or not Path(path).is_absolute():
+        return path or ""
     try:
-        return os.path.relpath(path) if Path(path).is_absolute() and not os.path.relpath(path).startswith("..") \
-            else path
+        relative = os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return path
+    return relative if len(relative) < len(path) else path
 
 
 def cell(text: str) -> str:

@@ -1,7 +1,8 @@
-"""JSON Schemas of kvprobe's stable formats (docs/contracts.md), shipped inside the package.
+"""JSON Schemas of kvprobe's stable formats, shipped inside the package (`kvprobe schema NAME`).
 
-One file per format: the trace record and the `--json` output of diff, report, gate, compare, usage,
-run-probe and watch (one line per request). Required keys and their types are pinned; objects stay open
+One file per format: the trace record, the `--json` output of diff, report, gate, compare, usage,
+run-probe, watch and lint, and the files the gate reads: baselines, gate settings and price files, whose
+descriptions carry an example (the wheel has no docs folder). Required keys and their types are pinned; objects stay open
 (additional properties allowed) so that new fields are no breaking change.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from kvprobe.errors import InputError
 
-NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch", "lint")
+NAMES = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch", "lint",
+         "baseline", "gate-config", "price-file")  # the last three are files kvprobe reads (and baseline writes)
 
 
 def schema_text(name: str) -> str:
