@@ -14,7 +14,6 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import ROOT
-from kvprobe.gate.formats import annotation, cell
 from kvprobe.schemas import load_schema
 
 SAMPLE = ROOT / "traces" / "sample_session.jsonl"
@@ -189,6 +188,8 @@ def test_summary_is_markdown_the_log_plain_and_prompt_text_stays_out(cli, tmp_pa
 
 
 def test_markdown_cells_cannot_break_the_table(cli, tmp_path):
+    from kvprobe.gate.formats import cell
+
     assert cell("a | b\nc <b>`x`</b>") == "a \\| b c &lt;b&gt;\\`x\\`&lt;/b&gt;"
     trace = write(tmp_path / "pipes.jsonl", [{**r, "session": "fix | login"} for r in records()])
     md = cli("gate", trace, "--min-hit-ratio", "50%", "--markdown").stdout
@@ -232,6 +233,8 @@ def test_undecided_warn_passes_with_a_warning_only_when_something_was_decided(cl
 
 
 def test_annotations_point_at_the_config_line_and_cannot_inject_commands(cli, tmp_path, monkeypatch):
+    from kvprobe.gate.formats import annotation
+
     assert annotation("error", "t,1", "a\n::set-env x%") == "::error title=t%2C1::a%0A::set-env x%25"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "agent"\n\n[tool.kvprobe.gate]\n'
                                              'min_hit_ratio = "50%"\n')
