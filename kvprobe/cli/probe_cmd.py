@@ -42,6 +42,10 @@ def run_probe_cmd(
         if dry_run:
             _dry_run(document, provider, model, json_out)
             return
+        if provider == "local" and base_url is None:
+            from kvprobe.cli.engine_extra import require_engine
+
+            require_engine("run-probe --provider local")
         if not json_out:
             err.print(f"running 4 requests on {provider}" + (" (starting the local engine)" if provider == "local"
                                                              else ""))

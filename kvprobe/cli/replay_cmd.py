@@ -69,6 +69,10 @@ def replay(
             fail(f"--too-long: expected truncate or skip, got {show(too_long)}")
         if max_tokens < 0:
             fail("--max-tokens: expected 0 or more")
+        if engine == "local":
+            from kvprobe.cli.engine_extra import require_engine
+
+            require_engine("replay --engine local")
         parsed_timing = Timing.parse(timing)
         records = list(read_trace(trace))
         if limit is not None:

@@ -46,6 +46,9 @@ def serve(
 
     Example: kvprobe serve --emulate anthropic/claude-sonnet-4-5 --virtual-clock
     """
+    from kvprobe.cli.engine_extra import require_engine
+
+    require_engine("serve")
     from kvprobe.serve import start_server
     from kvprobe.serve.emulation import EmulateSpec
 
