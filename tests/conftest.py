@@ -31,6 +31,23 @@ def fake():
     provider.stop()
 
 
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """The wheel as a user's installer gets it, built once per session (packaging and CI end-to-end tests)."""
+    import shutil
+    import subprocess
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (the README's commands install it)")
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run([uv, "build", "--wheel", "--out-dir", str(out), str(ROOT)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (path,) = out.glob("kvprobe-*.whl")
+    return path
+
+
 @pytest.fixture
 def cli():
     runner = CliRunner()

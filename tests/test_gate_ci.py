@@ -233,7 +233,7 @@ def test_undecided_warn_passes_with_a_warning_only_when_something_was_decided(cl
 
 
 def test_annotations_point_at_the_config_line_and_cannot_inject_commands(cli, tmp_path, monkeypatch):
-    from kvprobe.gate.formats import annotation
+    from kvprobe.gate.wording import annotation
 
     assert annotation("error", "t,1", "a\n::set-env x%") == "::error title=t%2C1::a%0A::set-env x%25"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "agent"\n\n[tool.kvprobe.gate]\n'

@@ -24,13 +24,8 @@ SCHEMAS = ("trace", "diff", "report", "gate", "compare", "usage", "run-probe", "
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([UV, "build", "--wheel", "--out-dir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    (path,) = out.glob("kvprobe-*.whl")
-    return path
+def wheel(built_wheel):
+    return built_wheel
 
 
 def metadata(wheel):

@@ -15,10 +15,11 @@ from kvprobe.compare import load_baseline, summary_of
 from kvprobe.economics.tasks import load_outcomes
 from kvprobe.errors import InputError
 from kvprobe.gate.causes import baseline_causes, without_content
-from kvprobe.gate.check import GateResult, plural, run_gate, usd
+from kvprobe.gate.check import GateResult, run_gate
 from kvprobe.gate.config import GateConfig, find_config, load_config_file, parse_setting
-from kvprobe.gate.formats import annotations, cause_groups, shown_path, to_junit, to_markdown
+from kvprobe.gate.formats import annotations, cause_groups, to_junit, to_markdown
 from kvprobe.gate.inputs import expand_traces, require_baseline_requests, summary_target
+from kvprobe.gate.wording import plural, shown_path, usd
 from kvprobe.output import check_output
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Report, build_report

@@ -15,6 +15,7 @@ from typing import Any
 from kvprobe.compare import compare, summary_of
 from kvprobe.gate.causes import Cause, causes as find_causes
 from kvprobe.gate.config import Thresholds
+from kvprobe.gate.wording import percent, plural, tokens, usd
 from kvprobe.report import Report
 
 
@@ -84,25 +85,6 @@ class GateResult:
                 "checks": [c.to_json() for c in self.checks],
                 "top_causes": [c.to_json(content) for c in self.causes],
                 "inputs": self.inputs, "notes": self.notes}
-
-
-# Plain numbers for people: thousands separators, never scientific notation.
-def usd(value: float) -> str:
-    if value and abs(value) < 0.0001:
-        return f"${value:,.6f}"
-    return f"${value:,.4f}"
-
-
-def tokens(value: float) -> str:
-    return f"{value:,.0f} tokens"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def percent(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
 
 
 def _limit_pct(fraction: float) -> str:
@@ -183,7 +165,8 @@ def _tasks_check(baseline: dict[str, Any], cand: dict[str, Any], source: str) ->
                      f"not in the trace: {_names(missing)}{new}; a comparison without them would not be like for "
                      "like (tasks are matched by `task`, else the session: capture with --session NAME so every "
                      "run keeps the same one)", source)
-    return Check("regression:tasks", 0, 0, True, f"all {len(base_tasks)} baseline tasks are in the trace{new}", source)
+    return Check("regression:tasks", 0, 0, True, f"every baseline task is in the trace ({plural(len(base_tasks), 'task')})"
+                 f"{new}", source)
 
 
 def _names(items: list[str], n: int = 5) -> str:

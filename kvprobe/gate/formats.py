@@ -7,30 +7,17 @@ summary unless asked for: job summaries and PR comments are often public.
 """
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from kvprobe.gate.causes import Cause, without_content
-from kvprobe.gate.check import Check, GateResult, plural, usd
+from kvprobe.gate.check import Check, GateResult
+from kvprobe.gate.wording import annotation, plural, shown_path, usd
 
 _MARK = {True: "✅", False: "❌", None: "❔"}
 _HEAD = {"passed": "✅ passed", "passed with warnings": "⚠️ passed with warnings", "failed": "❌ failed",
          "could not decide": "❔ could not decide"}
-COMMENT_MARKER = "<!-- kvprobe-gate -->"  # finds the sticky PR comment again
 SHOWN_CAUSES = 5
-
-
-def shown_path(path: str | None) -> str:
-    """A path as the user would type it: relative to the working directory when that is shorter."""
-    if not path or not Path(path).is_absolute():
-        return path or ""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
-        return path
-    return relative if len(relative) < len(path) else path
 
 
 def cell(text: str) -> str:
@@ -148,25 +135,6 @@ def _causes_text(result: GateResult, content: bool) -> str:
             out.append(f"  {c.label} in {c.task} ({plural(len(c.requests), 'request')}, {_money(c)}): {c.why}")
             out.append(f"    fix: {_cause_fix(c, shown, content)}")
     return "\n".join(out)
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def annotation(level: str, title: str, message: str, file: str | None = None, line: int | None = None) -> str:
-    """One GitHub Actions workflow command (`::error file=…,line=…,title=…::message`)."""
-    props = []
-    if file:
-        props.append(f"file={_escape_property(shown_path(file))}")
-        if line:
-            props.append(f"line={line}")
-    props.append(f"title={_escape_property(title)}")
-    return f"::{level} {','.join(props)}::{_escape_data(message)}"
 
 
 def annotations(result: GateResult, lines: dict[str, int] | None = None) -> list[str]:

@@ -1,0 +1,58 @@
+"""How the gate writes numbers and CI workflow commands: small, with no analysis imports, so the PR-comment
+step (`python -m kvprobe.gate.github`) starts in a fraction of a second."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+COMMENT_MARKER = "<!-- kvprobe-gate -->"  # finds the sticky PR comment again
+
+
+# Plain numbers for people: thousands separators, never scientific notation.
+def usd(value: float) -> str:
+    if value and abs(value) < 0.0001:
+        return f"${value:,.6f}"
+    return f"${value:,.4f}"
+
+
+def tokens(value: float) -> str:
+    return f"{value:,.0f} tokens"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def shown_path(path: str | None) -> str:
+    """A path as the user would type it: relative to the working directory when that is shorter."""
+    if not path or not Path(path).is_absolute():
+        return path or ""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return relative if len(relative) < len(path) else path
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, title: str, message: str, file: str | None = None, line: int | None = None) -> str:
+    """One GitHub Actions workflow command (`::error file=…,line=…,title=…::message`): escaped so that trace
+    text can neither end it early nor start another command."""
+    props = []
+    if file:
+        props.append(f"file={_escape_property(shown_path(file))}")
+        if line:
+            props.append(f"line={line}")
+    props.append(f"title={_escape_property(title)}")
+    return f"::{level} {','.join(props)}::{_escape_data(message)}"
