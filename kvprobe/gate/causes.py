@@ -91,7 +91,7 @@ def _task_of(miss: Miss) -> str:
 def group(misses: list[Miss]) -> list[Cause]:
     """Misses of one task, kind and place as one cause each, in order of first appearance."""
     causes: dict[tuple[str, str, str | None], Cause] = {}
-    for m in misses:
+    for m in sorted(misses, key=lambda m: m.result.sk.order):  # a cause's first request is its earliest
         d = m.result.diagnoses[0]
         key = (_task_of(m), d.kind, place(d))
         cause = causes.get(key)

@@ -175,8 +175,7 @@ def _names(items: list[str], n: int = 5) -> str:
 
 def _regressions(report: Report, t: Thresholds, baseline: dict[str, Any], missing: Counter[str]) -> list[Check]:
     limit = t.regression_limit
-    where = t.sources.get("baseline") or "--baseline"
-    source = f"baseline {t.baseline} (from {where}); limit " + t.sources.get("max_regression", "default 10%")
+    source = f"baseline {t.baseline}; limit from " + t.sources.get("max_regression", "the default 10%")
     cand = summary_of(report)
     base_totals, totals = baseline["totals"], cand["totals"]
     checks = [_tasks_check(baseline, cand, f"baseline {t.baseline}")]
@@ -188,7 +187,7 @@ def _regressions(report: Report, t: Thresholds, baseline: dict[str, Any], missin
     checks.append(_relative("regression:input_equivalent_tokens", base_totals.get("input_equivalent_tokens"),
                             totals.get("input_equivalent_tokens"), limit, tokens, source))
     drop_source = source if t.max_hit_ratio_drop is None else \
-        f"baseline {t.baseline}; limit {t.sources.get('max_hit_ratio_drop')}"
+        f"baseline {t.baseline}; limit from {t.sources.get('max_hit_ratio_drop')}"
     checks.append(_points("regression:token_hit_ratio", base_totals.get("token_hit_ratio"),
                           totals["token_hit_ratio"], t.hit_ratio_drop_limit, drop_source))
     for task in compare(baseline, cand, limit).regressed:
