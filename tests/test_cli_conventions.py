@@ -147,7 +147,7 @@ def test_help_names_values_with_words_and_flags_with_none(cli, command):
 
 def test_help_keeps_square_brackets(cli):
     gate = " ".join(cli("gate", "--help").output.split())
-    assert "`kvprobe.toml` [gate] or `pyproject.toml` [tool.kvprobe.gate]" in gate
+    assert "the nearest kvprobe.toml [gate] or pyproject.toml [tool.kvprobe.gate]" in gate
     usage = " ".join(cli("usage", "--help").output.split())
     assert "[default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects and " \
            "~/.local/share/opencode where present]" in usage

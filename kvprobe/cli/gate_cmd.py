@@ -26,7 +26,7 @@ from kvprobe.report import Report, build_report
 from kvprobe.trace.writer import write_atomic
 
 Traces = Annotated[list[str], typer.Argument(help="Traces or agent logs (JSONL files, folders, or globs such as "
-                                             "'traces/*.jsonl')", metavar="TRACE...")]
+                                             "'traces/*.jsonl')", metavar="TRACES")]
 
 
 def gate(
