@@ -106,7 +106,8 @@ def group(misses: list[Miss]) -> list[Cause]:
 def _fix_for(cause: Cause, fixes: list[dict[str, Any]]) -> dict[str, Any] | None:
     ids = set(cause.requests)
     mine = [f for f in fixes if FIX_ADDRESSES.get(f["kind"]) == cause.kind and ids & set(f["requests"])]
-    return max(mine, key=lambda f: f.get("saving_usd") or 0.0, default=None)
+    # the policy that changes this cause's own place first (its `key`: "system[0]", "tool_choice"), then the best
+    return max(mine, key=lambda f: (f.get("key") == cause.where, f.get("saving_usd") or 0.0), default=None)
 
 
 def _baseline_causes(baseline: dict[str, Any] | None, task: str) -> tuple[bool, dict | None, set[str]]:
