@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import importlib.util
 
-from rich.markup import escape
+import typer
+from rich.text import Text
 
-from kvprobe.cli.common import fail
+from kvprobe.cli.common import err
 
 ENGINE_MODULES = ("torch", "numpy", "gguf", "tokenizers", "jinja2")  # pyproject's [project.optional-dependencies]
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
@@ -46,5 +47,7 @@ def require_engine(command: str) -> None:
     """Exit 2 with the install line when the engine's packages are not installed (checked before any work)."""
     missing = missing_engine_modules()
     if missing:
-        fail(escape(f"{command} runs the local engine, which needs {', '.join(missing)} (the `engine` extra, not "
-                    f"installed): {install_hint()}"))
+        message = (f"{command} runs the local engine, which needs {', '.join(missing)} (the `engine` extra, not "
+                   f"installed): {install_hint()}")
+        err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)  # plain text: no markup
+        raise typer.Exit(2)

@@ -233,7 +233,8 @@ def load_config_file(path: Path) -> GateConfig:
     data, text = _read_toml(path)
     table = _table(data, keys, path)
     if table is None:
-        raise InputError(f"no {_header(keys)} table of gate settings", file=str(path), field="--config")
+        # (no brackets: the CLI's error line is read as rich markup)
+        raise InputError(f"has no table of gate settings named {'.'.join(keys)}", file=str(path), field="--config")
     return _from_table(table, path, _header(keys), text)
 
 
