@@ -363,7 +363,7 @@ def test_malformed_upstream_usage_is_recorded_as_an_error_not_as_usage(capture, 
     assert record.usage is None and "response.usage.input_tokens" in record.error
     assert record.extra["upstream_invalid_usage"]["usage"]["input_tokens"] == -5
     gate = cli("gate", tmp_path / "trace.jsonl", "--min-hit-ratio", "0.5")
-    assert gate.exit_code == 3  # no usage to decide on; never a pass
+    assert gate.exit_code == 1 and "FAIL failed_requests: 1 of 1 request failed" in gate.output  # never a pass
 
 
 def test_error_text_is_scrubbed_of_keys_and_hashed_under_hash_only(fake, tmp_path):

@@ -4,13 +4,17 @@ composite steps as GitHub's runner does), the built wheel installed by the actio
 
 The venv's dependencies (torch, the model, the SDKs) come from this project's environment through a .pth
 file, so pip installs the wheel without reaching an index (.ci/run installs the wheel with a full resolution).
-One run with no baseline yet, then: a passing run against the baseline made from it, a regression (a
-timestamp at the top of the system prompt), a dead upstream (every request failed: not green) and an empty
+A local run makes the baseline (as docs/ci.md shows), then the workflow runs: a pass against it, a regression
+(a timestamp at the top of the system prompt), a dead upstream (every request failed: not green) and an empty
 baseline (refused) — exit codes, job summary, JUnit XML, annotations, lint's SARIF and the one PR comment.
+The agent's requests go to one `kvprobe serve --emulate` the test starts (one engine load); under -m slow,
+to the server the action starts for each run, as the example workflow does (its first run makes the
+baseline). The action's own start-up is also checked where it must fail: a server that never answers.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -187,10 +191,28 @@ def run(adopter, **inputs: str):
     runner = Runner(adopter["repo"], adopter["temp"], adopter["env"], {ACTION: ROOT})
     inputs = {"install": str(adopter["wheel"]), "port": str(_free_port()), **inputs}
     job = runner.run_job(adopter["repo"] / ".github" / "workflows" / "kvprobe.yml", "cache-cost", {ACTION: inputs})
+    if os.environ.get("KVPROBE_E2E_TIMES"):  # where the seconds go: KVPROBE_E2E_TIMES=times.txt
+        with open(os.environ["KVPROBE_E2E_TIMES"], "a") as fh:
+            fh.write(" | ".join(f"{s.name.split(' / ')[-1]} {s.seconds:.1f}" for s in job.steps if s.seconds) + "\n")
     out = adopter["temp"] / "kvprobe"
     junit = out / "junit.xml"
     summary = runner.summary.read_text() if runner.summary.exists() else ""
     return job, summary, ET.parse(junit).getroot().find("testsuite") if junit.exists() else None
+
+
+def _timestamped(trace: Path, out: Path) -> Path:
+    """The run as AGENT_BUG=timestamp makes it: a new time atop the system prompt of every request, so from the
+    second on nothing is read and everything is written again (the usage a provider logs for that)."""
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    for i, rec in enumerate(records):
+        rec["request"]["system"][0]["text"] = f"Current time: 10:00:{i:02d}.\n" + rec["request"]["system"][0]["text"]
+        usage = rec["response"]["usage"]
+        usage["cache_creation_input_tokens"] += usage["cache_read_input_tokens"]
+        usage["cache_read_input_tokens"] = 0
+        if isinstance(usage.get("cache_creation"), dict):
+            usage["cache_creation"]["ephemeral_5m_input_tokens"] = usage["cache_creation_input_tokens"]
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return out
 
 
 def cases(suite) -> dict[str, str]:
@@ -213,40 +235,48 @@ def test_the_action_fails_when_its_server_never_answers(adopter):
 def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
     repo = adopter["repo"]
     via = (lambda: {"serve": "", "upstream": _shared_server(adopter)}) if serving == "shared" else dict
-    # a first run, before there is a baseline: hit ratio only
-    job, summary, suite = run(adopter, **via())
-    assert job.code == 0, job.log
-    assert [s.status for s in job.steps][:3] == ["skipped (uses actions/checkout@v4)",
-                                                 "skipped (uses actions/setup-python@v5)", "ran"]
-    if serving == "action":
-        assert "kvprobe serve answers at http://127.0.0.1:" in job.log
-    assert "PASS min_hit_ratio" in job.log
-    assert summary.startswith("### kvprobe gate: ✅ passed") and "| ✅ |" not in job.log  # the log stays plain
-    assert cases(suite) == {"failed_requests": "passed", "min_hit_ratio": "passed"}
-    assert json.loads((adopter["temp"] / "kvprobe" / "kvprobe.sarif").read_text())["version"] == "2.1.0"
-    assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "✅ passed" in FakeGitHub.comments[1]["body"]
-    (repo / "ci").mkdir()
-    trace = repo / "ci" / "first-run.jsonl"  # the run's trace, as downloaded from its `kvprobe` artifact
-    shutil.copy(adopter["temp"] / "kvprobe" / "trace.jsonl", trace)
-    assert len(trace.read_text().splitlines()) == 5  # the agent's five requests
-
-    # the baseline, made from that run's trace with the installed kvprobe, as docs/ci.md says
     kvprobe = adopter["kvprobe"]
+    (repo / "ci").mkdir()
+    trace = repo / "ci" / "first-run.jsonl"
+    if serving == "shared":  # a local run to make the baseline from, as docs/ci.md shows
+        local = subprocess.run([str(kvprobe), "capture", "-o", str(trace), "--session", "ci", "--anthropic-upstream",
+                                _shared_server(adopter), "--", sys.executable, "agent.py"], cwd=repo,
+                               capture_output=True, text=True, timeout=600, env=adopter["env"])
+        assert local.returncode == 0, local.stderr
+    else:  # a first run of the workflow, before there is a baseline: hit ratio only
+        job, summary, suite = run(adopter, **via())
+        assert job.code == 0 and "kvprobe serve answers at http://127.0.0.1:" in job.log, job.log
+        assert cases(suite) == {"failed_requests": "passed", "min_hit_ratio": "passed"}
+        shutil.copy(adopter["temp"] / "kvprobe" / "trace.jsonl", trace)  # as downloaded from its artifact
+        FakeGitHub.comments = FakeGitHub.comments[:1]
+    assert len(trace.read_text().splitlines()) == 5  # the agent's five requests
     made = subprocess.run([str(kvprobe), "baseline", str(trace), "-o", str(repo / "ci" / "kvprobe-baseline.json")],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0 and "wrote baseline of 5 requests, 1 tasks" in made.stdout
     (repo / "pyproject.toml").write_text(WITH_BASELINE)
 
+    # a passing run against the baseline
     job, summary, suite = run(adopter, **via())
     assert job.code == 0, job.log
-    assert "PASS regression:cost_usd" in job.log and "PASS regression:tasks: every baseline task is in the trace (1 task)" in job.log
-    assert set(cases(suite).values()) == {"passed"} and "regression:token_hit_ratio" in cases(suite)
-    assert [c["id"] for c in FakeGitHub.comments] == [1, 101]  # the same comment, edited
+    assert [s.status for s in job.steps][:3] == ["skipped (uses actions/checkout@v4)",
+                                                 "skipped (uses actions/setup-python@v5)", "ran"]
+    assert "PASS min_hit_ratio" in job.log and "PASS regression:cost_usd" in job.log
+    assert "PASS regression:tasks: every baseline task is in the trace (1 task)" in job.log
+    assert summary.startswith("### kvprobe gate: ✅ passed") and "| ✅ |" not in job.log  # the log stays plain
+    assert set(cases(suite).values()) == {"passed"}
+    assert {"failed_requests", "min_hit_ratio", "regression:token_hit_ratio"} <= set(cases(suite))
+    assert json.loads((adopter["temp"] / "kvprobe" / "kvprobe.sarif").read_text())["version"] == "2.1.0"
+    assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "✅ passed" in FakeGitHub.comments[1]["body"]
 
-    # a regression: a timestamp at the top of the system prompt
-    adopter["env"]["AGENT_BUG"] = "timestamp"
-    job, summary, suite = run(adopter, **via())
-    del adopter["env"]["AGENT_BUG"]
+    # a regression: a timestamp at the top of the system prompt. Under -m slow the agent really runs with it;
+    # by default its trace is written by hand from the first run (every later prefix changes, nothing is read),
+    # since five uncached prefills on the CPU engine would double this test's time
+    if serving == "action":
+        adopter["env"]["AGENT_BUG"] = "timestamp"
+        job, summary, suite = run(adopter, **via())
+        del adopter["env"]["AGENT_BUG"]
+    else:
+        job, summary, suite = run(adopter, serve="", command="", traces=str(_timestamped(trace, repo / "ci" / "bug.jsonl")))
     assert job.code == 1, job.log
     assert "FAIL min_hit_ratio" in job.log and "New since the baseline:" in job.log
     assert "::error file=pyproject.toml,line=6,title=kvprobe gate%3A min_hit_ratio::" in job.log
@@ -257,6 +287,7 @@ def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
     sarif = json.loads((adopter["temp"] / "kvprobe" / "kvprobe.sarif").read_text())
     assert {r["ruleId"] for r in sarif["runs"][0]["results"]} >= {"KV101", "KV102"}
     assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "❌ failed" in FakeGitHub.comments[1]["body"]
+    # (the same comment, edited)
     assert FakeGitHub.comments[0]["body"] == "LGTM"
 
     # a dead upstream: nothing listens where the requests go

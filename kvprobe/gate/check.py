@@ -125,8 +125,8 @@ def _failed_check(report: Report, limit: int, source: str | None) -> Check:
     said = "; ".join(f"{text}" + (f" ({n}×)" if n > 1 else "") for text, n in errors.most_common(2))
     more = f"; and {len(errors) - 2} other errors" if len(errors) > 2 else ""
     return Check("failed_requests", limit, failed, failed <= limit,
-                 f"{failed:,} of {plural(total, 'request')} failed: {said}{more} ({named}); a failed request reached no "
-                 f"model, so it is neither priced nor passed{allowed}", source)
+                 f"{failed:,} of {plural(total, 'request')} failed: {said}{more} ({named}); a request that failed has no "
+                 f"usage: it is neither priced nor passed{allowed}", source)
 
 
 def _relative(name: str, base: Any, actual: float | None, limit: float, fmt: Any, source: str) -> Check:
