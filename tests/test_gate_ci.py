@@ -6,6 +6,7 @@ usage (claude-sonnet-4-5: $3 input, $3.75 5m writes, $0.30 reads, $15 output per
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -150,7 +151,7 @@ def test_new_causes_come_first_each_with_its_own_fix_and_what_it_adds(cli, tmp_p
            "baseline" in text
     fixes = [line.strip() for line in text.splitlines() if line.strip().startswith("fix:")]
     assert len(fixes) == len(set(fixes)) == 3  # no fix printed twice
-    assert "tool_choice" in fixes[0] and "keep-alive" in fixes[1] and "move the changing line" in fixes[2]
+    assert "tool_choice" in fixes[0] and "keep-alive" in fixes[1] and "move the changing" in fixes[2]
     data = json.loads(cli("gate", SAMPLE, "--baseline", tmp_path / "baseline.json", "--json").stdout)
     first = data["top_causes"][0]
     assert (first["kind"], first["new"], first["requests"]) == ("params_changed", True, ["req_5", "req_6"])
@@ -180,11 +181,16 @@ def test_summary_is_markdown_the_log_plain_and_prompt_text_stays_out(cli, tmp_pa
     text = summary.read_text()
     assert text.startswith("### kvprobe gate: ❌ failed")
     assert "| ❌ | min_hit_ratio | 39.9% is below 50.0% by 10.1 points | --min-hit-ratio |" in text
-    assert "Current time" in res.stdout and "Current time" not in text  # the fix's quoted prompt line
-    assert "Current time" not in cli("gate", SAMPLE, "--min-hit-ratio", "50%", "--no-content").stdout
+    # the prompt text the stabilize fix quotes as its example of what changes (`e.g. "…"`)
+    data = json.loads(cli("gate", SAMPLE, "--min-hit-ratio", "50%", "--json").stdout)
+    (fix,) = [c["fix"] for c in data["top_causes"] if c["kind"] == "prefix_changed"]
+    quoted = re.search(r'\(e\.g\. "([^"]+)"\)', fix).group(1).rstrip("…")
+    assert "2025-09-10T10:09:10Z" in quoted  # req_3's timestamp, from the sample's system prompt
+    assert quoted in res.stdout and quoted not in text
+    assert quoted not in cli("gate", SAMPLE, "--min-hit-ratio", "50%", "--no-content").stdout
     summary.unlink()
     cli("gate", SAMPLE, "--min-hit-ratio", "50%", "--content")
-    assert "Current time" in summary.read_text()
+    assert quoted in summary.read_text()
 
 
 def test_markdown_cells_cannot_break_the_table(cli, tmp_path):
@@ -210,7 +216,7 @@ def test_junit_xml_has_one_case_per_check(cli, tmp_path):
     assert list(cases) == ["failed_requests", "max_cost_usd", "min_hit_ratio"]
     failure = cases["min_hit_ratio"].find("failure")
     assert failure.get("message") == "39.9% is below 50.0% by 10.1 points" and "ttl_expired" in failure.text
-    assert "Current time" not in junit.read_text()
+    assert "2025-09-10T10:09:10Z" not in junit.read_text()  # the fix's quoted prompt text
 
 
 def _unknown_model(tmp_path):
