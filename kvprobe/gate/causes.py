@@ -36,6 +36,7 @@ class Cause:
     advice: str = ""  # the first miss's advice for its kind, when no fix was priced
     new: bool | None = None  # None without a baseline
     baseline_cost_usd: float | None = None  # the same cause's cost in the baseline, when it was there
+    tasks: list[str] = field(default_factory=list)  # every task it stands for, once folded (see `fold`)
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -60,7 +61,8 @@ class Cause:
                 "where": self.where, "why": self.why, "cost_usd": _usd(self.cost_usd),
                 "input_equivalent_tokens": round(self.input_equivalent, 1),
                 "fix": self.fix if content else without_content(self.fix), "fix_saving_usd": self.fix_saving_usd,
-                "new": self.new, "baseline_cost_usd": self.baseline_cost_usd, "added_usd": self.added_usd}
+                "new": self.new, "baseline_cost_usd": self.baseline_cost_usd, "added_usd": self.added_usd,
+                "tasks": self.tasks or [self.task]}
 
 
 def _usd(value: float | None) -> float | None:
@@ -142,7 +144,28 @@ def causes(report: Report, baseline: dict[str, Any] | None = None) -> list[Cause
         cause.fix = fix["detail"] if fix else cause.advice
         cause.fix_saving_usd = fix.get("saving_usd") if fix else None
         _compare(cause, baseline)
-    return sorted(found, key=lambda c: (c.new is False, -(c.cost_usd or 0.0), -c.input_equivalent))
+    return sorted(fold(found), key=lambda c: (c.new is False, -(c.cost_usd or 0.0), -c.input_equivalent))
+
+
+def fold(found: list[Cause]) -> list[Cause]:
+    """One line for the same cause in many tasks (a fleet's sessions hit the same breakers): kind, place,
+    new-or-not and fix alike, their requests and costs summed; the task names the count."""
+    out: dict[tuple, Cause] = {}
+    for c in found:
+        key = (c.kind, c.where, c.new, c.fix)
+        into = out.get(key)
+        if into is None:
+            c.tasks = [c.task]
+            out[key] = c
+            continue
+        into.tasks.append(c.task)
+        into.task = f"{len(into.tasks):,} tasks"
+        into.requests += c.requests
+        into.input_equivalent += c.input_equivalent
+        into.cost_usd = None if into.cost_usd is None or c.cost_usd is None else into.cost_usd + c.cost_usd
+        if into.baseline_cost_usd is not None or c.baseline_cost_usd is not None:
+            into.baseline_cost_usd = (into.baseline_cost_usd or 0.0) + (c.baseline_cost_usd or 0.0)
+    return list(out.values())
 
 
 def baseline_causes(report: Report) -> dict[str, list[dict[str, Any]]]:
