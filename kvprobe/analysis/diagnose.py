@@ -15,7 +15,7 @@ from kvprobe.analysis.siblings import diagnose_siblings
 from kvprobe.analysis.simulate import RequestResult, tolerance
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.analysis.usage_only import UsageOnly
-from kvprobe.economics.keep_alive import pause_advice
+from kvprobe.economics.keep_alive import entry_lifetime_s, pause_advice
 from kvprobe.wording import duration
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import Prediction
@@ -69,10 +69,14 @@ class Diagnoser:
 def _pause_advice(result: RequestResult, d: Diagnosis) -> None:
     """The keep-alive or longer lifetime that pays for this pause; or that nothing does (a new start)."""
     prev = result.previous
-    if prev is None or prev.sk.request is None:
+    lifetime = entry_lifetime_s(result.rules)
+    if prev is not None and prev.sk.request is not None:
+        gap, cached = result.sk.started_at - prev.sk.started_at, result.stream_tokens
+    elif d.seconds_past is not None and lifetime is not None:  # another stream's entry (another session's)
+        gap, cached = d.seconds_past + lifetime, result.reusable_tokens
+    else:
         return
-    gap = result.sk.started_at - prev.sk.started_at
-    d.advice = pause_advice(result.rules, result.stream_tokens, gap)
+    d.advice = pause_advice(result.rules, cached, gap, lifetime)
     if d.advice is None:
         d.detail += (f"; {duration(gap)} is past every lifetime the provider offers and every keep-alive that pays "
                      "for itself: a new start")

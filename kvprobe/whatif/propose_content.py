@@ -330,9 +330,12 @@ def propose_tools(ev: Evidence) -> list[Policy]:
 
 
 def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block]]:
-    """The session's tools in first-seen order (None when a definition changed: no stable list keeps both)."""
+    """Every tool the session sends, in the order of the last list it sent (so its later requests stay as
+    they are) with tools that list lacks after them, first seen first; None when a definition changed (no
+    stable list keeps both versions)."""
     union: dict[str, dict] = {}
     blocks: dict[str, Block] = {}
+    last: list[str] = []
     seen_lists: set[tuple[int, ...]] = set()
     for r in session:
         req = r.sk.request
@@ -347,13 +350,16 @@ def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block
         tools = [t for t in (rec.request.get("tools") or []) if isinstance(t, dict)] if rec and rec.request else None
         if tools is None or len(tools) != len(tool_blocks):
             return None, []
+        last = []
         for tool, block in zip(tools, tool_blocks):
             name = _tool_name(tool)
             if name in union and _plain(union[name]) != _plain(tool):
                 return None, []  # a definition changed: that is a span or a new tool, not an order
             union.setdefault(name, _plain(tool))
             blocks.setdefault(name, block)
-    return list(union.values()), [blocks[n] for n in union]
+            last.append(name)
+    order = list(dict.fromkeys(last + list(union)))
+    return [union[n] for n in order], [blocks[n] for n in order]
 
 
 # --- stable parameters -----------------------------------------------------------------------------------
