@@ -290,3 +290,17 @@ def test_fleet2_sessions_share_tools_and_system_but_too_far_apart_for_any_lifeti
     first = [r for r in fleet2.results if r.sk.id.endswith("-m1") and r.sk.session != "f2s000"]
     ttl = [d for r in first for d in r.diagnoses if d.kind == "ttl_expired"]
     assert ttl and all("a new start" in d.detail for d in ttl)  # the gap is said for what it is
+
+
+def test_fleet_reports_are_the_contract_json(fleet1, fleet2):
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from kvprobe.schemas import schema_text
+
+    validator = Draft202012Validator(json.loads(schema_text("report")))
+    for rep in (fleet1, fleet2):
+        data = json.loads(json.dumps(rep.to_json()))
+        assert not list(validator.iter_errors(data))
+        assert data["causes"] and data["fleet"] and all(f["reach"]["text"] for f in data["fixes"])

@@ -248,3 +248,36 @@ def test_diff_shows_the_managed_breakpoint_and_predicts_no_read(cli, write_json)
     marked = write_json("c.json", responses("Add a test.", dev_text=DEV * 6, dev_marker=True))
     data = json.loads(cli("diff", a, marked, "--json").stdout)
     assert [bp["ttl"] for bp in data["breakpoints"]] == ["explicit", "managed"]
+
+
+def test_a_breakpoint_at_the_stable_boundary_is_proposed_and_priced_across_the_session(cli, tmp_path):
+    """Five Codex turns, each a new user message after the same developer prefix (usage as GPT-5.6 reports
+    it: every turn writes everything at the managed breakpoint). By hand, with the developer prefix D and a
+    55-token message: each later turn would read D and write 55 instead of writing D + 55, saving
+    1.25 (D + 55) - (0.1 D + 1.25 x 55) = 1.15 D; D is kvprobe's split of the first turn's 9,040 (about
+    9,000): 4 x 1.15 x 9,000 = 41,400."""
+    from kvprobe.trace import write_trace
+
+    users = ["Fix the login bug.", "Now add a test for it.", "Run the suite.", "Fix the flaky one.", "Ship it."]
+    records = []
+    for k, user in enumerate(users):
+        total = 9_040 if k == 0 else 9_055
+        usage = {"input_tokens": total, "output_tokens": 20,
+                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
+        records.append(TraceRecord(id=f"t{k + 1}", provider="openai", started_at=60.0 * k,
+                                   request=responses(user, dev_text=DEV * 30), endpoint="/v1/responses",
+                                   session="codex", response={"usage": usage}))
+    trace = tmp_path / "codex.jsonl"
+    write_trace(trace, records)
+    data = json.loads(cli("report", trace, "--json").stdout)
+    [mark] = [f for f in data["fixes"] if f["kind"] == "mark_breakpoint"]
+    assert mark["saving_input_equivalent_tokens"] == pytest.approx(4 * 1.15 * 9_000, rel=0.02)
+    assert "prompt_cache_breakpoint" in mark["detail"] and mark["path"] == "input[0].content[0]"
+    fixed = tmp_path / "fixed.jsonl"
+    assert cli("fix", trace, "-o", fixed, "--kind", "mark_breakpoint").exit_code == 0
+    bodies = [json.loads(line)["request"] for line in fixed.read_text().splitlines()]
+    assert all(b["input"][0]["content"][0]["prompt_cache_breakpoint"] == {"mode": "explicit"} for b in bodies)
+    after = json.loads(cli("report", fixed, "--no-fixes", "--json").stdout)["totals"]
+    before = json.loads(cli("report", trace, "--predicted", "--no-fixes", "--json").stdout)["totals"]
+    assert before["input_equivalent_tokens"] - after["input_equivalent_tokens"] == pytest.approx(
+        mark["saving_input_equivalent_tokens"], abs=0.5)

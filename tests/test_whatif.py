@@ -229,3 +229,12 @@ def test_a_tool_name_that_is_not_a_string_is_still_priced(cli, tmp_path):
     result = cli("report", trace, "--json", "--what-if")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["totals"]["requests"] == len(lines)
+
+
+def test_fix_on_a_log_without_request_bodies_exits_2_and_writes_nothing(cli, tmp_path):
+    from conftest import ROOT
+
+    transcript = next((ROOT / "tests" / "fixtures" / "importers").rglob("*.jsonl"))
+    out = tmp_path / "fixed.jsonl"
+    res = cli("fix", transcript, "-o", out)
+    assert res.exit_code == 2 and "none has a request body" in res.output and not out.exists()

@@ -62,6 +62,9 @@ class Diagnoser:
             d.missed_tokens = missed
             if d.kind == "ttl_expired" and d.advice is None:
                 _pause_advice(result, d)
+            elif d.kind == "missing_breakpoint" and sk.request.cache_mode in ("managed", "explicit"):
+                d.advice = ("mark the end of the shared prefix with `prompt_cache_breakpoint`: GPT-5.6+ reads only at "
+                            "breakpoints, and its managed one sits after the part that changes")
         # beside a reported cause, kvprobe's own finding stays when it says more (the exact block changed)
         return reported + [d for d in found if not reported or d.kind != reported[0].kind or d.path]
 

@@ -37,6 +37,10 @@ def fix(
             raise InputError(f"unknown fix kind {show(sorted(unknown)[0])}; expected one of {', '.join(APPLY_ORDER)}",
                              field="--kind")
         records = list(records_from([trace], []))
+        if not any(r.request is not None for r in records):
+            raise InputError(f"{len(records):,} records and none has a request body: there is nothing to fix (a "
+                             "usage-only log such as a Claude Code transcript; `kvprobe report` explains its misses "
+                             "from the usage alone)", file=str(trace))
         result = evaluate(records, PriceBook.from_file(price_file), set(kind) if kind else None)
         count = write_trace(output, result.written_records())
     base = sum(r.input_equivalent for r in result.baseline)

@@ -143,6 +143,9 @@ def render_totals(rep: Report) -> None:
                             (f"hit ratio {100 * t['token_hit_ratio']:.1f}%", _ratio_style(t['token_hit_ratio'])),
                             " · ", f"{t['input_equivalent_tokens']:,.0f} input-equivalents · ",
                             (_total_cost(t), "bold")))
+    out.print(Text("  (input-equivalents: the input priced in fresh-input tokens, each cache write and read at its "
+                   "provider's multiplier, e.g. Claude 1.25x 5m writes, 2x 1h, 0.1x reads: one unit across providers)",
+                   style="dim"))
     written = t["cache_write_tokens"]
     out.print(f"Writes: {written:,} tokens (cold start {t['cold_start_write_tokens']:,}, rebuilds "
               f"{t['rebuild_write_tokens']:,}, extensions {t['extension_write_tokens']:,}); missed reads "

@@ -68,3 +68,49 @@ def text_at(body: Any, path: str) -> str | None:
         return None
     value = block.get("description") if path.startswith("tools") else block.get("text")
     return value if isinstance(value, str) else None
+
+
+_SEGMENT = re.compile(r"^([a-z_]+)(?:\[(\d+)\])?$")
+
+
+def part_at(body: Any, path: str, writable: bool = False, text_type: str | None = None) -> Any:
+    """The content part at any block path of any API's body (`messages[i].content[j]`, `input[i]`,
+    `input[i].content[j]`, `messages[i]`); None when there is none. A message whose content is a string is
+    addressed as its one text part; writable: containers along the path are copied into `body` first, and
+    such a string becomes a list of one text part, so the part may be edited."""
+    text_type = text_type or ("input_text" if path.startswith("input") else "text")
+    node: Any = body
+    segments = path.split(".")
+    for n, segment in enumerate(segments):
+        m = _SEGMENT.match(segment)
+        if m is None or not isinstance(node, dict):
+            return None
+        key, index = m.group(1), m.group(2)
+        value = node.get(key)
+        last = n == len(segments) - 1
+        if isinstance(value, str) and key in ("content", "input") and (index in (None, "0")):
+            if not writable:
+                return {"type": text_type, "text": value}
+            value = node[key] = [{"type": text_type, "text": value}]
+            index = "0"
+        if index is None:
+            if last and isinstance(value, dict):
+                return writable_item_of(node, key) if writable else value
+            if last and isinstance(node.get("content"), str):  # `messages[i]`: the message's own text
+                return part_at(node, "content[0]", writable, text_type)
+            node = value
+            continue
+        if not isinstance(value, list) or int(index) >= len(value):
+            return None
+        if writable:
+            value = node[key] = list(value)
+            value[int(index)] = dict(value[int(index)]) if isinstance(value[int(index)], dict) else value[int(index)]
+        node = value[int(index)]
+        if last and isinstance(node, dict) and isinstance(node.get("content"), str) and key in ("messages", "input"):
+            return part_at(node, "content[0]", writable, text_type)
+    return node if isinstance(node, dict) else None
+
+
+def writable_item_of(holder: dict, key: str) -> dict:
+    holder[key] = dict(holder[key])
+    return holder[key]

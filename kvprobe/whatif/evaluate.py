@@ -31,6 +31,7 @@ from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.reshape import canonical
 from kvprobe.whatif.propose_fleet import propose_fleet
+from kvprobe.whatif.propose_marks import propose_marks
 from kvprobe.whatif.propose_timing import (propose_keep_alive, propose_longer_lifetime, propose_lookback,
                                            propose_siblings)
 
@@ -39,8 +40,8 @@ MIN_SAVING_TOKENS = 16.0
 MIN_SAVING_FRACTION = 0.001  # of the cost of the sessions it edits
 EXHAUSTIVE_MAX = 4  # overlapping policies up to this many: every subset is simulated
 
-PROPOSERS = (propose_spans, propose_tools, propose_params, propose_keep_alive, propose_longer_lifetime,
-             propose_lookback, propose_siblings)
+PROPOSERS = (propose_spans, propose_tools, propose_params, propose_marks, propose_keep_alive,
+             propose_longer_lifetime, propose_lookback, propose_siblings)
 
 
 @dataclass(slots=True)

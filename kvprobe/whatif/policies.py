@@ -24,8 +24,8 @@ Records = list[TraceRecord]
 Skeletons = list[Skeleton]
 
 # Content edits first, timing last: keep-alive pings copy requests already edited.
-APPLY_ORDER = ("stabilize_prefix", "stable_params", "lookback_breakpoint", "shared_breakpoint", "ttl_1h",
-               "keep_alive")
+APPLY_ORDER = ("stabilize_prefix", "stable_params", "mark_breakpoint", "lookback_breakpoint", "shared_breakpoint",
+               "ttl_1h", "keep_alive")
 
 
 @dataclass(slots=True)
