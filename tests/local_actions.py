@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Runner:
     def __init__(self, workspace: Path, temp: Path, env: dict[str, str], actions: dict[str, Path]) -> None:
         self.workspace, self.temp, self.actions = workspace, temp, actions
         self.env = dict(env)  # the job's environment; $GITHUB_ENV and $GITHUB_PATH add to it
+        self.failed = False  # a step of the job (or of the composite action running) has failed
+        self.groups: list[int] = []  # process groups of the steps run
         temp.mkdir(parents=True, exist_ok=True)
         self.summary = temp / "step_summary.md"
         self.summary.unlink(missing_ok=True)  # one job, one summary
@@ -70,6 +73,10 @@ class Runner:
                 parts.append(tok)
             elif tok in ("true", "false"):
                 parts.append(repr(tok == "true"))
+            elif tok in ("always", "success", "failure", "cancelled") and expr[pos:pos + 2] == "()":
+                pos += 2  # the job's status functions, as GitHub evaluates them
+                parts.append(repr({"always": True, "success": not self.failed, "failure": self.failed,
+                                   "cancelled": False}[tok]))
             else:
                 parts.append(repr(self._lookup(tok, ctx)))
         return eval("".join(parts), {"__builtins__": {}}, {})  # noqa: S307 - our own tokens only
@@ -97,10 +104,13 @@ class Runner:
         return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
     def condition(self, cond: Any, ctx: dict[str, Any]) -> bool:
+        """A step's `if:`; as on GitHub, one that names no status function runs only while nothing failed."""
         if cond is None:
-            return True
+            return not self.failed
         text = str(cond).strip()
         text = text[3:-2].strip() if text.startswith("${{") else text
+        if not re.search(r"\b(always|success|failure|cancelled)\(\)", text) and self.failed:
+            return False
         return bool(self.evaluate(text, ctx))
 
     # steps
@@ -117,8 +127,14 @@ class Runner:
         env = {**self.env, **{k: self.interpolate(v, ctx) for k, v in (step.get("env") or {}).items()},
                "GITHUB_OUTPUT": str(outputs), "GITHUB_ENV": str(env_file), "GITHUB_PATH": str(path_file)}
         where = cwd / self.interpolate(step.get("working-directory", "."), ctx)
-        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=where,
-                              env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+        # each step in a process group of its own: what it leaves running (a server started with `&`) is stopped
+        # when the job ends, as a runner does
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=where,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.groups.append(proc.pid)
+        stdout, stderr = proc.communicate(timeout=900)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         self.env.update(_key_values(env_file.read_text()))
         for line in path_file.read_text().splitlines():
             if line.strip():
@@ -128,13 +144,13 @@ class Runner:
     def run_steps(self, steps: list[dict[str, Any]], ctx: dict[str, Any], cwd: Path) -> JobRun:
         job = JobRun()
         ctx.setdefault("steps", {})
+        outer = self.failed
+        self.failed = False  # a composite action's steps see its own failures (and the job's, through `outer`)
         for i, step in enumerate(steps):
             name = step.get("name") or step.get("uses") or f"step {i + 1}"
-            if job.code:
-                job.steps.append(StepRun(name, "skipped (failed before)"))
-                continue
+            self.failed = outer or bool(job.code)
             if not self.condition(step.get("if"), ctx):
-                job.steps.append(StepRun(name, "skipped (if)"))
+                job.steps.append(StepRun(name, "skipped (failed before)" if self.failed else "skipped (if)"))
                 continue
             started = time.monotonic()
             if "run" in step:
@@ -150,7 +166,8 @@ class Runner:
                 ctx["steps"][step["id"]] = {"outputs": outputs, "outcome": "failure" if code else "success"}
             job.steps.append(StepRun(name, "ran", code, log, time.monotonic() - started))
             if code and not step.get("continue-on-error"):
-                job.code = code
+                job.code = job.code or code
+        self.failed = outer
         return job
 
     def _uses(self, step: dict[str, Any], ctx: dict[str, Any], cwd: Path) -> JobRun | None:
@@ -188,7 +205,19 @@ class Runner:
             steps.append(step)
         ctx = {"github": {"token": self.env.get("GITHUB_TOKEN", ""), "workspace": str(self.workspace)},
                "env": self.env, "runner": {"temp": str(self.temp)}}
-        return self.run_steps(steps, ctx, self.workspace)
+        try:
+            return self.run_steps(steps, ctx, self.workspace)
+        finally:
+            self.stop_left_running()
+
+    def stop_left_running(self) -> None:
+        """Stop what the job's steps left running (GitHub's runner does so when a job ends)."""
+        for group in self.groups:
+            try:
+                os.killpg(group, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.groups.clear()
 
 
 def _key_values(text: str) -> dict[str, str]:

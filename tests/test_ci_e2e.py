@@ -154,8 +154,10 @@ def runner_machine(built_wheel, tmp_path_factory):
         machine["serve"].wait(30)
 
 
-def _shared_server(machine) -> str:
-    """`kvprobe serve --emulate` from the installed wheel, as a user runs it to make a baseline locally."""
+def _shared_server(adopter) -> str:
+    """`kvprobe serve --emulate` from the installed wheel, as a user runs it to make a baseline locally (one for
+    the module: it is stopped when the module's machine is torn down)."""
+    machine = adopter.get("machine", adopter)
     if machine["serve_url"] is None:
         port = _free_port()
         log = open(machine["base"] / "serve.log", "w")
@@ -184,7 +186,8 @@ def adopter(runner_machine, tmp_path):
     (repo / "requirements.txt").write_text("anthropic\n")
     (repo / "pyproject.toml").write_text(GATE)
     FakeGitHub.comments = [{"id": 1, "body": "LGTM"}]
-    return {**runner_machine, "repo": repo, "env": dict(runner_machine["env"])}
+    # the module's machine itself under "machine": the shared server is started and stopped there, not on this copy
+    return {**runner_machine, "repo": repo, "env": dict(runner_machine["env"]), "machine": runner_machine}
 
 
 def run(adopter, **inputs: str):
