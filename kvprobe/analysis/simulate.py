@@ -118,10 +118,14 @@ class Simulator:
         self.sizer = None if presized else (sizer or BlockSizer())
         self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
         self.previous: dict[tuple[str, str], RequestResult] = {}
+        self.rules: dict[tuple, ModelRules] = {}
 
     def step(self, sk: Skeleton) -> RequestResult:
         platform = sk.extra.get("platform")
-        rules = rules_for(sk.provider, sk.model, platform, sk.request.cache_mode if sk.request else None)
+        key = (sk.provider, sk.model, platform, sk.request.cache_mode if sk.request else None)
+        rules = self.rules.get(key)
+        if rules is None:  # the same few models all through a trace: looked up once per simulation
+            rules = self.rules[key] = rules_for(*key)
         if sk.request is None:
             return self._usage_only(sk, rules)
         req = sk.request
@@ -131,7 +135,11 @@ class Simulator:
             pred = self._context_cache(sk, req, rules)
         else:
             name = cache_name(sk.provider, platform, req.cache_mode)
-            cache = self.caches.setdefault(name, cache_for(sk.provider, req.cache_mode))
+            cache = self.caches.get(name)
+            if cache is None:
+                cache = self.caches[name] = cache_for(sk.provider, req.cache_mode)
+                if hasattr(cache, "explain"):
+                    cache.explain = self.ideal is not None  # no diagnosis reads a pricing simulation's evidence
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
                                      pred.cache_write_1h_tokens, _output_tokens(sk))

@@ -8,6 +8,9 @@ from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import read_record_at
 
 
+RECENT = 32  # records re-read lately, kept for the next question (the proposals ask of the same few in a row)
+
+
 class TextSource:
     """The record behind a skeleton, for the few texts a proposal must read: from the records in memory
     when the caller kept them, else re-read from its line in the trace (the parse drops block texts)."""
@@ -27,6 +30,7 @@ class TextSource:
                 rec = read_record_at(sk.source, sk.offset, sk.line)
             except Exception:  # noqa: BLE001 - rewritten since: no text, no span proposal
                 rec = None
-        if len(self._cache) < 4096:
-            self._cache[sk.order] = rec
+        if len(self._cache) >= RECENT:  # a parsed record holds its whole body: keep only the latest few
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[sk.order] = rec
         return rec

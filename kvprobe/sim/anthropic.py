@@ -30,6 +30,7 @@ class AnthropicCache:
 
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
+        self.explain = True  # gather the evidence a diagnosis reads (pricing simulations need none)
 
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
                 readable_at: float) -> Prediction:
@@ -80,7 +81,7 @@ class AnthropicCache:
                     continue
                 best = j if best is None or j > best else best
                 break
-        if best is None or best < bps[-1]:
+        if self.explain and (best is None or best < bps[-1]):
             self._note_beyond_window(req, bps, positions, window, start, best, pred)
         return best
 

@@ -95,6 +95,7 @@ class Pricer:
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
         self.base_sessions = {s: _cost(rs) for s, rs in _by_session(self.baseline).items()}
         self.base_ie, self.base_usd = _cost(self.baseline)
+        self.kept: dict[tuple[int, ...], Priced] = {}  # simulations a later marginal price starts from
 
     def simulate(self, sks: list[Skeleton], ideal: bool = False) -> list[RequestResult]:
         results = simulate(sks, self.store, presized=True, ideal=ideal)
@@ -121,7 +122,8 @@ class Pricer:
 
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
-        under = self.price(policy.requires)
+        key = tuple(id(p) for p in policy.requires)
+        under = self.kept.get(key) or self.price(policy.requires)
         both = self.price([*policy.requires, policy])
         edited: dict[str, int] = {}
         for a, b in zip(under.sks, both.sks):
@@ -270,11 +272,17 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
         prepared = prepare(records)
     pricer = Pricer(records, prices, prepared)
     priced, on_top = [], []
-    for policy in propose(pricer, texts or TextSource(records), kinds, fleet):
+    proposed = propose(pricer, texts or TextSource(records), kinds, fleet)
+    required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
+    for policy in proposed:
         p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
         policy.saving_input_equivalent_tokens, policy.saving_usd = p.saving_ie, p.saving_usd
         policy.edited_requests = sum(p.edited.values())
         policy.instances = pricer.instances(p)
+        if (id(policy),) in required:
+            pricer.kept[(id(policy),)] = p
+        else:
+            p.results, p.sks = [], []  # priced: a large log's simulations are not kept in memory
         if _pays(p):
             (on_top if policy.requires else priced).append((policy, p))
     chosen, alternatives = [], []
@@ -288,5 +296,6 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
+    pricer.kept.clear()
     fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
     return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)

@@ -16,7 +16,7 @@ unique block of the log is chained once per policy, however many requests repeat
 """
 from __future__ import annotations
 
-import copy
+from operator import attrgetter
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 
@@ -26,6 +26,22 @@ from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest, level_rank, level_salts
 
 _ZERO = b"\0" * 16
+_SLOTS: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
+
+
+def clone(obj):
+    """A shallow copy of a slots dataclass (Block, Skeleton, RenderedRequest): `copy.copy` goes through
+    `__reduce_ex__` and costs several times more on this path, run once per edited block and request."""
+    cls = obj.__class__
+    known = _SLOTS.get(cls)
+    if known is None:
+        names = tuple(cls.__slots__)
+        known = _SLOTS[cls] = (names, attrgetter(*names))
+    names, values = known
+    new = object.__new__(cls)
+    for name, value in zip(names, values(obj)):
+        object.__setattr__(new, name, value)
+    return new
 
 
 def _key_bytes(value: int) -> bytes:
@@ -45,7 +61,7 @@ class Chainer:
         found = self.memo.get(memo_key)
         if found is not None:
             return found
-        new = copy.copy(block)
+        new = clone(block)
         if body_hash is not None:
             new.body_hash = body_hash
         if tokens is not None:
@@ -64,10 +80,19 @@ class Chainer:
                 variant: Hashable) -> list[Block]:
         """blocks[:start] kept and blocks[start:] chained on them: salts mixed in where each level starts, as
         `request.model.chain_hashes` does."""
-        salts = level_salts(params)
-        out = list(blocks[:start])
+        memo, out = self.memo, list(blocks[:start])
+        n = start
+        for block in blocks[start:]:  # blocks chained before (another request repeats this prefix): as they were
+            found = memo.get((variant, block.cache_key))
+            if found is None:
+                break
+            out.append(found)
+            n += 1
+        if n == len(blocks):
+            return out
+        salts = _salts(params)
         seen = set(range(max((level_rank(b.level) for b in out), default=-1) + 1))
-        for block in blocks[start:]:
+        for block in blocks[n:]:
             rank = level_rank(block.level)
             salt = b""
             for r in range(rank + 1):
@@ -86,6 +111,20 @@ class Chainer:
         return self.chain(seed, parent, salt, ("fresh", variant))
 
 
+_SALTS: dict[tuple[int, ...], dict[int, bytes]] = {}
+
+
+def _salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
+    """`level_salts` once per set of parameters (instances are interned: a trace repeats a few sets)."""
+    key = tuple(id(p) for p in params.values())
+    found = _SALTS.get(key)
+    if found is None:
+        if len(_SALTS) > 10_000:
+            _SALTS.clear()
+        found = _SALTS[key] = level_salts(params)
+    return found
+
+
 def canonical(sks: list[Skeleton]) -> list[Skeleton]:
     """The skeletons with every block chained the way edits chain them (on body hashes), so an edited
     request and an untouched one with the same content have the same keys."""
@@ -96,28 +135,35 @@ def canonical(sks: list[Skeleton]) -> list[Skeleton]:
             out.append(sk)
             continue
         blocks = chainer.rechain(req.blocks, 0, req.params, "canonical")
-        out.append(replace(sk, request=replace(req, blocks=blocks, shared_prefix=0)))
+        out.append(with_request(sk, with_blocks(req, blocks), observed=sk.observed))
     return out
 
 
 def salt_at(req: RenderedRequest, i: int) -> bytes:
     """The identity salt `chain_hashes` mixes in at block i: that of every level first reached there."""
-    salts = level_salts(req.params)
+    salts = _salts(req.params)
     seen = max((level_rank(b.level) for b in req.blocks[:i]), default=-1)
     return b"".join(salts.get(r, b"") for r in range(seen + 1, level_rank(req.blocks[i].level) + 1))
 
 
 def with_request(sk: Skeleton, req: RenderedRequest, **changes) -> Skeleton:
     """A copy of the skeleton carrying `req` (no logged usage: a fix's effect is predicted)."""
-    return replace(sk, request=req, observed=None, **changes)
+    new = clone(sk)  # `dataclasses.replace` would re-run __init__: several times slower on this hot path
+    new.request, new.observed = req, None
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
 
 
 def with_blocks(req: RenderedRequest, blocks: list[Block], breakpoints: list[tuple[int, str]] | None = None,
                 params: dict[str, IdentityParam] | None = None) -> RenderedRequest:
     """A copy of the request with new blocks (and breakpoints, parameters); nothing is shared with the stream
     any more, so the simulator's ideal cache walks it whole."""
-    return replace(req, blocks=blocks, breakpoints=list(req.breakpoints if breakpoints is None else breakpoints),
-                   params=dict(req.params if params is None else params), shared_prefix=0, warnings=[])
+    new = clone(req)
+    new.blocks, new.shared_prefix, new.warnings = blocks, 0, []
+    new.breakpoints = list(req.breakpoints if breakpoints is None else breakpoints)
+    new.params = dict(req.params if params is None else params)
+    return new
 
 
 def index_of(req: RenderedRequest, path: str) -> int | None:
