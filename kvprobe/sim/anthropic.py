@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.sim.implicit import routing_capped
-from kvprobe.sim.positions import cumulative_tokens, lookback_positions
+from kvprobe.sim.positions import Column, PrefixFacts
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 
@@ -31,6 +31,7 @@ class AnthropicCache:
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
         self.explain = True  # gather the evidence a diagnosis reads (pricing simulations need none)
+        self._facts: dict[str, PrefixFacts] = {}  # per lookback counting rule
 
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
                 readable_at: float) -> Prediction:
@@ -38,7 +39,11 @@ class AnthropicCache:
         pred = Prediction()
         if not blocks:
             return pred
-        cum = cumulative_tokens(blocks)
+        counting = str(rules.get("lookback_counting", "blocks"))
+        facts = self._facts.get(counting)
+        if facts is None:
+            facts = self._facts[counting] = PrefixFacts(counting)
+        cum, positions = Column(facts, blocks, 0), Column(facts, blocks, 1)
         total = cum[-1]
         bps = req.breakpoint_indices
         ttl_of = dict(req.breakpoints)
@@ -47,7 +52,7 @@ class AnthropicCache:
             return pred
         ttl_seconds: dict[str, float] = {ttl: routing_capped(float(s), rules) for ttl, s in
                                          (rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}).items()}
-        hit = self._find_hit(req, rules, bps, start, pred)
+        hit = self._find_hit(req, rules, bps, start, pred, positions)
         read = cum[hit] if hit is not None else 0
         if hit is not None:
             entry = self.entries[blocks[hit].cache_key]
@@ -58,24 +63,25 @@ class AnthropicCache:
         return pred
 
     def _find_hit(self, req: RenderedRequest, rules: ModelRules, bps: list[int], start: float,
-                  pred: Prediction) -> int | None:
+                  pred: Prediction, positions: Column) -> int | None:
         window = int(rules.get("lookback_positions", len(req.blocks) + 1))  # no rule: no window
-        positions = lookback_positions(req.blocks, str(rules.get("lookback_counting", "blocks")))
         best: int | None = None
+        blocks, entries = req.blocks, self.entries
         for bp in bps:
+            at = positions[bp]
             for j in range(bp, -1, -1):
-                if positions[bp] - positions[j] >= window:
-                    break
-                entry = self.entries.get(req.blocks[j].cache_key)
-                if entry is None:
+                entry = entries.get(blocks[j].cache_key)
+                if entry is None:  # only entries matter: positions are asked only where one is
                     continue
+                if at - positions[j] >= window:
+                    break
                 if start >= entry.expires_at:
-                    pred.evidence.append(Evidence("ttl_expired", f"the entry at {req.blocks[j].path} expired "
+                    pred.evidence.append(Evidence("ttl_expired", f"the entry at {blocks[j].path} expired "
                                                   f"{start - entry.expires_at:.0f}s before this request started",
                                                   j, seconds_past=start - entry.expires_at))
                     continue
                 if start < entry.readable_at:
-                    pred.evidence.append(Evidence("not_yet_readable", f"the entry at {req.blocks[j].path} was "
+                    pred.evidence.append(Evidence("not_yet_readable", f"the entry at {blocks[j].path} was "
                                                   f"still being written by {entry.writer_id}", j,
                                                   writer_id=entry.writer_id))
                     continue
@@ -85,7 +91,7 @@ class AnthropicCache:
             self._note_beyond_window(req, bps, positions, window, start, best, pred)
         return best
 
-    def _note_beyond_window(self, req: RenderedRequest, bps: list[int], positions: list[int], window: int,
+    def _note_beyond_window(self, req: RenderedRequest, bps: list[int], positions: Column, window: int,
                             start: float, best: int | None, pred: Prediction) -> None:
         """A live entry that no breakpoint's window reaches: lookback exceeded."""
         last = bps[-1]
@@ -101,7 +107,7 @@ class AnthropicCache:
                 return
 
     def _write(self, req: RenderedRequest, rules: ModelRules, bps: list[int], ttl_of: dict[int, str],
-               cum: list[int],
+               cum: Column,
                hit: int | None, request_id: str, start: float, readable_at: float,
                ttl_seconds: dict[str, float], pred: Prediction) -> None:
         minimum = int(rules.get("min_cacheable_tokens", 0))

@@ -24,3 +24,57 @@ def lookback_positions(blocks: list[Block], counting: str) -> list[int]:
         positions.append(pos)
         prev_kind = block.kind
     return positions
+
+
+MEMO_BLOCKS = 500_000
+
+
+class PrefixFacts:
+    """Tokens through each block and its lookback position, computed once per block object for a whole
+    simulation: a block object stands for its prefix (interned by chained key), so every request that repeats
+    a history shares the figures, and a request costs only its new blocks, not its whole length."""
+
+    def __init__(self, counting: str) -> None:
+        self.grouped = counting == "grouped_tool_runs"
+        # id(block) -> (tokens through it, position, kind, the block): holding the block keeps its id from
+        # being reused by another (a server renders every request anew), and a bound keeps a server's flat
+        self.memo: dict[int, tuple[int, int, str, Block]] = {}
+
+    def through(self, blocks: list[Block], i: int) -> tuple[int, int]:
+        """(tokens of blocks[0..i], lookback position of blocks[i])."""
+        if i < 0:
+            i += len(blocks)
+        memo = self.memo
+        found = memo.get(id(blocks[i]))
+        if found is not None:
+            return found[0], found[1]
+        if len(memo) > MEMO_BLOCKS:
+            memo.clear()
+        j = i - 1
+        while j >= 0 and id(blocks[j]) not in memo:
+            j -= 1
+        cum, pos, kind = memo[id(blocks[j])][:3] if j >= 0 else (0, 0, "")
+        for k in range(j + 1, i + 1):
+            block = blocks[k]
+            cum += block.tokens
+            if not (self.grouped and block.kind in _GROUPED_KINDS and block.kind == kind):
+                pos += 1
+            kind = block.kind
+            memo[id(block)] = (cum, pos, kind, block)
+        return cum, pos
+
+
+class Column:
+    """One of `PrefixFacts`' figures of a request's blocks, read like the list `cumulative_tokens` or
+    `lookback_positions` returns (only the entries asked for are computed)."""
+
+    __slots__ = ("facts", "blocks", "which")
+
+    def __init__(self, facts: PrefixFacts, blocks: list[Block], which: int) -> None:
+        self.facts, self.blocks, self.which = facts, blocks, which
+
+    def __getitem__(self, i: int) -> int:
+        return self.facts.through(self.blocks, i)[self.which]
+
+    def __len__(self) -> int:
+        return len(self.blocks)

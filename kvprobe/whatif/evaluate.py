@@ -27,6 +27,7 @@ from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
+from kvprobe.whatif.domains import add_spans, domains_of
 from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.reshape import canonical
@@ -79,6 +80,15 @@ def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
     return ie, None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
 
+def _sum_usd(values) -> float | None:
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
+
+
 def _by_session(results: list[RequestResult]) -> dict[str, list[RequestResult]]:
     out: dict[str, list[RequestResult]] = {}
     for r in results:
@@ -96,6 +106,9 @@ class Pricer:
         self.base_sessions = {s: _cost(rs) for s, rs in _by_session(self.baseline).items()}
         self.base_ie, self.base_usd = _cost(self.baseline)
         self.kept: dict[tuple[int, ...], Priced] = {}  # simulations a later marginal price starts from
+        self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
+        self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
+        self.keep_reshaped: set[tuple[int, ...]] = set()
 
     def simulate(self, sks: list[Skeleton], ideal: bool = False) -> list[RequestResult]:
         results = simulate(sks, self.store, presized=True, ideal=ideal)
@@ -103,22 +116,42 @@ class Pricer:
         return results
 
     def reshape(self, policies: list[Policy]) -> list[Skeleton]:
-        sks = self.base_sks
-        for policy in sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind)):
-            sks = policy.reshape(sks)
+        """The log with these policies applied (in apply order); a set that extends one applied just before
+        starts from its result (a policy priced on top of the one it requires, the final set)."""
+        ordered = sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind))
+        sks, done = self.base_sks, 0
+        for n in range(len(ordered), 0, -1):
+            found = self.reshaped.get(tuple(id(p) for p in ordered[:n]))
+            if found is not None:
+                sks, done = found, n
+                break
+        for n in range(done, len(ordered)):
+            sks = ordered[n].reshape(sks)
+        key = tuple(id(p) for p in ordered)
+        if key in self.keep_reshaped:
+            self.reshaped[key] = sks
         return sks
 
     def price(self, policies: list[Policy]) -> Priced:
+        """The log simulated with these policies: only the cache domains their edits reach (sessions outside
+        them read and write exactly as in the baseline)."""
         sks = self.reshape(policies)
-        results = self.simulate(sks)
-        ie, usd = _cost(results)
         edited: dict[str, int] = {}
+        changed: list[Skeleton] = []
         for k, sk in enumerate(sks):
             if k >= len(self.base_sks) or sk is not self.base_sks[k]:
                 edited[sk.session] = edited.get(sk.session, 0) + 1
-        base_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
-        saving_usd = None if usd is None or self.base_usd is None else self.base_usd - usd
-        return Priced(self.base_ie - ie, saving_usd, base_ie, results, edited, sks)
+                changed.append(sk)
+        spans = add_spans(changed, {key: list(span) for key, span in self.spans.items()})
+        reached = domains_of(set(edited), spans)
+        sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
+        results = self.simulate(sub)
+        ie, usd = _cost(results)
+        before = [self.base_sessions[s] for s in reached if s in self.base_sessions]
+        base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
+        saving_usd = None if usd is None or base_usd is None else base_usd - usd
+        edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
+        return Priced(base_ie - ie, saving_usd, edited_ie, results, edited, sks)
 
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
@@ -140,7 +173,7 @@ class Pricer:
         count where they were read)."""
         out = []
         before = self.base_sessions if priced.under is None else \
-            {s: _cost(rs) for s, rs in _by_session(priced.under).items()}
+            {**self.base_sessions, **{s: _cost(rs) for s, rs in _by_session(priced.under).items()}}
         for session, rs in _by_session(priced.results).items():
             base_ie, base_usd = before.get(session, (0.0, 0.0))
             ie, usd = _cost(rs)
@@ -274,6 +307,7 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     priced, on_top = [], []
     proposed = propose(pricer, texts or TextSource(records), kinds, fleet)
     required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
+    pricer.keep_reshaped = required  # a policy priced on top of others starts from their edited log
     for policy in proposed:
         p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
         policy.saving_input_equivalent_tokens, policy.saving_usd = p.saving_ie, p.saving_usd
@@ -297,5 +331,6 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     pricer.kept.clear()
+    pricer.keep_reshaped = set()
     fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
     return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)

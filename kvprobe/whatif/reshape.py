@@ -23,25 +23,21 @@ from dataclasses import dataclass, field, replace
 import xxhash
 
 from kvprobe.analysis.skeleton import Skeleton
-from kvprobe.request.model import Block, IdentityParam, RenderedRequest, level_rank, level_salts
+from kvprobe.request.model import Block, IdentityParam, RenderedRequest, level_salts
 
 _ZERO = b"\0" * 16
-_SLOTS: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
+_SLOTS: dict[type, attrgetter] = {}
+_RANK = {"all": 0, "tools": 0, "system": 1, "messages": 2}  # request.model.level_rank, as a table
 
 
 def clone(obj):
     """A shallow copy of a slots dataclass (Block, Skeleton, RenderedRequest): `copy.copy` goes through
     `__reduce_ex__` and costs several times more on this path, run once per edited block and request."""
     cls = obj.__class__
-    known = _SLOTS.get(cls)
-    if known is None:
-        names = tuple(cls.__slots__)
-        known = _SLOTS[cls] = (names, attrgetter(*names))
-    names, values = known
-    new = object.__new__(cls)
-    for name, value in zip(names, values(obj)):
-        object.__setattr__(new, name, value)
-    return new
+    values = _SLOTS.get(cls)
+    if values is None:  # a dataclass's slots are its fields, in order: its constructor takes them positionally
+        values = _SLOTS[cls] = attrgetter(*cls.__slots__)
+    return cls(*values(obj))
 
 
 def _key_bytes(value: int) -> bytes:
@@ -91,9 +87,9 @@ class Chainer:
         if n == len(blocks):
             return out
         salts = _salts(params)
-        seen = set(range(max((level_rank(b.level) for b in out), default=-1) + 1))
+        seen = set(range(max((_RANK[b.level] for b in out), default=-1) + 1))
         for block in blocks[n:]:
-            rank = level_rank(block.level)
+            rank = _RANK[block.level]
             salt = b""
             for r in range(rank + 1):
                 if r not in seen:
@@ -116,7 +112,7 @@ _SALTS: dict[tuple[int, ...], dict[int, bytes]] = {}
 
 def _salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
     """`level_salts` once per set of parameters (instances are interned: a trace repeats a few sets)."""
-    key = tuple(id(p) for p in params.values())
+    key = tuple(map(id, params.values()))
     found = _SALTS.get(key)
     if found is None:
         if len(_SALTS) > 10_000:
@@ -140,10 +136,11 @@ def canonical(sks: list[Skeleton]) -> list[Skeleton]:
 
 
 def salt_at(req: RenderedRequest, i: int) -> bytes:
-    """The identity salt `chain_hashes` mixes in at block i: that of every level first reached there."""
+    """The identity salt `chain_hashes` mixes in at block i: that of every level first reached there (blocks
+    come in level order, so the levels before i end at block i - 1's)."""
     salts = _salts(req.params)
-    seen = max((level_rank(b.level) for b in req.blocks[:i]), default=-1)
-    return b"".join(salts.get(r, b"") for r in range(seen + 1, level_rank(req.blocks[i].level) + 1))
+    seen = _RANK[req.blocks[i - 1].level] if i else -1
+    return b"".join(salts.get(r, b"") for r in range(seen + 1, _RANK[req.blocks[i].level] + 1))
 
 
 def with_request(sk: Skeleton, req: RenderedRequest, **changes) -> Skeleton:
