@@ -3,8 +3,8 @@
 Peers are installed at benchmark time into a throwaway folder (never vendored): cacheeconomics and cachelint
 from PyPI (into their own virtual environment), ccusage from npm (with its native binary for this
 platform). A peer that cannot be installed is skipped with the reason. Inputs are generated here, never
-committed: ~100 MB and ~1 GB agent traces (gen_trace), a 3,000-request multi-session trace (reported with
-fixes on), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
+committed: ~100 MB and ~1 GB agent traces (gen_trace), a fleet of 3,000 requests (gen_fleet: sessions of one
+product sharing tools + system, with breakers in each; reported with fixes on and off), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
 subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
 the standard library's `json.loads` over every line, in its own process.
 
@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import bench_usage  # noqa: E402
+from gen_fleet import generate as generate_fleet  # noqa: E402
 from gen_trace import generate  # noqa: E402
 
 FLOOR = ("import json, sys\n"
@@ -157,13 +158,13 @@ def bodies_file(trace: Path, out: Path) -> Path:
 def inputs(work: Path, quick: bool) -> dict[str, Path]:
     big = 200 if quick else 1000
     made = {"t100": work / "trace_100mb.jsonl", "tbig": work / f"trace_{big}mb.jsonl",
-            "t3000": work / "trace_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects"}
+            "t3000": work / "fleet_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects"}
     if not made["t100"].exists():
         generate(made["t100"], 100)
     if not made["tbig"].exists():
         generate(made["tbig"], big)
-    if not made["t3000"].exists():  # 200 sessions of 15 requests, shorter tool results
-        generate(made["t3000"], 10_000, requests_per_session=15, max_requests=3000, result_words=(40, 400))
+    if not made["t3000"].exists():  # a fleet: 200 sessions of one product sharing tools + system, with breakers
+        generate_fleet(made["t3000"], 3000)
     if not made["claude"].exists():
         bench_usage.generate(made["claude"], big * 1_000_000)
     return made
@@ -196,8 +197,12 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
         report_big.append(Tool("cacheeconomics analyze", [str(py_bin / "cacheeconomics"), "analyze", str(tbig),
                                                           "--from", "bodies", "--format", "json"], hmac))
     out[f"report, {size(tbig)} trace"] = report_big + [Tool("json parse floor", [*floor, str(tbig)])]
-    out[f"report with fixes, 3,000 requests ({size(t3000)})"] = [
-        Tool("kvprobe report --json (fixes on)", [*kv, "report", str(t3000), "--json", "--what-if"]),
+    fleet = [Tool("kvprobe report --json (fixes on)", [*kv, "report", str(t3000), "--json", "--what-if"]),
+             Tool("kvprobe report --json --no-fixes", [*kv, "report", str(t3000), "--json", "--no-fixes"])]
+    if py_bin:
+        fleet.append(Tool("cacheeconomics analyze", [str(py_bin / "cacheeconomics"), "analyze", str(t3000),
+                                                     "--from", "bodies", "--format", "json"], hmac))
+    out[f"report with fixes, fleet of 3,000 requests ({size(t3000)})"] = fleet + [
         Tool("json parse floor", [*floor, str(t3000)])]
     claude = made["claude"]
     usage = [Tool("kvprobe usage --json", [*kv, "usage", str(claude), "--json"])]

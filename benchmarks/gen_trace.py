@@ -3,6 +3,10 @@
 Shape follows the team's reference trace: sessions of 14 requests, each repeating the session's history, with tool
 results of a few thousand tokens. Usage is Anthropic-shaped so `report` has observed figures to compare.
 Usage: uv run python benchmarks/gen_trace.py OUT.jsonl --mb 100
+       uv run python benchmarks/gen_trace.py OUT.jsonl --fleet 3000   (a fleet: benchmarks/gen_fleet.py)
+
+These sessions share nothing and have no misses: they measure reading and simulating only. A fleet — many
+sessions of one product sharing tools and system, each with breakers — is what the what-if is measured on.
 """
 from __future__ import annotations
 
@@ -75,8 +79,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--mb", type=float, default=100)
+    parser.add_argument("--fleet", type=int, metavar="REQUESTS", help="write a fleet of this many requests instead")
     args = parser.parse_args()
-    size = generate(args.out, args.mb)
+    if args.fleet:
+        from gen_fleet import generate as fleet
+
+        size = fleet(args.out, args.fleet)
+    else:
+        size = generate(args.out, args.mb)
     print(f"wrote {size / 1e6:.1f} MB to {args.out}")
 
 

@@ -238,3 +238,23 @@ def test_fix_on_a_log_without_request_bodies_exits_2_and_writes_nothing(cli, tmp
     out = tmp_path / "fixed.jsonl"
     res = cli("fix", transcript, "-o", out)
     assert res.exit_code == 2 and "none has a request body" in res.output and not out.exists()
+
+
+def test_cache_domains_follow_the_lifetimes_in_force():
+    """Two sessions of one prompt 10 minutes apart: with 5-minute entries nothing one writes is alive when the
+    other starts (two domains); with 1h entries they are one domain. A third prompt is always its own."""
+    from kvprobe.analysis.skeleton import BlockStore, skeletons
+    from kvprobe.whatif.domains import add_spans, domains_of
+
+    def spans(ttl: str | None):
+        body = claude(turns=1)
+        if ttl:
+            for part in body["system"]:
+                part["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+            body["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+        records = [rec("a0", 0, body, session="a"), rec("a1", 30, body, session="a"),
+                   rec("b0", 630, body, session="b"), rec("c0", 0, claude(system_tokens=2500), session="c")]
+        return add_spans(list(skeletons(records, BlockStore())), {})
+    assert domains_of({"a"}, spans(None)) == {"a"}  # a's last use at 30 s: its entries gone by 330 s
+    assert domains_of({"a"}, spans("1h")) == {"a", "b"}  # alive until 3,630 s: b reads them at 630 s
+    assert domains_of({"c"}, spans("1h")) == {"c"}
