@@ -179,7 +179,7 @@ def test_fleet1_the_shared_prefix_is_a_finding_and_its_lifetime_is_priced_once(f
     [shared] = _by_kind(fleet1)["ttl_1h"]
     assert shared["scope"] == "fleet" and shared["requires"] == ["stabilize_prefix (system[0])"]
     assert shared["saving_input_equivalent_tokens"] == pytest.approx(FLEET_LIFETIME1, rel=0.02)
-    assert found.fixes == [shared["key"]]
+    assert found.fixes == ["ttl_1h (system[0])"]
 
 
 def test_fleet1_all_fixes_is_one_simulation_of_the_four(fleet1):

@@ -107,6 +107,6 @@ def propose_fleet(ev: Evidence, earlier: list[Policy]) -> list[Policy]:
                         extra={"setting": knob["setting"], "scope": "fleet", "path": path,
                                "shared_tokens": f.prefix_tokens})
         policy.requires = requires
-        f.fixes.append(policy.key)
+        f.fixes.append(policy.label)
         out.append(policy)
     return out
