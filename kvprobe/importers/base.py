@@ -14,6 +14,8 @@ import orjson
 
 from kvprobe.trace.reader import READ_BUFFER
 from kvprobe.trace.record import parse_time
+from kvprobe.trace.validate import MAX_TOKENS
+from kvprobe.wording import show
 
 MAX_EXAMPLES = 5
 _fromisoformat = datetime.fromisoformat  # accepts a trailing Z from Python 3.11
@@ -221,6 +223,29 @@ def _time_of_text(value: str) -> float | None:
         except (ValueError, OverflowError):
             return None
     return stamp if 0 < stamp < 1e11 else None
+
+
+class BadCount(ValueError):
+    """A token count in a source log that is no count: negative, fractional, non-finite, absurdly large, or not
+    a number. The record is a counted skip ("invalid usage"), never a 0 that makes the figures wrong."""
+
+    def __init__(self, field: str, value: Any) -> None:
+        self.field = field
+        super().__init__(f"{field}: expected a token count, got {show(value)}")
+
+
+def token_count(value: Any, field: str) -> int:
+    """A source's token count as an int (absent: 0); BadCount otherwise. Digit strings are counts: OTLP JSON
+    writes 64-bit integers as strings."""
+    if value is None:
+        return 0
+    if value.__class__ is int and 0 <= value <= MAX_TOKENS:
+        return value
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_TOKENS:
+        return int(value)
+    if isinstance(value, str) and value.isascii() and value.strip().isdigit() and int(value) <= MAX_TOKENS:
+        return int(value)
+    raise BadCount(field, value)
 
 
 def as_int(value: Any) -> int:

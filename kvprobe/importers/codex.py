@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_lines, loads_line, time_or_none,
+                                   token_count)
 from kvprobe.importers.events import Events
 from kvprobe.trace import TraceRecord
 
@@ -41,12 +42,15 @@ def sniff(first: Any) -> bool:
 
 
 def _usage(last: dict[str, Any]) -> dict[str, Any]:
-    """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads)."""
-    return {"input_tokens": as_int(last.get("input_tokens")),
-            "input_tokens_details": {"cached_tokens": as_int(last.get("cached_input_tokens"))},
-            "output_tokens": as_int(last.get("output_tokens")),
-            "output_tokens_details": {"reasoning_tokens": as_int(last.get("reasoning_output_tokens"))},
-            "total_tokens": as_int(last.get("total_tokens"))}
+    """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads); BadCount for a
+    count that is none (the line is then a counted skip)."""
+    def count(key: str) -> int:
+        return token_count(last.get(key), f"last_token_usage.{key}")
+    return {"input_tokens": count("input_tokens"),
+            "input_tokens_details": {"cached_tokens": count("cached_input_tokens")},
+            "output_tokens": count("output_tokens"),
+            "output_tokens_details": {"reasoning_tokens": count("reasoning_output_tokens")},
+            "total_tokens": count("total_tokens")}
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
@@ -94,6 +98,11 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         if total is not None and total == previous_total:
             stats.duplicates += 1
             continue
+        try:
+            usage = _usage(last)
+        except BadCount as exc:
+            stats.skip("invalid usage", lineno, str(exc))
+            continue
         previous_total = total
         count += 1
         rid = f"{session}#{count}"
@@ -102,7 +111,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         extra: dict[str, Any] = {"source_format": NAME, **({"cwd": cwd} if cwd else {})}
         events.attach(extra)
         yield TraceRecord(id=rid, provider=provider, started_at=turn.start or stamp,
-                          response={"model": model, "usage": _usage(last)}, session=session, agent="main",
+                          response={"model": model, "usage": usage}, session=session, agent="main",
                           endpoint="/v1/responses", finished_at=stamp, extra=extra,
                           source=str(path), line=lineno)
         turn.start = None

@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_lines, loads_line,
+                                   time_or_none, token_count)
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -52,12 +53,20 @@ def _json_field(value: Any) -> Any:
     return value
 
 
+def _count(holder: dict[str, Any], *keys: str, under: str = "usage") -> int:
+    """The first of `keys` present (LiteLLM spells some counts two ways); BadCount when it is no count."""
+    key = next((k for k in keys if k in holder), keys[0])
+    return token_count(holder.get(key), f"{under}.{key}")
+
+
 def _native_usage(provider: str | None, u: dict[str, Any]) -> dict[str, Any]:
-    prompt = as_int(u.get("prompt_tokens", u.get("input_tokens")))
+    """LiteLLM's usage in the provider's own shape; BadCount for a count that is none."""
+    prompt = _count(u, "prompt_tokens", "input_tokens")
     details = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
-    read = as_int(u.get("cache_read_input_tokens")) or as_int(details.get("cached_tokens"))
-    write = as_int(u.get("cache_creation_input_tokens")) or as_int(details.get("cache_creation_tokens"))
-    out = as_int(u.get("completion_tokens", u.get("output_tokens")))
+    read = _count(u, "cache_read_input_tokens") or _count(details, "cached_tokens", under="usage.prompt_tokens_details")
+    write = _count(u, "cache_creation_input_tokens") or \
+        _count(details, "cache_creation_tokens", under="usage.prompt_tokens_details")
+    out = _count(u, "completion_tokens", "output_tokens")
     if provider == "anthropic":
         usage = {"input_tokens": prompt - read - write if prompt >= read + write else prompt,
                  "cache_read_input_tokens": read, "cache_creation_input_tokens": write, "output_tokens": out}
@@ -65,8 +74,8 @@ def _native_usage(provider: str | None, u: dict[str, Any]) -> dict[str, Any]:
             usage["cache_creation"] = u["cache_creation"]
         return usage
     if provider == "deepseek" and "prompt_cache_hit_tokens" in u:
-        return {"prompt_tokens": prompt, "prompt_cache_hit_tokens": as_int(u["prompt_cache_hit_tokens"]),
-                "prompt_cache_miss_tokens": as_int(u.get("prompt_cache_miss_tokens")), "completion_tokens": out}
+        return {"prompt_tokens": prompt, "prompt_cache_hit_tokens": _count(u, "prompt_cache_hit_tokens"),
+                "prompt_cache_miss_tokens": _count(u, "prompt_cache_miss_tokens"), "completion_tokens": out}
     total = prompt if prompt >= read + write else prompt + read + write
     details_out: dict[str, Any] = {"cached_tokens": read}
     if write:
@@ -86,8 +95,7 @@ def _usage_of(p: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any] | N
         return response["usage"]
     if isinstance(metadata.get("usage_object"), dict):
         return metadata["usage_object"]
-    if any(k in p for k in ("prompt_tokens", "completion_tokens")) and \
-            (as_int(p.get("prompt_tokens")) or as_int(p.get("completion_tokens"))):
+    if any(p.get(k) not in (None, 0) for k in ("prompt_tokens", "completion_tokens")):  # 0 and 0: a failed call
         return {"prompt_tokens": p.get("prompt_tokens"), "completion_tokens": p.get("completion_tokens")}
     return None
 
@@ -114,7 +122,11 @@ def _record(p: dict[str, Any], stats: SourceStats, lineno: int) -> TraceRecord |
         return None
     model = as_str(p.get("model")) or as_str(p.get("model_group"))
     provider = _provider(p, model)
-    response = {"model": model, "usage": _native_usage(provider, usage)}
+    try:
+        response = {"model": model, "usage": _native_usage(provider, usage)}
+    except BadCount as exc:
+        stats.skip("invalid usage", lineno, str(exc))
+        return None
     request = None
     messages = _json_field(p.get("messages"))
     if provider in ("openai", "deepseek") and endpoint == "/v1/chat/completions" and isinstance(messages, list):

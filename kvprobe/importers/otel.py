@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 
 from kvprobe.errors import InputError
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_int, as_str, iter_lines, loads_line,
+                                   time_or_none, token_count)
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -60,13 +61,19 @@ def _attrs(raw: Any) -> dict[str, Any]:
     return out
 
 
+def _count(a: dict[str, Any], *names: str) -> int:
+    """The first of the attributes `names` present (newer spelling first); BadCount when it is no count."""
+    name = next((n for n in names if n in a), names[0])
+    return token_count(a.get(name), name)
+
+
 def _usage(provider: str | None, a: dict[str, Any]) -> dict[str, Any]:
-    total = as_int(a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens")))
-    read = as_int(a.get("gen_ai.usage.cache_read.input_tokens", a.get("gen_ai.usage.cache_read_input_tokens")))
-    write = as_int(a.get("gen_ai.usage.cache_write.input_tokens",
-                         a.get("gen_ai.usage.cache_creation.input_tokens",
-                               a.get("gen_ai.usage.cache_creation_input_tokens"))))
-    out_tokens = as_int(a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens")))
+    """The span's usage in the provider's own shape; BadCount for a count that is none."""
+    total = _count(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    read = _count(a, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
+    write = _count(a, "gen_ai.usage.cache_write.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
+                   "gen_ai.usage.cache_creation_input_tokens")
+    out_tokens = _count(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
     fresh = total - read - write if total >= read + write else total
     if provider in ("anthropic", None):
         return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
@@ -124,7 +131,11 @@ def _record(resource: dict[str, Any], span: Any, stats: SourceStats, where: str)
     if session is None:
         stats.sessionless += 1
         session = as_str(span.get("traceId") or span.get("trace_id"))
-    response: dict[str, Any] = {"model": model, "usage": _usage(provider, a)}
+    try:
+        response: dict[str, Any] = {"model": model, "usage": _usage(provider, a)}
+    except BadCount as exc:
+        stats.skip("invalid usage", where, str(exc))
+        return None
     response_id = as_str(a.get("gen_ai.response.id"))
     if response_id:
         response["id"] = response_id

@@ -1,9 +1,13 @@
 """The one check of provider usage, applied wherever records enter kvprobe (trace reader, importers, capture).
 
-Usage is what every figure is computed from, so a negative, non-finite or absurd count must stop at the
-door: otherwise a gate passes on a negative cost, a hit ratio exceeds 100%, or a sum overflows.
+Usage is what every figure is computed from, so a negative, non-finite, fractional or absurd count must stop
+at the door: otherwise a gate passes on a negative cost, a hit ratio exceeds 100%, or a sum overflows.
 Strings and other non-numbers are left to the usage normaliser (it reads them as absent), except under
 the count keys kvprobe reads, where anything but a number or null is an error.
+
+Counts are then checked together: a part is never more than the whole it is part of (cached input within
+all input, the 5m/1h split within the cache writes, DeepSeek's hits and misses within its prompt, reasoning
+within output). Each count alone can be valid while together they make fresh input negative.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ def usage_problem(usage: Any, path: str = "usage", depth: int = 0) -> tuple[str,
         return None
     if not isinstance(usage, dict):
         return path, f"expected an object of token counts, got {type(usage).__name__}"
-    found = _problem(usage, depth)
+    found = _problem(usage, depth) or _parts_problem(usage)
     return None if found is None else (path + found[0], found[1])
 
 
@@ -58,6 +62,9 @@ def _value_problem(name: Any, value: Any, depth: int) -> tuple[str, str] | None:
             return "", f"expected a finite token count, got {value}"
         if value < 0:
             return "", f"expected a token count of 0 or more, got {_show(value)}"
+        if isinstance(value, float) and not value.is_integer() and (name in COUNT_KEYS or
+                                                                    "token" in str(name).lower()):
+            return "", f"expected a whole token count, got {_show(value)}"
         if value > MAX_TOKENS and "token" in str(name).lower():
             return "", f"expected a token count up to {MAX_TOKENS:,}, got {_show(value)}"
         return None
@@ -76,8 +83,78 @@ def _value_problem(name: Any, value: Any, depth: int) -> tuple[str, str] | None:
     return None
 
 
+def _count(holder: Any, key: str) -> float | None:
+    value = holder.get(key) if isinstance(holder, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_count(holder: dict[Any, Any], *keys: str) -> tuple[str, float] | None:
+    """The first of `keys` holding a number, as kvprobe.usage reads them (`prompt_tokens`, else ...)."""
+    for key in keys:
+        value = _count(holder, key)
+        if value is not None:
+            return key, value
+    return None
+
+
+def _parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
+    """(path below `usage`, what is wrong) for the first part larger than the whole it is part of, read the
+    way kvprobe.usage reads each provider's usage (so a part it ignores is not checked)."""
+    if isinstance(usage.get("cache_creation"), dict):  # Anthropic: the 5m/1h split of the cache writes
+        split = usage["cache_creation"]
+        parts = [(f"cache_creation.{k}", _count(split, k)) for k in ("ephemeral_5m_input_tokens",
+                                                                     "ephemeral_1h_input_tokens")]
+        found = _more_than(parts, ("cache_creation_input_tokens", _count(usage, "cache_creation_input_tokens") or 0))
+        if found:
+            return found
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+        return None  # Anthropic's input_tokens excludes the cache: it bounds nothing
+    if "prompt_cache_hit_tokens" in usage:  # DeepSeek: hits + misses make the prompt (when it is given)
+        whole = _first_count(usage, "prompt_tokens")
+        parts = [(k, _count(usage, k)) for k in ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")]
+        return _more_than(parts, whole) if whole and whole[1] else None
+    if "promptTokenCount" in usage or "prompt_token_count" in usage:  # Gemini: cached content is in the prompt
+        for cached, prompt in (("cachedContentTokenCount", "promptTokenCount"),
+                               ("cached_content_token_count", "prompt_token_count")):
+            whole = _first_count(usage, prompt)
+            if whole is not None and (found := _more_than([(cached, _count(usage, cached))], whole)):
+                return found
+        return None
+    return _openai_parts_problem(usage)
+
+
+def _openai_parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
+    """OpenAI Chat / Responses: cached (and written) input within the prompt, reasoning within the output."""
+    name = next((k for k in ("prompt_tokens_details", "input_tokens_details") if usage.get(k)), None)
+    if name is not None and isinstance(usage[name], dict):
+        details = usage[name]
+        written = (f"{name}.cache_write_tokens", _count(details, "cache_write_tokens"))
+        if not written[1]:  # (kvprobe.usage reads a top-level count when the details have none)
+            written = ("cache_write_tokens", _count(usage, "cache_write_tokens"))
+        parts = [(f"{name}.cached_tokens", _count(details, "cached_tokens")), written]
+        found = _more_than(parts, _first_count(usage, "prompt_tokens", "input_tokens") or ("prompt_tokens", 0))
+        if found:
+            return found
+    name = next((k for k in ("output_tokens_details", "completion_tokens_details") if usage.get(k)), None)
+    if name is not None and isinstance(usage[name], dict):
+        whole = _first_count(usage, "completion_tokens", "output_tokens") or ("completion_tokens", 0)
+        return _more_than([(f"{name}.reasoning_tokens", _count(usage[name], "reasoning_tokens"))], whole)
+    return None
+
+
+def _more_than(parts: list[tuple[str, float | None]], whole: tuple[str, float]) -> tuple[str, str] | None:
+    """The problem when the parts (those given) add up to more than the whole."""
+    given = [(path, n) for path, n in parts if n]
+    if not given or sum(n for _, n in given) <= whole[1]:
+        return None
+    what = " + ".join(f"{path} ({_show(n)})" for path, n in given)
+    verb, pronoun = ("are", "them") if len(given) > 1 else ("is", "it")
+    return "." + given[0][0], f"{what} {verb} more than {whole[0]} ({_show(whole[1])}), which includes {pronoun}"
+
+
 def _show(value: float) -> str:
-    text = repr(value)
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e16)
+    text = f"{int(value):,}" if whole else repr(value)
     return text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)"
 
 
