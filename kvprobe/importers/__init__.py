@@ -140,7 +140,7 @@ def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Prog
                   strict: bool) -> Iterator[TraceRecord]:
     read_stats = ReadStats()
     last = 0
-    for record in read_trace(path, strict=strict, stats=read_stats, check_duplicates=False):
+    for record in read_trace(path, strict=strict, stats=read_stats, check_duplicates=False, keyed=True):
         stats.lines += 1
         if progress is not None and read_stats.bytes_read - last > 1 << 20:
             progress(read_stats.bytes_read - last)
@@ -148,7 +148,7 @@ def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Prog
         if not _times_in_range(record):  # parse_time accepts any epoch number; format_time does not
             stats.skip("timestamp out of range", record.line)
             continue
-        if stats.first_time(record.id, seen):
+        if stats.first_time(record.identity, seen):  # the same line in another file: read once
             yield record
     if progress is not None:
         progress(read_stats.bytes_read - last)
@@ -245,13 +245,14 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
     seen: set[str] = set()
     held: dict[str, tuple[SourceStats, TraceRecord]] = {}
     for stats, record in pairs:
+        identity = _identity(record)
         if record.via == claude_code.VIA_PROGRESS:
-            if record.id in held:
+            if identity in held:
                 stats.duplicates += 1
             else:
-                held[record.id] = (stats, record)
+                held[identity] = (stats, record)
             continue
-        seen.add(record.id)
+        seen.add(identity)
         yield record
     for rid, (stats, record) in held.items():
         if rid in seen:
@@ -262,17 +263,39 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
         yield record
 
 
+def _identity(record: Any) -> str:
+    """What tells requests apart across files (TraceRecord.identity); a `reduce` row carries it as its id."""
+    return record.identity if isinstance(record, TraceRecord) else record.id
+
+
+def _unique_ids(records: Iterator[TraceRecord]) -> Iterator[TraceRecord]:
+    """Different requests that reuse a local id (req_1 in two traces, one Codex session id in two rollouts)
+    both stay; the later one's id gets its file's name in front (`b:req_1`), as `report` does."""
+    taken: set[str] = set()
+    for record in records:
+        if record.id in taken:
+            stem = Path(record.source).stem if record.source else "input"
+            base = f"{stem}:{record.id}"
+            record.id, n = base, 1
+            while record.id in taken:
+                n += 1
+                record.id = f"{base}~{n}"
+        taken.add(record.id)
+        yield record
+
+
 def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Iterator[tuple[SourceStats, Any]]:
     """The same request in files read by different processes: the first one read (in file order) counts."""
     for record in records:
         if record.via == claude_code.VIA_PROGRESS:
             yield stats, record  # provisional: settled once every file is read
             continue
-        if record.id in seen:
+        identity = _identity(record)
+        if identity in seen:
             stats.duplicates += 1
             stats.records -= 1
             continue
-        seen.add(record.id)
+        seen.add(identity)
         yield stats, record
 
 
@@ -323,7 +346,9 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     many processes (same records, same order); worth it from a few tens of MB; 0 chooses: one per core (up
     to 4) from 64 MB of files on. `reduce` (a module-level function, with `id` and `via` on what it returns)
     maps each record where it is read: the caller gets its results instead of records.
-    Records are deduplicated across all files by id (the same request logged twice is read once).
+    Records are deduplicated across all files: the same request logged twice (the same provider id, or the
+    same local id with the same content) is read once; different requests that reuse a local id are both
+    kept, the later one's id prefixed with its file's name (`b:req_1`).
     Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
     """
     if fmt is not None and fmt not in FORMATS:
@@ -335,10 +360,11 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
         workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)
     if workers > 1 and len(files) > 1:
-        yield from _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
-        return
-    pairs = _load_sequential(files, report, progress, strict_traces)
-    yield from _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
+        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
+    else:
+        pairs = _load_sequential(files, report, progress, strict_traces)
+        settled = _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
+    yield from settled if reduce is not None else _unique_ids(settled)
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,

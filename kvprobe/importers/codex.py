@@ -15,6 +15,8 @@ Quirks:
   `compacted` / `context_compacted` (the history was replaced by a summary; the summarising call itself
   logs no usage), `turn_aborted` (an interrupt), and `turn_context` settings that change the prompt
   (reasoning effort, instructions, sandbox and approval policy, working directory).
+* Record ids are `<session id>#<turn>`: local, since a resumed session writes a new rollout under the same
+  session id. A turn is a duplicate only when its token_count line equals one already read (history copied).
 * Older rollouts (no {type, payload} wrapper) carry no token counts: counted as skipped lines.
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, ite
                                    token_count)
 from kvprobe.importers.events import Events
 from kvprobe.trace import TraceRecord
+from kvprobe.trace.reader import content_key
 
 NAME = "codex"
 
@@ -106,14 +109,15 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         previous_total = total
         count += 1
         rid = f"{session}#{count}"
-        if not stats.first_time(rid, seen):
+        key = content_key(session, raw.strip())  # a turn number is local: the same event copied is the same turn
+        if not stats.first_time(key, seen):
             continue
         extra: dict[str, Any] = {"source_format": NAME, **({"cwd": cwd} if cwd else {})}
         events.attach(extra)
         yield TraceRecord(id=rid, provider=provider, started_at=turn.start or stamp,
                           response={"model": model, "usage": usage}, session=session, agent="main",
                           endpoint="/v1/responses", finished_at=stamp, extra=extra,
-                          source=str(path), line=lineno)
+                          source=str(path), line=lineno, key=key)
         turn.start = None
 
 

@@ -8,6 +8,9 @@ Quirks:
 * Headers (API keys included) are never copied; only a few harmless ones (anthropic-beta, ...) are kept.
 * Timings: `started_at` = `startedDateTime`; `first_token_at` adds blocked+dns+connect+send+wait;
   `finished_at` adds `time`. Missing timings (-1) count as 0.
+* Ids: the provider's `request-id` header, else `<file stem>#<entry>`. An entry number is no identity across
+  files (two exports named session.har): without the header, an entry is a duplicate only when its request,
+  response and start equal one already read.
 * A HAR file is one JSON document: invalid JSON is an input error (file and line); a malformed entry is a
   counted skip named `entries[i]`.
 """
@@ -26,6 +29,7 @@ from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+from kvprobe.trace.reader import content_key
 
 NAME = "har"
 _MODEL_PATHS = ("/messages", "/chat/completions", "/responses", "/completions")
@@ -114,14 +118,19 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     kept = {k: headers[k] for k in KEPT_REQUEST_HEADERS if k in headers}
     if kept:
         extra["request_headers"] = kept
-    rid = rheaders.get("request-id") or rheaders.get("x-request-id") or f"{path.stem}#{index}"
+    provider_id = rheaders.get("request-id") or rheaders.get("x-request-id")
+    rid = provider_id or f"{path.stem}#{index}"
+    # an entry number is local (another export named alike is another session): without the provider's id,
+    # the same exchange (request, response and start) in two exports is the same request
+    key = None if provider_id else content_key(NAME, b"\0".join([body or b"", _text(content) or b"",
+                                                                  str(entry.get("startedDateTime")).encode()]))
     first = time_or_none(started + _ms(timings, "blocked", "dns", "connect", "send", "wait"))
     finished = time_or_none(started + total / 1000.0) if total and total > 0 else None
     return TraceRecord(id=rid, provider=infer_provider(request, endpoint, result.response), started_at=started,
                        request=request, response=result.response or {}, session=headers.get(SESSION_HEADER),
                        agent=headers.get(AGENT_HEADER), endpoint=endpoint, first_token_at=first,
                        finished_at=finished, error=error,
-                       extra=extra, source=str(path), line=index)
+                       extra=extra, source=str(path), line=index, key=key)
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
@@ -141,5 +150,5 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         record = _entry(entry, index, path, stats)
         if record is None:
             continue
-        if stats.first_time(record.id, seen):
+        if stats.first_time(record.identity, seen):
             yield record

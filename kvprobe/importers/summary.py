@@ -191,7 +191,7 @@ class UsageRow(NamedTuple):
     A named tuple, not a dataclass: 100k frozen dataclasses cost ~1 s to pickle and ~1 s to unpickle, named
     tuples ~0.4 s each way (whole records, with their bodies and metadata, several times more)."""
 
-    id: str
+    id: str  # the record's identity across files (TraceRecord.identity), what duplicates are merged on
     via: str | None  # how the request was known (see importers.claude_code.VIA_PROGRESS)
     when: float | None
     provider: str | None
@@ -209,7 +209,7 @@ def usage_row(record: TraceRecord) -> UsageRow:
     figures = None if u is None else (u.fresh_input_tokens, u.cache_read_tokens, u.cache_write_5m_tokens,
                                       u.cache_write_1h_tokens, u.output_tokens, u.reasoning_output_tokens)
     # _make: a named tuple's own __new__ is a Python function, one more call per request read
-    return UsageRow._make((record.id, record.via,
+    return UsageRow._make((record.identity, record.via,
                            record.started_at if record.started_at is not None else record.finished_at,
                            record.provider, record.model, project_of(record), record.session, record.agent,
                            figures, record.error is not None))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import xxhash
 
 from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError
@@ -87,12 +88,15 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
 
 
 def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None = None,
-               check_duplicates: bool = True, byte_range: tuple[int, int] | None = None) -> Iterator[TraceRecord]:
+               check_duplicates: bool = True, byte_range: tuple[int, int] | None = None,
+               keyed: bool = False) -> Iterator[TraceRecord]:
     """Yield the records of a JSONL trace one at a time (a 1 GB file never sits in memory).
 
     strict=True raises InputError on the first malformed line; strict=False skips and counts it in `stats`.
     byte_range=(start, end): only the lines starting in it (start at a line start); line numbers then count
     from `start` and duplicate ids are checked within the range only. Offsets stay absolute.
+    keyed=True sets each record's `key` (its id and a digest of its line), which tells the same record in
+    another file from another record that reuses the id.
     """
     path = Path(path)
     stats = stats if stats is not None else ReadStats()
@@ -115,6 +119,8 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
             try:
                 record = _parse_line(raw_line, source, lineno)
                 record.offset = record_offset
+                if keyed:
+                    record.key = content_key(record.id, raw_line.strip())
                 if check_duplicates:
                     if record.id in seen:
                         raise InputError(f"duplicate id {record.id!r} (first seen on line {seen[record.id]})",
@@ -129,6 +135,11 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
                 continue
             stats.records += 1
             yield record
+
+
+def content_key(local_id: str, content: bytes) -> str:
+    """A local id made an identity across files: the id and a digest of what the record says."""
+    return f"{local_id}#{xxhash.xxh3_64_hexdigest(content)}"
 
 
 def read_record_at(path: str | Path, offset: int, line: int | None = None) -> TraceRecord:

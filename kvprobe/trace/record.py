@@ -27,6 +27,9 @@ class TraceRecord:
     source: str | None = None  # file the record came from
     line: int | None = None  # line number in that file
     offset: int | None = None  # byte offset of that line (to re-read one record without a scan)
+    # What tells this request from others across files when `id` is only local (a kvprobe trace's req_1, a
+    # Codex turn number): the id with a digest of the record's content. None: `id` is the provider's own.
+    key: str | None = None
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -35,6 +38,11 @@ class TraceRecord:
             return None
         usage = resp.get("usage", resp.get("usageMetadata"))
         return usage if isinstance(usage, dict) else None
+
+    @property
+    def identity(self) -> str:
+        """The same request logged twice has the same identity (see `key`); the same local id does not."""
+        return self.key or self.id
 
     @property
     def via(self) -> str | None:

@@ -28,7 +28,7 @@ from kvprobe.errors import InputError
 from kvprobe.importers import IMPORTERS, detect_format
 from kvprobe.importers.base import SourceStats
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import record_from_json
+from kvprobe.trace.reader import content_key, record_from_json
 from kvprobe.watch.tail import FileTail, TailEvent
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".har")
@@ -73,7 +73,7 @@ class _TraceFile:
             except InputError as exc:
                 skips.add(exc.message + (f" (field '{exc.field}')" if exc.field else ""), f"{self.tail.path}:{lineno}")
                 continue
-            rec.offset = offset
+            rec.offset, rec.key = offset, content_key(rec.id, raw.strip())  # ids are local to their file
             records.append(rec)
         return records
 
@@ -349,10 +349,10 @@ class Follower:
         batch = Batch([], [])
         for path, source in list(self.files.items()):
             for rec in source.poll(self.skips, batch.events, now, final):
-                if rec.id in self.seen:
+                if rec.identity in self.seen:  # the same request in another file (not merely the same id)
                     batch.duplicates += 1
                     continue
-                self.seen.add(rec.id)
+                self.seen.add(rec.identity)
                 batch.records.append(rec)
         batch.records.sort(key=lambda r: (r.started_at is None, r.started_at or 0.0))
         return batch
