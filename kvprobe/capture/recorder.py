@@ -18,6 +18,7 @@ import orjson
 from kvprobe.capture.assemble import assemble, decode_body
 from kvprobe.capture.redact import HashOnly, hash_error, redact_secrets, redact_text
 from kvprobe.request.detect import infer_provider
+from kvprobe.secrets import Credentials
 from kvprobe.errors import InputError
 from kvprobe.trace import TraceRecord, TraceWriter
 from kvprobe.trace.writer import line_of
@@ -115,12 +116,20 @@ def _fallback_record(ex: Exchange, rec: Recorder, exc: Exception) -> TraceRecord
         return None
     if rec.hash_only or rec.redact or isinstance(exc, InputError):  # InputError: the body cannot be written
         request = {"model": request.get("model")} if isinstance(request.get("model"), str) else {}
-    return TraceRecord(id=rec.next_id(), provider=ex.provider_hint, started_at=ex.started_at, request=request,
+    creds = credentials_of(ex)
+    return TraceRecord(id=rec.next_id(), provider=ex.provider_hint, started_at=ex.started_at,
+                       request=creds.scrub(request),
                        response={}, session=ex.request_headers.get(SESSION_HEADER) or rec.session,
                        agent=ex.request_headers.get(AGENT_HEADER) or rec.agent, endpoint=ex.path.split("?")[0],
                        first_token_at=ex.first_byte_at, finished_at=ex.finished_at,
-                       error=redact_text(f"kvprobe could not record this exchange: {type(exc).__name__}: {exc}"),
+                       error=redact_text(creds.text(
+                           f"kvprobe could not record this exchange: {type(exc).__name__}: {exc}")),
                        extra={"http_status": ex.status})
+
+
+def credentials_of(ex: Exchange) -> Credentials:
+    """The credential values the request carried: its auth headers' values and its URL's key parameters."""
+    return Credentials().add_headers(ex.request_headers).add_url(ex.path)
 
 
 def _request_json(ex: Exchange) -> dict[str, Any] | None:
@@ -173,7 +182,10 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
     if ex.provider_hint == "deepseek" and provider == "openai":
         provider = "deepseek"
     model = request.get("model") if isinstance(request.get("model"), str) else None
-    upstream_error = redact_text(upstream_error) if upstream_error else None  # keys echoed in errors: always
+    # the exact key this request carried, whatever its shape, goes nowhere: an upstream may echo it anywhere
+    creds = credentials_of(ex)
+    request, response, extra = creds.scrub(request), creds.scrub(response), creds.scrub(extra)
+    upstream_error = redact_text(creds.text(upstream_error)) if upstream_error else None  # echoed keys: always
     if rec.redact or (ex.status or 0) >= 400:  # an error body can echo a key too
         request, response = (redact_secrets(request) if rec.redact else request), redact_secrets(response)
     if rec.hash_only:
@@ -183,7 +195,7 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
         upstream_error = hash_error(upstream_error, hasher)
     if response is None:
         response = {}
-    error = _error_text([upstream_error, usage_error, ex.transport_error])
+    error = _error_text([upstream_error, usage_error, creds.text(ex.transport_error or "")])
     kept = {k: ex.request_headers[k] for k in KEPT_REQUEST_HEADERS if k in ex.request_headers}
     if kept:
         extra["request_headers"] = kept

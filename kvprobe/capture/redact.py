@@ -1,8 +1,8 @@
 """Keep secrets and, on request, all prompt text out of traces.
 
-* `redact_secrets` scrubs credentials that agents paste into prompts or tool output: provider API keys,
-  bearer tokens, cloud and VCS credentials, private keys. Equal secrets get equal placeholders, so cache
-  identity (what diff/report compare) is unchanged by redaction.
+* `redact_secrets` (kvprobe.secrets) scrubs credentials that agents paste into prompts or tool output:
+  provider API keys, bearer tokens, cloud and VCS credentials, private keys. Equal secrets get equal
+  placeholders, so cache identity (what diff/report compare) is unchanged by redaction.
 * `hash_only` replaces every piece of text by one-token symbols spelling a digest of the text, as many as
   the text had tokens (with the encoding kvprobe counts that model with). Prefix identity, block
   structure, cache markers and token counts survive, so diff, report and what-if still work; the text
@@ -18,71 +18,10 @@ from typing import Any
 import xxhash
 
 from kvprobe.catalog import rules_for
+from kvprobe.secrets import redact_secrets, redact_text
 from kvprobe.tokens import counter_for
 
-_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("anthropic", re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}")),
-    ("openai", re.compile(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
-    # short or masked keys echoed in error messages ("Incorrect API key provided: sk-abc1***")
-    ("key", re.compile(r"\bsk-(?=[A-Za-z0-9_\-*]*\d)[A-Za-z0-9_\-*]{6,}")),
-    ("aws-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b")),
-    ("aws-cred", re.compile(r"(?i)(aws_secret_access_key|aws_session_token)(\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{20,}")),
-    ("google", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
-    ("github", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
-    ("slack", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}\b")),
-    ("stripe", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b")),
-    ("private-key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
-    ("bearer", re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9_\-\.=~+/]{16,}")),
-    # A value named as a credential (a header echoed in an error, key=... in a URL or log line) is scrubbed
-    # whatever its length or shape: the name says what it is.
-    ("header", re.compile(r"(?i)((?:\b|_)(?:x-api-key|api-key|x-goog-api-key|authorization|proxy-authorization|"
-                          r"cookie|set-cookie)[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
-                          r"([^\s\"',;&]+)")),
-    ("credential", re.compile(r"(?i)((?:\b|_)(?:password|passwd|api[_-]?key|secret|token|access[_-]?token)"
-                              r"[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]+)")),
-    ("credential", re.compile(r"(?i)((?:\b|_)key\s*=\s*[\"']?)([^\s\"',;&]+)")),  # ?key=... (Gemini-style)
-]
-_KEEP_GROUPS = {"aws-cred", "bearer", "credential", "header"}  # keep the "name = " part, scrub the value
-_QUICK = re.compile(r"sk-|AKIA|ASIA|AGPA|AIDA|AROA|AIza|gh[pousr]_|github_pat_|xox|_live_|_test_|PRIVATE KEY|eyJ|"
-                    r"(?i:bearer|secret|passw|key|token|aws_|authorization|cookie)")
-
-
-def _placeholder(kind: str, secret: str) -> str:
-    return f"[REDACTED:{kind}#{xxhash.xxh3_64_hexdigest(secret.encode('utf-8', 'surrogatepass'))[:8]}]"
-
-
-def _scrub(kind: str, match: re.Match[str]) -> str:
-    if kind in ("header", "credential"):  # keep "x-api-key: " / "key=", scrub the value
-        value = match.group(2)
-        if value.startswith("[REDACTED:"):  # already scrubbed by a more specific pattern
-            return match.group(0)
-        return match.group(1) + _placeholder(kind, value)
-    if kind in _KEEP_GROUPS:  # keep "aws_secret_access_key = " / "Bearer ", scrub what follows
-        keep = "".join(g or "" for g in match.groups())
-        return keep + _placeholder(kind, match.group(0)[len(keep):])
-    return _placeholder(kind, match.group(0))
-
-
-def redact_text(text: str) -> str:
-    """Scrub credentials from one string."""
-    if not _QUICK.search(text):
-        return text
-    for kind, pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m, k=kind: _scrub(k, m), text)
-    return text
-
-
-def redact_secrets(value: Any) -> Any:
-    """The same JSON value with credentials scrubbed from every string (keys included)."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        return {redact_text(k) if isinstance(k, str) else k: redact_secrets(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_secrets(v) for v in value]
-    return value
-
+__all__ = ["redact_secrets", "redact_text", "HashOnly", "hash_error", "hash_only", "scrub"]
 
 # Strings under these keys are structure, not text: they stay so requests still render and compare.
 STRUCTURAL_KEYS = frozenset({

@@ -5,7 +5,9 @@ Quirks:
   `/completions`, Gemini `:generateContent`); other entries are ignored.
 * `response.content.text` may be base64 (`encoding: "base64"`, mitmproxy does this for binary-looking
   bodies); streamed responses are the whole SSE text and are reassembled like the proxy does.
-* Headers (API keys included) are never copied; only a few harmless ones (anthropic-beta, ...) are kept.
+* Headers (API keys included) are never copied; only a few harmless ones (anthropic-beta, ...) are kept, and
+  the exact values of the credential headers (x-api-key, Authorization, cookies) and of key parameters in the
+  URL are scrubbed from the bodies and the error text, where an upstream may echo them.
 * Timings: `started_at` = `startedDateTime`; `first_token_at` adds blocked+dns+connect+send+wait;
   `finished_at` adds `time`. Missing timings (-1) count as 0.
 * Ids: the provider's `request-id` header, else `<file stem>#<entry>`. An entry number is no identity across
@@ -28,6 +30,7 @@ import orjson
 from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
+from kvprobe.secrets import Credentials, redact_text
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
 
@@ -114,6 +117,10 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     if status == 0:
         error = "no response (request failed or was aborted)"
     endpoint = parts.path
+    # the exact credentials this exchange carried (any shape) are scrubbed wherever the response echoes them
+    creds = Credentials().add_headers(headers).add_headers(rheaders).add_url(url)
+    request, response = creds.scrub(request), creds.scrub(result.response or {})
+    error = redact_text(creds.text(error)) if error else error
     extra: dict[str, Any] = {"source_format": NAME, "http_status": status, "stream": result.stream}
     kept = {k: headers[k] for k in KEPT_REQUEST_HEADERS if k in headers}
     if kept:
@@ -126,8 +133,8 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
                                                                   str(entry.get("startedDateTime")).encode()]))
     first = time_or_none(started + _ms(timings, "blocked", "dns", "connect", "send", "wait"))
     finished = time_or_none(started + total / 1000.0) if total and total > 0 else None
-    return TraceRecord(id=rid, provider=infer_provider(request, endpoint, result.response), started_at=started,
-                       request=request, response=result.response or {}, session=headers.get(SESSION_HEADER),
+    return TraceRecord(id=rid, provider=infer_provider(request, endpoint, response), started_at=started,
+                       request=request, response=response, session=headers.get(SESSION_HEADER),
                        agent=headers.get(AGENT_HEADER), endpoint=endpoint, first_token_at=first,
                        finished_at=finished, error=error,
                        extra=extra, source=str(path), line=index, key=key)

@@ -10,11 +10,14 @@ Quirks:
   provider and are skipped. Failed calls without usage are skipped; embeddings and other non-chat calls are
   ignored.
 * `messages` + `model_parameters` become the request body only for OpenAI-format providers (LiteLLM logs
-  the OpenAI-format input, not what it sent to Anthropic); otherwise the record is usage-only.
+  the OpenAI-format input, not what it sent to Anthropic); otherwise the record is usage-only. Parameters of
+  LiteLLM's client (`api_key`, `api_base`, `extra_headers`, ...) are never copied, and their credential
+  values (a key, a URL's password) are scrubbed from the messages, the response and the error text.
 * Spend-log rows keep usage in `metadata.usage_object` (newer) or only top-level token counts (no cache split).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import orjson
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_lines, loads_line,
                                    time_or_none, token_count)
 from kvprobe.request.detect import infer_provider
+from kvprobe.secrets import Credentials, redact_text
 from kvprobe.trace import TraceRecord
 
 NAME = "litellm"
@@ -83,6 +87,31 @@ def _native_usage(provider: str | None, u: dict[str, Any]) -> dict[str, Any]:
     return {"prompt_tokens": total, "completion_tokens": out, "prompt_tokens_details": details_out}
 
 
+# model_parameters that configure LiteLLM's client, not the provider's request body: never copied (a key, a
+# base URL with a password, auth headers), and their values scrubbed wherever else they appear
+_CLIENT_PARAMS = frozenset({"api_key", "api_base", "base_url", "api_version", "extra_headers", "headers",
+                            "organization", "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
+                            "vertex_credentials", "azure_ad_token"})
+_SECRET_PARAM = re.compile(r"(?i)api_?key|secret|password|credential|access_token|auth")
+
+
+def _body_params(params: dict[str, Any]) -> tuple[dict[str, Any], Credentials]:
+    """The request-body parameters of model_parameters, and the credentials found among the others."""
+    creds = Credentials()
+    body = {}
+    for name, value in params.items():
+        if name not in _CLIENT_PARAMS and not _SECRET_PARAM.search(name):
+            body[name] = value
+            continue
+        if isinstance(value, dict):
+            creds.add_headers({str(k): v for k, v in value.items()})
+        elif name in ("api_base", "base_url"):
+            creds.add_url(value)
+        else:
+            creds.add(value)
+    return body, creds
+
+
 def _provider(p: dict[str, Any], model: str | None) -> str | None:
     by_model = infer_provider({"model": model}) if model else None
     named = _LITELLM_PROVIDERS.get(str(p.get("custom_llm_provider") or "").lower())
@@ -129,9 +158,11 @@ def _record(p: dict[str, Any], stats: SourceStats, lineno: int) -> TraceRecord |
         return None
     request = None
     messages = _json_field(p.get("messages"))
+    params = _json_field(p.get("model_parameters"))
+    params, creds = _body_params(params if isinstance(params, dict) else {})
     if provider in ("openai", "deepseek") and endpoint == "/v1/chat/completions" and isinstance(messages, list):
-        params = _json_field(p.get("model_parameters"))
-        request = {"model": model, "messages": messages, **(params if isinstance(params, dict) else {})}
+        request = creds.scrub({"model": model, "messages": messages, **params})
+    response, error = creds.scrub(response), redact_text(creds.text(error)) if error else error
     session = as_str(p.get("session_id")) or as_str(metadata.get("session_id")) or as_str(p.get("trace_id"))
     extra: dict[str, Any] = {"source_format": NAME}
     cost = p.get("response_cost", p.get("spend"))

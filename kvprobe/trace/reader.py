@@ -12,6 +12,7 @@ import xxhash
 from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError
 from kvprobe.request.detect import infer_provider
+from kvprobe.secrets import redact_text
 from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
@@ -83,7 +84,7 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
         agent=_optional_str(raw, "agent", where), endpoint=endpoint,
         first_token_at=_optional_time(raw, "first_token_at", where),
         finished_at=_optional_time(raw, "finished_at", where),
-        error=None if raw.get("error") is None else str(raw.get("error")),
+        error=None if raw.get("error") is None else redact_text(str(raw.get("error"))),  # echoed keys: never shown
         extra={k: v for k, v in raw.items() if k not in KNOWN_KEYS}, source=source, line=line)
 
 
