@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from kvprobe.economics.tasks import overall
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.report import Report
 from kvprobe.wording import usd
 
@@ -47,7 +47,7 @@ def _task_totals(report: Report) -> dict[str, Any]:
 
 def load_baseline(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InputError("baseline file does not exist", file=str(path))
+        raise not_a_file(path, "baseline file")
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:

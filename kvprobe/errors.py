@@ -33,3 +33,24 @@ class UndecidableError(KvprobeError):
     """kvprobe cannot decide (e.g. a gate on a trace without usage)."""
 
     exit_code = 3
+
+
+def not_a_file(path: object, what: str = "file") -> InputError:
+    """The error for an input that is not a regular file, saying what it is instead (a FIFO exists)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(str(path)).st_mode
+    except FileNotFoundError:
+        return InputError(f"{what} does not exist", file=str(path))
+    except OSError as exc:
+        return InputError(f"cannot read it: {exc.strerror or exc}", file=str(path))
+    if stat.S_ISDIR(mode):
+        return InputError(f"is a folder; expected a {what}", file=str(path))
+    if stat.S_ISFIFO(mode):
+        return InputError(f"is a named pipe (FIFO), not a {what}: kvprobe reads its inputs more than once; save "
+                          "it to a file first", file=str(path))
+    kind = "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) \
+        else "not a regular file"
+    return InputError(f"is {kind}, not a {what}", file=str(path))

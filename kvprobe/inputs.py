@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
@@ -85,10 +85,8 @@ def load_request(arg: str) -> LoadedRequest:
     """`body.json`, `record.json`, `trace.jsonl` (first record) or `trace.jsonl#ID`."""
     name, _, wanted = arg.partition("#")
     path = Path(name)
-    if not path.exists():
-        raise InputError("file does not exist", file=name)
     if not path.is_file():
-        raise InputError("not a file", file=name)
+        raise not_a_file(name)
     from kvprobe.importers import agent_log
 
     kind = agent_log(path)

@@ -8,6 +8,9 @@
   is removed on every exit path: an exception, Ctrl-C, SIGTERM (turned into SystemExit while writing), and
   even SIGKILL, whose leftovers carry the dead writer's pid and are removed by the next write to the same
   target.
+* A target that is a character device or a named pipe (`-o /dev/null`, `-o /dev/stdout`, a FIFO a reader
+  waits on) is written in place and never replaced: renaming a file over it would put a regular file where
+  the system's node was. Nothing is replaced, so it needs no `--force`. Block devices and sockets are refused.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import contextlib
 import os
 import secrets
 import signal
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,12 +36,34 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
+def written_in_place(path: str | Path) -> bool:
+    """A character device or a named pipe: written as it is, never replaced (see the module doc)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _refuse_special(path: Path, field: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise InputError(f"is {kind}; expected a file name", file=str(path), field=field)
+
+
 def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False,
                  field: str = "--output") -> Path:
     """Validate where a command will write; InputError (exit 2) before anything is read or written."""
     path = Path(path)
     if path.is_dir():
         raise InputError("is a folder; expected a file name", file=str(path), field=field)
+    _refuse_special(path, field)
+    if written_in_place(path):
+        return path
     if not (path.parent if str(path.parent) else Path(".")).is_dir():
         raise InputError("its folder does not exist", file=str(path), field=field)
     for source in inputs:
@@ -96,6 +122,10 @@ def _sigterm_raises() -> Iterator[None]:
 def atomic_output(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     """A binary file handle whose content replaces `path` only if the block completes."""
     path = Path(path)
+    if written_in_place(path):  # a device or a pipe: never renamed over (nothing to roll back either)
+        with os.fdopen(os.open(path, os.O_WRONLY), "wb") as fh:
+            yield fh
+        return
     folder = path.parent if str(path.parent) else Path(".")
     _remove_stale_temps(path)
     tmp = folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
@@ -122,6 +152,8 @@ def check_append_output(path: str | Path, inputs: Iterable[str | Path] = (), *, 
     """For writers that stream records as they happen (capture, serve): a new file, `--force` to replace an
     existing one, or `--append` to add to an existing trace, which must end with a whole line."""
     path = Path(path)
+    if written_in_place(path):  # appended to as it is (opening a device or pipe replaces nothing)
+        return check_output(path, inputs, force=True, field=field)
     if not (append and path.exists()):
         if path.exists() and not force:
             check_output(path, inputs, force=True, field=field)

@@ -3,10 +3,13 @@ existing file without --force, written atomically, no temp file left on any exit
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -184,3 +187,75 @@ def test_fix_writes_a_trace_that_reports(cli, trace, tmp_path):
     assert json.loads(res.stdout)["output"] == str(out)
     assert cli("report", out, "--json").exit_code == 0
     assert _leftovers(tmp_path) == []
+
+
+def _fifo_reader(fifo: Path) -> tuple[threading.Thread, list[bytes]]:
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(fifo, "rb") as fh:  # blocks until the writer opens it
+            got.append(fh.read())
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, got
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_named_pipe_is_written_in_place_never_replaced(cli, trace, tmp_path, writer):
+    """`-o FIFO --force` streams into the pipe (a reader waits there); renaming a file over it left a regular
+    file and a reader waiting for ever."""
+    fifo = tmp_path / WRITERS[writer][0]
+    os.mkfifo(fifo)
+    thread, got = _fifo_reader(fifo)
+    args = WRITERS[writer][1](trace)
+    res = cli(*args, "-o", fifo, "--force")
+    thread.join(timeout=10)
+    assert res.exit_code in (0, 1), res.output  # lint exits 0 with --fail-on never; the others 0
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the pipe was replaced by a regular file"
+    assert got and got[0], "nothing reached the reader"
+    if writer in ("fix", "import"):
+        assert got[0].count(b"\n") >= 6 and json.loads(got[0].splitlines()[0])["kvprobe"] == 1
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("writer", ["fix", "import", "html", "baseline", "lint"])
+def test_a_character_device_is_written_in_place_never_replaced(cli, trace, tmp_path, writer):
+    """As root, `-o /dev/null --force` would have replaced the system's /dev/null; a null device made here
+    stands in for it (where this machine lets us make one)."""
+    null = tmp_path / WRITERS[writer][0]
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        null.open("wb").close()
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    args = WRITERS[writer][1](trace)
+    res = cli(*args, "-o", null)  # nothing is replaced: no --force needed
+    assert res.exit_code == 0, res.output
+    assert stat.S_ISCHR(os.stat(null).st_mode) and os.stat(null).st_rdev == os.makedev(1, 3)
+
+
+def test_a_socket_is_refused_before_any_work(cli, trace, tmp_path):
+    import socket
+
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        res = cli("fix", trace, "-o", path, "--force")
+    assert res.exit_code == 2 and "is a socket" in res.output and stat.S_ISSOCK(os.stat(path).st_mode)
+
+
+def test_a_database_must_be_a_file(cli, trace, tmp_path):
+    fifo = tmp_path / "pipe.duckdb"
+    os.mkfifo(fifo)
+    res = cli("db", "load", trace, "--db", fifo)
+    assert res.exit_code == 2 and "a database is a file" in res.output
+
+
+def test_an_input_that_is_a_named_pipe_is_named_as_one(cli, tmp_path):
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    for args in (["report", fifo], ["usage", fifo], ["import", fifo, "-o", tmp_path / "o.jsonl"],
+                 ["lint", fifo], ["diff", fifo, fifo], ["db", "load", fifo, "--db", tmp_path / "k.duckdb"]):
+        res = cli(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert "named pipe (FIFO)" in res.output and "does not exist" not in res.output, (args, res.output)

@@ -10,7 +10,8 @@ from rich.text import Text
 
 from kvprobe.cli.common import out, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
-from kvprobe.output import check_output
+from kvprobe.errors import InputError
+from kvprobe.output import check_output, written_in_place
 from kvprobe.pricing import PriceBook
 
 app = typer.Typer(name="db", help="Load traces into a DuckDB file (see `kvprobe db schema`); query it with "
@@ -46,6 +47,8 @@ def load(
 
     with user_errors():
         check_output(db, traces, force=True, field="--db")  # updated in place, in one transaction
+        if written_in_place(db):
+            raise InputError("is a device or a named pipe; a database is a file", file=str(db), field="--db")
         results = load_traces(db, traces, prices=PriceBook.from_file(price_file), force=force,
                               fixes=False if no_fixes else None)
     if json_out:

@@ -25,7 +25,7 @@ import xxhash
 from kvprobe import __version__
 from kvprobe.db.rows import Rows, report_rows
 from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Report, build_report
 
@@ -52,7 +52,7 @@ def identify(path: str | Path) -> TraceFile:
     if path.is_dir():
         return _identify_folder(path)
     if not path.is_file():
-        raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
+        raise not_a_file(path)
     first, whole, size = None, xxhash.xxh3_128(), 0
     with path.open("rb") as fh:
         for line in fh:  # up to the first record line; the rest is hashed in blocks

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from kvprobe.analysis.simulate import RequestResult
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.usage import Usage
 
 
@@ -71,7 +71,7 @@ class TaskSummary:
 
 def load_outcomes(path: Path) -> dict[str, Outcome]:
     if not path.is_file():
-        raise InputError("outcomes file does not exist", file=str(path))
+        raise not_a_file(path, "outcomes file")
     out: dict[str, Outcome] = {}
     for n, line in enumerate(path.read_bytes().splitlines(), start=1):
         if not line.strip():

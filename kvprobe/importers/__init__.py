@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from kvprobe.cpus import usable_cpus
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import claude_code, codex, gemini_cli, har, litellm, opencode, otel, qwen_code
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.secrets import redact_text
@@ -127,6 +127,8 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
                                 and p.is_file()))
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise not_a_file(raw)
         else:
             raise InputError("file or directory does not exist", file=str(raw))
     return files

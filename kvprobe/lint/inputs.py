@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.catalog import rules_for
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import agent_log, bodies_of
 from kvprobe.inputs import is_trace_record, read_json_object
 from kvprobe.lint.model import RequestRef, Subject
@@ -106,7 +106,7 @@ def iter_subjects(paths: list[str | Path], stats_out: list[InputStats],
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
+            raise not_a_file(path)
         stats = InputStats(str(path))
         stats_out.append(stats)
         kind = agent_log(path)

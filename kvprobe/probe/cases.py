@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 
 MAX_OUTPUT_TOKENS = 96
 SUMMARY_QUESTION = "Summarise the document above in one sentence."
@@ -31,8 +31,8 @@ class ProbeCase:
 
 
 def read_document(path: Path) -> str:
-    if not path.exists():
-        raise InputError("file does not exist", file=str(path))
+    if not path.is_file():
+        raise not_a_file(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -10,7 +10,7 @@ import orjson
 import xxhash
 
 from kvprobe.catalog import PROVIDERS
-from kvprobe.errors import InputError
+from kvprobe.errors import InputError, not_a_file
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import redact_text
 from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
@@ -102,7 +102,7 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
     path = Path(path)
     stats = stats if stats is not None else ReadStats()
     if not path.is_file():
-        raise InputError("file does not exist" if not path.exists() else "not a file", file=str(path))
+        raise not_a_file(path)
     seen: dict[str, int] = {}
     start, end = byte_range if byte_range is not None else (0, None)
     source = str(path)
