@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderableType, RenderHook
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.text import Text
 
 from kvprobe.errors import InputError, KvprobeError
@@ -67,10 +70,54 @@ class _Console(Console):
         return hanging(self, obj[indent:], indent)
 
 
+# C0 and C1 control characters but tab and newline: an escape sequence from a trace (a model name, an id, an
+# error text) would drive the user's terminal, so each is shown as its \x.. escape instead
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """Text with control characters spelled as escapes (`\x1b`), never sent to the terminal raw."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text) if _CONTROL.search(text) else text
+
+
+def visible_cell(cell: str | Text) -> str | Text:
+    """A table cell with control characters escaped before the layout measures it."""
+    if isinstance(cell, str):
+        return visible(cell)
+    return Text(visible(cell.plain), style=cell.style) if _CONTROL.search(cell.plain) else cell
+
+
+class _Visible:
+    """A renderable whose text segments have their control characters escaped (rich's own control segments,
+    cursor moves and styles, pass as they are: styles are added after this, when the segments are written)."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.inner, options):
+            if segment.control or not _CONTROL.search(segment.text):
+                yield segment
+            else:
+                yield Segment(visible(segment.text), segment.style)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.inner)
+
+
+class _VisibleHook(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Visible(r) for r in renderables]
+
+
 def _console(stderr: bool = False) -> Console:
-    # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included
+    # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included.
+    # No markup and no emoji codes: text from traces and file names (`x[/]`, `[wip]/app`, `:smile:`) is
+    # printed as it is, never read as rich markup; styles are given as Text styles instead.
     no_color = os.environ.get("NO_COLOR", "") != ""
-    console = _Console(stderr=stderr, highlight=False, color_system=None if no_color else "auto")
+    console = _Console(stderr=stderr, highlight=False, markup=False, emoji=False,
+                       color_system=None if no_color else "auto")
+    console.push_render_hook(_VisibleHook())
     # off a terminal, sentences stay on one line (grep, CI logs); tables are fitted to the width anyway
     console.soft_wrap = not console.is_terminal
     return console
@@ -104,7 +151,7 @@ def money(value: float | None) -> str:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.errors import InputError
@@ -56,8 +57,8 @@ def fix(
         print_json(summary)
         return
     for c in result.fixes:
-        out.print(f"[magenta]{c.kind}[/] ({c.reach}): {c.detail}")
+        out.print(Text.assemble((c.kind, "magenta"), f" ({c.reach}): {c.detail}"))
     for c in result.alternatives:
-        out.print(f"[dim]not written: {c.kind} would save {c.saving_input_equivalent_tokens:,.0f} alone, less than "
-                  f"{' + '.join(c.extra.get('instead_of', []))} chosen for the same misses[/]")
+        out.print(Text(f"not written: {c.kind} would save {c.saving_input_equivalent_tokens:,.0f} alone, less than "
+                       f"{' + '.join(c.extra.get('instead_of', []))} chosen for the same misses", style="dim"))
     out.print(f"wrote {count} records to {output}: {base:,.0f} → {after:,.0f} input-equivalents (predicted)")

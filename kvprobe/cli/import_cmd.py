@@ -24,7 +24,7 @@ def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterato
         total = sum(p.stat().st_size for p in discover(paths))
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn  # ~0.1 s
 
-    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    columns = (TextColumn(label, markup=False), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(label, total=locals().get("total"))
         yield lambda n: bar.advance(task, n)

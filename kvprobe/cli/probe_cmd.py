@@ -66,8 +66,8 @@ class _Status:
     def __init__(self, enabled: bool) -> None:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                            transient=True) if enabled else None
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                            console=err, transient=True) if enabled else None
         self.task = None
         self.started: float | None = None
         self.what: str | None = None

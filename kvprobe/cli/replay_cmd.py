@@ -117,8 +117,8 @@ class _progress:
     """A progress bar with ETA per replay run, on stderr (only on a terminal)."""
 
     def __init__(self, enabled: bool) -> None:
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("requests"), TimeRemainingColumn(), console=err, transient=True) \
+        self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("requests", markup=False), TimeRemainingColumn(), console=err, transient=True) \
             if enabled else None
 
     def __enter__(self) -> Callable | None:

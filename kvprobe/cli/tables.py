@@ -28,7 +28,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvprobe.cli.common import out, plain
+from kvprobe.cli.common import out, plain, visible_cell
 
 Cell = str | Text
 MIN_WRAP = 12  # narrowest a wrapping column gets (unless its longest word is wider)
@@ -138,6 +138,7 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
 
     spaced: a line between rows (rows of several lines each), blank when plain."""
     boxed = not plain(console)
+    rows = [[visible_cell(cell) for cell in row] for row in rows]  # escapes measured as they will be shown
     widths = layout(cols, rows, console.width, boxed)
     # plain: columns apart by two spaces under a header line, as `docker ps` or `kubectl get` print them
     options = {} if boxed else {"box": None, "show_edge": False, "pad_edge": False}
