@@ -231,6 +231,9 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
     if parent_end is not None:
         os.close(parent_end)
         _end_with_parent()
+    from kvprobe.nesting import allow_deep_json
+
+    allow_deep_json()  # a spawned helper starts with Python's default limit
     try:
         _preload(guess_from)
         try:

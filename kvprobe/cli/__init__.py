@@ -9,7 +9,10 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
+
+from kvprobe.nesting import allow_deep_json
 
 if TYPE_CHECKING:
     import typer
@@ -56,6 +59,7 @@ def build_app(only: str | None = None) -> "typer.Typer":
     def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                            help="Print kvprobe's version and exit.")) -> None:
         """Profile and audit what AI agents pay for prompt caching."""
+        allow_deep_json()  # (also here: tests and embedders run the app without main())
 
     from kvprobe.cli.help import KvprobeGroup
 
@@ -94,7 +98,47 @@ GC_THRESHOLDS = (200_000, 30, 30)
 
 
 def main() -> None:
+    """The `kvprobe` command: exit codes as docs/contracts.md §8 says, whatever happens (Ctrl-C at start-up,
+    output that cannot be written even at the last flush)."""
+    try:
+        _run()
+    except OSError as exc:  # the fast help's own write
+        _flush_stdout(exc)
+    except KeyboardInterrupt:  # before the command's own handling is in place (imports, start-up)
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(INTERRUPTED) from None
+    except SystemExit as done:
+        _flush_stdout()
+        raise SystemExit(done.code) from None
+    _flush_stdout()
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+def _flush_stdout(failed: OSError | None = None) -> None:
+    """Standard output is flushed here, not by the interpreter at exit (which prints "Exception ignored" and
+    exits 120 when stdout is a full disk or a closed pipe): exit 2 and one line instead."""
+    try:
+        if failed is not None:
+            raise failed
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:
+        import errno
+        import os
+
+        with suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        if getattr(exc, "errno", None) != errno.EPIPE:  # a reader that left (`| head`) needs no message
+            with suppress(OSError, ValueError):
+                sys.stderr.write(f"error: cannot write the output: {getattr(exc, 'strerror', None) or exc}\n")
+        raise SystemExit(2) from None
+
+
+def _run() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
+    allow_deep_json()  # before the report's helper process is forked
     if sys.argv[1:] in ([], ["--help"]):  # answered without Typer or any command module
         from kvprobe.cli import fasthelp
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
+from kvprobe.cli import INTERRUPTED
 from kvprobe.errors import InputError, KvprobeError
 from kvprobe.output import check_output
 from kvprobe.wording import usd
@@ -110,6 +112,12 @@ class _VisibleHook(RenderHook):
         return [_Visible(r) for r in renderables]
 
 
+def _reader_gone() -> NoReturn:
+    """The reader of our output left (`kvprobe report | head`): exit 2 quietly (an I/O error, not a result)."""
+    _stdout_failed()
+    raise SystemExit(2)
+
+
 def _console(stderr: bool = False) -> Console:
     # rich already drops colours off a terminal; NO_COLOR (no-color.org) drops every style, bold included.
     # No markup and no emoji codes: text from traces and file names (`x[/]`, `[wip]/app`, `:smile:`) is
@@ -118,6 +126,7 @@ def _console(stderr: bool = False) -> Console:
     console = _Console(stderr=stderr, highlight=False, markup=False, emoji=False,
                        color_system=None if no_color else "auto")
     console.push_render_hook(_VisibleHook())
+    console.on_broken_pipe = _reader_gone  # type: ignore[method-assign]  (rich's own exits 1: "threshold failed")
     # off a terminal, sentences stay on one line (grep, CI logs); tables are fitted to the width anyway
     console.soft_wrap = not console.is_terminal
     return console
@@ -155,6 +164,45 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+# errors of writing the output itself (a full disk, a closed pipe, a device error)
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG})
+
+
+def _stdout_failed() -> bool:
+    """True when standard output cannot take what is pending; it is then pointed at /dev/null, so that the
+    interpreter's own flush at exit fails no more (which printed "Exception ignored" and exited 120)."""
+    try:
+        sys.stdout.flush()
+        return False
+    except (OSError, ValueError):
+        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return True
+
+
+def unexpected(exc: BaseException) -> NoReturn:
+    """What no command caught, as an exit code and one line: output that cannot be written (stdout on
+    /dev/full, a closed pipe) and other I/O errors exit 2, input nested too deeply to analyse exits 2,
+    Ctrl-C exits 130; never a traceback."""
+    if isinstance(exc, KeyboardInterrupt):
+        with contextlib.suppress(Exception):
+            err.print("interrupted", style="dim")
+        raise typer.Exit(INTERRUPTED)
+    if isinstance(exc, RecursionError):
+        fail("the input is nested too deeply to analyse")
+    assert isinstance(exc, OSError)
+    on_stdout = _stdout_failed() or (exc.errno in _OUTPUT_ERRNOS and not exc.filename)
+    if on_stdout and exc.errno == errno.EPIPE:  # the reader has gone (`| head`): nothing to tell it
+        raise typer.Exit(2)
+    with contextlib.suppress(OSError, ValueError):
+        fail(f"cannot write the output: {exc.strerror or exc}" if on_stdout
+             else f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+    raise typer.Exit(2)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Library errors become one clean line on stderr and their exit code; never a traceback."""
@@ -162,8 +210,8 @@ def user_errors() -> Iterator[None]:
         yield
     except KvprobeError as exc:
         fail(str(exc), exc.exit_code)
-    except OSError as exc:
-        fail(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}", 2)
+    except (OSError, RecursionError) as exc:
+        unexpected(exc)
 
 
 # Every command that writes a file takes `-o/--output` and `--force` and checks them the same way

@@ -7,6 +7,7 @@ so square brackets (`[tool.kvprobe.gate]`, `[default: ...]`) stay as written.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -69,8 +70,20 @@ def _no_type(*_: Any, **__: Any) -> None:
 
 
 class KvprobeGroup(TyperGroup):
-    """The top-level group: names the values of every command as typer builds them."""
+    """The top-level group: names the values of every command as typer builds them, and turns what no command
+    caught into the documented exit codes (cli.common.unexpected): never a traceback."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         name_values(self)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            try:
+                return super().invoke(ctx)
+            finally:  # output to a pipe is buffered: a reader gone or a full disk shows here, still in this try
+                sys.stdout.flush()
+        except (OSError, RecursionError, KeyboardInterrupt) as exc:
+            from kvprobe.cli.common import unexpected
+
+            unexpected(exc)

@@ -1,0 +1,113 @@
+"""Exit codes stay the documented ones when input or output fails (docs/contracts.md §8): 2 for bad input or
+I/O, 130 for Ctrl-C, never 1 (for `gate`, 1 means a threshold failed) and never a traceback.
+
+Seen before: a 1000-deep tool input or tool_choice was a RecursionError (exit 1) in report, gate, fix, html,
+db load; stdout on /dev/full, or a reader that went away, printed a traceback (exit 1 or 120); Ctrl-C while
+kvprobe started printed a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+SAMPLE = ROOT / "traces" / "sample_session.jsonl"
+LINES = SAMPLE.read_text().splitlines()
+DEEP = "[" * 1000 + "1" + "]" * 1000  # orjson reads up to 1024 levels: the deepest input there is
+DEEP_OBJECT = '{"a": ' * 1000 + "1" + "}" * 1000
+
+
+def _deep_trace(tmp_path, where: str):
+    record = json.loads(LINES[0])
+    if where == "tool_input":
+        record["request"]["messages"].append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_9", "name": "grep", "input": {"pattern": "@@"}}]})
+        value = DEEP
+    elif where == "tool_choice":
+        record["request"]["tool_choice"] = "@@"
+        value = DEEP_OBJECT
+    else:  # an unknown key of the record (kept as it is)
+        record["task"] = "@@"
+        value = DEEP_OBJECT
+    path = tmp_path / f"{where}.jsonl"
+    path.write_text(json.dumps(record).replace('"@@"', value) + "\n" + LINES[1] + "\n")
+    return path
+
+
+@pytest.mark.parametrize("where", ["tool_input", "tool_choice", "task"])
+def test_a_thousand_deep_value_is_never_a_recursion_error(cli, tmp_path, where):
+    trace = _deep_trace(tmp_path, where)
+    for args in (["report", trace], ["gate", trace, "--min-hit-ratio", "0.1"],
+                 ["fix", trace, "-o", tmp_path / "f.jsonl"], ["html", trace, "-o", tmp_path / "r.html"],
+                 ["db", "load", trace, "--db", tmp_path / "k.duckdb"], ["lint", trace],
+                 ["diff", trace, trace], ["baseline", trace, "-o", tmp_path / "b.json"], ["usage", trace]):
+        res = cli(*args)
+        assert res.exit_code in (0, 2), (args, res.exit_code, res.output)
+        assert not isinstance(res.exception, RecursionError), (args, repr(res.exception))
+        if res.exit_code == 2:  # the record cannot be rendered or written: it is named
+            assert f"{where}.jsonl:1" in res.output or f"{where}.jsonl#req_1" in res.output, (args, res.output)
+
+
+def _kvprobe(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "kvprobe", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, **kw)
+
+
+@pytest.mark.parametrize("args", [["report", SAMPLE], ["report", SAMPLE, "--json"], ["usage", SAMPLE],
+                                  ["gate", SAMPLE, "--min-hit-ratio", "0.9"], ["schema", "trace"], ["--help"]],
+                         ids=["report", "report-json", "usage", "gate", "schema", "help"])
+def test_stdout_on_a_full_disk_exits_2_with_one_line(args):
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "kvprobe", *map(str, args)], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == "error: cannot write the output: No space left on device"
+
+
+def test_a_reader_that_went_away_is_exit_2_without_a_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "kvprobe", "report", str(SAMPLE)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # like `kvprobe report t.jsonl | head -0`
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and b"Traceback" not in stderr and b"Exception ignored" not in stderr, stderr
+
+
+def test_ctrl_c_while_kvprobe_starts_exits_130_without_a_traceback(monkeypatch, capsys):
+    """A KeyboardInterrupt before any command runs (imports, building the CLI)."""
+    import kvprobe.cli as cli_module
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_module, "_run", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        cli_module.main()
+    assert stop.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.6])
+def test_ctrl_c_during_a_report_exits_130_without_a_traceback(delay):
+    proc = subprocess.Popen([sys.executable, "-m", "kvprobe", "report", str(SAMPLE)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)  # importing or already reading: either way the same clean stop
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the report finished before the signal")
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+
+
+def test_an_unreadable_input_file_is_exit_2_naming_it(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(SAMPLE.read_text())
+    trace.chmod(0)
+    res = _kvprobe("report", trace)
+    assert res.returncode == 2 and str(trace) in res.stderr and "Traceback" not in res.stderr
