@@ -64,8 +64,11 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: 
     _refuse_special(path, field)
     if written_in_place(path):
         return path
-    if not (path.parent if str(path.parent) else Path(".")).is_dir():
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
         raise InputError("its folder does not exist", file=str(path), field=field)
+    if not os.access(folder, os.W_OK | os.X_OK):  # said now, not after all the work (nor naming the temp file)
+        raise InputError(f"cannot write in its folder ({folder}): permission denied", file=str(path), field=field)
     for source in inputs:
         source = Path(source)
         if source.exists() and _same_file(path, source):
@@ -131,7 +134,11 @@ def atomic_output(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     tmp = folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
     with _sigterm_raises():
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            except OSError as exc:  # the target is what the user named; the temp file is ours
+                raise InputError(f"cannot write it: {exc.strerror or exc}", file=str(path), field="--output") \
+                    from None
             with os.fdopen(fd, "wb") as fh:
                 yield fh
             os.replace(tmp, path)

@@ -158,8 +158,9 @@ def test_since_until_days_are_inclusive_and_in_the_time_zone(cli, logs):
     # In Los Angeles (UTC-7) the 05:00Z requests fall on the 6th: the whole Claude session is one Sunday.
     la = _usage(cli, logs, "--tz", "America/Los_Angeles")
     assert {r["day"]: r["requests"] for r in la["by_day"]} == {"2026-09-06": 4, "2026-10-01": 1}
-    la_day = _usage(cli, logs, "--tz", "America/Los_Angeles", "--since", "2026-09-07", "--until", "2026-09-07")
-    assert la_day["totals"]["requests"] == 0
+    la_day = cli("usage", logs / "projects", logs / "codex", "--tz", "America/Los_Angeles", "--since", "2026-09-07",
+                 "--until", "2026-09-07")
+    assert la_day.exit_code == 2 and "none of the 5 requests read is in" in la_day.output  # an empty window
 
 
 def test_breakdown_table_shows_a_sub_row_per_model(cli, logs):

@@ -115,7 +115,10 @@ def sql(
     json_out: JsonOut = False,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Rows shown in the table")] = 200,
 ) -> None:
-    """Run SQL over the tables of `kvprobe db load` (read-only) and print the rows as a table.
+    """Run SQL over the tables of `kvprobe db load` and print the rows as a table.
+
+    Read-only: the query sees the database and nothing else (COPY ... TO, EXPORT, ATTACH and reading other
+    files are refused).
 
     Tables: traces, requests, sessions, blocks, block_costs, diagnoses, fixes (`kvprobe db schema`
     describes every column).

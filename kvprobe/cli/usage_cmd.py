@@ -3,6 +3,7 @@ project, session, agent or model, with a per-model breakdown of every row."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Annotated
 
 import typer
@@ -36,6 +37,8 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
     except ValueError:
         raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {show(value)}", field=name) from None
     if end_of_day:
+        if day == dt.date.max:  # through the last day there is: no end
+            return math.inf
         day += dt.timedelta(days=1)
     return dt.datetime.combine(day, dt.time(), zone).timestamp()
 
@@ -81,6 +84,7 @@ def usage(
                             workers=max(workers, 0), reduce=usage_row)
             summary = summarize(rows, book=book, tz=zone, since=start, until=end)
         _require_records(report, sources)
+        _require_requests(summary, report, {"--since": since, "--until": until})
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
@@ -94,8 +98,8 @@ DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_
 
 
 def _require_records(report: ImportReport, sources: list[str]) -> None:
-    """No request in any log is an empty input (exit 2, as for `report`), said with where kvprobe looked;
-    requests outside --since/--until are an answer (an empty table), not an error."""
+    """No request in any log is an empty input (exit 2, as for `report`), said with where kvprobe looked
+    (requests read but none inside --since/--until: `_require_requests`)."""
     if report.records:
         return
     files = len(report.sources)
@@ -104,6 +108,14 @@ def _require_records(report: ImportReport, sources: list[str]) -> None:
     raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
                      "read): expected agent logs (Claude Code, Codex, Gemini CLI, Qwen Code, OpenCode), HAR, "
                      "OpenTelemetry or LiteLLM logs, or kvprobe traces")
+
+
+def _require_requests(summary, report: ImportReport, window: dict[str, str | None]) -> None:
+    """A window that holds none of the requests read is a mistake to report (exit 2), as `report` does."""
+    given = [f"{flag} {value}" for flag, value in window.items() if value is not None]
+    if given and report.records and not summary.totals.requests:
+        raise InputError(f"none of the {report.records:,} requests read is in {' and '.join(given)}",
+                         field=given[0].split()[0] if len(given) == 1 else None)
 
 
 def _zone(tz: str):

@@ -190,8 +190,11 @@ def connect(db: str | Path, *, read_only: bool = False) -> Iterator[duckdb.DuckD
     if read_only and str(db) != ":memory:" and not Path(db).is_file():
         raise DatabaseError("no database here: run `kvprobe db load TRACE --db PATH` first", file=str(db),
                             field="--db")
+    # read-only means the database file alone: a query's COPY ... TO, EXPORT, ATTACH or read_csv would write
+    # or read other files (DuckDB refuses them with a permission error, shown as any other query error)
+    config = {"enable_external_access": False} if read_only else {}
     try:
-        con = duckdb.connect(str(db), read_only=read_only)
+        con = duckdb.connect(str(db), read_only=read_only, config=config)
     except duckdb.Error as exc:
         raise DatabaseError(f"cannot open the database: {exc}", file=str(db), field="--db") from None
     try:

@@ -217,6 +217,10 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
     chosen = []
     for path in files:
         kind = fmt or detect_format(path)
+        if kind is None and path.suffix.lower() == ".har":
+            kind = _broken_har(path, any(Path(p).expanduser() == path for p in named), report)
+            if kind is None:
+                continue
         if kind is None:
             if any(Path(p).expanduser() == path for p in named):
                 raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code, "
@@ -228,6 +232,22 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
             continue
         chosen.append((path, kind))
     return chosen
+
+
+def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
+    """A .har file no importer recognised: its JSON broken (named: the error, with its line; in a folder: a
+    counted skip saying where), or "har" when it parses after all (har.read then says what is missing)."""
+    try:
+        har.parse(path)
+    except InputError as exc:
+        if named:
+            raise
+        stats = SourceStats(str(path), har.NAME)
+        stats.skip("HAR file is not valid JSON (cut short?)" if "cut short" in exc.message
+                   else "HAR file is not valid JSON", exc.line)
+        report.sources.append(stats)
+        return None
+    return har.NAME
 
 
 def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:

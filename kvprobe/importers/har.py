@@ -140,14 +140,24 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
                        extra=extra, source=str(path), line=index, key=key)
 
 
+def parse(path: Path, data: bytes | None = None) -> Any:
+    """A HAR file's document; InputError naming the line where its JSON breaks (a truncated export)."""
+    data = path.read_bytes() if data is None else data
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        body = data.rstrip()
+        if exc.pos >= len(body):  # the document just stops: name its last line, not the empty one after it
+            raise InputError(f"not valid HAR JSON (cut short? {exc.msg})", file=str(path),
+                             line=body.count(b"\n") + 1) from None
+        raise InputError(f"not valid HAR JSON ({exc.msg})", file=str(path), line=exc.lineno) from None
+
+
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
     data = path.read_bytes()
     if progress:
         progress(len(data))
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"not valid HAR JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    doc = parse(path, data)
     log = doc.get("log") if isinstance(doc, dict) else None
     entries = log.get("entries") if isinstance(log, dict) else None
     if not isinstance(entries, list):

@@ -16,6 +16,7 @@ from kvprobe.tokens import TokenCounter, pooled_counter
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
 from kvprobe.usage import normalize_usage
+from kvprobe.trace.validate import model_problem
 
 
 @dataclass(slots=True)
@@ -95,6 +96,9 @@ def _from_json(path: Path, streams: _Streams) -> Subject:
             raise InputError("this record has usage only (no request body) and cannot be linted",
                              file=str(path), field="request")
         return _from_record(rec, str(path), streams)
+    bad = model_problem(raw, "")  # a body's model names its rules: a string (as for diff)
+    if bad is not None:
+        raise InputError(bad[1], file=str(path), field=bad[0].lstrip("."))
     return _subject(raw, streams.ref(path.name, str(path), source=str(path)), streams)
 
 

@@ -13,7 +13,7 @@ from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import redact_text
-from kvprobe.trace.record import KNOWN_KEYS, TraceRecord, parse_time
+from kvprobe.trace.record import FORMAT_VERSION, KNOWN_KEYS, TraceRecord, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
 
@@ -59,6 +59,11 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
     where = {"file": source, "line": line}
     if not isinstance(raw, dict):
         raise InputError("expected a JSON object (one trace record per line)", **where)
+    version = raw.get("kvprobe", FORMAT_VERSION)
+    if version != FORMAT_VERSION or isinstance(version, bool):  # a later format may mean other things by a key
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+        raise InputError(f"trace format {show(version)} is not one this kvprobe reads (format {FORMAT_VERSION})"
+                         + ("; a newer kvprobe wrote it" if newer else ""), **where, field="kvprobe")
     rid = raw.get("id")
     if not isinstance(rid, (str, int)) or isinstance(rid, bool) or rid == "":
         raise InputError("expected a non-empty string id", **where, field="id")
