@@ -10,6 +10,9 @@ A folder (of agent logs: a Claude Code project, a Codex sessions tree) is one tr
 together with the importers' dedupe, as `usage` reads them (a subagent call in its own transcript and in
 its parent's progress lines, a resumed session's copied history: stored once). Re-loading the folder
 replaces its rows; an unchanged folder is skipped.
+
+Loads may run at once: DuckDB lets one process write a file at a time, so a load waits for the lock
+(`LOCK_WAIT_S`), and chooses its trace ids inside its own write transaction, against what is stored then.
 """
 from __future__ import annotations
 
@@ -193,15 +196,28 @@ def connect(db: str | Path, *, read_only: bool = False) -> Iterator[duckdb.DuckD
     # read-only means the database file alone: a query's COPY ... TO, EXPORT, ATTACH or read_csv would write
     # or read other files (DuckDB refuses them with a permission error, shown as any other query error)
     config = {"enable_external_access": False} if read_only else {}
-    try:
-        con = duckdb.connect(str(db), read_only=read_only, config=config)
-    except duckdb.Error as exc:
-        raise DatabaseError(f"cannot open the database: {exc}", file=str(db), field="--db") from None
+    con = _open(duckdb, db, read_only, config)
     try:
         con.execute("SET TimeZone = 'UTC'")
         yield con
     finally:
         con.close()
+
+
+LOCK_WAIT_S = 60.0  # how long a load or a query waits for another process's load to finish
+
+
+def _open(duckdb: Any, db: str | Path, read_only: bool, config: dict[str, Any]) -> Any:
+    """A connection; while another process holds the file (one writer at a time, DuckDB locks it), wait."""
+    deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.02
+    while True:
+        try:
+            return duckdb.connect(str(db), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise DatabaseError(f"cannot open the database: {exc}", file=str(db), field="--db") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def _existing(con: duckdb.DuckDBPyConnection) -> list[Stored]:
@@ -237,7 +253,10 @@ def _write(con: duckdb.DuckDBPyConnection, a: Analysed, loaded_at: float) -> dic
 
 def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBook | None = None,
                 force: bool = False, fixes: bool | None = None) -> list[LoadResult]:
-    """Analyse `paths` and store them in the DuckDB file `db` (created if missing). See the module doc."""
+    """Analyse `paths` and store them in the DuckDB file `db` (created if missing). See the module doc.
+
+    Trace ids are chosen inside the write transaction, against the traces stored then: another `db load`
+    that committed meanwhile (even of a file sharing this one's first record) is seen, never overwritten."""
     files: list[TraceFile] = []
     duplicates: list[tuple[TraceFile, TraceFile]] = []
     by_content: dict[str, TraceFile] = {}
@@ -253,18 +272,21 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
     if Path(db).is_file():
         with connect(db, read_only=True) as con:
             stored = _existing(con)
-    matches = assign_ids(files, stored)
-    todo = [tf for tf in files if force or tf.trace_id not in matches
-            or matches[tf.trace_id].content_hash != tf.content_hash or matches[tf.trace_id].path != tf.path]
-    analysed = [analyse(tf, prices, fixes) for tf in todo]  # all input checked before the database is touched
+    # all input is analysed and checked before the database is touched (the ids are provisional until then)
+    analysed = {tf.path: analyse(tf, prices, fixes) for tf in _todo(files, stored, force)}
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         try:
             for stmt in ddl():
                 con.execute(stmt)
             con.execute("INSERT OR REPLACE INTO kvprobe_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+            stored = _existing(con)  # as of now, in this transaction: what other loads wrote is here
+            matches = assign_ids(files, stored)
             now = time.time()
-            written = {a.file.trace_id: _write(con, a, now) for a in analysed}
+            written = {}
+            for tf in _todo(files, stored, force, matches):
+                a = analysed.get(tf.path) or analyse(tf, prices, fixes)  # (changed since it was first looked at)
+                written[tf.trace_id] = _write(con, _with_trace_id(a, tf.trace_id), now)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -278,6 +300,23 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
             results.append(LoadResult(tf.given, tf.trace_id, "unchanged"))
     return results + [LoadResult(tf.given, twin.trace_id, "duplicate", {"same_as": twin.given})
                       for tf, twin in duplicates]
+
+
+def _todo(files: list[TraceFile], stored: list[Stored], force: bool,
+          matches: dict[str, Stored] | None = None) -> list[TraceFile]:
+    """The files to (re)write: new ones, and versions of stored traces whose content or path changed."""
+    if matches is None:
+        matches = assign_ids(files, stored)
+    return [tf for tf in files if force or tf.trace_id not in matches
+            or matches[tf.trace_id].content_hash != tf.content_hash or matches[tf.trace_id].path != tf.path]
+
+
+def _with_trace_id(a: Analysed, trace_id: str) -> Analysed:
+    """The analysis's rows under the id chosen in the transaction (the provisional one may be taken now)."""
+    if all(row["trace_id"] == trace_id for table in a.rows.values() for row in table[:1]):
+        return a
+    rows = {name: [{**row, "trace_id": trace_id} for row in table] for name, table in a.rows.items()}
+    return Analysed(a.file, rows, a.records, a.skipped)
 
 
 @dataclass(slots=True)

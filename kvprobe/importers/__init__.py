@@ -13,6 +13,7 @@ naming the file and line.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -117,14 +118,14 @@ def default_sources() -> list[Path]:
             + qwen_code.default_paths() + opencode.default_paths())
 
 
-def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named directly, plus every .jsonl/.json/.har/.ndjson file under named directories (sorted)."""
+def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Files named directly, plus every .jsonl/.json/.har/.ndjson file under named directories (sorted).
+    Sub-folders that cannot be listed are added to `unreadable` (path, why), when given."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if (p.suffix in _SUFFIXES or p.name == opencode.DATABASE)
-                                and p.is_file()))
+            files.extend(sorted(_walk(path, unreadable)))
         elif path.is_file():
             files.append(path)
         elif path.exists():
@@ -132,6 +133,17 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
         else:
             raise InputError("file or directory does not exist", file=str(raw))
     return files
+
+
+def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Path]:
+    def failed(exc: OSError) -> None:
+        if exc.filename is not None and unreadable is not None:
+            unreadable.append((Path(exc.filename), exc.strerror or str(exc)))
+    for folder, _dirs, names in os.walk(root, onerror=failed):
+        for name in names:
+            path = Path(folder) / name
+            if (path.suffix in _SUFFIXES or name == opencode.DATABASE) and path.is_file():
+                yield path
 
 
 def _times_in_range(record: TraceRecord) -> bool:
@@ -216,7 +228,13 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
               report: ImportReport) -> list[tuple[Path, str]]:
     chosen = []
     for path in files:
-        kind = fmt or detect_format(path)
+        try:
+            kind = fmt or detect_format(path)
+        except OSError as exc:  # (an unreadable file named on the command line is an error: user_errors)
+            if any(Path(p).expanduser() == path for p in named):
+                raise
+            _unreadable(report, path, "file", exc.strerror or str(exc))
+            continue
         if kind is None and path.suffix.lower() == ".har":
             kind = _broken_har(path, any(Path(p).expanduser() == path for p in named), report)
             if kind is None:
@@ -232,6 +250,13 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
             continue
         chosen.append((path, kind))
     return chosen
+
+
+def _unreadable(report: ImportReport, path: Path, what: str, why: str) -> None:
+    """A file or sub-folder of a named folder that cannot be read: a counted skip naming it, never silence."""
+    stats = SourceStats(str(path), "unknown")
+    stats.skip(f"{what} cannot be read ({why})", None)
+    report.sources.append(stats)
 
 
 def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
@@ -381,7 +406,10 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
         raise InputError(f"unknown format {show(fmt)}: expected one of {', '.join(FORMATS)}", field="--format")
     report = report if report is not None else ImportReport()
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    found = discover(named)
+    unreadable: list[tuple[Path, str]] = []
+    found = discover(named, unreadable)
+    for folder, why in unreadable:
+        _unreadable(report, folder, "folder", why)
     if workers == 0:
         workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)

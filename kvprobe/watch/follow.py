@@ -302,6 +302,7 @@ class Follower:
         self.unknown: set[Path] = set()  # files of no known format (in a watched directory)
         self.skips = Skips()
         self.seen: set[str] = set()
+        self._unreadable_seen: set[str] = set()
         self._from_end = from_end  # only for files present at the first poll
         self._first = True
 
@@ -311,15 +312,25 @@ class Follower:
             if root.is_file():
                 found.append(root)
             elif root.is_dir():
-                for base, _dirs, names in os.walk(root):
+                for base, _dirs, names in os.walk(root, onerror=lambda exc: self._unreadable(exc, "folder")):
                     found.extend(Path(base) / n for n in sorted(names) if n.endswith(SUFFIXES))
         return found
+
+    def _unreadable(self, exc: OSError, what: str) -> None:
+        """A sub-folder or file that cannot be read: counted and named once (as `usage` and `import` do)."""
+        where = str(exc.filename or "?")
+        if where not in self._unreadable_seen:
+            self._unreadable_seen.add(where)
+            self.skips.add(f"{what} cannot be read ({exc.strerror or exc})", where)
 
     def _adopt(self, path: Path, now: float) -> None:
         try:
             with path.open("rb") as fh:
                 head = fh.read(TAIL_PEEK)
-        except OSError:
+        except OSError as exc:
+            if path in self.roots:
+                raise
+            self._unreadable(exc, "file")
             return
         if b"\n" not in head and not (path.suffix in (".json", ".har") and head):
             return  # nothing complete yet: decide its format once a line is there
