@@ -384,3 +384,49 @@ def test_error_text_is_scrubbed_of_keys_and_hashed_under_hash_only(fake, tmp_pat
         assert record.error.startswith("HTTP 401")
         if options.get("hash_only"):
             assert "invalid" not in record.error and "authentication_error" not in record.error
+
+
+def test_an_early_hints_response_is_passed_on_and_the_real_one_recorded(capture, tmp_path):
+    """103 Early Hints came to the client as the whole answer (it then timed out) and the record said
+    "empty response body", though the upstream answered and billed."""
+    proxy, thread = capture()
+    reply = _anthropic(proxy, timeout=10).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                                          extra_headers={"x-fake": "early-hints"})
+    thread.stop()
+    assert reply.usage.cache_read_input_tokens == DEFAULT_USAGE["cache_read_input_tokens"]
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert record.error is None and record.extra["http_status"] == 200
+    assert record.usage["cache_read_input_tokens"] == DEFAULT_USAGE["cache_read_input_tokens"]
+
+
+def test_a_close_delimited_http10_body_ends_the_client_connection_too(capture, tmp_path):
+    """An HTTP/1.0 answer without a length ends when the upstream closes; the client can only know the same
+    way, and waited for ever while the proxy kept its connection open."""
+    proxy, thread = capture()
+    client = _anthropic(proxy, timeout=10)
+    first = client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                   extra_headers={"x-fake": "http10"})
+    second = client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES)  # a new connection
+    thread.stop()
+    assert first.content[0].text == second.content[0].text == "Hello from the local provider."
+    records = _records(tmp_path / "trace.jsonl")
+    assert len(records) == 2 and all(r.error is None for r in records)
+    assert records[0].usage["output_tokens"] == DEFAULT_USAGE["output_tokens"]
+
+
+def test_conflicting_content_lengths_are_refused(capture, fake, tmp_path):
+    proxy, thread = capture()
+    with pytest.raises(anthropic.InternalServerError) as bad:  # 502 from the proxy, shaped like an API error
+        _anthropic(proxy, timeout=10).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES,
+                                                      extra_headers={"x-fake": "double-length"})
+    assert bad.value.status_code == 502
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:  # a client's request too
+        body = orjson.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": MESSAGES})
+        sock.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nContent-Length: 3\r\n\r\n%s" % (len(body), body))
+        answer = sock.recv(65536)
+    thread.stop()
+    assert answer.startswith(b"HTTP/1.1 400") and b"conflicting Content-Length" in answer
+    (record,) = _records(tmp_path / "trace.jsonl")
+    assert "conflicting Content-Length headers" in record.error and record.usage is None
+    assert len(fake.requests) == 1  # the client's ambiguous request never went upstream

@@ -5,7 +5,9 @@ Clients reach it at a per-provider mount: ``http://127.0.0.1:PORT/anthropic`` (A
 Anthropic when it looks like one (``/v1/messages``, an ``anthropic-version`` header) and to OpenAI otherwise.
 
 Bodies pass byte for byte and responses stream through as they arrive (the raw framing is forwarded; a copy
-is decoded on the side). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
+is decoded on the side). Interim 1xx responses (103 Early Hints) are passed on and the final response
+follows; a body delimited by the upstream closing (HTTP/1.0, no length) ends the client's connection too;
+conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
 headers, and Accept-Encoding narrowed to encodings the recorder can undo. The record is built after the
 client has the last byte, so recording adds no latency to the response.
 """
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
-from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head
+from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head, persistent
 
 log = logging.getLogger("kvprobe.capture")
 DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1",
@@ -219,6 +221,8 @@ class CaptureProxy:
                       closed: asyncio.Future) -> bool:
         try:
             head = parse_head(raw, request=True)
+            if "chunked" in head.tokens("transfer-encoding") and head.get("content-length") is not None:
+                raise ProtocolError("both Transfer-Encoding and Content-Length (RFC 9112 §6.1: refused)")
             body = await _read_request_body(head, reader, writer)
         except ProtocolError as exc:
             await _simple_response(writer, 400, str(exc))
@@ -276,6 +280,10 @@ class CaptureProxy:
         try:
             uwriter.write(request)
             raw = await _race(ureader.readuntil(b"\r\n\r\n"), client[0], self.timeout, client[1])
+            while _interim(raw):  # 103 Early Hints and the like: passed on, then the real response follows
+                if not raw.startswith(b"HTTP/1.1 100") and head.start[2] == "HTTP/1.1":  # (100: answered here)
+                    _send(writer, raw)
+                raw = await _race(ureader.readuntil(b"\r\n\r\n"), client[0], self.timeout, client[1])
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             uwriter.close()
             cause = getattr(ureader, "lost", None) or exc
@@ -317,6 +325,10 @@ class CaptureProxy:
         ex.response_headers = head.lower_dict()
         chunked = "chunked" in head.tokens("transfer-encoding")
         no_body = ex.method == "HEAD" or ex.status in (204, 304) or 100 <= ex.status < 200
+        # without a length or chunks, the body ends where the upstream closes: the client can only tell the
+        # same way, so its connection is closed after it too (it waited for ever before)
+        close_delimited = not no_body and not chunked and length is None
+        reusable = persistent(head) and not close_delimited
         complete = False
         try:
             _send(writer, raw_head)
@@ -326,14 +338,14 @@ class CaptureProxy:
                                                   ChunkedDecoder(ex.response_body) if chunked else None,
                                                   None if chunked else length)
         finally:
-            if complete and (chunked or length is not None) and "close" not in head.tokens("connection"):
+            if complete and reusable:
                 self._pool.put(up, conn)
             else:
                 uwriter.close()
         if not complete:
             raise ClientGone  # the response was cut: close the client connection so it sees the cut too
         await _drain(writer)
-        return "close" not in head.tokens("connection")
+        return reusable
 
     async def _relay_body(self, ex: Exchange, ureader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           client: tuple[asyncio.Future, asyncio.StreamReader], chunked: ChunkedDecoder | None,
@@ -384,6 +396,12 @@ class CaptureProxy:
                         return await _drain_ok(writer, ex)
             if writer.transport.get_write_buffer_size() > 1 << 20 and not await _drain_ok(writer, ex):
                 return False
+
+
+def _interim(raw_head: bytes) -> bool:
+    """A 1xx response other than 101: informational, and followed by the final response (RFC 9110 §15.2)."""
+    status = raw_head[9:12]
+    return raw_head.startswith(b"HTTP/1.") and status[:1] == b"1" and status != b"101" and status.isdigit()
 
 
 async def _closed(writer: asyncio.StreamWriter) -> None:

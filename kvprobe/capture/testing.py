@@ -12,6 +12,9 @@ sequences, chunked transfer encoding) and `GET /v1/models`. Per request, an `x-f
     gzip              gzip-encode a JSON response
     close-after-read  read the request, then close the connection without answering
     big-head=N        add a response header of N bytes
+    early-hints       send a `103 Early Hints` interim response before the real one
+    http10            answer as HTTP/1.0: no Content-Length, the body ends when the connection closes
+    double-length     send two Content-Length headers that disagree
 
 and an `x-fake-usage` header (JSON) sets the usage the response reports.
 """
@@ -233,6 +236,10 @@ class FakeProvider:
                 data = _response_obj(model, "completed", usage)
             else:
                 data = chat_completion(model, usage)
+            if "early-hints" in faults:
+                writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+            if "http10" in faults or "double-length" in faults:
+                return await self._odd_framing(writer, data, faults)
             return await self._json(writer, 200, data, "gzip" in faults, int(faults.get("big-head", 0)))
         if path.endswith("/messages"):
             events = anthropic_events(model, usage)
@@ -251,6 +258,17 @@ class FakeProvider:
             extra += "Content-Encoding: gzip\r\n"
         writer.write((f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nrequest-id: req_fake\r\n"
                       f"{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        await writer.drain()
+        return True
+
+    async def _odd_framing(self, writer: asyncio.StreamWriter, data: Any, faults: dict[str, str]) -> bool:
+        body = orjson.dumps(data)
+        if "http10" in faults:  # close-delimited: the connection's end is the body's end
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body)
+            await writer.drain()
+            return False
+        writer.write((f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                      f"Content-Length: {len(body) + 10}\r\n\r\n").encode() + body)
         await writer.drain()
         return True
 

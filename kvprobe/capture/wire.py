@@ -54,12 +54,27 @@ def parse_head(raw: bytes, request: bool) -> Head:
 
 
 def content_length(head: Head) -> int | None:
-    value = head.get("content-length")
-    if value is None:
+    """The body's length; ProtocolError for a bad value or for Content-Length headers that disagree (RFC
+    9112 §6.3: a recipient cannot know where the body ends, and a proxy that picks one lets a request be
+    smuggled past it). The same value repeated (`5, 5` or two equal headers) is one length."""
+    values = [v for k, v in head.headers if k.lower() == "content-length"]
+    if not values:
         return None
-    if not (value.strip().isascii() and value.strip().isdigit()):
+    lengths = {part.strip() for v in values for part in v.split(",")}
+    if len(lengths) > 1:
+        raise ProtocolError(f"conflicting Content-Length headers ({', '.join(values)})")
+    value = lengths.pop()
+    if not (value.isascii() and value.isdigit()):
         raise ProtocolError(f"bad Content-Length {value!r}")
     return int(value)
+
+
+def persistent(head: Head) -> bool:
+    """The connection stays open after this message: HTTP/1.1 unless `Connection: close`; HTTP/1.0 only with
+    `Connection: keep-alive` (RFC 9112 §9.3)."""
+    tokens = head.tokens("connection")
+    version = head.start[0] if head.start[0].startswith("HTTP/") else head.start[2]
+    return "close" not in tokens if version == "HTTP/1.1" else "keep-alive" in tokens
 
 
 class ChunkedDecoder:
