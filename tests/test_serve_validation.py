@@ -119,3 +119,89 @@ def test_a_prompt_far_over_the_context_is_refused_without_tokenizing_it(server, 
     message = info.value.body["error"]["message"]
     assert message.startswith("prompt is too long: at least") and "maximum" in message  # decided by size alone
     assert claude.messages.create(model=CLAUDE, max_tokens=1, messages=USER).usage.output_tokens == 1
+
+
+# Bodies the Messages API refuses (its SDK types and API reference): each was answered 200 here.
+TOOL = {"name": "grep", "description": "Search", "input_schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"temprature": 0.5}, "temprature: Extra inputs are not permitted"),
+    ({"system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "permanent"}}]},
+     "system.0.cache_control.type: Input should be 'ephemeral'"),
+    ({"system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "99y"}}]},
+     "system.0.cache_control.ttl: Input should be '5m' or '1h'"),
+    ({"tools": [{"description": "Search", "input_schema": {"type": "object"}}]}, "tools.0.name: Field required"),
+    ({"tools": [{"name": "grep", "description": "Search"}]}, "tools.0.custom.input_schema: Field required"),
+    ({"tools": [{**TOOL, "name": "grep files"}]},
+     "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
+    ({"top_p": 5}, "top_p: Input should be a number between 0 and 1"),
+    ({"top_k": -5}, "top_k: Input should be an integer greater than or equal to 0"),
+    ({"metadata": {"user_id": "u1", "trace": {"a": 1}}}, "metadata.trace: Extra inputs are not permitted"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]},
+     "messages: text content blocks must be non-empty"),
+    ({"messages": [{"role": "user", "content": ""}]},
+     "messages.0: all messages must have non-empty content except for the optional final assistant message"),
+])
+def test_bodies_the_messages_api_refuses_are_400(server, extra, expected):
+    res = _post(server, "/v1/messages", {"model": CLAUDE, "max_tokens": 2, "messages": USER, **extra})
+    assert res.status_code == 400, res.text
+    assert res.json()["error"] == {"type": "invalid_request_error", "message": expected}
+
+
+def test_what_the_api_accepts_stays_accepted(claude):
+    """A final assistant message may be empty (prefill), a server tool has no schema, 1h is a TTL."""
+    reply = claude.messages.create(
+        model=CLAUDE, max_tokens=2, extra_body={"top_k": 0, "top_p": 1, "temperature": 0},
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        tools=[TOOL, {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}],
+        messages=[*USER, {"role": "assistant", "content": ""}])
+    assert reply.usage.output_tokens <= 2
+
+
+def test_a_body_that_is_not_json_by_its_content_type_is_400(server):
+    import json
+
+    res = httpx.post(server.base_url + "/v1/messages", timeout=30, headers={"content-type": "text/plain"},
+                     content=json.dumps({"model": CLAUDE, "max_tokens": 2, "messages": USER}))
+    assert res.status_code == 400 and res.json()["error"]["type"] == "invalid_request_error"
+    assert "Content-Type must be application/json" in res.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    trace = tmp_path_factory.mktemp("serve") / "served.jsonl"
+    with start_server(model="tiny-random", cache="emulate", emulate="anthropic", clock="virtual", device="cpu",
+                      num_blocks=512, trace=trace) as handle:
+        yield handle, trace
+
+
+@pytest.mark.parametrize("clock", ["nan", "inf", "-inf", "1e300", "-5", "soon"])
+def test_a_clock_header_that_is_no_time_is_400_before_any_work(recording, clock):
+    handle, trace = recording
+    before = handle.state.requests_served, trace.read_text().count("\n")
+    res = httpx.post(handle.base_url + "/v1/messages", timeout=30, headers={"X-Kvprobe-Clock": clock},
+                     json={"model": CLAUDE, "max_tokens": 2, "messages": USER})
+    assert res.status_code == 400, res.text
+    assert "header X-Kvprobe-Clock: expected epoch seconds" in res.json()["error"]["message"]
+    assert (handle.state.requests_served, trace.read_text().count("\n")) == before  # nothing was served
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_answered_request_has_its_trace_line(recording, stream):
+    """An output schema nested 300 deep is valid JSON the API takes (and the engine never renders), but no
+    JSON Lines writer goes that deep: refused before it is answered (it was answered, then 500 or a stream cut
+    after message_stop, with no trace line)."""
+    handle, trace = recording
+    deep: dict = {"type": "object"}
+    for _ in range(300):
+        deep = {"type": "object", "properties": {"x": deep}}
+    lines = trace.read_text().count("\n")
+    res = httpx.post(handle.base_url + "/v1/messages", timeout=60, json={
+        "model": CLAUDE, "max_tokens": 2, "messages": USER, "stream": stream,
+        "output_config": {"format": {"type": "json_schema", "schema": deep}}})
+    assert res.status_code == 400 and "cannot write this request's body" in res.json()["error"]["message"]
+    ok = httpx.post(handle.base_url + "/v1/messages", timeout=60, json={
+        "model": CLAUDE, "max_tokens": 2, "messages": USER, "stream": stream})
+    assert ok.status_code == 200 and "message_stop" in ok.text if stream else ok.status_code == 200
+    assert trace.read_text().count("\n") == lines + 1

@@ -75,6 +75,7 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
         raise invalid(next(w for w in rendered.warnings if "at most" in w))
     asked, previous = _diagnostics_request(body)
     timings = state.timings(request.headers)
+    state.check_recordable(body)
     prompt = state.prompt(rendered)
     job = Job("anthropic", "/v1/messages", state.new_id("msg"), body["model"], body, prompt,
               state.clamp_max_tokens(prompt, max_tokens), temperature, stops, timings, asked, previous)

@@ -34,7 +34,11 @@ TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
 
 async def _body(request: Request, limit: int) -> Any:
     """The JSON body, refused by size before it is read whole (413, as the APIs answer) and parsed off the
-    event loop when large, so one huge request never stalls the others."""
+    event loop when large, so one huge request never stalls the others. A body the client says is not JSON
+    (`Content-Type: text/plain`) is refused as the Messages API refuses it."""
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if kind != "application/json" and not kind.endswith("+json") and _api_of(request) == "anthropic":
+        raise invalid(f"Content-Type must be application/json, got {kind[:60]!r}")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise ApiError(413, TOO_LARGE)

@@ -77,6 +77,7 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     max_tokens = _int_param(body, "max_completion_tokens", "max_tokens") or state.config.default_max_tokens
     temperature = body.get("temperature")
     timings = state.timings(request.headers)
+    state.check_recordable(body)
     prompt = state.prompt(rendered)
     return Job("openai", "/v1/chat/completions", state.new_id("chatcmpl"), body["model"], body, prompt,
                state.clamp_max_tokens(prompt, max_tokens), 1.0 if temperature is None else float(temperature),

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from kvprobe.request.model import RenderedRequest
 from kvprobe.serve import engine_loop as el
@@ -25,6 +28,7 @@ from kvprobe.sim import Prediction
 from kvprobe.trace import TraceRecord, TraceWriter
 
 CLOCK_HEADER = "x-kvprobe-clock"
+LATEST_CLOCK = 253402300799.0  # 9999-12-31T23:59:59Z: what a trace's times can say
 
 
 @dataclass(slots=True)
@@ -174,9 +178,24 @@ class ServeState:
         if raw is None or self.config.clock != "virtual":
             return Timings(arrival, time.time())
         try:
-            return Timings(arrival, float(raw))
+            clock = float(raw)
         except ValueError:
-            raise invalid(f"header X-Kvprobe-Clock: expected epoch seconds, got {raw!r}") from None
+            clock = math.nan
+        if not 0 <= clock <= LATEST_CLOCK:  # nan, inf and 1e300 too: refused before any work is done
+            raise invalid(f"header X-Kvprobe-Clock: expected epoch seconds (0 to {LATEST_CLOCK:.0f}, the end of "
+                          f"year 9999), got {raw[:40]!r}")
+        return Timings(arrival, clock)
+
+    def check_recordable(self, body: Any) -> None:
+        """With a trace (-o), a request whose body cannot be written there is refused before it is answered:
+        every answered request has its line."""
+        if self.trace is None:
+            return
+        try:
+            orjson.dumps(body)
+        except orjson.JSONEncodeError as exc:
+            raise invalid(f"kvprobe serve records every request in its trace (-o) and cannot write this "
+                          f"request's body: {exc}") from None
 
     def prompt(self, rendered: RenderedRequest, check_length: bool = True) -> Prompt:
         try:

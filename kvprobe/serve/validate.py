@@ -2,8 +2,9 @@
 behaves the same in production: unknown models (404), malformed content blocks, a conversation that starts
 with the assistant, a `stream` that is not a boolean, a reply limit beyond what the model can produce.
 
-Only the request's shape is checked here; documented optional fields (metadata, tools, thinking,
-diagnostics, ...) are accepted whatever the local engine makes of them.
+Only the request's shape is checked here (the Messages API's field rules: kvprobe.serve.messages_schema);
+documented optional fields (tools, thinking, diagnostics, ...) are accepted whatever the local engine makes
+of them.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from kvprobe.catalog import load_catalog, rules_for
 from kvprobe.serve.errors import ApiError, invalid
+from kvprobe.serve.messages_schema import check_fields
 
 # Content block types the Messages API accepts in requests (API reference, Messages: content block params).
 ANTHROPIC_BLOCKS = frozenset({
@@ -55,6 +57,7 @@ def _stream(body: dict[str, Any], api: str) -> None:
 
 def check_anthropic(body: dict[str, Any], max_output: int) -> None:
     """The Messages API's request checks beyond the presence of model/messages/max_tokens."""
+    check_fields(body)  # kvprobe.serve.messages_schema: fields, cache_control, tools, sampling, empty text
     _stream(body, "anthropic")
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > max_output:
