@@ -3,12 +3,17 @@ message, never a traceback.
 
 Readers: traces (report, gate, usage, fix, baseline, html, diff, compare, import, db load), request bodies
 (diff), baselines (gate --baseline, compare), task outcomes (--outcomes). Mutations favour what broke
-before: negative, huge and non-finite usage, a model that is not a string, lists nested hundreds deep.
-The default run is small; `pytest -m slow` runs many more examples.
+before: negative, huge and non-finite usage, a model that is not a string, lists nested hundreds deep;
+usage whose parts exceed their whole (cached above all input, a 5m/1h split above the writes, DeepSeek hits
+above the prompt, reasoning above output); ids repeated across files; markup and terminal control
+characters in every string field; values nested up to the 1024 levels orjson reads.
+The default run is small (a few seconds); `pytest -m slow` runs over 10,000 cases: the library readers take
+most of them (a case costs milliseconds there), the CLI a few thousand.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import orjson
@@ -18,6 +23,13 @@ from typer.testing import CliRunner
 
 from conftest import ROOT, json_spots
 from kvprobe.cli import app
+from kvprobe.errors import InputError
+from kvprobe.importers import ImportReport, load_any
+from kvprobe.nesting import allow_deep_json
+from kvprobe.trace import read_trace
+from kvprobe.usage import normalize_usage
+
+allow_deep_json()  # the harness itself writes 1000-deep JSON with the stdlib
 
 SAMPLE_LINES = (ROOT / "traces" / "sample_session.jsonl").read_bytes().splitlines()
 REQUEST_A = (ROOT / "examples" / "request_a.json").read_bytes()
@@ -26,6 +38,10 @@ OUTCOMES = [b'{"task": "fix-login-bug", "passed": true, "duration_s": 30}', b'{"
 NASTY = [-50000, -1, 1e308, 2**63 - 1, 2**64, 10**30, 0.5, -0.0, 1e-300, "12", "", True, None, [], {},
          "claude-sonnet-4-5", 12345, "2026-09-10T10:00:00Z", "9999-12-31T23:59:59Z", "x" * 300]
 ALLOWED = {0, 1, 2, 3}
+# Examples under -m slow (environment overrides for a shorter or longer soak): the library readers' cases
+# cost milliseconds, the CLI's a second or so (each runs every reading command)
+SOAK_READS = int(os.environ.get("KVPROBE_FUZZ_READS", 10_000))
+SOAK_CLI = int(os.environ.get("KVPROBE_FUZZ_CLI", 300))
 
 
 def _deep(depth: int) -> object:
@@ -39,7 +55,12 @@ leaf = st.sampled_from(NASTY) | st.integers(-2**70, 2**70) | st.floats(allow_nan
     | st.text(max_size=10)
 values = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                           max_size=3), max_leaves=8)
-values = values | st.integers(200, 400).map(_deep)
+values = values | st.integers(200, 400).map(_deep) | st.sampled_from([990, 1000, 1020]).map(_deep)
+
+# Text a trace may carry into a table: rich markup, emoji codes, terminal escapes (colour, title, clear
+# screen, C1 CSI), bidi overrides, carriage returns, NUL, a lone surrogate.
+HOSTILE = ["x[/]", "[/]", "[bold]b[/bold]", "[link=http://x]l[/link]", ":thumbs_up:", "\x1b[31mred\x1b[0m",
+           "\x1b]0;title\x07", "\x1b[2J", "\x9b2J", "\u202etxt", "a\rb", "\x00", "%s{0}", "\ud800", "[old]/t"]
 
 
 @st.composite
@@ -61,6 +82,57 @@ def mutated(draw, raw: bytes) -> bytes:
 
 
 @st.composite
+def hostile(draw, raw: bytes) -> bytes:
+    """The document with hostile text put into some of its strings (ids, models, sessions, paths, text)."""
+    value = orjson.loads(raw)
+    for container, key in list(json_spots(value)):
+        if isinstance(container[key], str) and draw(st.integers(0, 3)) == 0:
+            token = draw(st.sampled_from(HOSTILE))
+            container[key] = token if draw(st.booleans()) else container[key] + token
+    return json.dumps(value).encode()
+
+
+def _count() -> st.SearchStrategy[int]:
+    return st.integers(0, 60000) | st.sampled_from([0, 1, 10, 4096, 10**10])
+
+
+@st.composite
+def usage_parts(draw) -> tuple[str, str, dict]:
+    """(provider, usage key, usage) with parts and wholes drawn apart: a part is often more than its whole."""
+    shape = draw(st.sampled_from(["anthropic", "chat", "responses", "deepseek", "gemini"]))
+    c = [draw(_count()) for _ in range(4)]
+    if shape == "anthropic":
+        return "anthropic", "usage", {"input_tokens": c[0], "cache_read_input_tokens": c[1],
+                                      "cache_creation_input_tokens": c[2], "output_tokens": 5, "cache_creation": {
+                                          "ephemeral_5m_input_tokens": c[3], "ephemeral_1h_input_tokens": c[1]}}
+    if shape == "chat":
+        return "openai", "usage", {"prompt_tokens": c[0], "completion_tokens": c[1],
+                                   "prompt_tokens_details": {"cached_tokens": c[2]},
+                                   "completion_tokens_details": {"reasoning_tokens": c[3]}}
+    if shape == "responses":
+        return "openai", "usage", {"input_tokens": c[0], "output_tokens": c[1],
+                                   "input_tokens_details": {"cached_tokens": c[2], "cache_write_tokens": c[3]}}
+    if shape == "deepseek":
+        return "deepseek", "usage", {"prompt_tokens": c[0], "prompt_cache_hit_tokens": c[1],
+                                     "prompt_cache_miss_tokens": c[2], "completion_tokens": c[3]}
+    spelling = draw(st.sampled_from([("promptTokenCount", "cachedContentTokenCount"),
+                                     ("prompt_token_count", "cached_content_token_count"),
+                                     ("promptTokenCount", "cached_content_token_count")]))
+    return "gemini", "usageMetadata", {spelling[0]: c[0], spelling[1]: c[1], "candidatesTokenCount": c[2]}
+
+
+@st.composite
+def usage_record(draw, raw: bytes) -> bytes:
+    record = orjson.loads(raw)
+    provider, key, usage = draw(usage_parts())
+    record["provider"] = provider
+    record["response"] = {key: usage, "model": draw(st.sampled_from(["gpt-4o", "claude-sonnet-4-5", "x"]))}
+    if provider != "anthropic" or draw(st.booleans()):
+        record.pop("request", None)  # usage only: no body of another provider's shape to render
+    return json.dumps(record).encode()
+
+
+@st.composite
 def broken_bytes(draw, raw: bytes) -> bytes:
     at = draw(st.integers(0, max(len(raw) - 1, 0)))
     kind = draw(st.sampled_from(["cut", "flip", "insert"]))
@@ -73,7 +145,8 @@ def broken_bytes(draw, raw: bytes) -> bytes:
 
 def _lines(lines: list[bytes]) -> st.SearchStrategy[bytes]:
     one = st.sampled_from(lines)
-    line = st.one_of(one, one.flatmap(mutated), one.flatmap(mutated), one.flatmap(broken_bytes))
+    line = st.one_of(one, one.flatmap(mutated), one.flatmap(mutated), one.flatmap(broken_bytes),
+                     one.flatmap(hostile), one.flatmap(usage_record))
     return st.lists(line, min_size=1, max_size=6).map(lambda ls: b"\n".join(ls) + b"\n")
 
 
@@ -81,12 +154,14 @@ def _document(raw: bytes) -> st.SearchStrategy[bytes]:
     return st.one_of(mutated(raw), mutated(raw), broken_bytes(raw))
 
 
-def _run(args: list[str]) -> None:
+def _run(args: list[str]):
     result = CliRunner().invoke(app, args)
     assert result.exit_code in ALLOWED, (args, result.exit_code, result.output)
     if result.exception is not None:
         assert isinstance(result.exception, SystemExit), (args, repr(result.exception))
     assert "Traceback" not in result.output, (args, result.output)
+    assert "\x1b" not in result.output and "\x9b" not in result.output, (args, result.output)  # escapes shown
+    return result
 
 
 def _trace_commands(trace: Path, out: Path) -> list[list[str]]:
@@ -131,7 +206,7 @@ def _fuzz(examples: int) -> dict:
 
 
 @pytest.mark.parametrize("examples", [pytest.param(6, id="default"),
-                                      pytest.param(400, id="soak", marks=pytest.mark.slow)])
+                                      pytest.param(SOAK_CLI * 2, id="soak", marks=pytest.mark.slow)])
 def test_trace_readers_never_crash(examples, tmp_path_factory):
     @settings(**_fuzz(examples))
     @given(_lines(SAMPLE_LINES))
@@ -150,6 +225,65 @@ def test_other_readers_never_crash(kind, examples, tmp_path_factory):
     @given(source)
     def run(content):
         _check_other(kind, content, tmp_path_factory.mktemp("fuzz"))
+    run()
+
+
+def _possible(usage) -> bool:
+    """What every figure is computed from: no class negative, no part above its whole."""
+    return (usage.input_tokens >= 0 and usage.cache_read_tokens >= 0 and usage.cache_write_5m_tokens >= 0
+            and usage.cache_write_1h_tokens >= 0 and usage.fresh_input_tokens >= 0 and usage.output_tokens >= 0
+            and 0 <= usage.reasoning_output_tokens <= usage.output_tokens)
+
+
+def _check_readers(content: bytes, tmp: Path) -> None:
+    """The library readers on one file: strict (an InputError or records) and lenient (records and counted
+    skips); whatever they let through has usage that adds up."""
+    trace = tmp / "fuzz.jsonl"
+    trace.write_bytes(content)
+    try:
+        strict = list(read_trace(trace))
+    except InputError:
+        strict = []
+    report = ImportReport()
+    try:
+        lenient = list(load_any([trace], report=report))
+    except InputError:
+        lenient = []
+    for record in strict + lenient:
+        usage = normalize_usage(record.provider, record.usage)
+        assert usage is None or _possible(usage), (record.provider, record.usage, usage)
+
+
+@pytest.mark.parametrize("examples", [pytest.param(25, id="default"),
+                                      pytest.param(SOAK_READS, id="soak", marks=pytest.mark.slow)])
+def test_impossible_usage_never_passes_a_reader(examples, tmp_path_factory):
+    @settings(**_fuzz(examples))
+    @given(_lines(SAMPLE_LINES))
+    def run(content):
+        _check_readers(content, tmp_path_factory.mktemp("read"))
+    run()
+
+
+def _check_two_files(first: bytes, second: bytes, tmp: Path) -> None:
+    """Two traces that number their requests alike (both start from the sample's req_1..req_6)."""
+    a, b = tmp / "a.jsonl", tmp / "b.jsonl"
+    a.write_bytes(first)
+    b.write_bytes(second)
+    for args in (["report", a, b, "--json"], ["usage", a, b, "--json"]):
+        _run([str(x) for x in args])
+    imported = _run(["import", str(a), str(b), "-o", str(tmp / "both.jsonl"), "--force"])
+    if imported.exit_code == 0:  # every record it wrote reads back strictly: ids unique across the files
+        records = list(read_trace(tmp / "both.jsonl"))
+        assert len({r.id for r in records}) == len(records)
+
+
+@pytest.mark.parametrize("examples", [pytest.param(3, id="default"),
+                                      pytest.param(SOAK_CLI, id="soak", marks=pytest.mark.slow)])
+def test_ids_repeated_across_files(examples, tmp_path_factory):
+    @settings(**_fuzz(examples))
+    @given(_lines(SAMPLE_LINES), _lines(SAMPLE_LINES))
+    def run(first, second):
+        _check_two_files(first, second, tmp_path_factory.mktemp("two"))
     run()
 
 

@@ -113,13 +113,12 @@ def _parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
         whole = _first_count(usage, "prompt_tokens")
         parts = [(k, _count(usage, k)) for k in ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")]
         return _more_than(parts, whole) if whole and whole[1] else None
-    if "promptTokenCount" in usage or "prompt_token_count" in usage:  # Gemini: cached content is in the prompt
-        for cached, prompt in (("cachedContentTokenCount", "promptTokenCount"),
-                               ("cached_content_token_count", "prompt_token_count")):
-            whole = _first_count(usage, prompt)
-            if whole is not None and (found := _more_than([(cached, _count(usage, cached))], whole)):
-                return found
-        return None
+    gemini = ("promptTokenCount" in usage or "prompt_token_count" in usage) and \
+        "input_tokens" not in usage and "prompt_tokens" not in usage
+    if gemini:  # Gemini (either spelling): cached content is part of the prompt
+        whole = _first_count(usage, "promptTokenCount", "prompt_token_count")
+        cached = _first_count(usage, "cachedContentTokenCount", "cached_content_token_count")
+        return _more_than([cached], whole or ("promptTokenCount", 0)) if cached else None
     return _openai_parts_problem(usage)
 
 
