@@ -99,7 +99,8 @@ def _count() -> st.SearchStrategy[int]:
 @st.composite
 def usage_parts(draw) -> tuple[str, str, dict]:
     """(provider, usage key, usage) with parts and wholes drawn apart: a part is often more than its whole."""
-    shape = draw(st.sampled_from(["anthropic", "chat", "responses", "deepseek", "gemini"]))
+    shape = draw(st.sampled_from(["anthropic", "chat", "responses", "deepseek", "gemini", "interactions",
+                                  "converse"]))
     c = [draw(_count()) for _ in range(4)]
     if shape == "anthropic":
         return "anthropic", "usage", {"input_tokens": c[0], "cache_read_input_tokens": c[1],
@@ -115,6 +116,12 @@ def usage_parts(draw) -> tuple[str, str, dict]:
     if shape == "deepseek":
         return "deepseek", "usage", {"prompt_tokens": c[0], "prompt_cache_hit_tokens": c[1],
                                      "prompt_cache_miss_tokens": c[2], "completion_tokens": c[3]}
+    if shape == "interactions":
+        return "gemini", "usage", {"total_input_tokens": c[0], "total_cached_tokens": c[1],
+                                   "total_output_tokens": c[2]}
+    if shape == "converse":
+        return "anthropic", "usage", {"inputTokens": c[0], "cacheReadInputTokens": c[1],
+                                      "cacheWriteInputTokens": c[2], "outputTokens": c[3]}
     spelling = draw(st.sampled_from([("promptTokenCount", "cachedContentTokenCount"),
                                      ("prompt_token_count", "cached_content_token_count"),
                                      ("promptTokenCount", "cached_content_token_count")]))

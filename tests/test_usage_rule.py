@@ -52,12 +52,18 @@ IMPOSSIBLE = [  # (provider, model, usage key, usage, the field named)
     ("anthropic", "claude-sonnet-4-5", "usage", {"input_tokens": 10, "output_tokens": 3,
                                                  "cache_read_input_tokens": 12.5},
      "response.usage.cache_read_input_tokens"),  # a count is whole: 12.5 was read as 12
+    ("openai", "qwen-plus", "usage", {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {
+        "cached_tokens": 50, "cache_creation_input_tokens": 60}},  # Qwen's explicit cache writes
+     "response.usage.prompt_tokens_details.cached_tokens"),
+    ("gemini", "gemini-2.5-flash", "usage", {"total_input_tokens": 10, "total_cached_tokens": 500,
+                                             "total_output_tokens": 3},  # Gemini's Interactions API
+     "response.usage.total_cached_tokens"),
 ]
 
 
 @pytest.mark.parametrize(("provider", "model", "key", "usage", "field"), IMPOSSIBLE,
                          ids=["chat-cached", "responses-cached", "reasoning", "deepseek-hits", "gemini-cached",
-                              "anthropic-split", "fractional"])
+                              "anthropic-split", "fractional", "qwen-writes", "interactions-cached"])
 def test_impossible_usage_never_passes_a_gate(cli, tmp_path, provider, model, key, usage, field):
     trace = _trace(tmp_path, provider, model, usage, key)
     gate = cli("gate", trace, *GATE)

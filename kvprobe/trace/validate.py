@@ -22,6 +22,9 @@ COUNT_KEYS = frozenset({
     "cached_tokens", "cache_write_tokens", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens",
     "promptTokenCount", "cachedContentTokenCount", "candidatesTokenCount", "totalTokenCount",
     "prompt_token_count", "cached_content_token_count", "candidates_token_count", "total_token_count",
+    "thoughtsTokenCount", "thoughts_token_count", "toolUsePromptTokenCount", "tool_use_prompt_token_count",
+    "total_input_tokens", "total_cached_tokens", "total_output_tokens", "reasoning_tokens",
+    "inputTokens", "outputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
 })
 _DEPTH = 4  # usage nests details a level or two deep (cache_creation, prompt_tokens_details, ...)
 
@@ -100,6 +103,12 @@ def _first_count(holder: dict[Any, Any], *keys: str) -> tuple[str, float] | None
 def _parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
     """(path below `usage`, what is wrong) for the first part larger than the whole it is part of, read the
     way kvprobe.usage reads each provider's usage (so a part it ignores is not checked)."""
+    if "total_cached_tokens" in usage or "total_input_tokens" in usage:  # Gemini Interactions
+        cached = _first_count(usage, "total_cached_tokens")
+        whole = _first_count(usage, "total_input_tokens") or ("total_input_tokens", 0)
+        return _more_than([cached], whole) if cached else None
+    if "inputTokens" in usage or "cacheReadInputTokens" in usage:
+        return None  # Bedrock Converse: inputTokens counts neither cache reads nor writes, it bounds nothing
     if isinstance(usage.get("cache_creation"), dict):  # Anthropic: the 5m/1h split of the cache writes
         split = usage["cache_creation"]
         parts = [(f"cache_creation.{k}", _count(split, k)) for k in ("ephemeral_5m_input_tokens",
@@ -127,7 +136,9 @@ def _openai_parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
     name = next((k for k in ("prompt_tokens_details", "input_tokens_details") if usage.get(k)), None)
     if name is not None and isinstance(usage[name], dict):
         details = usage[name]
-        written = (f"{name}.cache_write_tokens", _count(details, "cache_write_tokens"))
+        detail = next((k for k in ("cache_write_tokens", "cache_creation_input_tokens") if _count(details, k)),
+                       "cache_write_tokens")  # (GPT-5.6+ and OpenRouter; Qwen's explicit cache)
+        written = (f"{name}.{detail}", _count(details, detail))
         if not written[1]:  # (kvprobe.usage reads a top-level count when the details have none)
             written = ("cache_write_tokens", _count(usage, "cache_write_tokens"))
         parts = [(f"{name}.cached_tokens", _count(details, "cached_tokens")), written]
