@@ -169,3 +169,37 @@ def test_capture_keeps_impossible_upstream_usage_aside(tmp_path, cli):
     assert record.usage is None and record.extra["upstream_invalid_usage"] == {"usage": usage}
     assert "response.usage.prompt_tokens_details.cached_tokens" in record.error
     assert cli("gate", tmp_path / "trace.jsonl", *GATE).exit_code == 3  # nothing to decide on; never a pass
+
+
+def _gemini_session(folder, tokens: dict) -> None:
+    chats = folder / "tmp" / "abc123" / "chats"
+    chats.mkdir(parents=True)
+    doc = {"sessionId": "11111111-aaaa-bbbb-cccc-000000000001", "projectHash": "abc123",
+           "startTime": "2026-02-10T10:00:00.000Z", "messages": [
+               {"id": "m1", "timestamp": "2026-02-10T10:00:00.000Z", "type": "user", "content": "hi"},
+               {"id": "m2", "timestamp": "2026-02-10T10:00:05.000Z", "type": "gemini", "content": "hello",
+                "model": "gemini-2.5-pro", "tokens": {"input": 10000, "output": 200, **tokens}}]}
+    (chats / "session-2026-02-10T10-00-11111111.json").write_text(json.dumps(doc))
+
+
+def _opencode_message(folder, tokens: dict) -> None:
+    messages = folder / "storage" / "message" / "ses_A"
+    messages.mkdir(parents=True)
+    (messages / "msg_002.json").write_text(json.dumps({
+        "id": "msg_002", "sessionID": "ses_A", "role": "assistant", "time": {"created": 1770800001000},
+        "providerID": "openai", "modelID": "gpt-5", "tokens": {"input": 2000, "output": 100, **tokens}}))
+
+
+@pytest.mark.parametrize(("write", "tokens", "named"), [
+    (_gemini_session, {"cached": -9000}, "tokens.cached: expected a token count, got -9000"),
+    (_gemini_session, {"thoughts": "many"}, 'tokens.thoughts: expected a token count, got "many"'),
+    (_opencode_message, {"reasoning": 1e20}, "tokens.reasoning: expected a token count, got 1e+20"),
+    (_opencode_message, {"cache": {"read": True}}, "tokens.cache.read: expected a token count, got true"),
+])
+def test_gemini_cli_and_opencode_bad_counts_are_counted_skips(cli, tmp_path, write, tokens, named):
+    write(tmp_path, tokens)
+    res = cli("usage", tmp_path, "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["totals"]["requests"] == 0 and data["import"]["skipped_reasons"] == {"invalid usage": 1}
+    assert any(named in e for s in data["import"]["sources"] for e in s["examples"])

@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_objects, time_or_none,
+                                   token_count)
 from kvprobe.trace import TraceRecord
 
 NAME = "gemini_cli"
@@ -44,10 +45,13 @@ def sniff(first: Any) -> bool:
 
 
 def usage_metadata(tokens: dict[str, Any]) -> dict[str, Any]:
-    """Gemini CLI's token summary as the API's usageMetadata (what normalize_usage reads)."""
-    return {"promptTokenCount": as_int(tokens.get("input")), "cachedContentTokenCount": as_int(tokens.get("cached")),
-            "candidatesTokenCount": as_int(tokens.get("output")), "thoughtsTokenCount": as_int(tokens.get("thoughts")),
-            "toolUsePromptTokenCount": as_int(tokens.get("tool")), "totalTokenCount": as_int(tokens.get("total"))}
+    """Gemini CLI's token summary as the API's usageMetadata (what normalize_usage reads); BadCount for a
+    count that is none (the message is then a counted skip)."""
+    def count(key: str) -> int:
+        return token_count(tokens.get(key), f"tokens.{key}")
+    return {"promptTokenCount": count("input"), "cachedContentTokenCount": count("cached"),
+            "candidatesTokenCount": count("output"), "thoughtsTokenCount": count("thoughts"),
+            "toolUsePromptTokenCount": count("tool"), "totalTokenCount": count("total")}
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
@@ -63,10 +67,16 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             previous = _last_time(message, stamp) or previous
             continue
         rid = f"{session}:{message['id']}"
+        try:
+            usage = usage_metadata(tokens)
+        except BadCount as exc:
+            stats.skip("invalid usage", message.get("_line"), str(exc))
+            previous = _last_time(message, stamp) or previous
+            continue
         if stats.first_time(rid, seen):
             model = as_str(message.get("model"))
             yield TraceRecord(id=rid, provider="gemini", started_at=previous if previous is not None else stamp,
-                              response={"id": message["id"], "model": model, "usageMetadata": usage_metadata(tokens)},
+                              response={"id": message["id"], "model": model, "usageMetadata": usage},
                               session=session, agent=agent, endpoint=ENDPOINT, finished_at=stamp,
                               extra={"source_format": NAME, "project_hash": as_str(meta.get("projectHash"))},
                               source=str(path), line=message.get("_line"))

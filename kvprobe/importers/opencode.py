@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from kvprobe.errors import InputError
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, time_or_none
+from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, time_or_none, token_count
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -108,6 +108,11 @@ def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
         session = as_str(message.get("sessionID")) or "-"
         agent = as_str(message.get("agent")) or as_str(message.get("mode")) or "main"
         stream = events.setdefault(session, Events())
+        try:
+            _usage("openai", tokens)  # its counts are counts (BadCount: a counted skip, never a silent 0)
+        except BadCount as exc:
+            stats.skip("invalid usage", None, str(exc))
+            continue
         if not stats.first_time(ident, seen):
             continue
         yield _record(message, tokens, ident, session, agent, stream, source)
@@ -145,9 +150,10 @@ def _time(message: dict[str, Any], key: str) -> float | None:
 
 def _usage(provider: str, tokens: dict[str, Any]) -> dict[str, Any]:
     cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-    fresh, read, write = as_int(tokens.get("input")), as_int(cache.get("read")), as_int(cache.get("write"))
-    reasoning = as_int(tokens.get("reasoning"))
-    output = as_int(tokens.get("output")) + reasoning
+    fresh, read = token_count(tokens.get("input"), "tokens.input"), token_count(cache.get("read"), "tokens.cache.read")
+    write = token_count(cache.get("write"), "tokens.cache.write")
+    reasoning = token_count(tokens.get("reasoning"), "tokens.reasoning")
+    output = token_count(tokens.get("output"), "tokens.output") + reasoning
     if provider == "anthropic":
         return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
                 "output_tokens": output}
