@@ -101,9 +101,10 @@ def test_version_loads_no_command_module():
     """`kvprobe --version` answers without importing any command (start-up stays at typer's import)."""
     code = ("import sys\nsys.argv = ['kvprobe', '--version']\nfrom kvprobe.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            # kvprobe.cli.help (how help names values) imports nothing but typer
+            # kvprobe.cli.help (how help names values) imports nothing but typer; kvprobe.nesting (the
+            # recursion limit for deep JSON, set first) nothing but sys
             "print(sorted(m for m in sys.modules if m.startswith('kvprobe.') and m not in ('kvprobe.cli', "
-            "'kvprobe.cli.help')))")
+            "'kvprobe.cli.help', 'kvprobe.nesting')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"

@@ -33,7 +33,9 @@ def _default_module() -> ModuleType:
 
 def _exchange(request: Any, body: bytes) -> Exchange:
     headers = {k.lower(): v for k, v in request.headers.items()}
-    return Exchange(request.method, request.url.path, headers, body, time.time(),
+    query = request.url.query  # kept for the recorder to scrub a `?key=` credential from what it writes
+    path = request.url.path + (f"?{query.decode('latin-1') if isinstance(query, bytes) else query}" if query else "")
+    return Exchange(request.method, path, headers, body, time.time(),
                     provider_hint=_PROVIDER_HOSTS.get(request.url.host))
 
 
