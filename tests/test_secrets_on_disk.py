@@ -96,8 +96,9 @@ def test_capture_scrubs_a_key_of_any_shape_it_saw_in_the_headers(tmp_path, optio
 def test_a_short_placeholder_key_scrubs_nothing(tmp_path):
     """The local server's api_key="x" must not turn every x of a response into a placeholder."""
     rec = Recorder(tmp_path / "trace.jsonl")
-    reply = {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
-             "content": [{"type": "text", "text": "x marks the spot"}], "usage": {"input_tokens": 5, "output_tokens": 4}}
+    reply = {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+             "stop_reason": "end_turn", "content": [{"type": "text", "text": "x marks the spot"}],
+             "usage": {"input_tokens": 5, "output_tokens": 4}}
     rec.record(Exchange("POST", "/v1/messages", {"x-api-key": "x"}, orjson.dumps(BODY), 1.0, status=200,
                         response_headers={"content-type": "application/json"},
                         response_body=bytearray(orjson.dumps(reply))))

@@ -5,11 +5,13 @@ Clients reach it at a per-provider mount: ``http://127.0.0.1:PORT/anthropic`` (A
 Anthropic when it looks like one (``/v1/messages``, an ``anthropic-version`` header) and to OpenAI otherwise.
 
 Bodies pass byte for byte and responses stream through as they arrive (the raw framing is forwarded; a copy
-is decoded on the side). Interim 1xx responses (103 Early Hints) are passed on and the final response
-follows; a body delimited by the upstream closing (HTTP/1.0, no length) ends the client's connection too;
-conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
+is decoded on the side). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
 headers, and Accept-Encoding narrowed to encodings the recorder can undo. The record is built after the
 client has the last byte, so recording adds no latency to the response.
+
+Framing as RFC 9112 has it: interim 1xx responses (103 Early Hints) are passed on and the final response
+follows; a body delimited by the upstream closing (HTTP/1.0, no length) ends the client's connection too;
+conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502).
 """
 from __future__ import annotations
 
