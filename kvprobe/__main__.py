@@ -1,3 +1,9 @@
-from kvprobe.cli import main
+import sys
+
+try:  # Ctrl-C while the CLI's modules load is a clean stop too (exit 130, as in a command)
+    from kvprobe.cli import main
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 main()

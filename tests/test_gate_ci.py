@@ -346,7 +346,7 @@ def test_a_full_stdout_is_exit_2_not_a_traceback():
         done = subprocess.run([sys.executable, "-m", "kvprobe", "gate", str(SAMPLE), "--min-hit-ratio", "0.3"],
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert "cannot write to standard output: No space left on device" in done.stderr
+    assert "cannot write the output: No space left on device" in done.stderr
     assert "Traceback" not in done.stderr
 
 

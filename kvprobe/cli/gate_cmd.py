@@ -148,7 +148,7 @@ def _stdout_failed(exc: OSError) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    err.print(f"error: cannot write to standard output: {exc.strerror or exc}", markup=False, highlight=False)
+    err.print(f"error: cannot write the output: {exc.strerror or exc}", markup=False, highlight=False)
     raise typer.Exit(2)
 
 
