@@ -116,6 +116,8 @@ class ModelRules:
     platform: str | None = None  # who served it: None or the provider itself for the first-party API
     platform_family: str | None = None  # the platform's own entry for the model, when it has one
     platform_listed: bool = True  # False: a platform the catalog has no rules for (first-party rules used)
+    # figures a hot path derives from the rules once (a simulator's settings, pricing multipliers), by name
+    derived: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def known_model(self) -> bool:

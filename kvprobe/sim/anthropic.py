@@ -16,6 +16,30 @@ from kvprobe.sim.positions import Column, PrefixFacts
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 
+@dataclass(slots=True, frozen=True)
+class Settings:
+    """What the cache reads of a model's rules, once per rules object: a simulation asks on every request."""
+
+    counting: str  # lookback counting rule
+    ttl_seconds: dict[str, float]  # per TTL class, capped by the platform's sticky routing
+    window: int | None  # lookback positions (None: no window)
+    minimum: int  # min cacheable tokens
+    default_ttl: str
+
+    @staticmethod
+    def of(rules: ModelRules) -> "Settings":
+        found = rules.derived.get("anthropic_cache")
+        if found is None:
+            ttls = rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}
+            window = rules.get("lookback_positions")
+            found = rules.derived["anthropic_cache"] = Settings(
+                str(rules.get("lookback_counting", "blocks")),
+                {ttl: routing_capped(float(s), rules) for ttl, s in ttls.items()},
+                None if window is None else int(window), int(rules.get("min_cacheable_tokens", 0)),
+                str(rules.get("default_ttl", "5m")))
+        return found
+
+
 @dataclass(slots=True)
 class Entry:
     tokens: int
@@ -39,32 +63,30 @@ class AnthropicCache:
         pred = Prediction()
         if not blocks:
             return pred
-        counting = str(rules.get("lookback_counting", "blocks"))
-        facts = self._facts.get(counting)
+        settings = Settings.of(rules)
+        facts = self._facts.get(settings.counting)
         if facts is None:
-            facts = self._facts[counting] = PrefixFacts(counting)
+            facts = self._facts[settings.counting] = PrefixFacts(settings.counting)
         cum, positions = Column(facts, blocks, 0), Column(facts, blocks, 1)
         total = cum[-1]
-        bps = req.breakpoint_indices
-        ttl_of = dict(req.breakpoints)
-        if not bps:
+        if not req.breakpoints:
             pred.fresh_input_tokens = total
             return pred
-        ttl_seconds: dict[str, float] = {ttl: routing_capped(float(s), rules) for ttl, s in
-                                         (rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}).items()}
-        hit = self._find_hit(req, rules, bps, start, pred, positions)
+        bps = [i for i, _ in req.breakpoints]
+        ttl_seconds = settings.ttl_seconds
+        hit = self._find_hit(req, settings, bps, start, pred, positions)
         read = cum[hit] if hit is not None else 0
         if hit is not None:
             entry = self.entries[blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + ttl_seconds.get(entry.ttl, 300))
         pred.hit_block, pred.cache_read_tokens = hit, read
-        self._write(req, rules, bps, ttl_of, cum, hit, request_id, start, readable_at, ttl_seconds, pred)
+        self._write(req, settings, bps, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = total - pred.cache_read_tokens - pred.cache_write_tokens
         return pred
 
-    def _find_hit(self, req: RenderedRequest, rules: ModelRules, bps: list[int], start: float,
+    def _find_hit(self, req: RenderedRequest, settings: Settings, bps: list[int], start: float,
                   pred: Prediction, positions: Column) -> int | None:
-        window = int(rules.get("lookback_positions", len(req.blocks) + 1))  # no rule: no window
+        window = settings.window if settings.window is not None else len(req.blocks) + 1  # no rule: no window
         best: int | None = None
         blocks, entries = req.blocks, self.entries
         for bp in bps:
@@ -106,15 +128,13 @@ class AnthropicCache:
                                               f"{window}", j, positions_back=back))
                 return
 
-    def _write(self, req: RenderedRequest, rules: ModelRules, bps: list[int], ttl_of: dict[int, str],
-               cum: Column,
-               hit: int | None, request_id: str, start: float, readable_at: float,
-               ttl_seconds: dict[str, float], pred: Prediction) -> None:
-        minimum = int(rules.get("min_cacheable_tokens", 0))
+    def _write(self, req: RenderedRequest, settings: Settings, bps: list[int], cum: Column, hit: int | None,
+               request_id: str, start: float, readable_at: float, pred: Prediction) -> None:
+        minimum, ttl_seconds = settings.minimum, settings.ttl_seconds
         prev = cum[hit] if hit is not None else 0
-        for bp in bps:
+        for (bp, marked) in req.breakpoints:
             block = req.blocks[bp]
-            ttl = ttl_of[bp] if ttl_of[bp] in ttl_seconds else str(rules.get("default_ttl", "5m"))
+            ttl = marked if marked in ttl_seconds else settings.default_ttl
             if cum[bp] < minimum:
                 if bp == bps[-1]:
                     pred.evidence.append(below_minimum(block.path, bp, cum[bp], minimum))
