@@ -21,6 +21,7 @@ from kvprobe.economics.attribution import attribute, top_blocks
 from kvprobe.economics.compaction import find_compactions
 from kvprobe.economics.tasks import Outcome, summarize_tasks
 from kvprobe.economics.tasks import overall as task_overall
+from kvprobe.forked import Forked, worth_forking
 from kvprobe.pricing import PriceBook
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
@@ -239,7 +240,8 @@ def _all_kvprobe_traces(paths: list[Path]) -> bool:
 
 
 def records_from(paths: Iterable[str | Path], stats_out: list[tuple[str, ReadStats]],
-                 progress: Callable[[int], None] | None = None, notes: list[str] | None = None) -> Iterator[TraceRecord]:
+                 progress: Callable[[int], None] | None = None, notes: list[str] | None = None
+                 ) -> Iterator[TraceRecord]:
     """Records of every input: kvprobe traces read strictly (ids made unique across files); any other
     source (Claude Code, Codex, HAR, OpenTelemetry, LiteLLM logs, folders) through the importers, whose
     skipped lines are counted and reported in `notes`."""
@@ -290,6 +292,18 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     skip_failed: leave requests that failed without usage out of the simulation and the totals (the gate:
     a request that never reached a model is neither priced nor passed); `Report.failed` lists them anyway.
     """
+    try:
+        return _build_report(paths, filters=filters, prices=prices, progress=progress, top=top, records=records,
+                             fixes=fixes, predicted_only=predicted_only, outcomes=outcomes,
+                             top_block_count=top_block_count, skip_failed=skip_failed)
+    finally:
+        split_parse.end_counting()  # the parse's helper counted the texts read after it: it ends with the report
+
+
+def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: PriceBook | None,
+                  progress: Callable[[int], None] | None, top: int, records: Iterable[TraceRecord] | None,
+                  fixes: bool | None, predicted_only: bool, outcomes: dict[str, Outcome] | None,
+                  top_block_count: int | None, skip_failed: bool) -> Report:
     prices = prices or PriceBook()
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
@@ -326,8 +340,11 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
     book = sizer.book_of(store) if fixes or predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
-    diagnose(results, _reread_factory())
     price_results(results, prices)
+    texts = TextSource(kept)
+    fleet = find_shared_prefixes(results, texts, prices)  # reads no diagnosis
+    what_if = _diagnose_beside(results, (lambda: _what_if(kept, prices, sks, store, book, texts, fleet))
+                               if fixes else None)
     considered = len(results)
     if filters:
         results = [r for r in results if filters.keep(r)]
@@ -343,12 +360,42 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  failed=failed)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
-    texts = TextSource(kept)
-    rep.fleet = find_shared_prefixes(results, texts, prices)
+    rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
-    if fixes:
-        _add_fixes(rep, kept, prices, sks, store, book, texts)
+    if what_if is not None:
+        _add_fixes(rep, what_if)
     return rep
+
+
+def _diagnose_beside(results: list[RequestResult], what_if: Callable[[], Any] | None) -> Any:
+    """Diagnose the results and compute the what-if (None when not asked). Neither reads the other's output:
+    on a large log with two cores, the diagnoses are made in a forked child while this process prices the
+    fixes; else one after the other."""
+    pending = Forked(lambda: _diagnosed(results)) if what_if is not None and worth_forking(len(results)) else None
+    if pending is None:
+        diagnose(results, _reread_factory())
+        return what_if() if what_if is not None else None
+    try:
+        found = what_if()  # type: ignore[misc]
+        ok, diagnosed = pending.result()
+    finally:
+        pending.close()
+    if ok and isinstance(diagnosed, list) and len(diagnosed) == len(results):
+        _take_diagnoses(results, diagnosed)
+    else:  # the child failed: diagnosed here (an error it met is raised here now)
+        diagnose(results, _reread_factory())
+    return found
+
+
+def _diagnosed(results: list[RequestResult]) -> list[tuple[list, int, str]]:
+    """What the diagnose stage sets on each result, computed in a child process while this one prices fixes."""
+    diagnose(results, _reread_factory())
+    return [(r.diagnoses, r.ideal_read_tokens, r.write_kind) for r in results]
+
+
+def _take_diagnoses(results: list[RequestResult], found: list[tuple[list, int, str]]) -> None:
+    for r, (diagnoses, ideal, write_kind) in zip(results, found):
+        r.diagnoses, r.ideal_read_tokens, r.write_kind = diagnoses, ideal, write_kind
 
 
 def _without_failed(sks: list[Skeleton], kept: list[TraceRecord] | None
@@ -358,11 +405,14 @@ def _without_failed(sks: list[Skeleton], kept: list[TraceRecord] | None
     return [sks[i] for i in keep], None if kept is None else [kept[i] for i in keep]
 
 
-def _add_fixes(rep: Report, records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton],
-               store: BlockStore, book: Any, texts: TextSource) -> None:
+def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,
+             book: Any, texts: TextSource, fleet: list) -> Any:
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    what_if = evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=rep.fleet)
+    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet)
+
+
+def _add_fixes(rep: Report, what_if: Any) -> None:
     rep.what_if = what_if
     rep.fixes = [c.to_json() for c in what_if.fixes]
     rep.alternatives = [c.to_json() for c in what_if.alternatives]

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kvprobe.forked import end_with_parent
+
 MIN_SPLIT_BYTES = 24_000_000  # below this, a second process costs about what it saves
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
@@ -150,9 +152,18 @@ class Helper:
         return self._end
 
     def counts(self) -> dict[int, int]:
-        """Raw token counts of every text sent, by body hash."""
+        """Raw token counts of every text sent, by body hash. The helper then counts single texts (`count`)."""
         self._notify(("end",), "counting tokens")
         return self._receive("counting tokens", None)
+
+    def count(self, text: str, encoding: str) -> int | None:
+        """One text's raw tokens, counted there after `counts`; None when the helper has ended."""
+        try:
+            self._conn.send_bytes(pickle.dumps(("count", text, encoding), protocol=_PROTOCOL))
+            kind, payload = pickle.loads(self._conn.recv_bytes())
+        except (OSError, EOFError):
+            return None
+        return payload if kind == "counted" else None
 
     def _notify(self, message: tuple, what: str) -> None:
         try:
@@ -230,7 +241,7 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
           guess_from: list[str]) -> None:
     if parent_end is not None:
         os.close(parent_end)
-        _end_with_parent()
+        end_with_parent()
     from kvprobe.nesting import allow_deep_json
 
     allow_deep_json()  # a spawned helper starts with Python's default limit
@@ -253,18 +264,6 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
             conn.send_bytes(pickle.dumps(("crash", traceback.format_exc())))
         except OSError:
             pass
-
-
-def _end_with_parent() -> None:
-    """Linux: have the kernel end this process when the parent dies (killed, it cannot say so); elsewhere
-    the helper notices at its next message."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _preload(paths: list[str]) -> None:
@@ -312,6 +311,19 @@ def _count_texts(conn: Any, scratch: int | None, read: _SharedInt | None) -> Non
         for body, encoding, text, meta in pickle.loads(batch):
             counts[body] = count_block_text(text, meta, encoding)
     conn.send_bytes(pickle.dumps(("counts", counts), protocol=_PROTOCOL))
+    _serve_counts(conn)
+
+
+def _serve_counts(conn: Any) -> None:
+    """After the parse: count the single texts the other process asks for, until it closes the pipe or ends
+    this process (split_parse.end_counting)."""
+    from kvprobe.tokens import count_text
+
+    while True:
+        message = pickle.loads(conn.recv_bytes())  # EOFError at the other end's close: the caller returns
+        if message[0] != "count":
+            return
+        conn.send_bytes(pickle.dumps(("counted", count_text(message[1], message[2])), protocol=_PROTOCOL))
 
 
 def _read_at(fd: int | None, offset: int, size: int) -> bytes:

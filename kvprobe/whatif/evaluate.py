@@ -28,6 +28,7 @@ from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
 from kvprobe.whatif.domains import add_spans, domains_of
+from kvprobe.whatif.parallel import Summary, price_sets, summary_of
 from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.reshape import canonical
@@ -200,13 +201,32 @@ class Pricer:
         return results
 
 
-def _pays(p: Priced) -> bool:
+def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int, ...]]) -> dict[int, Summary]:
+    """Each policy priced alone (on top of the ones it requires). The ones others start from, and those on top
+    of them, are priced here; the rest are shared with a child process on the second core when the log is large
+    enough (`parallel`)."""
+    independent = [p for p in proposed if not p.requires and (id(p),) not in required]
+    summaries: dict[int, Summary] = {}
+
+    def dependent() -> None:
+        for policy in proposed:
+            if policy.requires or (id(policy),) in required:
+                p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
+                summaries[id(policy)] = summary_of(pricer, p)
+                if (id(policy),) in required:
+                    pricer.kept[(id(policy),)] = p
+    for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], dependent)):
+        summaries[id(policy)] = s
+    return summaries
+
+
+def _pays(p: Priced | Summary) -> bool:
     if p.saving_ie < max(MIN_SAVING_TOKENS, MIN_SAVING_FRACTION * p.base_ie):
         return False
     return p.saving_usd is None or p.saving_usd > 0
 
 
-def _clusters(priced: list[tuple[Policy, Priced]]) -> list[list[tuple[Policy, Priced]]]:
+def _clusters(priced: list[tuple[Policy, Summary]]) -> list[list[tuple[Policy, Summary]]]:
     """Policies for the same misses (a request they both address), grouped: those are alternatives."""
     parent = list(range(len(priced)))
 
@@ -222,7 +242,7 @@ def _clusters(priced: list[tuple[Policy, Priced]]) -> list[list[tuple[Policy, Pr
                 parent[find(i)] = find(owner[rid])
             else:
                 owner[rid] = i
-    groups: dict[int, list[tuple[Policy, Priced]]] = {}
+    groups: dict[int, list[tuple[Policy, Summary]]] = {}
     for i, item in enumerate(priced):
         groups.setdefault(find(i), []).append(item)
     return list(groups.values())
@@ -234,7 +254,7 @@ def _compatible(policies) -> bool:
     return len(groups) == len(set(groups))
 
 
-def _choose(pricer: Pricer, group: list[tuple[Policy, Priced]]) -> list[Policy]:
+def _choose(pricer: Pricer, group: list[tuple[Policy, Summary]]) -> list[Policy]:
     """The subset of overlapping policies that saves most when simulated together."""
     ranked = sorted(group, key=lambda pp: -pp[1].saving_ie)
     best, best_saving = [ranked[0][0]], ranked[0][1].saving_ie
@@ -243,11 +263,10 @@ def _choose(pricer: Pricer, group: list[tuple[Policy, Priced]]) -> list[Policy]:
     subsets = ([list(s) for size in range(2, len(group) + 1) for s in combinations([p for p, _ in ranked], size)]
                if len(group) <= EXHAUSTIVE_MAX else None)
     if subsets is not None:
-        for subset in subsets:
-            if _compatible(subset):
-                p = pricer.price(subset)
-                if p.saving_ie > best_saving + MIN_SAVING_TOKENS and (p.saving_usd is None or p.saving_usd > 0):
-                    best, best_saving = subset, p.saving_ie
+        subsets = [s for s in subsets if _compatible(s)]
+        for subset, p in zip(subsets, price_sets(pricer, subsets)):
+            if p.saving_ie > best_saving + MIN_SAVING_TOKENS and (p.saving_usd is None or p.saving_usd > 0):
+                best, best_saving = subset, p.saving_ie
         return best
     for policy, _ in ranked[1:]:  # greedy: keep a policy only if it adds to what is chosen
         if _compatible([*best, policy]):
@@ -289,7 +308,8 @@ class WhatIf:
         return out
 
 
-def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fleet: list | None = None) -> list[Policy]:
+def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fleet: list | None = None
+            ) -> list[Policy]:
     ev = Evidence(pricer.baseline, texts, fleet or [])
     out = [p for propose_one in PROPOSERS for p in propose_one(ev)]
     out += propose_fleet(ev, out)  # on top of the policies that remove what breaks the sharing
@@ -304,21 +324,18 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
         assert records is not None
         prepared = prepare(records)
     pricer = Pricer(records, prices, prepared)
-    priced, on_top = [], []
     proposed = propose(pricer, texts or TextSource(records), kinds, fleet)
     required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
     pricer.keep_reshaped = required  # a policy priced on top of others starts from their edited log
+    summaries = _price_each(pricer, proposed, required)
+    priced, on_top = [], []
     for policy in proposed:
-        p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
-        policy.saving_input_equivalent_tokens, policy.saving_usd = p.saving_ie, p.saving_usd
-        policy.edited_requests = sum(p.edited.values())
-        policy.instances = pricer.instances(p)
-        if (id(policy),) in required:
-            pricer.kept[(id(policy),)] = p
-        else:
-            p.results, p.sks = [], []  # priced: a large log's simulations are not kept in memory
-        if _pays(p):
-            (on_top if policy.requires else priced).append((policy, p))
+        s = summaries[id(policy)]
+        policy.saving_input_equivalent_tokens, policy.saving_usd = s.saving_ie, s.saving_usd
+        policy.edited_requests = sum(s.edited.values())
+        policy.instances = s.instances
+        if _pays(s):
+            (on_top if policy.requires else priced).append((policy, s))
     chosen, alternatives = [], []
     for group in _clusters(priced):
         best = _choose(pricer, group)
