@@ -9,6 +9,8 @@ reported. Every count says whether it is exact.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -22,12 +24,40 @@ ESTIMATE_ENCODING = "cl100k_base"  # loads 3x faster than o200k; close to Claude
 
 @lru_cache(maxsize=4)
 def _encoding(name: str):
-    return quicktok.get_encoding(name)
+    found = quicktok.get_encoding(name)
+    _LOADED.add(name)
+    return found
+
+
+_LOADED: set[str] = set()
+# A process that has the tokenizer loaded already and counts for this one (the report's parse helper, once the
+# parse is done: `analysis.split_parse`): the few texts counted after the parse (a moved span, the head of a
+# changed block) then cost a round trip each instead of the ~0.2 s this process would take to load one.
+# Returns None when it cannot (ended): this process loads its own then.
+_elsewhere: Callable[[str, str], int | None] | None = None
+
+
+def count_elsewhere(counter: Callable[[str, str], int | None] | None) -> None:
+    global _elsewhere
+    _elsewhere = counter
+
+
+def _forget_elsewhere() -> None:  # a forked child does not share its parent's line to the counter
+    count_elsewhere(None)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
+    os.register_at_fork(after_in_child=_forget_elsewhere)
 
 
 def count_text(text: str, encoding: str = ESTIMATE_ENCODING) -> int:
     if not text:
         return 0
+    if _elsewhere is not None and encoding not in _LOADED:
+        counted = _elsewhere(text, encoding)
+        if counted is not None:
+            return counted
+        count_elsewhere(None)
     return _encoding(encoding).count(text)
 
 

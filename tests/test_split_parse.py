@@ -306,3 +306,42 @@ def test_texts_counted_here_while_the_helper_is_behind_give_the_same_sizes(monke
     par, _ = split_parse.parse([trace], par_store, [], keep_records=True)
     assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
         [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]
+
+
+_COUNTED_AFTER = """
+import json, sys
+import kvprobe.tokens as tokens
+from kvprobe.report import build_report
+from kvprobe.analysis import split_parse
+rep = build_report([sys.argv[1]], fixes=True)
+changes = [(r.sk.id, d.path, d.char_offset, d.token_position) for r in rep.results for d in r.diagnoses
+           if d.kind == "prefix_changed"]
+print(json.dumps({"changes": changes, "fixes": rep.fixes, "loaded": sorted(tokens._LOADED),
+                  "lent": len(split_parse._lent)}))
+"""
+
+
+def test_texts_counted_after_the_parse_are_counted_by_the_helper(tmp_path):
+    """The diagnoses (the token position of a change inside a block) and the what-if (a moved span's size)
+    count a few texts after the parse: the helper counts them, so this process loads no tokenizer, with
+    the figures one process gives; and the helper ends with the report."""
+    records = _records(sessions=3, turns=6)
+    for rec in records:  # a clock in the system text that moves on at turn 3: a prefix change in every session
+        turn = int(rec["request"]["messages"][-1]["content"].split("step ")[1].split(":")[0])
+        rec["request"]["system"][0]["text"] = f"The time is 10:{0 if turn < 3 else 5}0. " + SYSTEM
+        if turn == 3:
+            rec["response"]["usage"].update(cache_read_input_tokens=0, cache_creation_input_tokens=1400)
+    trace = _write(tmp_path / "t.jsonl", records)
+    runs = {}
+    for way in ("one", "count"):
+        env = {**os.environ, "KVPROBE_SPLIT_MIN_BYTES": "1"} if way == "count" else \
+            {k: v for k, v in os.environ.items() if k != "KVPROBE_SPLIT_MIN_BYTES"}
+        out = subprocess.run([sys.executable, "-c", _COUNTED_AFTER, str(trace)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        runs[way] = json.loads(out.stdout)
+    one, two = runs["one"], runs["count"]
+    assert len(one["changes"]) == 3 and all(c[1] == "system[0]" and c[3] > 0 for c in one["changes"])
+    assert two["changes"] == one["changes"] and two["fixes"] == one["fixes"]
+    assert one["loaded"] == ["cl100k_base"] and two["loaded"] == []  # counted there, not loaded here
+    assert two["lent"] == 0  # ended with the report

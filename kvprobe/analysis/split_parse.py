@@ -28,7 +28,7 @@ from kvprobe.analysis.helper import Helper, min_split_bytes, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
 from kvprobe.analysis.split_piece import Piece, leading_flags
 from kvprobe.errors import InputError
-from kvprobe.tokens import count_block_text
+from kvprobe.tokens import count_block_text, count_elsewhere
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # From this much input, large files are cut in two and each process renders and counts its own part (the
@@ -108,11 +108,30 @@ def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[
             store.settle(texts.counts())
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
+        if texts is not None:
+            _lend(helper)  # it counts for this process until `end_counting`
+            helper = None
         return joined.skeletons, kept
     finally:
         store.pending = None
         if helper is not None:
             helper.close()
+
+
+_lent: list[Helper] = []
+
+
+def _lend(helper: Helper) -> None:
+    end_counting()
+    _lent.append(helper)
+    count_elsewhere(helper.count)
+
+
+def end_counting() -> None:
+    """End the helper that counts texts for this process after a parse (called when the report is built)."""
+    count_elsewhere(None)
+    while _lent:
+        _lent.pop().close()
 
 
 class _TextsToCount:
