@@ -1,5 +1,6 @@
 """`report` with and without what-if fixes on fleets of 300 / 3,000 / 30,000 requests, and cacheeconomics on
-the same files: time per request, peak memory, ratios in one interleaved run.
+the same files: time per request, peak memory, ratios in one interleaved run. "fixes, one process" is the same
+run with the what-if kept off the second core ($KVPROBE_FORK_MIN_REQUESTS): what the fork saves.
 
 The fleets come from benchmarks/gen_fleet.py: sessions of one agent product sharing 12 tools and a system
 prompt, each with the breakers teams hit (a volatile clock inside the system line, a 6-7 minute pause, a
@@ -24,6 +25,7 @@ from bench_peers import compile_kvprobe, install_python_peers, kvprobe_cmd, meas
 from gen_fleet import generate  # noqa: E402
 
 HMAC = {"CACHEECONOMICS_HMAC_KEY": "kvprobe-benchmark-key-0123456789abcdef"}
+ONE_PROCESS = {"KVPROBE_FORK_MIN_REQUESTS": str(10**12)}  # the what-if without its second core (kvprobe.forked)
 
 
 def main() -> None:
@@ -46,6 +48,7 @@ def main() -> None:
     tools = {}
     for n, path in paths.items():
         tools[(n, "fixes")] = [*kv, "report", str(path), "--json", "--what-if"]
+        tools[(n, "fixes, one process")] = tools[(n, "fixes")]  # run with ONE_PROCESS: no forked what-if
         tools[(n, "no fixes")] = [*kv, "report", str(path), "--json", "--no-fixes"]
         if peers:
             tools[(n, "cacheeconomics")] = [str(peers / "cacheeconomics"), "analyze", str(path), "--from", "bodies",
@@ -54,14 +57,16 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores; load average before: {os.getloadavg()}")
     for _ in range(args.runs):  # interleaved: load changes hit every size and tool alike
         for key, cmd in tools.items():
-            runs[key].append(measure(cmd, HMAC if key[1] == "cacheeconomics" else None))
+            env = HMAC if key[1] == "cacheeconomics" else ONE_PROCESS if key[1] == "fixes, one process" else None
+            runs[key].append(measure(cmd, env))
     first = args.requests[0]
     per_first = statistics.median(r.cpu for r in runs[(first, "fixes")]) / first
     for n, path in paths.items():
         requests = sum(1 for _ in path.open("rb"))
-        print(f"\n## fleet of {n:,} main-agent requests ({requests:,} with subagents, {path.stat().st_size / 1e6:,.0f} MB)")
+        mb = path.stat().st_size / 1e6
+        print(f"\n## fleet of {n:,} main-agent requests ({requests:,} with subagents, {mb:,.0f} MB)")
         base = statistics.median(r.wall for r in runs[(n, "fixes")])
-        for tool in ("fixes", "no fixes", "cacheeconomics"):
+        for tool in ("fixes", "fixes, one process", "no fixes", "cacheeconomics"):
             found = runs.get((n, tool))
             if not found:
                 continue
@@ -69,10 +74,11 @@ def main() -> None:
             rss = statistics.median(r.rss_mb for r in found)
             bad = "" if all(r.ok for r in found) else f"  (failed: {found[-1].out.strip()[-120:]})"
             name = f"kvprobe report ({tool})" if tool != "cacheeconomics" else "cacheeconomics analyze"
-            print(f"  {name:32} wall {wall:7.2f} s  CPU {cpu:7.2f} s  peak RSS {rss:6.0f} MB  "
+            print(f"  {name:37} wall {wall:7.2f} s  CPU {cpu:7.2f} s  peak RSS {rss:6.0f} MB  "
                   f"{wall / base:5.2f}x the fixes run{bad}")
         cpu = statistics.median(r.cpu for r in runs[(n, "fixes")])
-        print(f"  fixes: {1000 * cpu / n:.2f} ms CPU per request ({cpu / n / per_first:.2f}x the {first}-request rate); "
+        print(f"  fixes: {1000 * cpu / n:.2f} ms CPU per request ({cpu / n / per_first:.2f}x the {first}-request "
+              "rate); "
               f"fixes / no fixes {base / statistics.median(r.wall for r in runs[(n, 'no fixes')]):.2f}x")
     print(f"\nload average after: {os.getloadavg()}")
 
