@@ -304,3 +304,20 @@ def test_fleet_reports_are_the_contract_json(fleet1, fleet2):
         data = json.loads(json.dumps(rep.to_json()))
         assert not list(validator.iter_errors(data))
         assert data["causes"] and data["fleet"] and all(f["reach"]["text"] for f in data["fixes"])
+
+
+def test_fix_writes_the_policies_the_report_lists(fleet1, tmp_path):
+    """`kvprobe fix` writes what `report` proposes, fleet policies included (the shared prefix's 1h TTL is
+    priced from the same fleet findings), and reporting its output reproduces "with all fixes"."""
+    from kvprobe.trace import write_trace
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = [r for k in range(N1) for r in fleet1_session(k)]
+    result = evaluate(records, PriceBook())
+    assert [p.to_json() for p in result.fixes] == fleet1.fixes
+    assert "ttl_1h" in {p.kind for p in result.fixes}
+    fixed = tmp_path / "fixed.jsonl"
+    write_trace(fixed, result.written_records())
+    again = build_report([str(fixed)], fixes=False, prices=PriceBook())
+    assert again.totals["input_equivalent_tokens"] == pytest.approx(fleet1.with_all_fixes["input_equivalent_tokens"],
+                                                                     rel=0.01)

@@ -20,6 +20,7 @@ from itertools import combinations
 
 from kvprobe.analysis.costing import price_results
 from kvprobe.analysis.diagnose import diagnose
+from kvprobe.analysis.fleet import find_shared_prefixes
 from kvprobe.analysis.simulate import RequestResult, simulate
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
@@ -53,6 +54,7 @@ class Prepared:
     store: BlockStore
     skeletons: list[Skeleton]
     book: SizeBook
+    results: list[RequestResult] | None = None  # its simulation, when no report holds it (fleet findings)
 
 
 def prepare(records: list[TraceRecord]) -> Prepared:
@@ -60,8 +62,8 @@ def prepare(records: list[TraceRecord]) -> Prepared:
     store = BlockStore()
     sks = list(skeletons(records, store))
     sizer = BlockSizer()
-    simulate(sks, store, sizer, ideal=False)
-    return Prepared(store, sks, sizer.book_of(store))
+    results = simulate(sks, store, sizer, ideal=False)
+    return Prepared(store, sks, sizer.book_of(store), results)
 
 
 @dataclass(slots=True)
@@ -324,7 +326,10 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
         assert records is not None
         prepared = prepare(records)
     pricer = Pricer(records, prices, prepared)
-    proposed = propose(pricer, texts or TextSource(records), kinds, fleet)
+    texts = texts or TextSource(records)
+    if fleet is None and prepared.results is not None:  # `fix` and `replay`: the report's fleet findings
+        fleet = find_shared_prefixes(prepared.results, texts, prices)
+    proposed = propose(pricer, texts, kinds, fleet)
     required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
     pricer.keep_reshaped = required  # a policy priced on top of others starts from their edited log
     summaries = _price_each(pricer, proposed, required)
