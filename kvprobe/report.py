@@ -308,11 +308,13 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
     notes: list[str] = []
-    split = records is None and _all_kvprobe_traces([Path(p) for p in paths]) \
-        and worth_splitting([Path(p) for p in paths])
-    source = records if records is not None or split else records_from(paths, stats, progress, notes)
+    files = [Path(p) for p in paths]
+    traces = records is None and _all_kvprobe_traces(files)  # (it reads each file's first line: once)
+    split = traces and worth_splitting(files)
+    source = records if records is not None or split else \
+        _traces(files, stats, progress) if traces else _imported(files, progress, notes)
     if fixes is None:
-        size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
+        size = sum(p.stat().st_size for p in files if p.is_file())
         fixes = size <= FIXES_AUTO_MAX_BYTES
         if not fixes:
             notes.append(f"what-if fixes not computed: {size / 1e6:,.0f} MB of input is over the "
@@ -323,9 +325,9 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     leading: LeadingSimulation | None = None
     if split:  # large kvprobe traces: the parse pass on two cores; this one simulates its share meanwhile
         leading = LeadingSimulation(store)
-        sks, _ = split_parse.parse([Path(p) for p in paths], store, stats, progress, while_waiting=leading.lead)
+        sks, _ = split_parse.parse(files, store, stats, progress, while_waiting=leading.lead)
     else:
-        if fixes and (records is not None or not _all_kvprobe_traces([Path(p) for p in paths])):
+        if fixes and not traces:
             source = kept = list(source)
         sks = list(skeletons(source, store))
     failed = [(sk.id, sk.error) for sk in sks if sk.error is not None and sk.observed is None]

@@ -199,7 +199,8 @@ def _rewrites(found: SharedPrefix, results: list[RequestResult], prices: PriceBo
         if first_writer is None:
             first_writer = r.sk.id
             continue
-        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens)
+        units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens,
+                                   r.sk.extra.get("platform"))
         if units is None or premium is None:
             premium = None
         else:

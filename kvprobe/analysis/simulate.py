@@ -121,8 +121,7 @@ class Simulator:
         self.rules: dict[tuple, ModelRules] = {}
 
     def step(self, sk: Skeleton) -> RequestResult:
-        platform = sk.extra.get("platform")
-        key = (sk.provider, sk.model, platform, sk.request.cache_mode if sk.request else None)
+        key = sk.rules_key
         rules = self.rules.get(key)
         if rules is None:  # the same few models all through a trace: looked up once per simulation
             rules = self.rules[key] = rules_for(*key)
@@ -134,7 +133,7 @@ class Simulator:
         if req.cache_mode in ("gemini_create", "gemini_cached"):
             pred = self._context_cache(sk, req, rules)
         else:
-            name = cache_name(sk.provider, platform, req.cache_mode)
+            name = cache_name(sk.provider, key[2], req.cache_mode)
             cache = self.caches.get(name)
             if cache is None:
                 cache = self.caches[name] = cache_for(sk.provider, req.cache_mode)

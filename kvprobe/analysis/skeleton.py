@@ -48,6 +48,12 @@ class Skeleton:
     task: str | None = None
     extra: dict = field(default_factory=dict)
 
+    @property
+    def rules_key(self) -> tuple[str, str | None, str | None, str | None]:
+        """What the rules that apply to it depend on: `catalog.rules_for(*sk.rules_key)`."""
+        return self.provider, self.model, self.extra.get("platform"), \
+            self.request.cache_mode if self.request is not None else None
+
 
 class PendingCounts(Protocol):
     """Takes the text of each new block (by body hash) to count later, elsewhere."""

@@ -49,7 +49,7 @@ def add_spans(sks: Iterable[Skeleton], spans: Spans) -> Spans:
         req = sk.request
         if req is None or not req.blocks:
             continue
-        key = (sk.provider, sk.model, sk.extra.get("platform"), req.cache_mode)
+        key = sk.rules_key
         if key not in rules:
             rules[key] = rules_for(*key)
         end = sk.started_at + life_in_force(sk, rules[key])

@@ -30,7 +30,7 @@ from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
 from kvprobe.whatif.domains import add_spans, domains_of
 from kvprobe.whatif.parallel import Summary, price_sets, summary_of
-from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
+from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy, by_session
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.reshape import canonical
 from kvprobe.whatif.propose_fleet import propose_fleet
@@ -78,9 +78,7 @@ class Priced:
 
 
 def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
-    ie = sum(r.input_equivalent for r in results)
-    costs = [r.cost_usd for r in results]
-    return ie, None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
+    return sum(r.input_equivalent for r in results), _sum_usd(r.cost_usd for r in results)
 
 
 def _sum_usd(values) -> float | None:
@@ -92,13 +90,6 @@ def _sum_usd(values) -> float | None:
     return total
 
 
-def _by_session(results: list[RequestResult]) -> dict[str, list[RequestResult]]:
-    out: dict[str, list[RequestResult]] = {}
-    for r in results:
-        out.setdefault(r.sk.session, []).append(r)
-    return out
-
-
 class Pricer:
     """Simulates the log with sets of policies applied, against one baseline."""
 
@@ -106,7 +97,7 @@ class Pricer:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
         self.base_sks = canonical([without_usage(sk) for sk in prepared.skeletons])
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
-        self.base_sessions = {s: _cost(rs) for s, rs in _by_session(self.baseline).items()}
+        self.base_sessions = {s: _cost(rs) for s, rs in by_session(self.baseline).items()}
         self.base_ie, self.base_usd = _cost(self.baseline)
         self.kept: dict[tuple[int, ...], Priced] = {}  # simulations a later marginal price starts from
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
@@ -176,8 +167,8 @@ class Pricer:
         count where they were read)."""
         out = []
         before = self.base_sessions if priced.under is None else \
-            {**self.base_sessions, **{s: _cost(rs) for s, rs in _by_session(priced.under).items()}}
-        for session, rs in _by_session(priced.results).items():
+            {**self.base_sessions, **{s: _cost(rs) for s, rs in by_session(priced.under).items()}}
+        for session, rs in by_session(priced.results).items():
             base_ie, base_usd = before.get(session, (0.0, 0.0))
             ie, usd = _cost(rs)
             edited = priced.edited.get(session, 0)

@@ -95,6 +95,13 @@ class Evidence:
     results: list[RequestResult]
     texts: TextSource
     fleet: list = field(default_factory=list)  # analysis.fleet.SharedPrefix findings
+    _found: dict[Any, Any] = field(default_factory=dict)  # what several proposers read, found once
+
+    def once(self, key: Any, find: Callable[[], Any]) -> Any:
+        """`find()`, computed for the first proposer that asks for `key`."""
+        if key not in self._found:
+            self._found[key] = find()
+        return self._found[key]
 
     def streams(self) -> dict[tuple[str, str], list[RequestResult]]:
         out: dict[tuple[str, str], list[RequestResult]] = {}
@@ -103,13 +110,11 @@ class Evidence:
         return out
 
     def sessions(self) -> dict[str, list[RequestResult]]:
-        out: dict[str, list[RequestResult]] = {}
-        for r in self.results:
-            out.setdefault(r.sk.session, []).append(r)
-        return out
+        return by_session(self.results)
 
     def with_kind(self, kind: str) -> list[RequestResult]:
-        return [r for r in self.results if r.sk.request is not None and any(d.kind == kind for d in r.diagnoses)]
+        return self.once(("kind", kind), lambda: [r for r in self.results if r.sk.request is not None
+                                                  and any(d.kind == kind for d in r.diagnoses)])
 
 
 def map_records(records: Records, ids: set[str] | None, edit: Callable[[TraceRecord], TraceRecord | None]) -> Records:
@@ -117,8 +122,7 @@ def map_records(records: Records, ids: set[str] | None, edit: Callable[[TraceRec
     its source."""
     out = []
     for rec in records:
-        origin = rec.id.split("+keepalive", 1)[0]
-        changed = edit(rec) if rec.request is not None and (ids is None or origin in ids) else None
+        changed = edit(rec) if rec.request is not None and (ids is None or origin(rec.id) in ids) else None
         out.append(changed if changed is not None else rec)
     return out
 
@@ -135,8 +139,12 @@ def origin(sk_id: str) -> str:
     return sk_id.split("+keepalive", 1)[0]
 
 
-def count_sessions(results: list[RequestResult]) -> int:
-    return len({r.sk.session for r in results})
+def by_session(results: list[RequestResult]) -> dict[str, list[RequestResult]]:
+    """Results by session, each in the order given."""
+    out: dict[str, list[RequestResult]] = {}
+    for r in results:
+        out.setdefault(r.sk.session, []).append(r)
+    return out
 
 
 def plural(n: int, word: str) -> str:

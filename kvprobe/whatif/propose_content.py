@@ -12,7 +12,8 @@ from kvprobe.request.paths import text_at as body_text_at
 from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_record
-from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, plural
+from kvprobe.whatif.policies import (Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin,
+                                     plural)
 from kvprobe.whatif.reshape import Chainer, body_hash_of, index_of, salt_at, with_blocks, with_request
 from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Split, Template, common_prefix, common_suffix, find_template
 from kvprobe.wording import show
@@ -109,6 +110,7 @@ class _SpanMove:
         self.index = v.index
         self.sizes: dict[str, int] = {}  # request id -> the baseline size of the block (for record edits)
         self.counts: dict[str, int] = {}
+        self.hashes: dict[int, tuple[int, int]] = {}  # body hash -> (its stable part's, its moved part's)
         self.chainer = Chainer()
         self.variant = ("span", v.path, id(self))
 
@@ -129,15 +131,18 @@ class _SpanMove:
         if split is None:
             return None
         moved = _split_tokens(old.tokens, split, self.counts)
+        hashes = self.hashes.get(old.body_hash)
+        if hashes is None:  # a body's two parts hash alike in every request that repeats it
+            hashes = self.hashes[old.body_hash] = (body_hash_of(split.stable, old.kind, old.role, old.meta),
+                                                   body_hash_of(split.moved, "text", "user"))
         ch = self.chainer
         stable = ch.chain(old, req.blocks[i - 1] if i else None, salt_at(req, i), self.variant,
-                          body_hash=body_hash_of(split.stable, old.kind, old.role, old.meta), tokens=old.tokens - moved)
+                          body_hash=hashes[0], tokens=old.tokens - moved)
         blocks = ch.rechain(req.blocks[:i] + [stable] + req.blocks[i + 1:], i + 1, req.params, self.variant)
         path, new_message = _tail_path(sk)
         template = Block(path, "messages", "text", "", role="user", first_in_message=new_message,
                          message_index=int(path[9:path.index("]")]))
-        blocks.append(ch.fresh(template, blocks[-1], body_hash_of(split.moved, "text", "user"), moved, path,
-                               self.variant))
+        blocks.append(ch.fresh(template, blocks[-1], hashes[1], moved, path, self.variant))
         return with_request(sk, with_blocks(req, blocks))
 
     def rewrite(self, records: Records) -> Records:
@@ -152,7 +157,7 @@ class _SpanMove:
         _, block = block_at(new.request, self.path, writable=True)
         block["description" if self.path.startswith("tools") else "text"] = split.stable
         append_after_last_breakpoint(new.request, split.moved)
-        orig = self.sizes.get(rec.id.split("+keepalive", 1)[0])
+        orig = self.sizes.get(origin(rec.id))
         if orig:
             msgs = new.request["messages"]
             moved_path = f"messages[{len(msgs) - 1}].content[{len(msgs[-1]['content']) - 1}]"

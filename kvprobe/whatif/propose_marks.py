@@ -9,16 +9,17 @@ that carries that prefix — the first one writes it, the later ones read it —
 from __future__ import annotations
 
 import bisect
-from itertools import accumulate
 
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
 from kvprobe.request.paths import part_at
+from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import copy_record, mark_breakpoint
-from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, plural
-from kvprobe.whatif.reshape import with_blocks, with_request
+from kvprobe.whatif.policies import (Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin,
+                                     plural)
+from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
 OPENAI_MARKER = {"mode": "explicit"}
 
@@ -31,8 +32,8 @@ def _end_of(r: RequestResult) -> int | None:
     if req is None:
         return None
     if d.path:
-        return next((i for i, b in enumerate(req.blocks) if b.path == d.path), None)
-    cum = list(accumulate(b.tokens for b in req.blocks))
+        return index_of(req, d.path)
+    cum = cumulative_tokens(req.blocks)
     i = bisect.bisect_left(cum, r.raw_ideal_tokens or r.reusable_tokens)
     return i if i < len(cum) and cum[i] == (r.raw_ideal_tokens or r.reusable_tokens) else None
 
@@ -56,7 +57,7 @@ class _Marks:
             i = self._index(sk)
             if i is None or i in req.breakpoint_indices:
                 return None
-            rules = rules_for(sk.provider, sk.model, sk.extra.get("platform"), req.cache_mode)
+            rules = rules_for(*sk.rules_key)
             if len([j for j in req.breakpoint_indices if j != req.managed_breakpoint]) >= \
                     int(rules.get("max_breakpoints", 4)) - (req.managed_breakpoint is not None):
                 return None
@@ -66,7 +67,7 @@ class _Marks:
 
     def rewrite(self, records: Records) -> Records:
         def edit(rec: TraceRecord) -> TraceRecord | None:
-            path = self.paths.get(rec.id.split("+keepalive", 1)[0])
+            path = self.paths.get(origin(rec.id))
             if path is None:
                 return None
             new = copy_record(rec)

@@ -24,7 +24,7 @@ def _cached_extent(r: RequestResult) -> tuple[int, int]:
     """(tokens a request leaves cached, tokens after its last breakpoint that a ping resends fresh)."""
     req = r.sk.request
     assert req is not None
-    total = sum(b.tokens for b in req.blocks)
+    total = req.total_tokens
     if req.cache_mode == "implicit" or not req.breakpoints:
         return total, 0
     end = req.breakpoint_indices[-1] + 1
@@ -33,7 +33,12 @@ def _cached_extent(r: RequestResult) -> tuple[int, int]:
 
 
 def pauses(ev: Evidence) -> list[tuple[RequestResult, RequestResult, KeepAlivePlan | None]]:
-    """Each expiry with the request before it in its stream and what bridging the pause would cost."""
+    """Each expiry with the request before it in its stream and what bridging the pause would cost (found
+    once for the keep-alive and the longer-lifetime proposals)."""
+    return ev.once("pauses", lambda: _pauses(ev))
+
+
+def _pauses(ev: Evidence) -> list[tuple[RequestResult, RequestResult, KeepAlivePlan | None]]:
     out = []
     for stream in ev.streams().values():
         for prev, cur in zip(stream, stream[1:]):
@@ -158,7 +163,7 @@ class _Marks:
             i = index_of(req, path) if path else None
             if i is None or i in req.breakpoint_indices or len(req.breakpoints) >= 4:
                 return None
-            marks = sorted([*req.breakpoints, (i, str(rules_for(sk.provider, sk.model).get("default_ttl", "5m")))])
+            marks = sorted([*req.breakpoints, (i, str(rules_for(*sk.rules_key).get("default_ttl", "5m")))])
             return with_request(sk, with_blocks(req, req.blocks, marks))
         return map_skeletons(sks, edit)
 
@@ -186,25 +191,25 @@ def propose_lookback(ev: Evidence) -> list[Policy]:
 
 # --- concurrent siblings --------------------------------------------------------------------------------
 
-def _stream_shifts(g: SiblingGroup, members: list[RequestResult], ready: float) -> dict[tuple[str, str], tuple[float, float]]:
+def _stream_shifts(members: list[RequestResult], ready: float) -> dict[tuple[str, str], tuple[float, float]]:
     return {(m.sk.session, m.sk.agent): (m.sk.started_at, ready - m.sk.started_at) for m in members}
 
 
 class _Siblings:
     """Every group of siblings: its shared end marked, its later members (or all, after a warm-up) moved."""
 
-    def __init__(self, groups: list[SiblingGroup], warm_up: dict[int, TraceRecord | None] | None) -> None:
+    def __init__(self, groups: list[SiblingGroup], warm_up: bool) -> None:
         self.groups, self.warm = groups, warm_up
         self.marked = {m.sk.id: g.path for g in groups for m in g.members}
         self.shifts: dict[tuple[str, str], tuple[float, float]] = {}
         self.latency = 0.0
         for k, g in enumerate(groups):
             lead = g.members[0]
-            if warm_up is None:
-                shifts = _stream_shifts(g, g.members[1:], lead.sk.readable_at + STAGGER_MARGIN_S)
+            if not warm_up:
+                shifts = _stream_shifts(g.members[1:], lead.sk.readable_at + STAGGER_MARGIN_S)
             else:
                 ttft = max(lead.sk.readable_at - lead.sk.started_at, STAGGER_MARGIN_S)
-                shifts = _stream_shifts(g, g.members, lead.sk.started_at + ttft + STAGGER_MARGIN_S)
+                shifts = _stream_shifts(g.members, lead.sk.started_at + ttft + STAGGER_MARGIN_S)
             self.shifts.update(shifts)
             self.latency = max([self.latency, *(s for _, s in shifts.values())])
 
@@ -226,7 +231,7 @@ class _Siblings:
                 new = replace(new, started_at=sk.started_at + shift, readable_at=sk.readable_at + shift,
                               finished_at=sk.finished_at + shift if sk.finished_at else None, observed=None)
             out.append(new)
-        return out + (self._warm_skeletons(out) if self.warm is not None else [])
+        return out + (self._warm_skeletons(out) if self.warm else [])
 
     def _warm_skeletons(self, sks: Skeletons) -> Skeletons:
         by_id = {sk.id: sk for sk in sks}
@@ -263,7 +268,7 @@ class _Siblings:
                 new.first_token_at = rec.first_token_at + shift if rec.first_token_at else None
                 new.finished_at = rec.finished_at + shift if rec.finished_at else None
             out.append(new or rec)
-        return out + (self._warm_records(records) if self.warm is not None else [])
+        return out + (self._warm_records(records) if self.warm else [])
 
     def _warm_records(self, records: Records) -> Records:
         by_id = {r.id: r for r in records}
@@ -300,7 +305,7 @@ def propose_siblings(ev: Evidence) -> list[Policy]:
     unmarked = sum(not g.marked for g in groups)
     mark = (f"mark the end of the prefix they share ({size} tokens, e.g. {groups[0].path}) with cache_control "
             "and ") if unmarked else ""
-    stagger = _Siblings(groups, None)
+    stagger = _Siblings(groups, warm_up=False)
     out = [Policy("shared_breakpoint", "siblings", f"{mark}start the later siblings of "
                   f"{plural(len(groups), 'group')} (e.g. {', '.join(m.sk.id for m in groups[0].members)}) once the "
                   f"first one's response has begun, so they read the prefix it wrote (adds up to "
@@ -311,7 +316,7 @@ def propose_siblings(ev: Evidence) -> list[Policy]:
     ready = [g for g in groups if _warm_body(ev, g) is not None]
     if not ready:
         return out
-    warm = _Siblings(ready, {})
+    warm = _Siblings(ready, warm_up=True)
     out.append(Policy("shared_breakpoint", "siblings-warm-up",
                       f"send a warm-up request (the shared {size}-token prefix, marked, max_tokens 1) before each of "
                       f"{plural(len(ready), 'group')} of siblings and start them once its response has begun (adds "
