@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvprobe.catalog import ModelRules
-from kvprobe.sim.implicit import retention_seconds
+from kvprobe.sim.implicit import retention_seconds, ttl_table
 
 MARGIN_S = 30.0  # a ping goes out this long before the entry would expire
 OUTPUT_EQUIVALENT = 5.0  # one output token in input equivalents (output is priced ~5x input by most providers)
@@ -24,10 +24,9 @@ OUTPUT_EQUIVALENT = 5.0  # one output token in input equivalents (output is pric
 
 def entry_lifetime_s(rules: ModelRules) -> float | None:
     """The lifetime of an entry written with the provider's default settings (None: the rules give none)."""
-    table = rules.get("ttl_seconds")
-    if isinstance(table, dict) and rules.get("matching") == "blocks":
-        value = table.get(str(rules.get("default_ttl", "5m")))
-        return float(value) if isinstance(value, (int, float)) else None
+    table = ttl_table(rules)
+    if table and rules.get("matching") == "blocks":
+        return table.get(str(rules.get("default_ttl", "5m")))
     return retention_seconds(rules) if rules.get("retention_seconds") is not None else None
 
 

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
-from kvprobe.sim.implicit import routing_capped
+from kvprobe.sim.implicit import ttl_table
 from kvprobe.sim.positions import Column, PrefixFacts
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
+
+
+_DEFAULT_TTLS = {"5m": 300.0, "1h": 3600.0}  # rules without a ttl_seconds table
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,11 +33,9 @@ class Settings:
     def of(rules: ModelRules) -> "Settings":
         found = rules.derived.get("anthropic_cache")
         if found is None:
-            ttls = rules.get("ttl_seconds") or {"5m": 300, "1h": 3600}
             window = rules.get("lookback_positions")
             found = rules.derived["anthropic_cache"] = Settings(
-                str(rules.get("lookback_counting", "blocks")),
-                {ttl: routing_capped(float(s), rules) for ttl, s in ttls.items()},
+                str(rules.get("lookback_counting", "blocks")), ttl_table(rules, _DEFAULT_TTLS),
                 None if window is None else int(window), int(rules.get("min_cacheable_tokens", 0)),
                 str(rules.get("default_ttl", "5m")))
         return found

@@ -39,6 +39,18 @@ def retention_seconds(rules: ModelRules) -> float:
     return routing_capped(float(value), rules)
 
 
+def ttl_table(rules: ModelRules, default: dict[str, float] | None = None) -> dict[str, float]:
+    """Seconds an entry of each TTL class stays readable, the platform's routing cap applied: what every
+    simulator, lifetime and keep-alive reads (once per rules object)."""
+    key = ("ttl_table", None if default is None else tuple(default.items()))
+    found = rules.derived.get(key)
+    if found is None:
+        table = rules.get("ttl_seconds")
+        table = table if isinstance(table, dict) and table else (default or {})
+        found = rules.derived[key] = {ttl: routing_capped(float(s), rules) for ttl, s in table.items()}
+    return found
+
+
 def routing_capped(seconds: float, rules: ModelRules) -> float:
     """An entry's useful life where the platform routes a conversation away after an idle time (OpenRouter's
     sticky routing ends after 10 idle minutes: the next request lands on another provider's cache)."""

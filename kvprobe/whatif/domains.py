@@ -18,7 +18,7 @@ from collections.abc import Hashable, Iterable
 
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import ModelRules, rules_for
-from kvprobe.sim.implicit import retention_seconds
+from kvprobe.sim.implicit import retention_seconds, ttl_table
 
 DEFAULT_LIFE_S = 3600.0  # no rule gives one: no provider keeps an entry longer without a fee
 
@@ -30,10 +30,10 @@ def life_in_force(sk: Skeleton, rules: ModelRules) -> float:
         return 0.0
     if req.cache_mode.startswith("gemini_"):
         return math.inf  # a named cache lives until its own TTL, which a request does not carry
-    table = rules.get("ttl_seconds")
-    if req.breakpoints and isinstance(table, dict):
+    table = ttl_table(rules)
+    if req.breakpoints and table:
         default = table.get(str(rules.get("default_ttl", "5m")), DEFAULT_LIFE_S)
-        return max(float(table.get(ttl, default)) for _, ttl in req.breakpoints)
+        return max(table.get(ttl, default) for _, ttl in req.breakpoints)
     if rules.get("retention_seconds") is not None:
         return retention_seconds(rules)
     return DEFAULT_LIFE_S
