@@ -108,24 +108,30 @@ def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
         session = as_str(message.get("sessionID")) or "-"
         agent = as_str(message.get("agent")) or as_str(message.get("mode")) or "main"
         stream = events.setdefault(session, Events())
+        provider = _provider(message)
         try:
-            _usage("openai", tokens)  # its counts are counts (BadCount: a counted skip, never a silent 0)
+            usage = _usage(provider, tokens)  # its counts are counts (BadCount: a counted skip, never a silent 0)
         except BadCount as exc:
             stats.skip("invalid usage", None, str(exc))
             continue
         if not stats.first_time(ident, seen):
             continue
-        yield _record(message, tokens, ident, session, agent, stream, source)
+        yield _record(message, provider, usage, ident, session, agent, stream, source)
         if agent == SUMMARY_AGENT:
             stream.add("compaction", _time(message, "completed"))
 
 
-def _record(message: dict[str, Any], tokens: dict[str, Any], ident: str, session: str, agent: str,
+def _provider(message: dict[str, Any]) -> str:
+    """What served the message: OpenCode's provider id, else the model name (a gateway's `anthropic/claude-…`)."""
+    model = as_str(message.get("modelID"))
+    return _PROVIDERS.get((as_str(message.get("providerID")) or "").lower()) \
+        or infer_provider({"model": model.split("/")[-1]} if model else None) or "openai"
+
+
+def _record(message: dict[str, Any], provider: str, usage: dict[str, Any], ident: str, session: str, agent: str,
             stream: Events, source: str) -> TraceRecord:
     model = as_str(message.get("modelID"))
     provider_id = (as_str(message.get("providerID")) or "").lower()
-    provider = _PROVIDERS.get(provider_id) or infer_provider({"model": model.split("/")[-1]} if model else None) \
-        or "openai"
     extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None}
     platform = _PLATFORMS.get(provider_id)
     if platform:
@@ -138,7 +144,7 @@ def _record(message: dict[str, Any], tokens: dict[str, Any], ident: str, session
     if agent != SUMMARY_AGENT:
         stream.attach(extra)
     return TraceRecord(id=ident, provider=provider, started_at=_time(message, "created"),
-                       response={"id": ident, "model": model, "usage": _usage(provider, tokens)},
+                       response={"id": ident, "model": model, "usage": usage},
                        session=session, agent=agent, finished_at=_time(message, "completed"),
                        extra={k: v for k, v in extra.items() if v is not None}, source=source)
 
