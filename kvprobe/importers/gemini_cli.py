@@ -93,7 +93,8 @@ def _last_time(message: dict[str, Any], stamp: float | None) -> float | None:
 
 def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tuple[dict[str, Any], list[dict]]:
     """(metadata, messages in order, last version of each) of either format."""
-    data = path.read_bytes()
+    # a JSON Lines session is read once, line by line: not whole first, only to fail as one document
+    data = b"" if _lines_file(path) else path.read_bytes()
     try:
         whole = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -120,6 +121,21 @@ def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tupl
         else:
             stats.skip("line is neither a message, metadata nor an update", lineno)
     return meta, list(messages.values())
+
+
+def _lines_file(path: Path) -> bool:
+    """True when the first non-blank line is an object without a `messages` list: JSON Lines, read once, line
+    by line (a whole document starting with that line could only be that object, which reads the same)."""
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.isspace():
+                continue
+            try:
+                first = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return False  # a pretty-printed document (or a broken line): read whole, as it always was
+            return isinstance(first, dict) and not isinstance(first.get("messages"), list)
+    return False
 
 
 def _keep(messages: dict[str, dict], record: Any, lineno: int, stats: SourceStats) -> None:
