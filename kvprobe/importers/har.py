@@ -104,7 +104,8 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
 
     content = resp.get("content") if isinstance(resp.get("content"), dict) else {}
     status = resp.get("status") if isinstance(resp.get("status"), int) else None
-    result = assemble(_text(content) or b"", as_str(content.get("mimeType")), status)
+    text = _text(content) or b""  # (a base64 body decoded once: assembled here, and keyed below)
+    result = assemble(text, as_str(content.get("mimeType")), status)
     started = time_or_none(entry.get("startedDateTime"))
     if started is None:
         stats.skip("entry without a valid startedDateTime", where)
@@ -129,7 +130,7 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     rid = provider_id or f"{path.stem}#{index}"
     # an entry number is local (another export named alike is another session): without the provider's id,
     # the same exchange (request, response and start) in two exports is the same request
-    key = None if provider_id else content_key(NAME, b"\0".join([body or b"", _text(content) or b"",
+    key = None if provider_id else content_key(NAME, b"\0".join([body or b"", text,
                                                                   str(entry.get("startedDateTime")).encode()]))
     first = time_or_none(started + _ms(timings, "blocked", "dns", "connect", "send", "wait"))
     finished = time_or_none(started + total / 1000.0) if total and total > 0 else None
