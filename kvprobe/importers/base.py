@@ -248,6 +248,17 @@ def token_count(value: Any, field: str) -> int:
     raise BadCount(field, value)
 
 
+def first_count(holder: dict[str, Any], *keys: str, prefix: str = "") -> int:
+    """The token count under the first of `keys` present (sources spell some counts two ways, newer first),
+    named `prefix` + that key in a BadCount; the first key names it when none is present (a count of 0)."""
+    key = keys[0]
+    for name in keys:
+        if name in holder:
+            key = name
+            break
+    return token_count(holder.get(key), prefix + key)
+
+
 def as_int(value: Any) -> int:
     if isinstance(value, bool):
         return 0

@@ -189,7 +189,7 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     if "diagnostics" in message:  # the API's own cache diagnostics, when Claude Code asked for them
         response["diagnostics"] = message["diagnostics"]
     extra: dict[str, Any] = {"source_format": NAME}
-    for src, dst in _EXTRA_FIELDS:
+    for src, dst in EXTRA_FIELDS:
         value = line.get(src)
         if value.__class__ is str and value:
             extra[dst] = value
@@ -211,7 +211,8 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     pending[key] = _Pending(record, lineno)
 
 
-_EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version"))
+# the line's fields copied into extra (source name, kvprobe name); Qwen Code's records carry the same ones
+EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version"))
 
 
 def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], stamp: float | None) -> None:

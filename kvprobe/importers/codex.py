@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_lines, loads_line, time_or_none,
-                                   token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
+                                   time_or_none)
 from kvprobe.importers.events import Events
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
@@ -47,13 +47,12 @@ def sniff(first: Any) -> bool:
 def _usage(last: dict[str, Any]) -> dict[str, Any]:
     """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads); BadCount for a
     count that is none (the line is then a counted skip)."""
-    def count(key: str) -> int:
-        return token_count(last.get(key), f"last_token_usage.{key}")
-    return {"input_tokens": count("input_tokens"),
-            "input_tokens_details": {"cached_tokens": count("cached_input_tokens")},
-            "output_tokens": count("output_tokens"),
-            "output_tokens_details": {"reasoning_tokens": count("reasoning_output_tokens")},
-            "total_tokens": count("total_tokens")}
+    prefix = "last_token_usage."
+    return {"input_tokens": first_count(last, "input_tokens", prefix=prefix),
+            "input_tokens_details": {"cached_tokens": first_count(last, "cached_input_tokens", prefix=prefix)},
+            "output_tokens": first_count(last, "output_tokens", prefix=prefix),
+            "output_tokens_details": {"reasoning_tokens": first_count(last, "reasoning_output_tokens", prefix=prefix)},
+            "total_tokens": first_count(last, "total_tokens", prefix=prefix)}
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:

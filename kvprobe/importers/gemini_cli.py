@@ -26,8 +26,7 @@ from typing import Any
 
 import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_objects, time_or_none,
-                                   token_count)
+from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
 from kvprobe.trace import TraceRecord
 
 NAME = "gemini_cli"
@@ -47,11 +46,13 @@ def sniff(first: Any) -> bool:
 def usage_metadata(tokens: dict[str, Any]) -> dict[str, Any]:
     """Gemini CLI's token summary as the API's usageMetadata (what normalize_usage reads); BadCount for a
     count that is none (the message is then a counted skip)."""
-    def count(key: str) -> int:
-        return token_count(tokens.get(key), f"tokens.{key}")
-    return {"promptTokenCount": count("input"), "cachedContentTokenCount": count("cached"),
-            "candidatesTokenCount": count("output"), "thoughtsTokenCount": count("thoughts"),
-            "toolUsePromptTokenCount": count("tool"), "totalTokenCount": count("total")}
+    prefix = "tokens."
+    return {"promptTokenCount": first_count(tokens, "input", prefix=prefix),
+            "cachedContentTokenCount": first_count(tokens, "cached", prefix=prefix),
+            "candidatesTokenCount": first_count(tokens, "output", prefix=prefix),
+            "thoughtsTokenCount": first_count(tokens, "thoughts", prefix=prefix),
+            "toolUsePromptTokenCount": first_count(tokens, "tool", prefix=prefix),
+            "totalTokenCount": first_count(tokens, "total", prefix=prefix)}
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:

@@ -24,8 +24,7 @@ from typing import Any
 
 import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, iter_lines, loads_line,
-                                   time_or_none, token_count)
+from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import Credentials, redact_text
 from kvprobe.trace import TraceRecord
@@ -57,20 +56,15 @@ def _json_field(value: Any) -> Any:
     return value
 
 
-def _count(holder: dict[str, Any], *keys: str, under: str = "usage") -> int:
-    """The first of `keys` present (LiteLLM spells some counts two ways); BadCount when it is no count."""
-    key = next((k for k in keys if k in holder), keys[0])
-    return token_count(holder.get(key), f"{under}.{key}")
-
-
 def _native_usage(provider: str | None, u: dict[str, Any]) -> dict[str, Any]:
     """LiteLLM's usage in the provider's own shape; BadCount for a count that is none."""
-    prompt = _count(u, "prompt_tokens", "input_tokens")
+    prompt = first_count(u, "prompt_tokens", "input_tokens", prefix="usage.")  # LiteLLM spells some two ways
     details = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
-    read = _count(u, "cache_read_input_tokens") or _count(details, "cached_tokens", under="usage.prompt_tokens_details")
-    write = _count(u, "cache_creation_input_tokens") or \
-        _count(details, "cache_creation_tokens", under="usage.prompt_tokens_details")
-    out = _count(u, "completion_tokens", "output_tokens")
+    read = first_count(u, "cache_read_input_tokens", prefix="usage.") or \
+        first_count(details, "cached_tokens", prefix="usage.prompt_tokens_details.")
+    write = first_count(u, "cache_creation_input_tokens", prefix="usage.") or \
+        first_count(details, "cache_creation_tokens", prefix="usage.prompt_tokens_details.")
+    out = first_count(u, "completion_tokens", "output_tokens", prefix="usage.")
     if provider == "anthropic":
         usage = {"input_tokens": prompt - read - write if prompt >= read + write else prompt,
                  "cache_read_input_tokens": read, "cache_creation_input_tokens": write, "output_tokens": out}
@@ -78,8 +72,10 @@ def _native_usage(provider: str | None, u: dict[str, Any]) -> dict[str, Any]:
             usage["cache_creation"] = u["cache_creation"]
         return usage
     if provider == "deepseek" and "prompt_cache_hit_tokens" in u:
-        return {"prompt_tokens": prompt, "prompt_cache_hit_tokens": _count(u, "prompt_cache_hit_tokens"),
-                "prompt_cache_miss_tokens": _count(u, "prompt_cache_miss_tokens"), "completion_tokens": out}
+        hit = first_count(u, "prompt_cache_hit_tokens", prefix="usage.")
+        miss = first_count(u, "prompt_cache_miss_tokens", prefix="usage.")
+        return {"prompt_tokens": prompt, "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": miss,
+                "completion_tokens": out}
     total = prompt if prompt >= read + write else prompt + read + write
     details_out: dict[str, Any] = {"cached_tokens": read}
     if write:
@@ -176,11 +172,7 @@ def _record(p: dict[str, Any], stats: SourceStats, lineno: int) -> TraceRecord |
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
-    for lineno, raw in iter_lines(path, progress):
-        stats.lines += 1
-        line = loads_line(raw, stats, lineno)
-        if line is None:
-            continue
+    for lineno, line in iter_objects(path, stats, progress):
         payload = line.get("standard_logging_object") if isinstance(line, dict) else None
         payload = payload if isinstance(payload, dict) else line
         if not isinstance(payload, dict):

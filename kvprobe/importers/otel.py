@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from kvprobe.errors import InputError
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_int, as_str, iter_lines, loads_line,
-                                   time_or_none, token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_int, as_str, first_count, iter_lines,
+                                   loads_line, time_or_none)
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -61,19 +61,13 @@ def _attrs(raw: Any) -> dict[str, Any]:
     return out
 
 
-def _count(a: dict[str, Any], *names: str) -> int:
-    """The first of the attributes `names` present (newer spelling first); BadCount when it is no count."""
-    name = next((n for n in names if n in a), names[0])
-    return token_count(a.get(name), name)
-
-
 def _usage(provider: str | None, a: dict[str, Any]) -> dict[str, Any]:
     """The span's usage in the provider's own shape; BadCount for a count that is none."""
-    total = _count(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
-    read = _count(a, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
-    write = _count(a, "gen_ai.usage.cache_write.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
-                   "gen_ai.usage.cache_creation_input_tokens")
-    out_tokens = _count(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+    total = first_count(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    read = first_count(a, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
+    write = first_count(a, "gen_ai.usage.cache_write.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
+                        "gen_ai.usage.cache_creation_input_tokens")
+    out_tokens = first_count(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
     fresh = total - read - write if total >= read + write else total
     if provider in ("anthropic", None):
         return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
+from kvprobe.importers.claude_code import EXTRA_FIELDS
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -70,7 +71,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         stamp = time_or_none(line.get("timestamp"))
         started = time_or_none(times.get(parent)) if parent else None
         extra: dict[str, Any] = {"source_format": NAME}
-        for src, dst in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version")):
+        for src, dst in EXTRA_FIELDS:
             if as_str(line.get(src)):
                 extra[dst] = line[src]
         stream.attach(extra)
