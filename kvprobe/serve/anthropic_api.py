@@ -13,21 +13,13 @@ from kvprobe.errors import InputError
 from kvprobe.request import render_request
 from kvprobe.request.model import RenderedRequest
 from kvprobe.serve.errors import ApiError, invalid
+from kvprobe.serve.messages_schema import sampling_number
 from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
                                    kvprobe_extension, record_trace)
 from kvprobe.serve.validate import check_anthropic, check_model
 
 _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "stop_sequence": "stop_sequence"}
 _ROLES = ("user", "assistant")
-
-
-def _number(body: dict[str, Any], name: str, low: float, high: float, default: float) -> float:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise invalid(f"{name}: Input should be a number between {low:g} and {high:g}")
-    return float(value)
 
 
 def _common(body: Any) -> RenderedRequest:
@@ -70,7 +62,8 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     stops = body.get("stop_sequences") or []
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid("stop_sequences: Input should be a list of strings")
-    temperature = _number(body, "temperature", 0.0, 1.0, 1.0)
+    temperature = sampling_number(body, "temperature", 0.0, 1.0)  # (check_fields has refused a bad one)
+    temperature = 1.0 if temperature is None else temperature
     if rendered.warnings and any("at most" in w for w in rendered.warnings):
         raise invalid(next(w for w in rendered.warnings if "at most" in w))
     asked, previous = _diagnostics_request(body)

@@ -35,8 +35,8 @@ def check_fields(body: dict[str, Any]) -> None:
         if name not in TOP_LEVEL:
             raise invalid(f"{str(name)[:80]}: Extra inputs are not permitted")
     _metadata(body.get("metadata"))
-    _range(body, "temperature", 0.0, 1.0)
-    _range(body, "top_p", 0.0, 1.0)
+    sampling_number(body, "temperature", 0.0, 1.0)
+    sampling_number(body, "top_p", 0.0, 1.0)
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
         raise invalid("top_k: Input should be an integer greater than or equal to 0")
@@ -60,12 +60,14 @@ def check_fields(body: dict[str, Any]) -> None:
                 _block(block, f"messages.{i}.content.{j}")
 
 
-def _range(body: dict[str, Any], name: str, low: float, high: float) -> None:
+def sampling_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """A sampling parameter's value, None when absent; out of low…high (or no number) is a 400."""
     value = body.get(name)
     if value is None:
-        return
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise invalid(f"{name}: Input should be a number between {low:g} and {high:g}")
+    return float(value)
 
 
 def _metadata(metadata: Any) -> None:
