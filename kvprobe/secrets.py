@@ -116,11 +116,9 @@ MIN_SECRET = 8  # shorter values ("x", the local server's placeholder key) would
 class Credentials:
     """Exact credential values seen in one exchange, scrubbed wherever they appear."""
 
-    def __init__(self, values: Iterable[str] = ()) -> None:
+    def __init__(self) -> None:
         self.values: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
-        for value in values:
-            self.add(value)
 
     def add(self, value: Any) -> None:
         if isinstance(value, str) and len(value.strip()) >= MIN_SECRET:

@@ -227,20 +227,21 @@ def _read_batch(batch: list[tuple[str, str]], strict: bool,
 def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
               report: ImportReport) -> list[tuple[Path, str]]:
     chosen = []
+    named_files = {Path(p).expanduser() for p in named}  # (a file named itself, not found in a named folder)
     for path in files:
         try:
             kind = fmt or detect_format(path)
         except OSError as exc:  # (an unreadable file named on the command line is an error: user_errors)
-            if any(Path(p).expanduser() == path for p in named):
+            if path in named_files:
                 raise
             _unreadable(report, path, "file", exc.strerror or str(exc))
             continue
         if kind is None and path.suffix.lower() == ".har":
-            kind = _broken_har(path, any(Path(p).expanduser() == path for p in named), report)
+            kind = _broken_har(path, path in named_files, report)
             if kind is None:
                 continue
         if kind is None:
-            if any(Path(p).expanduser() == path for p in named):
+            if path in named_files:
                 raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code, "
                                  "Codex, Gemini CLI, Qwen Code or OpenCode logs, OTLP JSON spans or LiteLLM logs",
                                  file=str(path))

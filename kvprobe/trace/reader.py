@@ -17,8 +17,6 @@ from kvprobe.trace.record import FORMAT_VERSION, KNOWN_KEYS, TraceRecord, parse_
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
 
-PROVIDER_NAMES = PROVIDERS  # the providers the catalog has rules for
-
 # Read buffer for JSON Lines logs. Their lines run from KBs to MBs (each request resends its history), and
 # with Python's default 8 KB buffer iterating a 1 GB trace took 1.0-2.5 s here, with 4 MB 0.3 s.
 READ_BUFFER = 1 << 22
@@ -79,8 +77,8 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
         raise InputError(bad[1], **where, field=bad[0])
     provider = _optional_str(raw, "provider", where)
     endpoint = _optional_str(raw, "endpoint", where)
-    if provider is not None and provider not in PROVIDER_NAMES:
-        raise InputError(f"expected one of {', '.join(PROVIDER_NAMES)}", **where, field="provider")
+    if provider is not None and provider not in PROVIDERS:  # the providers the catalog has rules for
+        raise InputError(f"expected one of {', '.join(PROVIDERS)}", **where, field="provider")
     if provider is None:
         provider = infer_provider(request, endpoint, response)
     return TraceRecord(
