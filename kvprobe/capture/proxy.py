@@ -223,8 +223,6 @@ class CaptureProxy:
                       closed: asyncio.Future) -> bool:
         try:
             head = parse_head(raw, request=True)
-            if "chunked" in head.tokens("transfer-encoding") and head.get("content-length") is not None:
-                raise ProtocolError("both Transfer-Encoding and Content-Length (RFC 9112 §6.1: refused)")
             body = await _read_request_body(head, reader, writer)
         except ProtocolError as exc:
             await _simple_response(writer, 400, str(exc))
@@ -458,9 +456,12 @@ async def _drain_ok(writer: asyncio.StreamWriter, ex: Exchange) -> bool:
 
 
 async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    chunked = "chunked" in head.tokens("transfer-encoding")
+    if chunked and head.get("content-length") is not None:  # refused before a 100 Continue invites the body
+        raise ProtocolError("both Transfer-Encoding and Content-Length (RFC 9112 §6.1: refused)")
     if "100-continue" in head.tokens("expect"):
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    if "chunked" in head.tokens("transfer-encoding"):
+    if chunked:
         decoder = ChunkedDecoder()
         while not decoder.done:
             data = await reader.read(READ_SIZE)
