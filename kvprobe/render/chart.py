@@ -7,11 +7,16 @@ the tests all agree on one model.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvprobe.analysis.costing import miss_cost
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.pricing import PriceBook
+
+if TYPE_CHECKING:
+    from kvprobe.report import Miss
 
 IDLE_GAP_SECONDS = 60.0  # a pause at least this long between two starts gets a marked gap on the chart
 MAX_SLOTS = 2500  # beyond this many requests, consecutive requests share a slot (one summed bar per agent)
@@ -126,7 +131,7 @@ class Timeline:
 USD_CLASSES = ("read", "write_5m", "write_1h", "fresh", "output")
 
 
-def _dollars(r: RequestResult, prices: PriceBook | None) -> dict[str, float] | None:
+def _dollars(r: RequestResult, prices: PriceBook | None, miss: Miss | None = None) -> dict[str, float] | None:
     """What each token class of the request cost (its cost split by the unit prices it was priced at)."""
     if prices is None or r.cost_usd is None:
         return None
@@ -140,11 +145,13 @@ def _dollars(r: RequestResult, prices: PriceBook | None) -> dict[str, float] | N
     total = sum(usd.values())
     if total > 0 and abs(total - r.cost_usd) > 1e-12:  # a logged cost: the classes keep their shares of it
         usd = {cls: v * r.cost_usd / total for cls, v in usd.items()}
-    usd["missed"] = max(miss_cost(r, prices)[1] or 0.0, 0.0) if r.missed_tokens > 0 else 0.0
+    # the report priced its diagnosed misses; a request that missed tokens without a diagnosis is priced here
+    missed = (miss.usd if miss is not None else miss_cost(r, prices)[1]) if r.missed_tokens > 0 else 0.0
+    usd["missed"] = max(missed or 0.0, 0.0)
     return usd
 
 
-def _bar(index: int, r: RequestResult, prices: PriceBook | None = None) -> Bar:
+def _bar(index: int, r: RequestResult, prices: PriceBook | None = None, miss: Miss | None = None) -> Bar:
     u = r.usage
     # a mark is a miss cause: a diagnosis of a request that read all it could (the provider read more than
     # predicted) is no miss, and the page's money figures do not count it either
@@ -153,7 +160,7 @@ def _bar(index: int, r: RequestResult, prices: PriceBook | None = None) -> Bar:
     return Bar(index, r.sk.id, r.sk.session, r.sk.agent, r.sk.model, r.sk.started_at, r.sk.readable_at,
                u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens,
                max(u.fresh_input_tokens, 0), u.output_tokens, r.missed_tokens, r.cost_usd, r.input_equivalent,
-               r.write_kind, marks, first=index, usd=_dollars(r, prices))
+               r.write_kind, marks, first=index, usd=_dollars(r, prices, miss))
 
 
 def _overlaps(results: list[RequestResult]) -> list[Overlap]:
@@ -184,11 +191,13 @@ def _sessions(bars: list[Bar]) -> list[tuple[str, int, int]]:
 
 
 def build_timeline(results: list[RequestResult], max_slots: int = MAX_SLOTS,
-                   prices: PriceBook | None = None) -> Timeline:
+                   prices: PriceBook | None = None, misses: Iterable[Miss] = ()) -> Timeline:
     """The chart model of simulated results (any order: bars follow start time, then input order). With
-    `prices` (those the results were priced with), each bar also carries its cost by token class."""
+    `prices` (those the results were priced with), each bar also carries its cost by token class; `misses`
+    (the report's) already hold what their requests' misses cost."""
     ordered = sorted(results, key=lambda r: (r.sk.started_at, r.sk.order))
-    bars = [_bar(i, r, prices) for i, r in enumerate(ordered)]
+    priced = {id(m.result): m for m in misses}
+    bars = [_bar(i, r, prices, priced.get(id(r))) for i, r in enumerate(ordered)]
     lanes = list(dict.fromkeys(b.agent for b in bars))
     expiries = [Expiry(i, r.sk.agent, d.seconds_past, d.detail) for i, r in enumerate(ordered)
                 for d in r.diagnoses if d.kind == "ttl_expired"]

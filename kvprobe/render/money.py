@@ -9,8 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvprobe.analysis.costing import miss_cost
-from kvprobe.pricing import PriceBook
 from kvprobe.render.chart import MISS_KINDS
 from kvprobe.render.svg import esc
 from kvprobe.report import Report
@@ -44,16 +42,18 @@ class Waste:
     requests: list[str] = field(default_factory=list)
 
 
-def waste_by_cause(rep: Report, prices: PriceBook) -> list[Waste]:
+def waste_by_cause(rep: Report) -> list[Waste]:
     """Every diagnosed miss of the report (not only the costliest listed), summed by its main cause, costliest
     first: what it cost above an ideal prefix cache (`kvprobe report`'s figure; n/a if any is unpriced)."""
+    # the report priced each miss once (`Miss.usd`); walked in request order, so the ids listed stay the first
+    priced = {id(m.result): m for m in rep.misses}
     by_kind: dict[str, Waste] = {}
     for r in rep.results:
-        if not r.diagnoses or r.missed_tokens <= 0:
+        m = priced.get(id(r))
+        if m is None:
             continue
-        _, cost = miss_cost(r, prices)
         w = by_kind.setdefault(r.diagnoses[0].kind, Waste(r.diagnoses[0].kind))
-        w.usd = None if w.usd is None or cost is None else w.usd + cost
+        w.usd = None if w.usd is None or m.usd is None else w.usd + m.usd
         w.tokens += r.missed_tokens
         w.requests.append(r.sk.id)
     return sorted(by_kind.values(), key=lambda w: (-(w.usd or 0), -w.tokens))
@@ -92,8 +92,8 @@ def _spent(rep: Report) -> str:
     return _group("Spent", note, cards)
 
 
-def _wasted(rep: Report, prices: PriceBook) -> str:
-    wastes = waste_by_cause(rep, prices)
+def _wasted(rep: Report) -> str:
+    wastes = waste_by_cause(rep)
     t = rep.totals
     total = None if any(w.usd is None for w in wastes) else sum(w.usd or 0 for w in wastes)
     cards = [_card("wasted_usd", "All misses", usd(total), total, "bad" if total else "",
@@ -135,9 +135,9 @@ def _saved(rep: Report) -> str:
     return _group("Saved by each fix", note, cards, max(len(fixes) - MAX_CARDS, 0))
 
 
-def cost_cards(rep: Report, prices: PriceBook) -> str:
+def cost_cards(rep: Report) -> str:
     """Spent, wasted by cause, saved by each fix: each figure a card (`data-key`, `data-value` hold it raw)."""
-    return f'<section id="totals" class="money">{_spent(rep)}{_wasted(rep, prices)}{_saved(rep)}</section>'
+    return f'<section id="totals" class="money">{_spent(rep)}{_wasted(rep)}{_saved(rep)}</section>'
 
 
 def _text(value: Any) -> str:

@@ -198,7 +198,7 @@ def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | No
     """The whole report page as one string. `prices`: those the report was priced with, for the dollars of
     the chart and of the waste (default: kvprobe's offline prices, as `build_report` uses)."""
     prices = prices or PriceBook()
-    tl = build_timeline(rep.results, prices=prices)
+    tl = build_timeline(rep.results, prices=prices, misses=rep.misses)
     sources = ", ".join(Path(name).name for name, _ in rep.stats) or "records"
     title = title or f"kvprobe report: {sources}"
     tokens_svg, _, _ = render_svg(tl)
@@ -214,7 +214,7 @@ def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | No
         f"<title>{esc(title)}</title><style>{style}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"sub\">{tl.requests:,} requests · {len(tl.lanes)} agent(s)"
         f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p></header>"
-        f"{cost_cards(rep, prices)}{_timeline(tl, tokens_svg, usd_svg)}"
+        f"{cost_cards(rep)}{_timeline(tl, tokens_svg, usd_svg)}"
         f"{_fixes(rep)}{fleet_section(rep)}{blocks_table(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
         "<footer>Self-contained report: no network access, no external files.</footer>"
         f'<div id="kv-tip" hidden></div><script>{script}</script></body></html>\n')

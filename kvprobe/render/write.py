@@ -46,7 +46,7 @@ def write_chart(rep: Report, path: Path, *, title: str | None = None, scale: flo
     if suffix not in CHART_SUFFIXES:
         raise InputError(f"expected a .png or .svg file name, got {path.suffix or 'no suffix'!r}",
                          file=str(path), field="--output")
-    tl = build_timeline(rep.results, prices=prices or PriceBook())
+    tl = build_timeline(rep.results, prices=prices or PriceBook(), misses=rep.misses)
     if unit == "usd" and not tl.priced:
         raise InputError("not every request has a price: draw it in tokens, or give --price-file",
                          file=str(path), field="--unit")
