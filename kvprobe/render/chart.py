@@ -136,7 +136,7 @@ def _dollars(r: RequestResult, prices: PriceBook | None, miss: Miss | None = Non
     if prices is None or r.cost_usd is None:
         return None
     u = r.usage
-    units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens)
+    units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens, r.sk.extra.get("platform"))
     if units is None:
         return None
     tokens = {"read": u.cache_read_tokens, "write_5m": u.cache_write_5m_tokens, "write_1h": u.cache_write_1h_tokens,
