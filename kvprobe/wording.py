@@ -35,6 +35,16 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage with one decimal: 0.399 is 39.9%."""
+    return f"{100 * fraction:.1f}%"
+
+
+def plural(n: int, word: str) -> str:
+    """A count with its noun: 1 request, 3,150 requests."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def usd(value: float | None, digits: int = 4) -> str:
     """Dollars for a person: `digits` decimals ($0.0706), and an amount too small for them in two significant
     digits ($0.0038 where two decimals would say $0.00): a cost that is not zero never reads as zero. None

@@ -19,11 +19,12 @@ from kvprobe.gate.check import GateResult, run_gate
 from kvprobe.gate.config import GateConfig, find_config, load_config_file, parse_setting
 from kvprobe.gate.formats import annotations, cause_groups, to_junit, to_markdown
 from kvprobe.gate.inputs import expand_traces, require_baseline_requests, summary_target
-from kvprobe.gate.wording import plural, shown_path, usd
+from kvprobe.gate.wording import shown_path, usd
 from kvprobe.output import check_output
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Report, build_report
 from kvprobe.trace.writer import write_atomic
+from kvprobe.wording import plural
 
 Traces = Annotated[list[str], typer.Argument(help="Traces or agent logs (JSONL files, folders, or globs such as "
                                              "'traces/*.jsonl')", metavar="TRACES")]

@@ -15,8 +15,9 @@ from typing import Any
 from kvprobe.compare import compare, summary_of
 from kvprobe.gate.causes import Cause, causes as find_causes
 from kvprobe.gate.config import Thresholds
-from kvprobe.gate.wording import percent, plural, tokens, usd
+from kvprobe.gate.wording import tokens, usd
 from kvprobe.report import Report
+from kvprobe.wording import percent, plural
 
 
 @dataclass(slots=True)

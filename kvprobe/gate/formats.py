@@ -12,7 +12,8 @@ import xml.etree.ElementTree as ET
 
 from kvprobe.gate.causes import Cause, without_content
 from kvprobe.gate.check import Check, GateResult
-from kvprobe.gate.wording import annotation, plural, shown_path, usd
+from kvprobe.gate.wording import annotation, shown_path, usd
+from kvprobe.wording import plural
 
 _MARK = {True: "✅", False: "❌", None: "❔"}
 _HEAD = {"passed": "✅ passed", "passed with warnings": "⚠️ passed with warnings", "failed": "❌ failed",

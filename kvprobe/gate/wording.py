@@ -19,14 +19,6 @@ def tokens(value: float) -> str:
     return f"{value:,.0f} tokens"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def percent(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
-
-
 def shown_path(path: str | None) -> str:
     """A path as the user would type it: relative to the working directory when that is shorter."""
     if not path or not Path(path).is_absolute():

@@ -12,7 +12,7 @@ from typing import Any
 from kvprobe.render.chart import MISS_KINDS
 from kvprobe.render.svg import esc
 from kvprobe.report import Report
-from kvprobe.wording import usd
+from kvprobe.wording import percent, usd
 
 # How a hit ratio is coloured: by the share of what an ideal prefix cache would have read that was read, not
 # by the ratio itself (a short task with little to reuse is not "bad", a 39.9% that could be 80% is not good).
@@ -26,10 +26,6 @@ def grade(read: int, reusable: int) -> str:
         return ""
     share = read / reusable
     return "good" if share >= GOOD_SHARE else "fair" if share >= FAIR_SHARE else "bad"
-
-
-def pct(ratio: float) -> str:
-    return f"{100 * ratio:.1f}%"
 
 
 @dataclass(slots=True)
@@ -75,13 +71,14 @@ def _spent(rep: Report) -> str:
     t = rep.totals
     read, missed = t["cache_read_tokens"], t["missed_read_tokens"]
     reusable = read + missed
-    readable = f"an ideal prefix cache would read {pct(reusable / t['input_tokens'])}" if t["input_tokens"] else ""
+    readable = f"an ideal prefix cache would read {percent(reusable / t['input_tokens'])}" \
+        if t["input_tokens"] else ""
     cards = [
         _card("cost_usd", f"Cost ({rep.basis})", usd(t["cost_usd"]), t["cost_usd"],
               sub=f"{t['requests']:,} requests · {t['output_tokens']:,} output tokens"),
         _card("input_equivalent_tokens", "Input-equivalents", f"{t['input_equivalent_tokens']:,.0f}",
               t["input_equivalent_tokens"], sub=f"of {t['input_tokens']:,} input tokens"),
-        _card("token_hit_ratio", "Hit ratio", pct(t["token_hit_ratio"]), t["token_hit_ratio"],
+        _card("token_hit_ratio", "Hit ratio", percent(t["token_hit_ratio"]), t["token_hit_ratio"],
               grade(read, reusable), sub=readable),
         _card("input_tokens", "Input tokens", f"{t['input_tokens']:,}", t["input_tokens"],
               sub=f"read {read:,} · written {t['cache_write_tokens']:,} · fresh {t['fresh_input_tokens']:,}"),
@@ -122,7 +119,8 @@ def _saved(rep: Report) -> str:
         base = w.get("baseline_predicted", {})
         cards.append(_card("with_all_fixes", "With all fixes (predicted)", usd(w["cost_usd"]), w["cost_usd"],
                            "good", sub=f"from {usd(base.get('cost_usd'))} · hit ratio "
-                           f"{pct(base.get('token_hit_ratio', 0))} → {pct(w['token_hit_ratio'])}", extra=" fixes"))
+                           f"{percent(base.get('token_hit_ratio', 0))} → {percent(w['token_hit_ratio'])}",
+                           extra=" fixes"))
     for f in fixes[:MAX_CARDS]:
         reach = f.get("reach")
         where = f"{_text(reach)}" if reach is not None else ", ".join(map(str, f.get("requests", [])[:4]))

@@ -23,7 +23,7 @@ from kvprobe.render.money import (blocks_table, cost_cards, fleet_section, grade
 from kvprobe.render.svg import AGENT_COLOURS, esc, render_svg
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
-from kvprobe.wording import usd
+from kvprobe.wording import percent, usd
 
 
 def _asset(name: str) -> str:
@@ -37,10 +37,6 @@ def _csp(script: str) -> str:
 
 
 money = usd  # the terminal's figures, to the same decimals
-
-
-def _pct(ratio: float) -> str:
-    return f"{100 * ratio:.1f}%"
 
 
 def _chips(kinds: list[str]) -> str:
@@ -224,7 +220,7 @@ def chart_title(rep: Report) -> str:
     """A one-line caption for a standalone chart: sources and the totals that matter (wrapped to fit)."""
     t = rep.totals
     sources = ", ".join(Path(name).name for name, _ in rep.stats) or "trace"
-    return (f"{sources} · {t['requests']:,} requests · hit ratio {_pct(t['token_hit_ratio'])} · "
+    return (f"{sources} · {t['requests']:,} requests · hit ratio {percent(t['token_hit_ratio'])} · "
             f"{t['missed_read_tokens']:,} missed read tokens · {money(t['cost_usd'])}")
 
 
