@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvprobe.analysis.diagnosis import advice_for
-from kvprobe.report import Miss, Report
+from kvprobe.report import Miss, Report, _usd
 
 # The diagnosis kind each what-if fix kind repairs (kvprobe/whatif/proposals.py makes them).
 FIX_ADDRESSES = {"stabilize_prefix": "prefix_changed", "stable_params": "params_changed",
@@ -63,10 +63,6 @@ class Cause:
                 "fix": self.fix if content else without_content(self.fix), "fix_saving_usd": self.fix_saving_usd,
                 "new": self.new, "baseline_cost_usd": self.baseline_cost_usd, "added_usd": self.added_usd,
                 "tasks": self.tasks or [self.task]}
-
-
-def _usd(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
 
 
 def without_content(text: str) -> str:
