@@ -52,6 +52,11 @@ class GateResult:
         return [c for c in self.checks if c.passed is None]
 
     @property
+    def undecided_warns(self) -> bool:
+        """An undecided check is a warning, not an error, in the formats CI reads (warn mode, checks were made)."""
+        return self.undecided_mode == "warn" and not self.reason
+
+    @property
     def decidable(self) -> bool:
         return self.failed or (not self.reason and not self.undecided)
 

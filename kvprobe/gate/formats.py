@@ -102,7 +102,7 @@ def to_junit(result: GateResult, content: bool = False) -> bytes:
     checks = result.checks + ([Check("gate", 0, None, None, result.reason)] if result.reason else [])
     failures = sum(c.passed is False for c in checks)
     undecided = [c for c in checks if c.passed is None]
-    errors = 0 if result.undecided_mode == "warn" and not result.reason else len(undecided)
+    errors = 0 if result.undecided_warns else len(undecided)
     skipped = len(undecided) - errors
     counts = {"tests": str(len(checks)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped)}
     suites = ET.Element("testsuites", name="kvprobe gate", **counts)
@@ -119,7 +119,7 @@ def to_junit(result: GateResult, content: bool = False) -> bytes:
             ET.SubElement(case, "failure", message=_xml(c.detail), type="threshold").text = _xml(
                 c.detail + (f"\nset by: {c.source}" if c.source else "") + text)
         elif c.passed is None:
-            tag = "skipped" if result.undecided_mode == "warn" and not result.reason else "error"
+            tag = "skipped" if result.undecided_warns else "error"
             ET.SubElement(case, tag, message=_xml("undecided: " + c.detail))
         else:
             ET.SubElement(case, "system-out").text = _xml(c.detail)
@@ -142,7 +142,7 @@ def annotations(result: GateResult, lines: dict[str, int] | None = None) -> list
     """An error for each failed check (a warning for an undecided one in warn mode), at the config line that
     set its limit when there is one; a warning for each note."""
     out = []
-    undecided_level = "warning" if result.undecided_mode == "warn" and not result.reason else "error"
+    undecided_level = "warning" if result.undecided_warns else "error"
     config = result.inputs.get("config")
     for c in result.checks:
         if c.passed:
