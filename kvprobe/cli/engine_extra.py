@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 
-import typer
-from rich.text import Text
-
-from kvprobe.cli.common import err
+from kvprobe.cli.common import fail
 
 ENGINE_MODULES = ("torch", "numpy", "gguf", "tokenizers", "jinja2")  # pyproject's [project.optional-dependencies]
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
@@ -49,5 +46,4 @@ def require_engine(command: str) -> None:
     if missing:
         message = (f"{command} runs the local engine, which needs {', '.join(missing)} (the `engine` extra, not "
                    f"installed): {install_hint()}")
-        err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)  # plain text: no markup
-        raise typer.Exit(2)
+        fail(message)  # plain text: no markup
