@@ -113,22 +113,14 @@ def _fit(cols: Sequence[Col], shown: list[int], natural: list[int], least: list[
     return widths
 
 
-def cut_to(text: str, width: int, where: Literal["end", "start"] = "end") -> str:
-    """`text` in at most `width` cells, "…" marking where characters were taken out."""
-    if cell_len(text) <= width:
-        return text
-    if where == "end":
-        return set_cell_size(text, width - 1) + ELLIPSIS
-    kept = text[::-1]
-    return ELLIPSIS + set_cell_size(kept, width - 1)[::-1].rstrip()
-
-
 def _cut_start(cell: Cell, width: int) -> Cell:
-    """A cell whose lines keep their end (paths, locations) when wider than the column."""
+    """A cell whose lines keep their end (paths, locations) when wider than the column, "…" marking where
+    characters were taken out."""
     lines = _text(cell).split("\n")
     if all(cell_len(line) <= width for line in lines):
         return cell
-    text = "\n".join(cut_to(line, width, "start") for line in lines)
+    text = "\n".join(line if cell_len(line) <= width else ELLIPSIS + set_cell_size(line[::-1], width - 1)[::-1].rstrip()
+                     for line in lines)
     return Text(text, style=cell.style) if isinstance(cell, Text) else text
 
 

@@ -39,10 +39,6 @@ class Cause:
     tasks: list[str] = field(default_factory=list)  # every task it stands for, once folded (see `fold`)
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
-        return self.task, self.kind, self.where
-
-    @property
     def label(self) -> str:
         place = f" at {self.where}" if self.where else ""
         return f"{self.kind}{place}"
