@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kvprobe.db.frames import frame
 from kvprobe.db.rows import Rows, report_rows
@@ -136,8 +136,7 @@ def _from_database(path: Path) -> Loaded:
 
 
 def _fleet_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
-    found = getattr(rep, "fleet", None) or []
-    return [{"trace_id": trace_id, **(f.to_json() if hasattr(f, "to_json") else dict(f))} for f in found]
+    return [{"trace_id": trace_id, **f.to_json()} for f in rep.fleet]
 
 
 def _trace_row(tf: TraceFile, records: int, skipped: int) -> dict[str, Any]:
@@ -182,7 +181,7 @@ def load(path: str | Path | Sequence[str | Path] | Report, *, prices: PriceBook 
         for name, table_rows in a.rows.items():
             rows[name] += table_rows
         rows["traces"].append(_trace_row(tf, a.records, a.skipped))
-        if a.report is not None:  # always, with keep_report
-            rows[FLEET] += _fleet_rows(tf.trace_id, a.report)
-            reports[tf.trace_id] = a.report
+        rep = cast(Report, a.report)  # kept: keep_report
+        rows[FLEET] += _fleet_rows(tf.trace_id, rep)
+        reports[tf.trace_id] = rep
     return Loaded(rows, reports)

@@ -205,10 +205,9 @@ def blocks_table(rep: Report, limit: int = 10) -> str:
 
 def fleet_section(rep: Report) -> str:
     """Findings across sessions that share a prefix (the report's `fleet` list), when it has them."""
-    found = getattr(rep, "fleet", None) or []
-    if not found:
+    if not rep.fleet:
         return ""
-    rows = [f.to_json() if hasattr(f, "to_json") else dict(f) for f in found]
+    rows = [f.to_json() for f in rep.fleet]
     cols = ("sessions", "shared_tokens", "breaks_at", "breaker", "could_share_tokens", "rewrote_sessions",
             "rewritten_tokens", "rewrite_usd", "fixes")
     table = generic_table("kv-fleet", [{k: r.get(k) for k in cols} for r in rows])
