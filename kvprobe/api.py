@@ -5,10 +5,9 @@ import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report
-from kvprobe.trace.record import parse_time
+from kvprobe.trace.record import parse_since
 
 
 def _since(value: str | float | dt.datetime | None) -> float | None:
@@ -16,10 +15,7 @@ def _since(value: str | float | dt.datetime | None) -> float | None:
         return value
     if isinstance(value, dt.datetime):
         return value.timestamp()
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise InputError(f"expected an RFC 3339 time, got {value!r}", field="since") from None
+    return parse_since(value, "since")
 
 
 def analyse(paths: str | Path | Sequence[str | Path], *, session: str | None = None, agent: str | None = None,

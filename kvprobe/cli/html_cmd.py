@@ -7,12 +7,10 @@ from typing import Annotated
 import typer
 
 from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
-from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.cli.report_cmd import require_requests
 from kvprobe.report import Filters, Report, build_report
-from kvprobe.trace.record import parse_time
-from kvprobe.wording import show
+from kvprobe.trace.record import parse_since
 
 Traces = Annotated[list[Path], typer.Argument(help="Trace files (JSONL)")]
 Session = Annotated[str | None, typer.Option("--session", help="Only this session")]
@@ -26,12 +24,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print what was written as
 def load_report(traces: list[Path], session: str | None, agent: str | None, since: str | None,
                 prices: PriceBook, fixes: bool | None = None) -> Report:
     """The report both `html` and `plot` draw (library errors propagate to `user_errors`)."""
-    start = None
-    if since is not None:
-        try:
-            start = parse_time(since)
-        except ValueError:
-            raise InputError(f"expected an RFC 3339 time, got {show(since)}", field="--since") from None
+    start = parse_since(since, "--since")
     rep = build_report(traces, filters=Filters(session, agent, start), prices=prices, fixes=fixes)
     # an empty input or filters that match nothing: exit 2 and write nothing, as `report` does
     require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})

@@ -14,7 +14,7 @@ from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report, fallback_lines
-from kvprobe.trace.record import format_time, parse_time
+from kvprobe.trace.record import format_time, parse_since
 from kvprobe.wording import show
 
 PROGRESS_MIN_BYTES = 20_000_000
@@ -46,7 +46,7 @@ def report(
     """
     with user_errors():
         rows = _row_limit(requests)
-        filters = Filters(session, agent, _since(since))
+        filters = Filters(session, agent, parse_since(since, "--since"))
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)
         loaded = load_outcomes(outcomes) if outcomes else None
@@ -97,15 +97,6 @@ def _row_limit(value: str) -> int | None:
     if value.isdigit() and int(value) > 0:
         return int(value)
     raise InputError(f"expected all or a number of rows, got {show(value)}", field="--requests")
-
-
-def _since(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise InputError(f"expected an RFC 3339 time, got {show(value)}", field="--since") from None
 
 
 def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, show_progress: bool,

@@ -5,6 +5,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvprobe.errors import InputError
+from kvprobe.wording import show
+
 FORMAT_VERSION = 1
 KNOWN_KEYS = frozenset(("kvprobe", "id", "session", "agent", "provider", "endpoint", "started_at",
                         "first_token_at", "finished_at", "request", "response", "error"))
@@ -113,6 +116,16 @@ def parse_time(value: Any) -> float:
     if not _EARLIEST <= seconds <= _LATEST:  # NaN fails this too
         raise ValueError("timestamp out of range (1970 to 9999)")
     return seconds
+
+
+def parse_since(value: str | None, field: str) -> float | None:
+    """A --since value (RFC 3339) to epoch seconds, None when not given; InputError naming `field` else."""
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise InputError(f"expected an RFC 3339 time, got {show(value)}", field=field) from None
 
 
 def format_time(seconds: float) -> str:
