@@ -146,6 +146,3 @@ def by_session(results: list[RequestResult]) -> dict[str, list[RequestResult]]:
         out.setdefault(r.sk.session, []).append(r)
     return out
 
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"

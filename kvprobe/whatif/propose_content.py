@@ -12,8 +12,8 @@ from kvprobe.request.paths import text_at as body_text_at
 from kvprobe.tokens import count_text
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_record
-from kvprobe.whatif.policies import (Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin,
-                                     plural)
+from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
+from kvprobe.wording import plural
 from kvprobe.whatif.reshape import Chainer, body_hash_of, index_of, salt_at, with_blocks, with_request
 from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Split, Template, common_prefix, common_suffix, find_template
 from kvprobe.wording import show

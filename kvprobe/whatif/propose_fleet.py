@@ -10,7 +10,8 @@ from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.economics.keep_alive import longer_lifetime
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import block_at, copy_record, mark_breakpoint
-from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, plural
+from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons
+from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
 

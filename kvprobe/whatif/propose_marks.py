@@ -17,8 +17,8 @@ from kvprobe.request.paths import part_at
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import copy_record, mark_breakpoint
-from kvprobe.whatif.policies import (Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin,
-                                     plural)
+from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
+from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
 OPENAI_MARKER = {"mode": "explicit"}

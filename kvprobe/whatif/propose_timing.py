@@ -12,7 +12,8 @@ from kvprobe.catalog import rules_for
 from kvprobe.economics.keep_alive import KeepAlivePlan, longer_lifetime, plan
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import copy_record, mark_breakpoint, truncated_through, with_all_ttls
-from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin, plural
+from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
+from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
 STAGGER_MARGIN_S = 0.01  # start a staggered sibling this long after the first response began
