@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
+from kvprobe.request.openai_cache import MANAGED
 from kvprobe.sim.implicit import routing_capped
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
-
-MANAGED = "managed"
 
 
 @dataclass(slots=True)
@@ -34,10 +33,29 @@ class Entry:
     writer_id: str
 
 
+@dataclass(slots=True, frozen=True)
+class Settings:
+    """What the cache reads of a model's rules, once per rules object: a simulation asks on every request."""
+
+    max_breakpoints: int
+    lookup_breakpoints: int
+    minimum: int  # min cacheable tokens
+    life: float  # seconds an entry lives after its last write or use, capped by the platform's sticky routing
+
+    @staticmethod
+    def of(rules: ModelRules) -> "Settings":
+        found = rules.derived.get("openai_cache")
+        if found is None:
+            found = rules.derived["openai_cache"] = Settings(
+                int(rules.get("max_breakpoints", 4)), int(rules.get("lookup_breakpoints", 80)),
+                int(rules.get("min_cacheable_tokens", 0)), _life(rules))
+        return found
+
+
 def written_breakpoints(req: RenderedRequest, rules: ModelRules) -> list[int]:
     """The breakpoints a request writes: in implicit mode the managed one and the latest three explicit
     ones, in explicit mode the latest four explicit ones (ascending)."""
-    limit = int(rules.get("max_breakpoints", 4))
+    limit = Settings.of(rules).max_breakpoints
     managed = req.managed_breakpoint if req.cache_mode == MANAGED else None
     explicit = [i for i in req.breakpoint_indices if i != managed]
     keep = explicit[-(limit - 1):] if managed is not None and limit > 1 else explicit[-limit:]
@@ -49,6 +67,7 @@ class BreakpointCache:
 
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
+        self.explain = True  # gather the evidence a diagnosis reads (pricing simulations need none)
         self.seen: dict[int, str] = {}  # cache key of every prefix sent -> the first request that sent it
 
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
@@ -57,23 +76,25 @@ class BreakpointCache:
         if not req.blocks:
             return pred
         cum = cumulative_tokens(req.blocks)
-        life = _life(rules)
-        hit = self._find_hit(req, rules, start, pred)
+        settings = Settings.of(rules)
+        life = settings.life
+        hit = self._find_hit(req, settings, start, pred)
         read = cum[hit] if hit is not None else 0
         if hit is not None:
             entry = self.entries[req.blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + life)
         pred.hit_block, pred.cache_read_tokens = hit, read
-        self._write(req, rules, cum, hit, request_id, start, readable_at, life, pred)
-        self._note_unmarked_prefix(req, rules, cum, read, pred)
+        self._write(req, rules, settings, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens - pred.cache_write_tokens
-        for block in req.blocks:
-            self.seen.setdefault(block.cache_key, request_id)
+        if self.explain:  # `seen` serves only the missing_breakpoint evidence
+            self._note_unmarked_prefix(req, settings, cum, read, pred)
+            for block in req.blocks:
+                self.seen.setdefault(block.cache_key, request_id)
         return pred
 
-    def _find_hit(self, req: RenderedRequest, rules: ModelRules, start: float, pred: Prediction) -> int | None:
+    def _find_hit(self, req: RenderedRequest, settings: Settings, start: float, pred: Prediction) -> int | None:
         """The last block of the longest live, readable entry that is a prefix of the request."""
-        budget = int(rules.get("lookup_breakpoints", 80))
+        budget = settings.lookup_breakpoints
         for j in range(len(req.blocks) - 1, -1, -1):
             entry = self.entries.get(req.blocks[j].cache_key)
             if entry is None:
@@ -93,9 +114,9 @@ class BreakpointCache:
                 break
         return None
 
-    def _write(self, req: RenderedRequest, rules: ModelRules, cum: list[int], hit: int | None, request_id: str,
-               start: float, readable_at: float, life: float, pred: Prediction) -> None:
-        minimum = int(rules.get("min_cacheable_tokens", 0))
+    def _write(self, req: RenderedRequest, rules: ModelRules, settings: Settings, cum: list[int], hit: int | None,
+               request_id: str, start: float, readable_at: float, pred: Prediction) -> None:
+        minimum, life = settings.minimum, settings.life
         prev = cum[hit] if hit is not None else 0
         written = written_breakpoints(req, rules)
         for bp in written:
@@ -116,10 +137,10 @@ class BreakpointCache:
             writer = entry.writer_id if live and entry else request_id
             self.entries[block.cache_key] = Entry(cum[bp], start + life, readable, writer)
 
-    def _note_unmarked_prefix(self, req: RenderedRequest, rules: ModelRules, cum: list[int], read: int,
+    def _note_unmarked_prefix(self, req: RenderedRequest, settings: Settings, cum: list[int], read: int,
                               pred: Prediction) -> None:
         """A prefix an earlier request already sent, longer than what was read, with no entry at its end."""
-        minimum = int(rules.get("min_cacheable_tokens", 0))
+        minimum = settings.minimum
         for j in range(len(req.blocks) - 1, -1, -1):
             if cum[j] <= read or cum[j] < minimum:
                 return
