@@ -38,11 +38,18 @@ class PriceRow:
 
     def units(self) -> dict[str, float]:
         """USD per token of each class, as `PriceBook.unit_prices` gives them."""
-        p, per = self.prices, 1_000_000
-        base = p["input_mtok"]
-        write = p.get("cache_write_mtok", base)
-        return {"fresh": base / per, "read": p.get("cache_read_mtok", base) / per, "write_5m": write / per,
-                "write_1h": p.get("cache_write_1h_mtok", write) / per, "output": p.get("output_mtok", 0.0) / per}
+        return per_token(self.prices)
+
+
+def per_token(p: dict[str, float]) -> dict[str, float]:
+    """USD per token of each class (fresh, read, write_5m, write_1h, output) from USD per million tokens: an
+    overlay row's missing cache read or 5m write is priced as input, a 1h write as the 5m one, output as 0 (a
+    price file's prices come with every cache price filled in: `PriceBook.override`)."""
+    per = 1_000_000
+    base = p["input_mtok"]
+    write = p.get("cache_write_mtok", base)
+    return {"fresh": base / per, "read": p.get("cache_read_mtok", base) / per, "write_5m": write / per,
+            "write_1h": p.get("cache_write_1h_mtok", write) / per, "output": p.get("output_mtok", 0.0) / per}
 
 
 def _date(raw: Any, where: str, name: str) -> dt.date:

@@ -35,9 +35,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
-from kvprobe.price_overlay import overlay_row
+from kvprobe.price_overlay import PRICE_KEYS, overlay_row, per_token
 from kvprobe.usage import Usage
 from kvprobe.wording import show
 
@@ -46,7 +47,6 @@ _PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deep
 # genai-prices' ids of the platforms that serve other providers' models: "<provider>@<platform>" price keys
 _PLATFORM_IDS = {"bedrock": "aws", "vertex": "google", "openrouter": "openrouter", "azure": "azure"}
 OVERLAY_SOURCE = "kvprobe-overlay"
-_OVERRIDE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")
 _REQUIRED_KEYS = ("input_mtok", "output_mtok")  # no rule derives an output price, nor input from the rest
 # a missing cache price is input_mtok times this multiplier of the provider's rules
 _DERIVED = {"cache_read_mtok": "read", "cache_write_mtok": "write_5m", "cache_write_1h_mtok": "write_1h"}
@@ -172,10 +172,7 @@ class PriceBook:
         if provider == "local":
             return dict.fromkeys(("fresh", "read", "write_5m", "write_1h", "output"), 0.0)
         if model and model in self.overrides:
-            o, per = self.override(provider, model), 1_000_000
-            return {"fresh": o["input_mtok"] / per, "read": o["cache_read_mtok"] / per,
-                    "write_5m": o["cache_write_mtok"] / per, "write_1h": o["cache_write_1h_mtok"] / per,
-                    "output": o["output_mtok"] / per}
+            return per_token(self.override(provider, model))
         if not model:
             return None
         return self._resolve(provider, model, int(when // 86400) if when else None, input_tokens, platform)[0]
@@ -328,14 +325,23 @@ def _period_starts(provider: str | None, model: str) -> list[int] | None:
     return sorted({(c.start_date - epoch).days for c in constraints})
 
 
-def cache_multipliers(provider: str, model: str | None) -> dict[str, float]:
-    """Cache read and write prices relative to fresh input, from the provider's rules (`providers/*.toml`)."""
-    from kvprobe.catalog import rules_for
+def multipliers(rules: ModelRules) -> tuple[float, float, float]:
+    """(5m write, 1h write, read) prices relative to fresh input, from the rules (`providers/*.toml`): the 5m
+    write multiplier, else the explicit, else the implicit one (else 1); the 1h one, else the 5m one. Once per
+    rules object: input equivalents ask on every request."""
+    found = rules.derived.get("input_equivalent")
+    if found is None:
+        writes = rules.get("write_multipliers", {}) or {}
+        w5m = float(writes.get("5m", writes.get("explicit", writes.get("implicit", 1.0))))
+        found = rules.derived["input_equivalent"] = (w5m, float(writes.get("1h", w5m)),
+                                                     float(rules.get("read_multiplier", 1.0)))
+    return found
 
-    rules = rules_for(provider, model)
-    writes = rules.get("write_multipliers", {}) or {}
-    w5m = float(writes.get("5m", writes.get("explicit", writes.get("implicit", 1.0))))
-    return {"read": float(rules.get("read_multiplier", 1.0)), "write_5m": w5m, "write_1h": float(writes.get("1h", w5m))}
+
+def cache_multipliers(provider: str, model: str | None) -> dict[str, float]:
+    """Cache read and write prices relative to fresh input, from the provider's rules (`multipliers`)."""
+    w5m, w1h, read = multipliers(rules_for(provider, model))
+    return {"read": read, "write_5m": w5m, "write_1h": w1h}
 
 
 def _derived_note(source: str | None, provider: str | None, model: str, missing: list[str],
@@ -390,8 +396,8 @@ def load_price_file(path: Path) -> dict[str, dict[str, float]]:
         if not isinstance(prices, dict):
             raise InputError("expected a table of prices", file=str(path), field=where)
         for key in prices:
-            if key not in _OVERRIDE_KEYS:
-                raise InputError(f"unknown price; expected one of {', '.join(_OVERRIDE_KEYS)}", file=str(path),
+            if key not in PRICE_KEYS:
+                raise InputError(f"unknown price; expected one of {', '.join(PRICE_KEYS)}", file=str(path),
                                  field=f"{where}.{key}")
         for key in _REQUIRED_KEYS:
             if key not in prices:

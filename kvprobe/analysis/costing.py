@@ -3,26 +3,15 @@ from __future__ import annotations
 
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.catalog import ModelRules
-from kvprobe.pricing import PriceBook
+from kvprobe.pricing import PriceBook, multipliers
 from kvprobe.usage import Usage
 
 
 def input_equivalent(usage: Usage, rules: ModelRules) -> float:
     """fresh x 1 + 5m writes x 1.25 + 1h writes x 2 + reads x read multiplier (from `providers/`)."""
-    w5m, w1h, read = _multipliers(rules)
+    w5m, w1h, read = multipliers(rules)
     return (usage.fresh_input_tokens + usage.cache_write_5m_tokens * w5m + usage.cache_write_1h_tokens * w1h
             + usage.cache_read_tokens * read)
-
-
-def _multipliers(rules: ModelRules) -> tuple[float, float, float]:
-    """(5m write, 1h write, read) multipliers of input price, once per rules object (every request asks)."""
-    found = rules.derived.get("input_equivalent")
-    if found is None:
-        writes = rules.get("write_multipliers", {}) or {}
-        w5m = float(writes.get("5m", writes.get("explicit", writes.get("implicit", 1.0))))
-        found = rules.derived["input_equivalent"] = (w5m, float(writes.get("1h", w5m)),
-                                                     float(rules.get("read_multiplier", 1.0)))
-    return found
 
 
 def with_reads(usage: Usage, read: int) -> Usage:
