@@ -35,7 +35,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kvprobe.catalog import ModelRules, rules_for
+from kvprobe.catalog import ModelRules, providers_dir, rules_for
 from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
 from kvprobe.price_overlay import PRICE_KEYS, overlay_row, per_token
@@ -180,18 +180,36 @@ class PriceBook:
     def _resolve(self, provider: str | None, model: str, day: int | None, input_tokens: int,
                  platform: str | None) -> tuple[dict[str, float] | None, str]:
         """(per-token prices, where from): an overlay correction, the dataset (the platform's price, then the
-        provider's, under the model's own id and then its first-party one), an overlay row, or nothing."""
+        provider's, under the model's own id and then its first-party one), an overlay row, or nothing.
+
+        What is chosen is kept per model, day and platform (every request asks): overlay prices as they are,
+        a dataset look-up as its (price key, model id), since the tier, and so the prices, follow each
+        request's input (whether a look-up prices the model does not: `_unit_prices`' day memo)."""
+        memo = ("resolve", provider, model, day, platform, str(providers_dir()))  # whose prices.toml was read
+        chosen = self._memo.get(memo)
+        if chosen is None:
+            chosen = self._memo[memo] = self._choose(provider, model, day, input_tokens, platform)
+        units, source = chosen
+        if source == "genai-prices":
+            key, ref = units
+            return self._unit_prices(key, ref, day, input_tokens, note_unknown=False), source
+        if units is None:
+            self.unknown_models.add(model)
+        return units, source
+
+    def _choose(self, provider: str | None, model: str, day: int | None, input_tokens: int,
+                platform: str | None) -> tuple[Any, str]:
+        """What `_resolve` prices a model with: (overlay per-token prices, its source), ((price key, model id),
+        "genai-prices") or (None, "unknown"), tried in that order."""
         row = overlay_row(provider, model, day, override=True)
         if row is not None:
             return row.units(), OVERLAY_SOURCE
         for key, ref in _lookups(provider, model, platform):
-            units = self._unit_prices(key, ref, day, input_tokens, note_unknown=False)
-            if units is not None:
-                return units, "genai-prices"
+            if self._unit_prices(key, ref, day, input_tokens, note_unknown=False) is not None:
+                return (key, ref), "genai-prices"
         row = overlay_row(provider, model, day, override=False)
         if row is not None:
             return row.units(), OVERLAY_SOURCE
-        self.unknown_models.add(model)
         return None, "unknown"
 
     def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
