@@ -134,10 +134,6 @@ class ModelRules:
             parts.append(f"{self.provider}'s own rules (no rules for the {self.platform} platform)")
         return "; ".join(parts) or None
 
-    @property
-    def served_by(self) -> str:
-        return self.platform if self.platform and self.platform != self.provider else self.provider
-
     def get(self, name: str, default: Any = None) -> Any:
         rule = self.rules.get(name)
         return rule.value if rule is not None else default
@@ -303,14 +299,3 @@ def _in_mode(rules: ModelRules, mode: str) -> ModelRules:
     for name, value in overrides.items():
         merged[name] = Rule(name, value, base.source, base.checked, (), f"{base.scope} ({mode} mode)")
     return replace(rules, rules=merged)
-
-
-def all_rules(directory: Path | None = None) -> list[Rule]:
-    """Every rule of every provider and platform file, each once (the registry `providers --check` dates)."""
-    catalog = _load_all(str(directory or providers_dir()))
-    out: list[Rule] = []
-    for holder in [*catalog.providers.values(), *catalog.platforms.values()]:
-        out += holder.rules.values()
-        for fam in holder.models:
-            out += fam.rules.values()
-    return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.catalog import Catalog, load_registry, rules_for
-from kvprobe.price_overlay import overlay_rows
+from kvprobe.price_overlay import OVERLAY_FILE, overlay_rows
 from kvprobe.request import model_from_endpoint
 
 DEFAULT_MAX_AGE_DAYS = 90
@@ -76,7 +76,7 @@ def _dated(catalog: Catalog) -> Iterable[tuple[str, str, str, dt.date]]:
             for rule in fam.rules.values():
                 yield holder.path.name, f"{name} / {fam.family}", rule.name, rule.checked
     for row in overlay_rows():
-        yield "prices.toml", f"price / {row.provider}", row.model, row.checked
+        yield OVERLAY_FILE, f"price / {row.provider}", row.model, row.checked
 
 
 def stale_rules(max_age_days: int, as_of: dt.date, directory: Path | None = None) -> tuple[int, list[StaleRule]]:
