@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.request.openai_cache import MANAGED
-from kvprobe.sim.implicit import routing_capped
+from kvprobe.sim.implicit import routing_capped, ttl_table
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
@@ -161,6 +161,5 @@ class BreakpointCache:
 
 
 def _life(rules: ModelRules) -> float:
-    table = rules.get("ttl_seconds") or {}
-    life = float(table.get(str(rules.get("default_ttl", "explicit")), 1800)) if isinstance(table, dict) else 1800.0
-    return routing_capped(life, rules)
+    found = ttl_table(rules).get(str(rules.get("default_ttl", "explicit")))
+    return found if found is not None else routing_capped(1800.0, rules)
