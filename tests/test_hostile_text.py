@@ -58,3 +58,22 @@ def test_file_names_with_brackets_are_named_as_they_are(cli, tmp_path):
     (tmp_path / "[new]").mkdir()
     res = cli("import", trace, "-o", tmp_path / "[new]" / "i.jsonl")
     assert res.exit_code == 0 and "[new]/i.jsonl" in res.output
+
+
+C1_CSI = "\x9b2J"  # the one-character CSI (U+009B): JSON encoders leave it raw, a terminal clears the screen
+
+
+@pytest.mark.parametrize("args", [["usage", "--json"], ["report", "--json"]], ids=lambda a: "-".join(a))
+def test_json_on_a_terminal_spells_c1_and_del_as_escapes(cli, tmp_path, args):
+    """Found by the fuzz on a fresh clone: a bad timestamp carrying U+009B reached `usage --json` raw. The
+    JSON keeps every value (\\u escapes parse to the same string), and no raw C1 or DEL byte is printed."""
+    trace = _trace(tmp_path)
+    lines = trace.read_text().splitlines()
+    hostile = json.loads(lines[0])
+    hostile.update(id=f"req{C1_CSI}\x7f", first_token_at=f"2026-09-10T10:00:01Z{C1_CSI}")
+    trace.write_text("\n".join([json.dumps(hostile), *lines[1:]]) + "\n")
+    res = cli(args[0], trace, *args[1:])
+    assert res.exit_code in (0, 2), res.output
+    assert "\x9b" not in res.output and "\x7f" not in res.output and "\x1b" not in res.output
+    if res.exit_code == 0:
+        json.loads(res.output)  # still JSON

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
-from kvprobe.cli.common import err, fail, money, out, user_errors
+from kvprobe.cli.common import err, fail, money, out, terminal_safe, user_errors
 from kvprobe.cli.tables import Col, build, print_block
 from kvprobe.importers import default_sources
 from kvprobe.pricing import PriceBook
@@ -82,7 +82,7 @@ def _stream_json(w: Watch, steps) -> None:
         for note in _notes(step):
             err.print(f"watch: {note}", soft_wrap=True)
         for event in step.events:
-            sys.stdout.write(orjson.dumps(event.to_json()).decode() + "\n")
+            sys.stdout.write(terminal_safe(orjson.dumps(event.to_json())).decode() + "\n")
             sys.stdout.flush()  # one complete line per request, as it happens, for the next tool in a pipe
 
 
