@@ -17,6 +17,7 @@ Exit status: uv's, or 2 when uv could not be found or installed.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -50,8 +51,9 @@ def _install() -> Path | None:
             "`apt install python3-pip`), then run this again")
         return None
     say(f"uv is not on PATH: installing it into {TOOL} (once) with pip")
+    env = {**os.environ, "PIP_ROOT_USER_ACTION": "ignore"}  # an install into .uv/ is no system change
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--upgrade", "--target", str(TOOL), "uv"])
+                           "--upgrade", "--target", str(TOOL), "uv"], env=env)
     if done.returncode != 0:
         say("pip could not install uv (see above); install uv yourself "
             "(https://docs.astral.sh/uv/getting-started/installation/) and run this again")
