@@ -31,13 +31,11 @@ def shown_path(path: str | None) -> str:
 
 
 def repo_path(path: str) -> str:
-    """A path as GitHub places an annotation: relative to the repository ($GITHUB_WORKSPACE, else the working
-    directory), whichever folder the step ran in; as given when it is outside."""
-    root = Path(os.environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
-    try:
-        return Path(path).resolve().relative_to(root).as_posix()
-    except (ValueError, OSError):
-        return path
+    """A path as GitHub places an annotation: relative to the repository (kvprobe.checkout), whichever folder
+    the step ran in; as given when it is outside."""
+    from kvprobe.checkout import in_repository
+
+    return in_repository(path) or path
 
 
 def _escape_data(text: str) -> str:
