@@ -78,6 +78,8 @@ class Report:
     # requests that failed with no usage (nothing listening, a 5xx, a refused body): (id, error). With
     # skip_failed they are not simulated, priced or counted in `results`: nothing reached a model
     failed: list[tuple[str, str]] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
+    prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -364,6 +366,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
+    rep.inputs, rep.prices = [str(p) for p in paths], prices
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from kvprobe.analysis.costing import miss_cost
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.token_costs import token_class_usd
 from kvprobe.pricing import PriceBook
 
 if TYPE_CHECKING:
@@ -133,18 +134,9 @@ USD_CLASSES = ("read", "write_5m", "write_1h", "fresh", "output")
 
 def _dollars(r: RequestResult, prices: PriceBook | None, miss: Miss | None = None) -> dict[str, float] | None:
     """What each token class of the request cost (its cost split by the unit prices it was priced at)."""
-    if prices is None or r.cost_usd is None:
+    usd = token_class_usd(r, prices)
+    if usd is None:
         return None
-    u = r.usage
-    units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens, r.sk.extra.get("platform"))
-    if units is None:
-        return None
-    tokens = {"read": u.cache_read_tokens, "write_5m": u.cache_write_5m_tokens, "write_1h": u.cache_write_1h_tokens,
-              "fresh": max(u.fresh_input_tokens, 0), "output": u.output_tokens}
-    usd = {cls: units[cls] * n for cls, n in tokens.items()}
-    total = sum(usd.values())
-    if total > 0 and abs(total - r.cost_usd) > 1e-12:  # a logged cost: the classes keep their shares of it
-        usd = {cls: v * r.cost_usd / total for cls, v in usd.items()}
     # the report priced its diagnosed misses; a request that missed tokens without a diagnosis is priced here
     missed = (miss.usd if miss is not None else miss_cost(r, prices)[1]) if r.missed_tokens > 0 else 0.0
     usd["missed"] = max(missed or 0.0, 0.0)
