@@ -37,6 +37,7 @@ class SourceStats:
     from_progress: int = 0  # records (in `records`) known only from a parent's agent_progress line
     platforms: Counter = field(default_factory=Counter)  # records served through a cloud platform (bedrock, vertex)
     sessionless: int = 0  # spans with no conversation or session id (OpenTelemetry): each trace its own session
+    replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -60,7 +61,7 @@ class SourceStats:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
-                "skipped": self.skipped_total,
+                "replayed_from_parent": self.replayed, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -86,6 +87,10 @@ class ImportReport:
     def from_progress(self) -> int:
         return sum(s.from_progress for s in self.sources)
 
+    @property
+    def replayed(self) -> int:
+        return sum(s.replayed for s in self.sources)
+
     def reasons(self) -> Counter:
         total: Counter = Counter()
         for s in self.sources:
@@ -94,7 +99,7 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
-                "skipped": self.skipped,
+                "replayed_from_parent": self.replayed, "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -108,6 +113,10 @@ class ImportReport:
                          "(their own transcripts are absent)")
         if self.duplicates:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
+        if self.replayed:
+            forks = sum(1 for s in self.sources if s.replayed)
+            lines.append(f"{self.replayed:,} replayed requests skipped in {forks} forked rollout(s): the parent's "
+                         "history a fork copies before its own first turn (billed once, in the parent's rollout)")
         for reason, count in self.reasons().most_common():
             lines.append(f"skipped {count:,}: {reason}")
         platforms: Counter = Counter()
