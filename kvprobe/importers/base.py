@@ -131,15 +131,21 @@ class ImportReport:
         return lines
 
 
-PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI"}
+PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI", "ollama": "Ollama",
+                  "lmstudio": "LM Studio"}
 
 
 def platform_note(platform: str, count: int) -> str:
     """What the output can say about requests a cloud platform served: its own rules where `providers/` has a
-    platform file for it (bedrock.toml, vertex.toml, openrouter.toml), else a caveat."""
+    platform file for it (bedrock.toml, vertex.toml, openrouter.toml), else a caveat; a local model server
+    (Ollama, LM Studio): which rules and prices its models were given."""
     from kvprobe.catalog import load_platforms
 
     name = PLATFORM_NAMES.get(platform, platform)
+    if platform in LOCAL_SERVERS.values():
+        return (f"{count:,} requests served through {name}: the models it runs here are ruled as kvprobe's local "
+                "engine and cost $0; its cloud models (…:cloud) are ruled and priced as their maker's API — a "
+                f"caveat: {name}'s own cache and billing are not in providers/")
     if platform in load_platforms():
         return (f"{count:,} requests served through {name}: ruled by providers/{platform}.toml and priced at its "
                 "list prices where the price data has them")
@@ -280,3 +286,26 @@ def as_int(value: Any) -> int:
 
 def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# Servers that run open models for an agent (Codex `--oss` and `model_provider = "ollama"`, OpenCode's
+# `ollama` / `lmstudio` providers): what `extra["platform"]` calls them.
+LOCAL_SERVERS = {"ollama": "ollama", "lmstudio": "lmstudio", "lm-studio": "lmstudio"}
+_CLOUD_TAGS = (":cloud", "-cloud")  # Ollama's cloud models (kimi-k2.5:cloud, gpt-oss:120b-cloud)
+
+
+def local_server(name: Any) -> str | None:
+    """The local model server a provider name denotes (ollama, lmstudio), else None."""
+    if not isinstance(name, str):
+        return None
+    low = name.lower()
+    if low == "oss":  # Codex --oss: Ollama unless configured otherwise
+        return "ollama"
+    return next((server for key, server in LOCAL_SERVERS.items() if key in low), None)
+
+
+def served_locally(server: str, model: str | None) -> bool:
+    """Whether a model a local server names runs on this machine (no per-token bill: the `local` provider's
+    rules and $0) or is a cloud model the server forwards (Ollama's `…:cloud`), which is ruled and priced as
+    its maker's API (a platform caveat says so)."""
+    return not (server == "ollama" and isinstance(model, str) and model.lower().endswith(_CLOUD_TAGS))

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
-                                   time_or_none)
+                                   local_server, served_locally, time_or_none)
 from kvprobe.importers.events import Events
+from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
 
@@ -96,7 +97,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         key = content_key(state.session, raw.strip())  # a turn number is local: the same event copied is the same turn
         if not stats.first_time(key, seen):
             continue
-        yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider,
+        yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
                           extra=state.extra(events), source=str(path), line=lineno, key=key)
@@ -130,12 +131,14 @@ class _State:
     """What a rollout's lines so far say about its next request: whose session, which model and provider, the
     working directory, the settings in force, and (a fork) the parent whose history it replays."""
 
-    __slots__ = ("session", "model", "provider", "cwd", "context", "fork", "meta_seen", "previous_total", "count")
+    __slots__ = ("session", "model", "provider", "server", "cwd", "context", "fork", "meta_seen", "previous_total",
+                 "count")
 
     def __init__(self, session: str) -> None:
         self.session = session
         self.model: str | None = None
         self.provider = "openai"
+        self.server: str | None = None  # a local model server (model_provider ollama, oss, lmstudio)
         self.cwd: str | None = None
         self.context: dict[str, Any] | None = None
         self.fork: _Fork | None = None
@@ -151,6 +154,7 @@ class _State:
             self.session = as_str(payload.get("id")) or self.session
             self.model = as_str(payload.get("model")) or self.model
             self.provider = _provider(payload.get("model_provider")) or self.provider
+            self.server = local_server(payload.get("model_provider"))
             self.cwd = as_str(payload.get("cwd")) or self.cwd
             self.fork = _Fork.of(payload, stamp)
         elif kind == "turn_context":
@@ -169,10 +173,21 @@ class _State:
         if kind == "turn_context":
             self.model = as_str(payload.get("model")) or self.model
 
+    def provider_of(self) -> str:
+        """Whose rules and prices apply: a local server's own models are `local` ($0); a cloud model it
+        forwards (Ollama's kimi-k2.5:cloud) is its maker's, from the model name."""
+        if self.server is None:
+            return self.provider
+        if served_locally(self.server, self.model):
+            return "local"
+        return infer_provider({"model": self.model}) or "openai"
+
     def extra(self, events: Events) -> dict[str, Any]:
         extra: dict[str, Any] = {"source_format": NAME}
         if self.cwd:
             extra["cwd"] = self.cwd
+        if self.server is not None:
+            extra["platform"] = self.server
         if self.fork is not None:
             extra["forked_from"] = self.fork.parent
         events.attach(extra)
@@ -279,4 +294,4 @@ def _provider(value: Any) -> str | None:
     for name in ("openai", "anthropic", "deepseek", "gemini"):
         if name in value:
             return name
-    return "local" if value in ("ollama", "lmstudio", "oss") else None
+    return None  # a local server (State.server) or a provider kvprobe cannot name: the default stands

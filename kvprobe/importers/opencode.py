@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 
 from kvprobe.errors import InputError
-from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, time_or_none, token_count
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
+                                   token_count)
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -124,8 +125,12 @@ def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
 def _provider(message: dict[str, Any]) -> str:
     """What served the message: OpenCode's provider id, else the model name (a gateway's `anthropic/claude-…`)."""
     model = as_str(message.get("modelID"))
-    return _PROVIDERS.get((as_str(message.get("providerID")) or "").lower()) \
-        or infer_provider({"model": model.split("/")[-1]} if model else None) or "openai"
+    provider_id = (as_str(message.get("providerID")) or "").lower()
+    server = local_server(provider_id)
+    if server is not None and served_locally(server, model):
+        return "local"  # a model Ollama or LM Studio runs on this machine: no per-token bill
+    return _PROVIDERS.get(provider_id) or infer_provider({"model": model.split("/")[-1]} if model else None) \
+        or "openai"
 
 
 def _record(message: dict[str, Any], provider: str, usage: dict[str, Any], ident: str, session: str, agent: str,
@@ -133,7 +138,7 @@ def _record(message: dict[str, Any], provider: str, usage: dict[str, Any], ident
     model = as_str(message.get("modelID"))
     provider_id = (as_str(message.get("providerID")) or "").lower()
     extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None}
-    platform = _PLATFORMS.get(provider_id)
+    platform = _PLATFORMS.get(provider_id) or local_server(provider_id)
     if platform:
         extra["platform"] = platform
     path = message.get("path")
