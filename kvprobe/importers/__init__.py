@@ -13,6 +13,7 @@ naming the file and line.
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -34,6 +35,9 @@ IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex,
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
 _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever their first line looks like
+# a broken whole-file document is given to its importer only where that importer counts it as a skip (an
+# OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
+_COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
 
 __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
 
@@ -114,9 +118,22 @@ def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | N
             files.append(path)
         elif path.exists():
             raise not_a_file(raw)
+        elif path.is_symlink():
+            raise InputError(_bad_link(path), file=str(raw))
         else:
             raise InputError("file or directory does not exist", file=str(raw))
     return files
+
+
+def _bad_link(path: Path) -> str:
+    """Why a symbolic link leads nowhere: a loop (ELOOP) or a target that does not exist."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop: it leads back to itself"
+        return f"symbolic link to nothing: {os.readlink(path)} does not exist"
+    return "symbolic link cannot be followed"
 
 
 def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Path]:
@@ -124,10 +141,15 @@ def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Pat
         if exc.filename is not None and unreadable is not None:
             unreadable.append((Path(exc.filename), exc.strerror or str(exc)))
     for folder, _dirs, names in os.walk(root, onerror=failed):
-        for name in names:
+        for name in names:  # (a link that loops is listed here: following it finds no folder)
             path = Path(folder) / name
-            if (path.suffix in _SUFFIXES or name == opencode.DATABASE) and path.is_file():
+            log = path.suffix in _SUFFIXES or name == opencode.DATABASE
+            if log and path.is_file():
                 yield path
+            elif unreadable is not None and path.is_symlink() and not path.exists():
+                why = _bad_link(path)  # a loop, whatever its name (it may have been a folder of logs); a
+                if log or "loop" in why:  # dangling link only where it would have been a log
+                    unreadable.append((path, why))
 
 
 def _times_in_range(record: TraceRecord) -> bool:
@@ -217,6 +239,8 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
             kind, sniffed = _detect(path, fmt)
             if kind is not None and _too_large(path, kind, sniffed, path in named_files, report):
                 continue
+            if sniffed is not None and sniffed.broken and not fmt and kind not in _COUNTS_BROKEN:
+                kind = None
         except OSError as exc:  # (an unreadable file named on the command line is an error: user_errors)
             if path in named_files:
                 raise
@@ -421,8 +445,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     unreadable: list[tuple[Path, str]] = []
     found = discover(named, unreadable)
-    for folder, why in unreadable:
-        _unreadable(report, folder, "folder", why)
+    for where, why in unreadable:
+        _unreadable(report, where, "file" if where.is_symlink() else "folder", why)
     if workers == 0:
         workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)

@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from kvprobe.errors import InputError
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
                                    token_count)
 from kvprobe.importers.events import Events
@@ -66,21 +65,29 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     try:
         message = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        stats.skip("invalid JSON file", 1, str(exc))
+        cut = exc.pos >= len(data.rstrip())  # the file just stops: written while OpenCode was killed
+        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
         return
     yield from _records([message] if isinstance(message, dict) else [], str(path), stats, seen)
 
 
+LOCK_WAIT_S = 5.0  # OpenCode writes while it runs: a locked database is waited for this long, then skipped
+
+
 def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
-    """Every message of the database, in the order they were written."""
+    """Every message of the database, in the order they were written. A database that cannot be read
+    (corrupt, cut short, locked past LOCK_WAIT_S, another program's schema) is one counted skip saying why,
+    as an unreadable JSON Lines file is: nothing of it is read, the other logs are."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:
             rows = db.execute("SELECT id, session_id, data FROM message ORDER BY time_created, id").fetchall()
         finally:
             db.close()
     except sqlite3.Error as exc:
-        raise InputError(f"not a readable OpenCode database: {exc}", file=str(path)) from None
+        stats.lines += 1
+        stats.skip("OpenCode database cannot be read", None, _why(exc))
+        return []
     out = []
     for ident, session, data in rows:
         stats.lines += 1
@@ -92,6 +99,15 @@ def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
         if isinstance(message, dict):
             out.append({**message, "id": message.get("id") or ident, "sessionID": message.get("sessionID") or session})
     return out
+
+
+def _why(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "no such table" in text or "no such column" in text:
+        return f"not OpenCode's schema ({text})"
+    if "locked" in text:
+        return f"locked by another process for over {LOCK_WAIT_S:g} s ({text})"
+    return text
 
 
 def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
@@ -160,7 +176,11 @@ def _time(message: dict[str, Any], key: str) -> float | None:
 
 
 def _usage(provider: str, tokens: dict[str, Any]) -> dict[str, Any]:
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    cache = tokens.get("cache")
+    if cache is None:
+        cache = {}
+    elif not isinstance(cache, dict):  # `"cache": "x"` is no count of anything: a counted skip, never a 0
+        raise BadCount("tokens.cache", cache)
     fresh, read = token_count(tokens.get("input"), "tokens.input"), token_count(cache.get("read"), "tokens.cache.read")
     write = token_count(cache.get("write"), "tokens.cache.write")
     reasoning = token_count(tokens.get("reasoning"), "tokens.reasoning")

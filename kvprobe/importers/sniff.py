@@ -46,6 +46,7 @@ class Sniffed:
     value: Any  # the first JSON value (see the module docstring), None when nothing parses
     document: bool = False  # read as one JSON value, not line by line
     array: bool = False  # the file is a JSON array; value is its first element
+    broken: bool = False  # the whole file was read and is no JSON: value is what its object shows before the break
 
 
 def max_document_bytes() -> int:
@@ -68,8 +69,8 @@ def sniff(path: str | Path) -> Sniffed:
     if whole:
         try:
             return Sniffed(orjson.loads(body), document=True)
-        except orjson.JSONDecodeError:
-            return Sniffed(None, document=True)
+        except orjson.JSONDecodeError:  # cut short or broken: what its keys say it was meant to be
+            return Sniffed(_shallow(_text(body)) if body[:1] == b"{" else None, document=True, broken=True)
     if body[:1] == b"{":
         return Sniffed(_shallow(_text(body)), document=b"\n" in body.rstrip(b"\r\n"))
     return Sniffed(None)
