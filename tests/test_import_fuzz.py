@@ -128,7 +128,7 @@ def _check(fmt: str, content: bytes) -> None:
             summarize(records)
             # nothing vanishes silently: every line is a record, a duplicate, ignored or a counted skip
             for source in report.sources:
-                assert source.records + source.duplicates + source.ignored + source.skipped_total >= \
+                assert source.records + source.duplicates + source.ignored + source.replayed + source.skipped_total >= \
                     (1 if source.lines else 0)
     finally:
         os.unlink(name)
