@@ -52,7 +52,8 @@ class Rollout:
     def write(self, root: Path, session: str) -> Path:
         path = root / "2026" / "04" / "24" / f"rollout-2026-04-24T06-00-00-{session}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in self.lines))  # as Codex writes
+        # compact, as Codex writes it (ccusage looks for `"type":"event_msg"` byte for byte)
+        path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in self.lines))
         return path
 
 
