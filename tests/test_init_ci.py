@@ -8,14 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import tomllib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
 from conftest import ROOT
+from fake_messages import messages_api
 
 PROJECT = '[project]\nname = "agent"\nversion = "0"\n'
 
@@ -86,34 +85,10 @@ def test_init_ci_keeps_settings_and_refuses_to_replace_a_workflow(tmp_path):
     assert (agent / "pyproject.toml").read_text() == before
 
 
-class Messages(BaseHTTPRequestHandler):
-    """A Messages API that answers at once, reporting what a warm cache would: most of the prompt read."""
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
-        data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-opus-5",
-                           "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                           "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1,
-                                                            "cache_read_input_tokens": 900,
-                                                            "cache_creation_input_tokens": 90}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_init_ci_run_makes_the_baseline_the_first_ci_run_compares_with(tmp_path):
     agent = new_repo(tmp_path)
-    api = ThreadingHTTPServer(("127.0.0.1", 0), Messages)
-    threading.Thread(target=api.serve_forever, daemon=True).start()
-    try:
-        done = kvprobe("init-ci", "--run", "--upstream", f"http://127.0.0.1:{api.server_port}", cwd=agent)
-    finally:
-        api.shutdown()
+    with messages_api(read=900, write=90, fresh=10) as (url, _):  # what a warm cache would report
+        done = kvprobe("init-ci", "--run", "--upstream", url, cwd=agent)
     assert done.returncode == 0, done.stderr
     assert "baseline: ci/kvprobe-baseline.json" in done.stdout
     assert "git add .github/workflows/kvprobe.yml pyproject.toml ci/kvprobe-baseline.json" in done.stdout
