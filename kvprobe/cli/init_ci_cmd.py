@@ -26,8 +26,10 @@ def init_ci(
     serve: Annotated[str, typer.Option("--serve", metavar="PROVIDER/MODEL", help="The model your agent asks "
                                        "for: CI serves the local engine in its emulation")] = "anthropic/claude-opus-5",
     session: Annotated[str, typer.Option("--session", help="The task id the baseline is matched by")] = "ci",
-    min_hit_ratio: Annotated[str, typer.Option("--min-hit-ratio", metavar="RATIO")] = "50%",
-    max_regression: Annotated[str, typer.Option("--max-regression", metavar="RATIO")] = "10%",
+    min_hit_ratio: Annotated[str, typer.Option("--min-hit-ratio", metavar="RATIO", help="The hit-ratio floor "
+                                               "written to the settings")] = "50%",
+    max_regression: Annotated[str, typer.Option("--max-regression", metavar="RATIO", help="The regression "
+                                                "allowed against the baseline")] = "10%",
     baseline: Annotated[str, typer.Option("--baseline", metavar="PATH", help="Where the baseline is kept, "
                                           "relative to the settings file")] = "ci/kvprobe-baseline.json",
     ref: Annotated[str, typer.Option("--ref", help="The kvprobe release tag or commit the workflow uses")] = "main",
