@@ -27,15 +27,17 @@ import xxhash
 
 from kvprobe import __version__
 from kvprobe.db.rows import Rows, report_rows
-from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
+from kvprobe.db.schema import SCHEMA_VERSION, TABLES, Table, ddl
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Report, build_report
+from kvprobe.secrets import redact_text
 
 if TYPE_CHECKING:
     import duckdb
 
 _CHUNK = 1 << 20
+_MEMO_CAP = 1 << 16  # scrubbed text cells remembered per load
 
 
 @dataclass(slots=True)
@@ -242,13 +244,37 @@ def _write(con: duckdb.DuckDBPyConnection, a: Analysed, loaded_at: float) -> dic
                                  "content_hash": tf.content_hash, "records": a.records,
                                  "skipped_lines": a.skipped, "loaded_at": loaded_at,
                                  "kvprobe_version": __version__}])
+    memo: dict[str, str] = {}
     for t in TABLES:
         if rows[t.name]:
+            _scrub_text_cells(t, rows[t.name], memo)
             con.register("kvprobe_rows", frame(t.name, rows[t.name]))
             con.execute(f"INSERT INTO {t.name} BY NAME SELECT * FROM kvprobe_rows")
             con.unregister("kvprobe_rows")
     counts = {name: len(rows[name]) for name in ("requests", "blocks", "diagnoses")}
     return counts | {"fixes": sum(1 for f in rows["fixes"] if f["chosen"])}  # alternatives are not fixes
+
+
+def _scrub_text_cells(table: Table, rows: list[dict[str, Any]], memo: dict[str, str]) -> None:
+    """Every text cell DuckDB is given is scrubbed of credentials (kvprobe.secrets), in place: the records
+    were scrubbed when read, and this is the one place every row is written (a path, a diagnosis quoting a
+    request). `memo`: block paths, kinds and ids repeat in every row, each is scrubbed once per load."""
+    columns = [c.name for c in table.columns if c.type.startswith("VARCHAR")]
+
+    def clean(value: str) -> str:
+        if value not in memo:
+            if len(memo) >= _MEMO_CAP:  # (millions of distinct request ids: bounded memory)
+                memo.clear()
+            memo[value] = redact_text(value)
+        return memo[value]
+
+    for row in rows:
+        for name in columns:
+            value = row.get(name)
+            if isinstance(value, str):
+                row[name] = clean(value)
+            elif isinstance(value, list):
+                row[name] = [clean(v) if isinstance(v, str) else v for v in value]
 
 
 def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBook | None = None,

@@ -10,6 +10,7 @@ import orjson
 
 from kvprobe.errors import InputError
 from kvprobe.output import atomic_output, write_bytes_atomic
+from kvprobe.secrets import scrub_identity
 from kvprobe.trace.record import TraceRecord
 
 
@@ -59,8 +60,10 @@ def line_of(record: TraceRecord) -> bytes:
 
 
 def _line(record: TraceRecord) -> bytes:
+    """Every record kvprobe writes passes here: its identity fields (id, session, agent, endpoint, error and
+    `extra`: cwd, service, project_hash, kept headers) are scrubbed of credentials first, whoever made it."""
     try:
-        return orjson.dumps(record.to_json()) + b"\n"
+        return orjson.dumps(scrub_identity(record).to_json()) + b"\n"
     except orjson.JSONEncodeError as exc:  # nesting deeper than JSON writers allow, integers beyond 64 bits
         raise InputError(f"record {record.id!r} cannot be written as JSON: {exc}", file=record.source,
                          line=record.line) from None
