@@ -43,9 +43,27 @@ _WORD_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
 
 
 @dataclass(frozen=True, slots=True)
+class _Shape:
+    kind: str
+    pattern: re.Pattern[str]
+    words: tuple[str, ...]  # every match's lower-cased text holds one of these: without one, it is not run
+
+
+@dataclass(frozen=True, slots=True)
 class _Scrubber:
-    patterns: tuple[tuple[str, re.Pattern[str]], ...]  # (kind, expression), tried in order
-    quick: re.Pattern[str]  # a lower-cased text this does not match holds no credential of any kind
+    shapes: tuple[_Shape, ...]  # tried in order
+    words: tuple[str, ...]  # a text whose lower-cased form holds none of these holds no credential
+
+    def suspects(self, text: str) -> list[_Shape]:
+        """The shapes `text` may hold, by substring tests rather than one regular expression: Python's re
+        tries each of 39 alternatives at every position (16 ms on 100 KB of prose; a loop of `in`, 6.5 ms),
+        and running only the shapes whose words occur spares 30 needless passes over a text that says
+        "key" or "token" in passing."""
+        low = text.lower()
+        for word in self.words:
+            if word in low:
+                return [s for s in self.shapes if any(w in low for w in s.words)]
+        return []
 
 
 def shapes_path() -> Path:
@@ -70,48 +88,43 @@ def _scrubber(override: str) -> _Scrubber:
         data = tomllib.loads(where.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{where}: cannot read the credential shapes: {exc}") from None
-    patterns, literals = [], []
-    for i, row in enumerate(data.get("shapes") or []):
-        kind, pattern, prefixes = _shape_row(row, f"{where}: shapes[{i}]")
-        patterns.append((kind, pattern))
-        literals += prefixes
+    shapes = [_shape_row(row, f"{where}: shapes[{i}]") for i, row in enumerate(data.get("shapes") or [])]
     named = data.get("named")
     if not isinstance(named, dict) or not all(isinstance(named.get(k), list) and named[k]
                                               for k in ("headers", "words")):
         raise CatalogError(f"{where}: [named] needs non-empty lists 'headers' and 'words'")
-    return _Scrubber(tuple(patterns + _named_patterns(named["headers"], named["words"])),
-                     _quick(literals, named["headers"] + named["words"]))
+    shapes += _named_shapes(named["headers"], named["words"])
+    return _Scrubber(tuple(shapes), _minimal([w for shape in shapes for w in shape.words]))
 
 
-def _named_patterns(headers: list[str], words: list[str]) -> list[tuple[str, re.Pattern[str]]]:
+def _named_shapes(headers: list[str], words: list[str]) -> list[_Shape]:
     """A value named as a credential (a header echoed in an error, key=... in a URL or log line) is scrubbed
     whatever its length or shape: the name says what it is."""
     header, word = "|".join(map(re.escape, headers)), "|".join(map(re.escape, words))
     return [
-        ("aws-cred", re.compile(r"(?i)(aws_secret_access_key|aws_session_token)(\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{20,}")),
-        ("bearer", re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9_\-\.=~+/]{16,}")),
-        ("header", re.compile(rf"(?i)((?:\b|_)(?:{header})[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
-                              r"([^\s\"',;&]+)")),
-        ("credential", re.compile(rf"(?i)((?:\b|_)(?:{word})[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]+)")),
-        ("credential", re.compile(r"(?i)((?:\b|_)key\s*=\s*[\"']?)([^\s\"',;&]+)")),  # ?key=... (Gemini-style)
+        _Shape("aws-cred", re.compile(r"(?i)(aws_secret_access_key|aws_session_token)(\s*[=:]\s*[\"']?)"
+                                      r"[A-Za-z0-9/+=]{20,}"), ("aws_",)),
+        _Shape("bearer", re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9_\-\.=~+/]{16,}"), ("bearer",)),
+        _Shape("header", re.compile(rf"(?i)((?:\b|_)(?:{header})[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
+                                    r"([^\s\"',;&]+)"), _minimal(headers)),
+        _Shape("credential", re.compile(rf"(?i)((?:\b|_)(?:{word})[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]+)"),
+               _minimal(words)),
+        _Shape("credential", re.compile(r"(?i)((?:\b|_)key\s*=\s*[\"']?)([^\s\"',;&]+)"), ("key",)),  # ?key=...
     ]
 
 
-def _quick(literals: list[str], names: list[str]) -> re.Pattern[str]:
-    """One search, over the lower-cased text, that every credential's text matches: the shapes' prefixes and
-    the names. Each word is kept only when no shorter one is inside it ("sk-" covers "sk-ant-" and "csk-",
-    "key" covers "x-api-key"): Python's re tries every alternative at every position, so fewer is faster (a
-    case-insensitive group was ten times slower). Lower-casing lets "akia" in a word through to the full
-    patterns, which then find nothing: a little slower, never wrong."""
-    words = sorted({w.lower() for w in [*literals, "bearer", "aws_", "key", *names]}, key=len)
+def _minimal(words: list[str]) -> tuple[str, ...]:
+    """The lower-cased words, each kept only when no shorter one is inside it ("sk-" covers "sk-ant-" and
+    "csk-", "key" covers "x-api-key"): a text holds one of these exactly when it holds one of `words`, in any
+    case. (Lower-casing lets "akia" in a word through to a shape's expression, which then finds nothing.)"""
     kept: list[str] = []
-    for word in words:
+    for word in sorted({w.lower() for w in words}, key=len):
         if not any(k in word for k in kept):
             kept.append(word)
-    return re.compile("|".join(map(re.escape, kept)))
+    return tuple(kept)
 
 
-def _shape_row(row: Any, where: str) -> tuple[str, re.Pattern[str], list[str]]:
+def _shape_row(row: Any, where: str) -> _Shape:
     if not isinstance(row, dict):
         raise CatalogError(f"{where}: expected a table")
     missing = [k for k in ("kind", "pattern", "prefixes", "source", "checked") if k not in row]
@@ -124,7 +137,7 @@ def _shape_row(row: Any, where: str) -> tuple[str, re.Pattern[str], list[str]]:
     if pattern.startswith(r"\b"):
         pattern = _WORD_START + pattern[2:]
     try:
-        return str(row["kind"]), re.compile(pattern), prefixes
+        return _Shape(str(row["kind"]), re.compile(pattern), _minimal(prefixes))
     except (re.error, TypeError) as exc:
         raise CatalogError(f"{where} ({row['kind']}): pattern does not compile: {exc}") from None
 
@@ -147,11 +160,8 @@ def _scrub(kind: str, match: re.Match[str]) -> str:
 
 def redact_text(text: str) -> str:
     """Scrub credentials from one string."""
-    scrubber = _current()
-    if not scrubber.quick.search(text.lower()):
-        return text
-    for kind, pattern in scrubber.patterns:
-        text = pattern.sub(lambda m, k=kind: _scrub(k, m), text)
+    for shape in _current().suspects(text):
+        text = shape.pattern.sub(lambda m, k=shape.kind: _scrub(k, m), text)
     return text
 
 
@@ -176,7 +186,7 @@ def scrub_identity(record: R) -> R:
             texts.append(value)
         elif isinstance(value, (dict, list)):
             nested = True
-    if not nested and not _current().quick.search("\0".join(texts).lower()):
+    if not nested and not _current().suspects("\0".join(texts)):
         return record
     changes: dict[str, Any] = {}
     for name in IDENTITY_FIELDS:
