@@ -1,8 +1,8 @@
 """A recording reverse proxy: forwards provider traffic unchanged and appends one trace record per request.
 
-Clients reach it at a per-provider mount: ``http://127.0.0.1:PORT/anthropic`` (ANTHROPIC_BASE_URL),
-``/openai`` (OPENAI_BASE_URL) and ``/deepseek`` (DEEPSEEK_BASE_URL); a request outside any mount goes to
-Anthropic when it looks like one (``/v1/messages``, an ``anthropic-version`` header) and to OpenAI otherwise.
+Clients reach it at a per-provider mount (kvprobe.capture.mounts): ``http://127.0.0.1:PORT/anthropic``,
+``/openai``, ``/deepseek``, ``/gemini``, ``/vertex``, ``/bedrock``. A request outside every mount is answered
+502 naming them and sent nowhere: guessing a provider from a path would hand one provider's key to another.
 
 Bodies pass byte for byte and responses stream through as they arrive (the raw framing is forwarded; a copy
 is decoded on the side). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from dataclasses import dataclass
@@ -25,12 +26,12 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from kvprobe.capture.mounts import MOUNTS, child_env, default_upstream, mounts_line, provider_of, vertex_host
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
 from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head, persistent
 
 log = logging.getLogger("kvprobe.capture")
-DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1",
-                     "deepseek": "https://api.deepseek.com"}
+DEFAULT_UPSTREAMS = {m.name: default_upstream(m, os.environ) for m in MOUNTS}
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "host", "content-length", "expect", "accept-encoding",
                         SESSION_HEADER, AGENT_HEADER})
@@ -49,7 +50,10 @@ class Upstream:
     base_path: str  # e.g. /v1 for OpenAI: a mount's paths are appended to it
 
     @classmethod
-    def parse(cls, url: str) -> "Upstream":
+    def parse(cls, url: str) -> "Upstream | None":
+        """None for the regional Vertex template: its host is chosen per request (`mounts.vertex_host`)."""
+        if "{location}" in url:
+            return None
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http(s) URL, got {url!r}")
@@ -138,6 +142,15 @@ class ClientGone(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    mount: str
+    upstream: Upstream
+    path: str  # the upstream path: the mount's base path + what followed the mount
+    provider: str | None
+    platform: str | None
+
+
 class CaptureProxy:
     """Run with `await proxy.start()`, stop with `await proxy.stop()`; `recorder=None` forwards only."""
 
@@ -145,6 +158,7 @@ class CaptureProxy:
                  host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0) -> None:
         merged = {**DEFAULT_UPSTREAMS, **(upstreams or {})}
         self.upstreams = {name: Upstream.parse(url) for name, url in merged.items()}
+        self.unrouted: dict[str, int] = {}  # paths outside every mount (answered 502, sent nowhere): count
         self.recorder = recorder
         self.host, self.port = host, port
         self.timeout = upstream_timeout
@@ -157,10 +171,10 @@ class CaptureProxy:
     def url(self) -> str:
         return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{self.port}"
 
-    def base_urls(self) -> dict[str, str]:
-        """Environment that points the official SDKs (and most agents) at this proxy."""
-        return {"ANTHROPIC_BASE_URL": f"{self.url}/anthropic", "OPENAI_BASE_URL": f"{self.url}/openai",
-                "DEEPSEEK_BASE_URL": f"{self.url}/deepseek"}
+    def base_urls(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment that points the official SDKs and the agent CLIs at this proxy (`mounts.child_env`;
+        `env` decides the Bedrock variables, see there)."""
+        return child_env(self.url, os.environ if env is None else env)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve_client, self.host, self.port, limit=MAX_HEAD,
@@ -228,11 +242,15 @@ class CaptureProxy:
             await _simple_response(writer, 400, str(exc))
             return False
         method, target, version = head.start
-        provider, upstream, path = self._route(target, head)
-        ex = Exchange(method, path, head.lower_dict(), body, time.time(), provider_hint=provider)
+        route = self._route(target)
+        if route is None:
+            await self._refuse(target, writer)
+            return False
+        ex = Exchange(method, route.path, head.lower_dict(), body, time.time(), provider_hint=route.provider,
+                      platform=route.platform)
         keep = version == "HTTP/1.1" and "close" not in head.tokens("connection")
         try:
-            keep = await self._forward(ex, head, upstream, writer, (closed, reader)) and keep
+            keep = await self._forward(ex, head, route.upstream, writer, (closed, reader)) and keep
         except asyncio.CancelledError:
             ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
             raise
@@ -245,15 +263,26 @@ class CaptureProxy:
                 self.recorder.record(ex)
         return keep
 
-    def _route(self, target: str, head: Head) -> tuple[str, Upstream, str]:
+    def _route(self, target: str) -> Route | None:
+        """The mount a request target names, or None: nothing outside a mount is forwarded."""
         for name, up in self.upstreams.items():
             mount = "/" + name
             if target == mount or target.startswith((mount + "/", mount + "?")):
                 rest = target[len(mount):]
-                return name, up, up.base_path + (rest if rest.startswith("/") or not rest else "/" + rest)
-        anthropic = target.startswith("/v1/messages") or head.get("anthropic-version") is not None
-        name = "anthropic" if anthropic else "openai"
-        return name, self.upstreams[name], target
+                rest = rest if rest.startswith("/") or not rest else "/" + rest
+                if up is None:  # regional Vertex AI: the host the path's location is served on
+                    up = Upstream("https", vertex_host(rest), 443, "")
+                return Route(name, up, up.base_path + rest, *provider_of(name, rest))
+        return None
+
+    async def _refuse(self, target: str, writer: asyncio.StreamWriter) -> None:
+        path = target.split("?", 1)[0][:200]  # never the query: it may hold a key (?key=...)
+        first = path not in self.unrouted
+        self.unrouted[path] = self.unrouted.get(path, 0) + 1
+        if first:
+            log.warning("kvprobe capture: %s is outside every mount; answered 502, sent nowhere", path)
+        await _simple_response(writer, 502, f"kvprobe capture: {path} is outside every mount, so it was sent "
+                               f"nowhere; point the client at one of {mounts_line(self.url)}")
 
     def _upstream_head(self, head: Head, up: Upstream, path: str, body: bytes) -> bytes:
         lines = [f"{head.start[0]} {path} HTTP/1.1", f"Host: {up.host_header}"]

@@ -9,11 +9,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvprobe.capture.proxy import DEFAULT_UPSTREAMS, CaptureProxy
+from kvprobe.capture.mounts import MOUNTS, default_upstream, env_upstream
+from kvprobe.capture.proxy import CaptureProxy
 from kvprobe.capture.recorder import AGENT_ENV, SESSION_ENV, Recorder
 from kvprobe.errors import InputError
-
-_ENV_OF = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL", "deepseek": "DEEPSEEK_BASE_URL"}
 
 
 def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | None = None) -> dict[str, str]:
@@ -21,8 +20,9 @@ def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | No
     the provider's public endpoint."""
     env = dict(os.environ) if env is None else env
     chosen = {}
-    for name, default in DEFAULT_UPSTREAMS.items():
-        url = overrides.get(name) or env.get(_ENV_OF[name]) or default
+    for mount in MOUNTS:
+        name = mount.name
+        url = overrides.get(name) or env_upstream(mount, env) or default_upstream(mount, env)
         if not url.startswith(("http://", "https://")):
             raise InputError(f"expected an http(s) URL, got {url!r}", field=f"--{name}-upstream")
         chosen[name] = url
@@ -79,7 +79,7 @@ def run_command(command: Sequence[str], proxy: CaptureProxy, *, session: str | N
         raise InputError("no command given: kvprobe capture [OPTIONS] -- COMMAND [ARGS...]", field="COMMAND")
     env = dict(os.environ)
     with ProxyThread(proxy) as thread:
-        env.update(proxy.base_urls())
+        env.update(proxy.base_urls(env))
         if session:
             env[SESSION_ENV] = session
         if agent:

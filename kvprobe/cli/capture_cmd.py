@@ -19,7 +19,9 @@ CONTEXT = {"allow_interspersed_args": False}
 def _summary(proxy: CaptureProxy, out: str, exit_code: int | None) -> dict:
     stats = proxy.recorder.stats if proxy.recorder else None
     data = {"out": out, "url": proxy.url, "recorded": stats.recorded if stats else 0,
-            "with_error": stats.errors if stats else 0, "not_recorded": stats.not_recorded if stats else 0}
+            "with_error": stats.errors if stats else 0, "not_recorded": stats.not_recorded if stats else 0,
+            # requests outside every mount: answered 502 and sent nowhere (the path names the client to fix)
+            "unrouted": sum(proxy.unrouted.values()), "unrouted_paths": sorted(proxy.unrouted)[:10]}
     if exit_code is not None:
         data["exit_code"] = exit_code
     return data
@@ -42,6 +44,15 @@ def capture(
     deepseek_upstream: Annotated[str | None, typer.Option(
         "--deepseek-upstream",
         help="DeepSeek API URL (default: $DEEPSEEK_BASE_URL, else https://api.deepseek.com)")] = None,
+    gemini_upstream: Annotated[str | None, typer.Option(
+        "--gemini-upstream", help="Gemini API URL (default: $GOOGLE_GEMINI_BASE_URL, else "
+        "https://generativelanguage.googleapis.com)")] = None,
+    vertex_upstream: Annotated[str | None, typer.Option(
+        "--vertex-upstream", help="Vertex AI URL (default: $GOOGLE_VERTEX_BASE_URL, else the host of each "
+        "request's location, e.g. https://us-east5-aiplatform.googleapis.com)")] = None,
+    bedrock_upstream: Annotated[str | None, typer.Option(
+        "--bedrock-upstream", help="Bedrock runtime URL (default: $ANTHROPIC_BEDROCK_BASE_URL, else "
+        "https://bedrock-runtime.$AWS_REGION.amazonaws.com)")] = None,
     redact: Annotated[bool, typer.Option("--redact", help="Scrub API keys, tokens and cloud credentials "
                                          "inside request and response bodies")] = False,
     hash_only: Annotated[bool, typer.Option("--hash-only", help="Store digests and token counts instead of "
@@ -60,7 +71,10 @@ def capture(
 ) -> None:
     """Record every provider request an agent makes, through a local reverse proxy.
 
-    COMMAND runs with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and DEEPSEEK_BASE_URL pointed at the proxy.
+    COMMAND runs with the base-URL variables of every mount pointed at the proxy: ANTHROPIC_BASE_URL,
+    OPENAI_BASE_URL (and OPENAI_API_BASE), DEEPSEEK_BASE_URL, GOOGLE_GEMINI_BASE_URL, GOOGLE_VERTEX_BASE_URL,
+    ANTHROPIC_VERTEX_BASE_URL, and for bearer-token Bedrock ANTHROPIC_BEDROCK_BASE_URL (docs/capture.md; Codex:
+    a config.toml model provider). A request outside every mount is answered 502 and sent nowhere.
     One trace record per request is written to --output as it ends (an existing file is refused unless
     --append or --force); kvprobe exits with COMMAND's exit code.
     API keys and auth headers are never written.
@@ -81,7 +95,8 @@ def capture(
     if host not in ("127.0.0.1", "::1", "localhost"):
         err.print(f"warning: listening on {host}: anyone who can reach it can use your API keys through it",
                   markup=False)
-    upstreams = {"anthropic": anthropic_upstream, "openai": openai_upstream, "deepseek": deepseek_upstream}
+    upstreams = {"anthropic": anthropic_upstream, "openai": openai_upstream, "deepseek": deepseek_upstream,
+                 "gemini": gemini_upstream, "vertex": vertex_upstream, "bedrock": bedrock_upstream}
     with user_errors():
         out = str(out_alias or output)
         check_append_output(out, force=force, append=append)
@@ -101,7 +116,11 @@ def capture(
         print_json(summary)
     else:
         err.print(f"kvprobe capture: {summary['recorded']} requests recorded to {out}"
-                  + (f" ({summary['with_error']} with errors)" if summary["with_error"] else ""))
+                  + (f" ({summary['with_error']} with errors)" if summary["with_error"] else ""), markup=False)
+        if summary["unrouted"]:
+            err.print(f"kvprobe capture: {summary['unrouted']} requests were outside every mount and sent nowhere "
+                      f"({', '.join(summary['unrouted_paths'])}): point that client at a mount (docs/capture.md)",
+                      markup=False)
     if code:
         raise typer.Exit(code)
 
