@@ -28,7 +28,8 @@ import orjson
 
 from kvprobe.capture.mounts import MOUNTS, child_env, default_upstream, mounts_line, provider_of, vertex_host
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
-from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head, persistent
+from kvprobe.capture.wire import (BodyTooLarge, ChunkedDecoder, Head, ProtocolError, ReadTimeout, content_length,
+                                  parse_head, persistent)
 
 log = logging.getLogger("kvprobe.capture")
 DEFAULT_UPSTREAMS = {m.name: default_upstream(m, os.environ) for m in MOUNTS}
@@ -40,6 +41,22 @@ READ_SIZE = 65536
 CLIENT_CHECK = 0.25  # seconds between checks that a waiting client is still there
 MAX_HEAD = 65536  # a client's request head
 MAX_RESPONSE_HEAD = 1 << 20  # an upstream's response head (SDK clients accept ~100 KB; never refuse less)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """How long a client may take and how much it may send (a client that never finishes its request must
+    not hold a connection, nor make the proxy buffer without end).
+
+    idle: seconds a kept-alive connection may wait for its next request (closed quietly after, as servers do);
+    read: seconds without a byte once a request has begun (head or body): answered 408;
+    max_body: bytes of a request body (framing included when chunked): answered 413. The default is above
+    every provider's own request limit (Anthropic 32 MB, Gemini 20 MB inline), so nothing they take is refused.
+    """
+
+    idle: float = 300.0
+    read: float = 60.0
+    max_body: int = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +172,9 @@ class CaptureProxy:
     """Run with `await proxy.start()`, stop with `await proxy.stop()`; `recorder=None` forwards only."""
 
     def __init__(self, recorder: Recorder | None, upstreams: dict[str, str] | None = None, *,
-                 host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0,
+                 limits: ClientLimits | None = None) -> None:
+        self.limits = limits or ClientLimits()
         merged = {**DEFAULT_UPSTREAMS, **(upstreams or {})}
         self.upstreams = {name: Upstream.parse(url) for name, url in merged.items()}
         self.unrouted: dict[str, int] = {}  # paths outside every mount (answered 502, sent nowhere): count
@@ -211,11 +230,16 @@ class CaptureProxy:
         try:
             while True:
                 try:
-                    raw = await reader.readuntil(b"\r\n\r\n")
+                    raw = await self._read_head(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 except asyncio.LimitOverrunError:
                     await _simple_response(writer, 431, "request head too large")
+                    return
+                except ReadTimeout as exc:
+                    await _simple_response(writer, exc.status, str(exc))
+                    return
+                if raw is None:  # idle past the keep-alive time: closed, as any server does
                     return
                 self._busy.add(task)
                 try:
@@ -233,13 +257,25 @@ class CaptureProxy:
             closed.cancel()
             writer.close()
 
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The next request head; None when none began within the idle time, ReadTimeout when one began and
+        stopped (a half-sent head)."""
+        try:
+            first = await asyncio.wait_for(reader.readexactly(1), self.limits.idle)
+        except asyncio.TimeoutError:
+            return None
+        try:
+            return first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.read)
+        except asyncio.TimeoutError:
+            raise ReadTimeout(f"request head not complete after {self.limits.read:g}s") from None
+
     async def _handle(self, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       closed: asyncio.Future) -> bool:
         try:
             head = parse_head(raw, request=True)
-            body = await _read_request_body(head, reader, writer)
-        except ProtocolError as exc:
-            await _simple_response(writer, 400, str(exc))
+            body = await _read_request_body(head, reader, writer, self.limits)
+        except ProtocolError as exc:  # 400, 408 (a client that stopped sending), 413 (over the body limit)
+            await _simple_response(writer, exc.status, str(exc))
             return False
         method, target, version = head.start
         route = self._route(target)
@@ -484,33 +520,52 @@ async def _drain_ok(writer: asyncio.StreamWriter, ex: Exchange) -> bool:
         return False
 
 
-async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             limits: ClientLimits) -> bytes:
+    """The request body, framing and limits checked before a 100 Continue invites it: each read must bring a
+    byte within `limits.read` (408), the body stays within `limits.max_body` (413)."""
     chunked = "chunked" in head.tokens("transfer-encoding")
     if chunked and head.get("content-length") is not None:  # refused before a 100 Continue invites the body
         raise ProtocolError("both Transfer-Encoding and Content-Length (RFC 9112 §6.1: refused)")
+    length = None if chunked else content_length(head)
+    if length is not None and length > limits.max_body:
+        raise BodyTooLarge(f"request body of {length:,} bytes is over the {limits.max_body:,}-byte limit "
+                           "(kvprobe capture --max-request-mb)")
     if "100-continue" in head.tokens("expect"):
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if chunked:
-        decoder = ChunkedDecoder()
+        decoder = ChunkedDecoder(limit=limits.max_body)
+        received = 0
         while not decoder.done:
-            data = await reader.read(READ_SIZE)
+            data = await _client_read(reader, READ_SIZE, limits.read)
             if not data:
                 raise ProtocolError("client closed the connection inside a chunked body")
+            received += len(data)
+            if received > limits.max_body:
+                raise BodyTooLarge(f"chunked request body over the {limits.max_body:,}-byte limit "
+                                   "(kvprobe capture --max-request-mb)")
             decoder.feed(data)
         return bytes(decoder.body)
-    length = content_length(head)
-    if not length:
-        return b""
+    body = bytearray()
+    while len(body) < (length or 0):
+        data = await _client_read(reader, min(READ_SIZE, length - len(body)), limits.read)
+        if not data:
+            raise ProtocolError("client closed the connection before sending the whole body")
+        body += data
+    return bytes(body)
+
+
+async def _client_read(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
     try:
-        return await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
-        raise ProtocolError("client closed the connection before sending the whole body") from None
+        return await asyncio.wait_for(reader.read(size), timeout)
+    except asyncio.TimeoutError:
+        raise ReadTimeout(f"the client sent nothing for {timeout:g}s in the middle of its request body") from None
 
 
 async def _simple_response(writer: asyncio.StreamWriter, status: int, message: str) -> None:
     """An error from the proxy itself, shaped like a provider error so SDKs report it cleanly."""
-    reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
-               504: "Gateway Timeout"}
+    reasons = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large",
+               431: "Request Header Fields Too Large", 502: "Bad Gateway", 504: "Gateway Timeout"}
     body = orjson.dumps({"type": "error", "error": {"type": "kvprobe_proxy_error", "message": message}})
     head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()

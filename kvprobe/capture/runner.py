@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvprobe.capture.mounts import MOUNTS, default_upstream, env_upstream
-from kvprobe.capture.proxy import CaptureProxy
+from kvprobe.capture.proxy import CaptureProxy, ClientLimits
 from kvprobe.capture.recorder import AGENT_ENV, SESSION_ENV, Recorder
 from kvprobe.errors import InputError
 
@@ -129,6 +129,7 @@ def serve(proxy: CaptureProxy, on_ready: Callable[[CaptureProxy], None], grace: 
 
 def make_proxy(out: str, *, session: str | None, agent: str | None, redact: bool, hash_only: bool,
                upstreams: dict[str, str | None], host: str, port: int, timeout: float,
-               replace: bool = False) -> CaptureProxy:
+               replace: bool = False, limits: ClientLimits | None = None) -> CaptureProxy:
+    chosen = default_upstreams(upstreams)  # checked before the trace file is opened
     recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace)
-    return CaptureProxy(recorder, default_upstreams(upstreams), host=host, port=port, upstream_timeout=timeout)
+    return CaptureProxy(recorder, chosen, host=host, port=port, upstream_timeout=timeout, limits=limits)

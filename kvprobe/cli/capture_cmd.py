@@ -7,7 +7,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from kvprobe.capture.proxy import CaptureProxy
+from kvprobe.capture.proxy import CaptureProxy, ClientLimits
 from kvprobe.capture.runner import make_proxy, run_command, serve
 from kvprobe.cli.common import Force, err, fail, print_json, user_errors
 from kvprobe.output import check_append_output
@@ -62,6 +62,12 @@ def capture(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port)")] = 0,
     upstream_timeout: Annotated[float, typer.Option("--upstream-timeout", help="Seconds without upstream "
                                                     "progress before a request is cut")] = 600.0,
+    client_timeout: Annotated[float, typer.Option(
+        "--client-timeout", min=0.1, help="Seconds a client may go silent in the middle of a request (then 408)")
+    ] = 60.0,
+    max_request_mb: Annotated[float, typer.Option(
+        "--max-request-mb", min=0.001, help="Largest request body accepted, in MB (then 413; the default is "
+        "above every provider's own limit)")] = 64.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary (and, for serve, "
                                            "a JSON line with the proxy's URLs when it is ready)")] = False,
     append: Annotated[bool, typer.Option("--append", help="Add to an existing trace instead of refusing it")]
@@ -103,7 +109,8 @@ def capture(
         try:
             proxy = make_proxy(out, session=session, agent=agent, redact=redact, hash_only=hash_only,
                                upstreams=upstreams, host=host, port=port, timeout=upstream_timeout,
-                               replace=force and not append)
+                               replace=force and not append,
+                               limits=ClientLimits(read=client_timeout, max_body=int(max_request_mb * 1e6)))
         except ValueError as exc:
             fail(f"field '--*-upstream': {exc}")
         if args == ["serve"]:
