@@ -223,9 +223,11 @@ def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, siz
              *, presized: bool = False, ideal: bool = True) -> list[RequestResult]:
     """Simulate a whole trace (skeletons in any order: they are replayed by start time), in start order.
 
+    Failed requests (`skeleton.failed_call`) are left out: they reached no cache, so they are neither
+    simulated nor given a result to price or diagnose (the report lists them apart).
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(store, sizer, presized=presized, ideal=ideal)
-    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order)]
+    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order) if not sk.failed]
 
 
 class LeadingSimulation:
@@ -240,14 +242,16 @@ class LeadingSimulation:
         self.sizer = BlockSizer()
         self._sim: Simulator | None = None  # once `lead` has run
         self._results: list[RequestResult] = []
+        self._led = 0  # skeletons of the leading share (failed ones included: they have no result)
 
     def lead(self, leading: list[Skeleton]) -> None:
         self._sim = Simulator(self._store, self.sizer)
-        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order)]
+        self._led = len(leading)
+        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order) if not sk.failed]
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
         """All the skeletons, the leading share first (as the parse joined them)."""
-        rest = sorted(skeletons[len(self._results):], key=_start_order)
+        rest = sorted((sk for sk in skeletons[self._led:] if not sk.failed), key=_start_order)
         led = self._results
         if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
             self.sizer = BlockSizer()
