@@ -6,6 +6,7 @@ and auth headers cannot reach a trace; `redact` and `hash_only` scrub bodies bef
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import secrets
 import threading
@@ -25,6 +26,7 @@ from kvprobe.trace import TraceRecord, TraceWriter
 from kvprobe.trace.writer import line_of
 from kvprobe.trace.validate import response_usage_problem
 
+log = logging.getLogger("kvprobe.capture")
 SESSION_HEADER = "x-kvprobe-session"
 AGENT_HEADER = "x-kvprobe-agent"
 SESSION_ENV, AGENT_ENV = "KVPROBE_SESSION", "KVPROBE_AGENT"
@@ -60,9 +62,11 @@ class Exchange:
 
 @dataclass(slots=True)
 class CaptureStats:
-    recorded: int = 0
+    recorded: int = 0  # written to the trace
     not_recorded: int = 0  # not a JSON model request (GET /v1/models, count_tokens, ...)
     errors: int = 0  # recorded with an error
+    lost: list[str] = field(default_factory=list)  # ids of records the trace could not take (a full disk)
+    lost_reason: str | None = None  # the first write error
 
 
 class Recorder:
@@ -111,10 +115,26 @@ class Recorder:
             if record is None:
                 self.stats.not_recorded += 1
                 return None
+        try:
+            self._writer.append_line(line)  # whole or not at all
+        except OSError as exc:  # a full disk: counted and named, never a traceback in the proxy
+            self._lost(record, exc)
+            return None
+        with self._lock:
             self.stats.recorded += 1
             self.stats.errors += record.error is not None
-        self._writer.append_line(line)
         return record
+
+    def _lost(self, record: TraceRecord, exc: OSError) -> None:
+        with self._lock:
+            self.stats.lost.append(record.id)
+            first = self.stats.lost_reason is None
+            if first:
+                self.stats.lost_reason = exc.strerror or str(exc)
+        if first:  # once: the agent goes on, and so does the proxy
+            log.warning("kvprobe capture: cannot write %s to %s (%s): the request was forwarded but not "
+                        "recorded; the trace stays valid, and the lost records are named at the end",
+                        record.id, self.path, exc.strerror or exc)
 
 
 def _fallback_record(ex: Exchange, rec: Recorder, exc: Exception) -> TraceRecord | None:

@@ -21,7 +21,10 @@ def _summary(proxy: CaptureProxy, out: str, exit_code: int | None) -> dict:
     data = {"out": out, "url": proxy.url, "recorded": stats.recorded if stats else 0,
             "with_error": stats.errors if stats else 0, "not_recorded": stats.not_recorded if stats else 0,
             # requests outside every mount: answered 502 and sent nowhere (the path names the client to fix)
-            "unrouted": sum(proxy.unrouted.values()), "unrouted_paths": sorted(proxy.unrouted)[:10]}
+            "unrouted": sum(proxy.unrouted.values()), "unrouted_paths": sorted(proxy.unrouted)[:10],
+            # forwarded but not written (a full disk): the trace holds only whole lines, these ids are missing
+            "lost": len(stats.lost) if stats else 0, "lost_ids": stats.lost[:20] if stats else [],
+            "lost_reason": stats.lost_reason if stats else None}
     if exit_code is not None:
         data["exit_code"] = exit_code
     return data
@@ -82,7 +85,8 @@ def capture(
     ANTHROPIC_VERTEX_BASE_URL, and for bearer-token Bedrock ANTHROPIC_BEDROCK_BASE_URL (docs/capture.md; Codex:
     a config.toml model provider). A request outside every mount is answered 502 and sent nowhere.
     One trace record per request is written to --output as it ends (an existing file is refused unless
-    --append or --force); kvprobe exits with COMMAND's exit code.
+    --append or --force); kvprobe exits with COMMAND's exit code, or 2 when
+    records could not be written (a full disk: they are named, the trace keeps only whole lines).
     API keys and auth headers are never written.
 
     Example: kvprobe capture -o trace.jsonl --session fix-login -- claude -p "fix the login bug"
@@ -124,10 +128,16 @@ def capture(
     else:
         err.print(f"kvprobe capture: {summary['recorded']} requests recorded to {out}"
                   + (f" ({summary['with_error']} with errors)" if summary["with_error"] else ""), markup=False)
+        if summary["lost"]:
+            named = ", ".join(summary["lost_ids"]) + (", …" if summary["lost"] > len(summary["lost_ids"]) else "")
+            err.print(f"kvprobe capture: {summary['lost']} requests were forwarded but could not be written "
+                      f"({summary['lost_reason']}): {named}; the trace holds every other one, whole", markup=False)
         if summary["unrouted"]:
             err.print(f"kvprobe capture: {summary['unrouted']} requests were outside every mount and sent nowhere "
                       f"({', '.join(summary['unrouted_paths'])}): point that client at a mount (docs/capture.md)",
                       markup=False)
+    if summary["lost"]:  # an incomplete trace is an I/O failure (exit 2), whatever the command did
+        raise typer.Exit(2)
     if code:
         raise typer.Exit(code)
 
