@@ -17,7 +17,7 @@ from google.genai import types
 
 from conftest import ROOT
 from kvprobe.capture import CaptureProxy, ProxyThread, Recorder
-from kvprobe.capture.mounts import child_env, vertex_host
+from kvprobe.capture.mounts import child_env, mount_of_host, vertex_host
 from kvprobe.capture.testing import FakeProvider
 from kvprobe.trace import read_trace
 
@@ -230,3 +230,11 @@ def test_capture_serve_prints_every_mount_variable(upstreams, tmp_path):
         proc.kill()
     assert ready["env"]["GOOGLE_GEMINI_BASE_URL"] == f"http://127.0.0.1:{port}/gemini"
     assert ready["env"]["GOOGLE_VERTEX_BASE_URL"] == f"http://127.0.0.1:{port}/vertex"
+
+
+def test_the_in_process_hook_knows_each_public_host():
+    hosts = {"api.anthropic.com": "anthropic", "generativelanguage.googleapis.com": "gemini",
+             "us-east5-aiplatform.googleapis.com": "vertex", "aiplatform.eu.rep.googleapis.com": "vertex",
+             "bedrock-runtime.eu-west-1.amazonaws.com": "bedrock", "api.anthropic.com.example.net": None,
+             "127.0.0.1": None}
+    assert {h: mount_of_host(h) for h in hosts} == hosts

@@ -44,20 +44,24 @@ class Mount:
     name: str  # the path prefix (/gemini) and the --NAME-upstream option
     upstream: str  # the public API: {location} / {region} are filled per request / from the environment
     variables: tuple[BaseUrlVar, ...]
+    hosts: tuple[str, ...]  # what the public API's host names hold (the in-process hook sees hosts, not mounts)
     # the variables are set in a child command only when one of these is in its environment (empty: always)
     only_with: tuple[str, ...] = ()
 
 
 MOUNTS: tuple[Mount, ...] = (
-    Mount("anthropic", "https://api.anthropic.com", (BaseUrlVar("ANTHROPIC_BASE_URL"),)),
-    Mount("openai", "https://api.openai.com/v1", (BaseUrlVar("OPENAI_BASE_URL"), BaseUrlVar("OPENAI_API_BASE"))),
-    Mount("deepseek", "https://api.deepseek.com", (BaseUrlVar("DEEPSEEK_BASE_URL"),)),
-    Mount("gemini", "https://generativelanguage.googleapis.com", (BaseUrlVar("GOOGLE_GEMINI_BASE_URL"),)),
+    Mount("anthropic", "https://api.anthropic.com", (BaseUrlVar("ANTHROPIC_BASE_URL"),), ("api.anthropic.com",)),
+    Mount("openai", "https://api.openai.com/v1", (BaseUrlVar("OPENAI_BASE_URL"), BaseUrlVar("OPENAI_API_BASE")),
+          ("api.openai.com",)),
+    Mount("deepseek", "https://api.deepseek.com", (BaseUrlVar("DEEPSEEK_BASE_URL"),), ("api.deepseek.com",)),
+    Mount("gemini", "https://generativelanguage.googleapis.com", (BaseUrlVar("GOOGLE_GEMINI_BASE_URL"),),
+          ("generativelanguage.googleapis.com",)),
     Mount("vertex", "https://{location}-aiplatform.googleapis.com",
-          (BaseUrlVar("GOOGLE_VERTEX_BASE_URL"), BaseUrlVar("ANTHROPIC_VERTEX_BASE_URL", "/v1"))),
+          (BaseUrlVar("GOOGLE_VERTEX_BASE_URL"), BaseUrlVar("ANTHROPIC_VERTEX_BASE_URL", "/v1")),
+          ("aiplatform.googleapis.com", "aiplatform.us.rep.googleapis.com", "aiplatform.eu.rep.googleapis.com")),
     Mount("bedrock", "https://bedrock-runtime.{region}.amazonaws.com",
           (BaseUrlVar("ANTHROPIC_BEDROCK_BASE_URL"), BaseUrlVar("AWS_ENDPOINT_URL_BEDROCK_RUNTIME")),
-          only_with=("AWS_BEARER_TOKEN_BEDROCK", "CLAUDE_CODE_SKIP_BEDROCK_AUTH")),
+          ("bedrock-runtime.",), only_with=("AWS_BEARER_TOKEN_BEDROCK", "CLAUDE_CODE_SKIP_BEDROCK_AUTH")),
 )
 MOUNT_NAMES = tuple(m.name for m in MOUNTS)
 BY_NAME = {m.name: m for m in MOUNTS}
@@ -117,3 +121,15 @@ def provider_of(mount: str, path: str) -> tuple[str | None, str | None]:
     if mount == "bedrock":
         return None, "bedrock"
     return mount, None
+
+
+def mount_of_host(host: str | None) -> str | None:
+    """The mount whose public API a host belongs to (us-east5-aiplatform.googleapis.com: vertex), if any."""
+    if not host:
+        return None
+    host = host.lower()
+    for mount in MOUNTS:
+        if any(host == h or host.endswith(("." + h, "-" + h)) or (h.endswith(".") and h in host)
+               for h in mount.hosts):
+            return mount.name
+    return None
