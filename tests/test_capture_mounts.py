@@ -238,3 +238,20 @@ def test_the_in_process_hook_knows_each_public_host():
              "bedrock-runtime.eu-west-1.amazonaws.com": "bedrock", "api.anthropic.com.example.net": None,
              "127.0.0.1": None}
     assert {h: mount_of_host(h) for h in hosts} == hosts
+
+
+def test_one_upstream_for_every_mount_and_gateways_from_the_environment():
+    from kvprobe.capture.runner import default_upstreams
+    from kvprobe.errors import InputError
+
+    chosen = default_upstreams({"gemini": "http://127.0.0.1:9/g"}, env={}, everything="http://127.0.0.1:8089/")
+    assert chosen == {"anthropic": "http://127.0.0.1:8089", "openai": "http://127.0.0.1:8089/v1",
+                      "deepseek": "http://127.0.0.1:8089/v1", "gemini": "http://127.0.0.1:9/g",
+                      "vertex": "http://127.0.0.1:8089", "bedrock": "http://127.0.0.1:8089"}
+    gateway = default_upstreams({}, env={"ANTHROPIC_VERTEX_BASE_URL": "https://gw.example/v1",
+                                         "AWS_REGION": "eu-west-3"})
+    assert gateway["vertex"] == "https://gw.example" and gateway["bedrock"] == \
+        "https://bedrock-runtime.eu-west-3.amazonaws.com" and gateway["anthropic"] == "https://api.anthropic.com"
+    with pytest.raises(InputError) as bad:
+        default_upstreams({}, env={"GOOGLE_GEMINI_BASE_URL": "ftp://gw"})
+    assert bad.value.field == "GOOGLE_GEMINI_BASE_URL"

@@ -45,6 +45,9 @@ class Mount:
     upstream: str  # the public API: {location} / {region} are filled per request / from the environment
     variables: tuple[BaseUrlVar, ...]
     hosts: tuple[str, ...]  # what the public API's host names hold (the in-process hook sees hosts, not mounts)
+    # where the API sits on a server that speaks every API at its own paths (`capture --upstream`, kvprobe
+    # serve): the OpenAI-style APIs' base URLs end in /v1, the others are at the root
+    under_root: str = ""
     # the variables are set in a child command only when one of these is in its environment (empty: always)
     only_with: tuple[str, ...] = ()
 
@@ -52,8 +55,9 @@ class Mount:
 MOUNTS: tuple[Mount, ...] = (
     Mount("anthropic", "https://api.anthropic.com", (BaseUrlVar("ANTHROPIC_BASE_URL"),), ("api.anthropic.com",)),
     Mount("openai", "https://api.openai.com/v1", (BaseUrlVar("OPENAI_BASE_URL"), BaseUrlVar("OPENAI_API_BASE")),
-          ("api.openai.com",)),
-    Mount("deepseek", "https://api.deepseek.com", (BaseUrlVar("DEEPSEEK_BASE_URL"),), ("api.deepseek.com",)),
+          ("api.openai.com",), under_root="/v1"),
+    Mount("deepseek", "https://api.deepseek.com", (BaseUrlVar("DEEPSEEK_BASE_URL"),), ("api.deepseek.com",),
+          under_root="/v1"),
     Mount("gemini", "https://generativelanguage.googleapis.com", (BaseUrlVar("GOOGLE_GEMINI_BASE_URL"),),
           ("generativelanguage.googleapis.com",)),
     Mount("vertex", "https://{location}-aiplatform.googleapis.com",

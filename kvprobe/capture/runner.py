@@ -15,16 +15,22 @@ from kvprobe.capture.recorder import AGENT_ENV, SESSION_ENV, Recorder
 from kvprobe.errors import InputError
 
 
-def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | None = None) -> dict[str, str]:
-    """Explicit flags, else a base URL already in the environment (a gateway the user relies on), else
-    the provider's public endpoint."""
+def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | None = None,
+                      everything: str | None = None) -> dict[str, str]:
+    """Explicit flags, else `everything` (one server speaking every API at its own paths, as kvprobe serve
+    does), else a base URL already in the environment (a gateway the user relies on), else the provider's
+    public endpoint."""
     env = dict(os.environ) if env is None else env
     chosen = {}
     for mount in MOUNTS:
         name = mount.name
-        url = overrides.get(name) or env_upstream(mount, env) or default_upstream(mount, env)
+        one = everything.rstrip("/") + mount.under_root if everything else None
+        gateway = env_upstream(mount, env)
+        url = overrides.get(name) or one or gateway or default_upstream(mount, env)
         if not url.startswith(("http://", "https://")):
-            raise InputError(f"expected an http(s) URL, got {url!r}", field=f"--{name}-upstream")
+            source = f"--{name}-upstream" if overrides.get(name) else "--upstream" if one else \
+                next(v.name for v in mount.variables if env.get(v.name))
+            raise InputError(f"expected an http(s) URL, got {url!r}", field=source)
         chosen[name] = url
     return chosen
 
@@ -129,7 +135,8 @@ def serve(proxy: CaptureProxy, on_ready: Callable[[CaptureProxy], None], grace: 
 
 def make_proxy(out: str, *, session: str | None, agent: str | None, redact: bool, hash_only: bool,
                upstreams: dict[str, str | None], host: str, port: int, timeout: float,
-               replace: bool = False, limits: ClientLimits | None = None) -> CaptureProxy:
-    chosen = default_upstreams(upstreams)  # checked before the trace file is opened
+               replace: bool = False, limits: ClientLimits | None = None,
+               everything: str | None = None) -> CaptureProxy:
+    chosen = default_upstreams(upstreams, everything=everything)  # checked before the trace file is opened
     recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace)
     return CaptureProxy(recorder, chosen, host=host, port=port, upstream_timeout=timeout, limits=limits)

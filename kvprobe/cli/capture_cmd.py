@@ -39,6 +39,9 @@ def capture(
     session: Annotated[str | None, typer.Option("--session", help="Session name for every record "
                                                 "(X-Kvprobe-Session header or KVPROBE_SESSION otherwise)")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Agent name for every record")] = None,
+    upstream: Annotated[str | None, typer.Option(
+        "--upstream", help="One server for every mount that has no --NAME-upstream, speaking each API at its "
+        "own paths (kvprobe serve: OpenAI and DeepSeek under /v1)")] = None,
     anthropic_upstream: Annotated[str | None, typer.Option(
         "--anthropic-upstream",
         help="Anthropic API URL (default: $ANTHROPIC_BASE_URL, else https://api.anthropic.com)")] = None,
@@ -114,7 +117,8 @@ def capture(
             proxy = make_proxy(out, session=session, agent=agent, redact=redact, hash_only=hash_only,
                                upstreams=upstreams, host=host, port=port, timeout=upstream_timeout,
                                replace=force and not append,
-                               limits=ClientLimits(read=client_timeout, max_body=int(max_request_mb * 1e6)))
+                               limits=ClientLimits(read=client_timeout, max_body=int(max_request_mb * 1e6)),
+                               everything=upstream)
         except ValueError as exc:
             fail(f"field '--*-upstream': {exc}")
         if args == ["serve"]:
