@@ -11,7 +11,8 @@ client has the last byte, so recording adds no latency to the response.
 
 Framing as RFC 9112 has it: interim 1xx responses (103 Early Hints) are passed on and the final response
 follows; a body delimited by the upstream closing (HTTP/1.0, no length) ends the client's connection too;
-conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502).
+conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502). A
+client that stops mid-request or sends past the body cap is answered 408/413 (`ClientLimits`).
 """
 from __future__ import annotations
 
