@@ -54,3 +54,23 @@ def test_a_full_disk_never_leaves_a_torn_line(tmp_path):
     assert data.endswith(b"\n") and len(data) <= 5_000
     records = list(read_trace(trace))  # strict: a torn line would be an error here
     assert [r.id for r in records] == [f"r{i}" for i in range(counts["written"])]
+
+
+def test_appending_into_a_pipe_works(tmp_path):
+    """`capture -o /dev/stdout | …` and a FIFO: a pipe cannot seek (lseek is ESPIPE), so where a line
+    begins is read with fstat, which a pipe answers; every line arrives."""
+    import os
+    import threading
+
+    from kvprobe.trace import TraceWriter
+
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with TraceWriter(fifo) as w:
+        w.append_line(b'{"a": 1}\n')
+        w.append_line(b'{"b": 2}\n')
+    reader.join(10)
+    assert got == [b'{"a": 1}\n{"b": 2}\n']
