@@ -89,7 +89,7 @@ def _baseline(trace: Path, plan: Plan) -> bytes:
     from kvprobe.gate.causes import baseline_bytes
     from kvprobe.report import build_report
 
-    report = build_report([trace], fixes=False, top=0, skip_failed=True)
+    report = build_report([trace], fixes=False, top=0)
     if not report.results:
         raise InputError("no request that succeeded: a baseline of it would let every later run pass",
                          file=str(trace))

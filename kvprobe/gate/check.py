@@ -266,8 +266,9 @@ def _task_check(report: Report, limit: float, source: str | None) -> Check:
 
 def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = None,
              allow_predicted: bool = False, baseline_missing: Check | None = None) -> GateResult:
-    """Every check of `t` on the report (built with skip_failed, top=0), and the causes of its misses.
-    `baseline_missing`: the check to make instead of the comparison when the baseline file does not exist."""
+    """Every check of `t` on the report (built with top=0; failed requests are not in its results), and
+    the causes of its misses. `baseline_missing`: the check to make instead of the comparison when the
+    baseline file does not exist."""
     mode = t.undecided or "fail"
     checks = [_failed_check(report, t.max_failed_requests or 0, t.sources.get("max_failed_requests"))]
     if not report.results:
