@@ -81,6 +81,8 @@ class Report:
     # requests that failed (skeleton.failed_call: an error and no usage, or refused with a 4xx): (id, error).
     # Never simulated, priced, diagnosed or counted in `results`: nothing reached a cache
     failed: list[tuple[str, str]] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
+    prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
 
     @property
     def failed_note(self) -> str | None:
@@ -386,6 +388,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
+    rep.inputs, rep.prices = [str(p) for p in paths], prices
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep

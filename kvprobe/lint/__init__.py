@@ -126,12 +126,21 @@ def _place(f: Finding, last: dict[tuple[str, int | None], str | None]) -> None:
         f.region = Region(s.line)
 
 
-def lint_paths(paths: list[str | Path], progress: Callable[[int], None] | None = None) -> LintResult:
-    """Lint request bodies (.json), trace records (.json) and traces (.jsonl); `progress` gets bytes read."""
+def lint_paths(paths: list[str | Path], progress: Callable[[int], None] | None = None,
+               skip_bad: bool | None = None) -> LintResult:
+    """Lint request bodies (.json), trace records (.json) and traces (.jsonl); `progress` gets bytes read.
+
+    `skip_bad`: a file that is not a request is named in `inputs[].skipped` and the others are linted.
+    None (the default) skips when there are several paths and raises the first one's InputError when every
+    file was skipped, as for a single bad file; True never raises for one (pre-commit's batches may hold
+    only such files)."""
     if not paths:
         raise InputError("nothing to lint: give request bodies (.json) or traces (.jsonl)")
+    skip = len(paths) > 1 if skip_bad is None else skip_bad
     stats: list[InputStats] = []
-    findings = lint_subjects(iter_subjects(paths, stats, progress))
+    findings = lint_subjects(iter_subjects(paths, stats, progress, skip_bad=skip))
+    if skip_bad is None and stats and all(s.skipped and not s.requests for s in stats):
+        raise InputError(f"no file could be linted; the first: {stats[0].skipped}", file=stats[0].file)
     last: dict[tuple[str, int | None], str | None] = {}
     for f in findings:
         _place(f, last)
