@@ -27,6 +27,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
+# The tests that state each module's rules; a mutant runs only those of them that called its function (the
+# plugin narrows mutmut's own selection to these, see benchmarks/mutation_plugin.py).
+FOCUS = {
+    "kvprobe/sim": ["tests/test_rule_edges.py", "tests/test_simulator_rules.py", "tests/test_openai_breakpoints.py",
+                    "tests/test_rules_2026.py", "tests/test_mixed_lineup.py", "tests/test_keep_alive.py"],
+    "kvprobe/secrets.py": ["tests/test_secret_shapes.py", "tests/test_secrets_on_disk.py"],
+    "kvprobe/pricing.py": ["tests/test_rule_edges.py", "tests/test_catalog_usage.py", "tests/test_usage_cmd.py",
+                           "tests/test_economics.py", "tests/test_rules_2026.py"],
+    "kvprobe/whatif": ["tests/test_whatif.py", "tests/test_fleet_names.py", "tests/test_fleet_policies.py",
+                       "tests/test_multiagent_session.py", "tests/test_keep_alive.py"],
+    "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py"],
+}
 NAME = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+)$")
 
 
@@ -54,12 +66,19 @@ def dotted(path: str) -> str:
     return str(Path(path).with_suffix("")).replace(os.sep, ".").removesuffix(".__init__")
 
 
+def focus(module: str) -> list[str]:
+    found = [tests for prefix, tests in FOCUS.items() if module.rstrip("/").startswith(prefix)]
+    return found[0] if found else []
+
+
 def run(modules: list[str], jobs: int, log: Path) -> None:
     """mutmut run over the mutants of the modules given (its progress to a log: it redraws a line)."""
     globs = [f"{dotted(m)}.*" for m in modules]
+    tests = sorted({t for m in modules for t in focus(m)})
+    env = {**os.environ, "KVPROBE_MUTATION_TESTS": ",".join(tests)} if all(focus(m) for m in modules) else None
     with log.open("w") as out:
         done = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children",
-                               str(jobs), *globs], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                               str(jobs), *globs], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode:
         sys.exit(f"mutmut run failed ({done.returncode}): see {log}")
 

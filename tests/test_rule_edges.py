@@ -183,3 +183,83 @@ def test_input_equivalents_weigh_a_1h_write_2x(tmp_path):
     body = request(SYSTEM, [{"role": "user", "content": [part(U1, "1h")]}])
     rows = report(tmp_path, [rec("a", 0, body, usage(read=2_000, w5m=1_000, w1h=4_000, fresh=500))])
     assert rows["a"]["input_equivalent_tokens"] == pytest.approx(9_950, abs=0.1)
+
+
+# --- what a request without marks, and what comes after the last mark, are -----------------------------------
+
+def test_a_request_without_breakpoints_reads_and_writes_nothing(tmp_path):
+    body = request(SYSTEM, [{"role": "user", "content": [part(U1, marked=False)]}])
+    rows = report(tmp_path, [rec("a", 0, body, usage(fresh=3_300)), rec("b", 10, body, usage(fresh=3_300))])
+    for rid in "ab":
+        assert rows[rid]["predicted"] == {"cache_read_tokens": 0, "cache_write_tokens": 0, "fresh_input_tokens": 3_300}
+
+
+def test_what_follows_the_last_breakpoint_is_fresh_input(tmp_path):
+    """The system (3,000) is marked, the question (300) is not: a writes 3,000 and sends 300 fresh; b reads
+    the 3,000 and sends the 300 fresh again."""
+    body = request([part(text(2_000, "sys"))], [{"role": "user", "content": [part(U1, marked=False)]}])
+    rows = report(tmp_path, [rec("a", 0, body, usage(w5m=3_000, fresh=300)),
+                             rec("b", 10, body, usage(read=3_000, fresh=300))])
+    assert rows["a"]["predicted"] == {"cache_read_tokens": 0, "cache_write_tokens": 3_000, "fresh_input_tokens": 300}
+    assert rows["b"]["predicted"] == {"cache_read_tokens": 3_000, "cache_write_tokens": 0, "fresh_input_tokens": 300}
+
+
+def test_a_breakpoint_reads_only_entries_at_or_before_it(tmp_path):
+    """a marks the question: its entry holds system + question (3,300). b sends the same prompt with the mark
+    moved back onto the system: the entry after its only breakpoint is out of its reach, so it writes the
+    system's 3,000 and sends the question fresh. (The calibration request sizes the 300-token question.)"""
+    cal = rec("cal", -3_600, request([part(text(2_000, "other"))], [{"role": "user", "content": [part(U1, marked=False)]}]),
+              usage(w5m=2_000, fresh=300), session="calibration")
+    a = request(SYSTEM, [{"role": "user", "content": [part(U1)]}])
+    b = request([part(SYSTEM)], [{"role": "user", "content": [part(U1, marked=False)]}])
+    rows = report(tmp_path, [cal, rec("a", 0, a, usage(w5m=3_300)), rec("b", 10, b, usage(w5m=3_000, fresh=300))])
+    assert predicted(rows["b"]) == (0, 3_000)
+
+
+# --- readable once the writing response has begun ------------------------------------------------------------
+
+@pytest.mark.parametrize("after_first_token, hit", [(-0.1, False), (0.0, True), (0.1, True)])
+def test_an_entry_is_readable_from_the_first_token_of_the_response_that_writes_it(tmp_path, after_first_token, hit):
+    """a starts at 0 s and its response begins at 1 s; the same request at 0.9 s finds the entry still being
+    written (and writes it too), at exactly 1 s or later reads it."""
+    body = first_turn()
+    b_at = 1 + after_first_token
+    rows = report(tmp_path, [rec("a", 0, body, usage(w5m=3_300)),
+                             rec("b", b_at, body, usage(read=3_300) if hit else usage(w5m=3_300))])
+    assert predicted(rows["b"]) == ((3_300, 0) if hit else (0, 3_300))
+    if not hit:
+        [d] = rows["b"]["diagnoses"]
+        assert d["kind"] == "not_yet_readable" and d["writer_id"] == "a" and d["path"] == "messages[0].content[0]"
+
+
+def test_a_sibling_rewriting_an_entry_still_being_written_leaves_the_first_writer_named(tmp_path):
+    """a at 0 s (response at 3 s), b at 0.5 s (response at 3.5 s) and c at 1 s all send the same prompt:
+    b and c both find a's entry unreadable, and a is the writer they wait on."""
+    body = first_turn()
+    recs = [rec(rid, at, body, usage(w5m=3_300)) for rid, at in (("a", 0), ("b", 0.5), ("c", 1))]
+    recs[0].first_token_at, recs[1].first_token_at = recs[0].started_at + 3, recs[1].started_at + 3
+    rows = report(tmp_path, recs)
+    for rid in "bc":
+        [d] = rows[rid]["diagnoses"]
+        assert d["kind"] == "not_yet_readable" and d["writer_id"] == "a", rid
+
+
+# --- 1h writes at more than one breakpoint -----------------------------------------------------------------
+
+def test_every_1h_breakpoints_span_is_a_1h_write(tmp_path):
+    """Two system blocks each marked 1h, the question unmarked: all 3,000 tokens through the second mark are
+    written at 1h (the spans of both marks), nothing at 5m."""
+    body = request([part(text(1_200, "one"), "1h"), part(text(800, "two"), "1h")],
+                   [{"role": "user", "content": [part(U1, marked=False)]}])
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [rec("a", 0, body, usage(w1h=3_000, fresh=300))])
+    [result] = kvprobe.analyse(path, fixes=False).results
+    assert (result.predicted.cache_write_1h_tokens, result.predicted.cache_write_5m_tokens) == (3_000, 0)
+
+
+def test_below_the_minimum_the_diagnosis_names_the_breakpoint_and_both_sizes(tmp_path):
+    body = request(text(700, "short"), [{"role": "user", "content": [part(U1)]}])
+    rows = report(tmp_path, [rec("a", 0, body, usage(fresh=1_023)), rec("b", 10, body, usage(fresh=1_023))])
+    [d] = rows["b"]["diagnoses"]
+    assert d["kind"] == "below_minimum" and d["path"] == "messages[0].content[0]"
+    assert "1023 tokens" in d["detail"] and "1024" in d["detail"]
