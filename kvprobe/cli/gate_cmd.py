@@ -102,12 +102,12 @@ def gate(
         base = require_baseline_requests(load_baseline(Path(t.baseline)), t.baseline) if t.baseline else None
         prices = PriceBook.from_file(t.price_file)
         report = build_report(paths, outcomes=load_outcomes(outcomes) if outcomes else None, top=0,
-                              predicted_only=predicted, prices=prices, skip_failed=True)
+                              predicted_only=predicted, prices=prices)
         _require_requests(report, paths)
         result = run_gate(report, t, base, allow_predicted=predicted)
         result.inputs = {"traces": [str(p) for p in paths], "requests": len(report.results) + len(report.failed),
                          "failed_requests": len(report.failed), "config": cfg.path, "baseline": t.baseline}
-        result.notes = cfg.warnings + report.notes
+        result.notes = cfg.warnings + [n for n in report.notes if n != report.failed_note]  # a check says it
     _emit(result, cfg, json_out, markdown, content)
     with user_errors():
         _write_files(result, summary, markdown_file, junit_xml, content is True)
@@ -227,7 +227,7 @@ def baseline_cmd(
         paths = expand_traces(traces)
         output = output_path(output, [*paths, *([outcomes] if outcomes else [])], force=force)
         report = build_report(paths, fixes=False, outcomes=load_outcomes(outcomes) if outcomes else None, top=0,
-                              prices=PriceBook.from_file(price_file), skip_failed=True)
+                              prices=PriceBook.from_file(price_file))
         _require_requests(report, paths)
         if not report.results:
             raise InputError(f"all {len(report.failed)} requests failed ({report.failed[0][1][:120]}): a baseline of "

@@ -234,7 +234,8 @@ def _task_check(report: Report, limit: float, source: str | None) -> Check:
 
 def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = None,
              allow_predicted: bool = False) -> GateResult:
-    """Every check of `t` on the report (built with skip_failed, top=0), and the causes of its misses."""
+    """Every check of `t` on the report (built with top=0; failed requests are not in its results), and
+    the causes of its misses."""
     mode = t.undecided or "fail"
     checks = [_failed_check(report, t.max_failed_requests or 0, t.sources.get("max_failed_requests"))]
     if not report.results:

@@ -1,6 +1,7 @@
 """Write trace records as JSON Lines: one atomic append per record, or a whole file atomically."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable
@@ -26,11 +27,19 @@ class TraceWriter:
         self.append_line(_line(record))
 
     def append_line(self, data: bytes) -> None:
-        """Append one already-serialised record line (from `line_of`)."""
+        """Append one already-serialised record line (from `line_of`), whole or not at all: when a write fails
+        (a full disk, a file size limit), the part of the line already written is cut off again before the
+        OSError is raised, so the file never holds a partial line and the next one starts clean."""
         line = memoryview(data)
         with self._lock:
-            while line:  # a short write (signal, nearly full disk) continues where it stopped
-                line = line[os.write(self._fd, line):]
+            start = os.lseek(self._fd, 0, os.SEEK_END)  # where this line begins (appends go to the end)
+            try:
+                while line:  # a short write (signal, nearly full disk) continues where it stopped
+                    line = line[os.write(self._fd, line):]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                raise
 
     def close(self) -> None:
         with self._lock:
