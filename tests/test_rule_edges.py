@@ -263,3 +263,15 @@ def test_below_the_minimum_the_diagnosis_names_the_breakpoint_and_both_sizes(tmp
     [d] = rows["b"]["diagnoses"]
     assert d["kind"] == "below_minimum" and d["path"] == "messages[0].content[0]"
     assert "1023 tokens" in d["detail"] and "1024" in d["detail"]
+
+
+def test_a_live_entry_out_of_every_breakpoints_reach_is_named_with_how_far_back_it_is(tmp_path):
+    """a marks its question (entry at block 1, 3,300 tokens). b adds 25 parts of 40 tokens to that question,
+    marked only at the last (block 26): the entry is 26 positions back, past the 20-position window of b's
+    only breakpoint, so b reads nothing, writes all 4,300, and says why."""
+    parts = [part(text(30, f"p{i}"), marked=(i == 24)) for i in range(25)]
+    b = request(SYSTEM, [{"role": "user", "content": [part(U1, marked=False), *parts]}])
+    rows = report(tmp_path, [rec("a", 0, first_turn(), usage(w5m=3_300)), rec("b", 10, b, usage(w5m=4_300))])
+    assert predicted(rows["b"]) == (0, 4_300)
+    [d] = rows["b"]["diagnoses"]
+    assert d["kind"] == "lookback_exceeded" and d["positions_back"] == 26 and d["path"] == "messages[0].content[0]"
