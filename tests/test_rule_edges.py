@@ -275,3 +275,16 @@ def test_a_live_entry_out_of_every_breakpoints_reach_is_named_with_how_far_back_
     assert predicted(rows["b"]) == (0, 4_300)
     [d] = rows["b"]["diagnoses"]
     assert d["kind"] == "lookback_exceeded" and d["positions_back"] == 26 and d["path"] == "messages[0].content[0]"
+
+
+def test_reading_a_later_entry_renews_the_earlier_entries_of_the_request(tmp_path):
+    """Breakpoints on the system (3,000) and the question (300): a at 0 s writes both entries; b at 200 s, the
+    same request, reads the question's entry and so uses, and renews, the system's too (to 500 s); c at 400 s
+    asks something else and reads the system's 3,000 (expired at 300 s without the renewal)."""
+    cal = rec("cal", -3_600, request([part(text(2_000, "other"))], [{"role": "user", "content": [part(U1, marked=False)]}]),
+              usage(w5m=2_000, fresh=300), session="calibration")
+    ask = request([part(SYSTEM)], [{"role": "user", "content": [part(U1)]}])
+    other = request([part(SYSTEM)], [{"role": "user", "content": [part(U2)]}])
+    rows = report(tmp_path, [cal, rec("a", 0, ask, usage(w5m=3_300)), rec("b", 200, ask, usage(read=3_300)),
+                             rec("c", 400, other, usage(read=3_000, w5m=200))])
+    assert predicted(rows["c"]) == (3_000, 200)
