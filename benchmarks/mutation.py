@@ -140,10 +140,24 @@ def equivalents() -> list[dict]:
     return tomllib.loads(EQUIVALENT.read_text())["equivalent"] if EQUIVALENT.exists() else []
 
 
+def _changed(before: str, after: str) -> tuple[int, int]:
+    """The span of `before` that the mutation changed (what its common prefix and suffix with `after` leave)."""
+    head = 0
+    while head < min(len(before), len(after)) and before[head] == after[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(before), len(after)) - head and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    return head, len(before) - tail
+
+
 def classify(mutant: Mutant, known: list[dict]) -> None:
+    """Equivalent when an entry names its file and function and the change lies inside the entry's `before`."""
+    lo, hi = _changed(mutant.before, mutant.after)
     for entry in known:
+        at = mutant.before.find(entry["before"])
         if entry["file"] == mutant.file and entry["function"] == mutant.function.split("ǁ")[-1].removeprefix("x_") \
-                and entry["before"] in mutant.before and entry["after"] in mutant.after:
+                and at >= 0 and at <= lo and hi <= at + len(entry["before"]) and entry["after"] in mutant.after:
             mutant.why_equivalent = entry["why"]
             return
 

@@ -288,3 +288,15 @@ def test_reading_a_later_entry_renews_the_earlier_entries_of_the_request(tmp_pat
     rows = report(tmp_path, [cal, rec("a", 0, ask, usage(w5m=3_300)), rec("b", 200, ask, usage(read=3_300)),
                              rec("c", 400, other, usage(read=3_000, w5m=200))])
     assert predicted(rows["c"]) == (3_000, 200)
+
+
+def test_a_read_through_the_lookback_renews_a_1h_entry_for_an_hour(tmp_path):
+    """As above with 1h marks: a at 0 s writes 3,300 for an hour; b at 3,000 s reads them through its
+    lookback (renewed to 6,600 s); the first turn again at 4,000 s still reads all 3,300."""
+    first = request(SYSTEM, [{"role": "user", "content": [part(U1, "1h")]}])
+    second = request(SYSTEM, [{"role": "user", "content": [part(U1, marked=False)]},
+                              {"role": "assistant", "content": [part(A1, marked=False)]},
+                              {"role": "user", "content": [part(U2, "1h")]}])
+    rows = report(tmp_path, [rec("a", 0, first, usage(w1h=3_300)), rec("b", 3_000, second, usage(read=3_300, w1h=250)),
+                             rec("c", 4_000, first, usage(read=3_300))])
+    assert predicted(rows["b"]) == (3_300, 250) and predicted(rows["c"]) == (3_300, 0)
