@@ -25,7 +25,7 @@ from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import claude_code, codex, gemini_cli, har, litellm, opencode, otel, qwen_code
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
-from kvprobe.secrets import redact_text
+from kvprobe.secrets import scrub_identity
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
@@ -198,13 +198,12 @@ def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[T
 
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
     """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
-    texts, where logs keep what a provider echoed (keys included), are scrubbed of credentials."""
+    texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
+    cwd, project_hash, ...) are scrubbed of credentials."""
     for record in records:
         problem = response_usage_problem(record.response)
         if problem is None:
-            if record.error:
-                record.error = redact_text(record.error)
-            yield record
+            yield scrub_identity(record)
             continue
         stats.records -= 1
         stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
