@@ -71,7 +71,7 @@ def test_compaction_is_found_and_its_break_even_computed():
     records.append(rec("s-8", 200, summary_request, ant_usage(read=prev_total, write=s_total - prev_total)))
     compacted = claude(turns=1)
     compacted["messages"][0]["content"][0]["text"] = "Summary: " + words(150, "sum")
-    c_total = sizes(compacted)[1]
+    c_total = c_total_first = sizes(compacted)[1]
     system = sizes(compacted)[0]
     records.append(rec("s-9", 220, compacted, ant_usage(read=system, write=c_total - system)))
     for k in range(3):
@@ -88,10 +88,16 @@ def test_compaction_is_found_and_its_break_even_computed():
     j = comp.to_json()
     assert (j["summary_request"], j["rebuild_request"]) == ("s-8", "s-9")
     assert j["tokens_before"] == s_total and j["later_requests"] == 3
-    units = PriceBook().unit_prices("anthropic", "claude-sonnet-4-5", 0, s_total)
-    per_turn = (j["tokens_before"] - j["tokens_after"]) * units["read"]
+    assert j["tokens_after"] == c_total_first
+    # By hand, at Sonnet 4.5's list prices (USD per million: fresh 3, 5m write 3.75, read 0.30, output 15):
+    # each later turn reads the compacted prompt instead of the whole history; the summary request costs its
+    # read, its write and its 10 output tokens; the rebuild pays its write over a plain read of its input.
+    per_turn = (s_total - c_total_first) * 0.30 / 1e6
+    summary = (prev_total * 0.30 + (s_total - prev_total) * 3.75 + 10 * 15) / 1e6
+    rebuild_premium = (c_total_first - system) * (3.75 - 0.30) / 1e6
     assert j["per_turn_saving_usd"] == pytest.approx(per_turn, abs=1e-6)
-    assert j["break_even_turns"] == math.ceil(j["overhead_usd"] / j["per_turn_saving_usd"])
+    assert j["overhead_usd"] == pytest.approx(summary + rebuild_premium, abs=1e-6)
+    assert j["break_even_turns"] == math.ceil((summary + rebuild_premium) / per_turn)
 
 
 def test_cost_per_accepted_task_counts_failed_tasks_in_the_numerator(tmp_path):

@@ -6,7 +6,8 @@ Anthropic's published rules (entries at breakpoints, 5-minute lifetime from the 
 used them, 20-position lookback, tool_choice invalidating messages, entries readable once the writing response
 has begun) and is written below as data; so are the savings each policy must show, in input-token equivalents
 (fresh 1, 5m write 1.25, 1h write 2, read 0.1). kvprobe must price each policy once for the whole fleet,
-within 2% of these figures (its block sizes inside a request are its own estimate), and list it once.
+within a tolerance narrower than the smallest effect each figure guards (its block sizes inside a request are
+its own estimate: 0.1% to 1.5%, said at each), and list it once.
 
 Fleet 1, "one product, three breakers", N1 sessions 25 minutes apart, 15 requests each. 12 tools of 100 tokens
 (1,200), a 2,400-token system text whose first sentence carries the time ("the time is 14:25") on the same
@@ -91,7 +92,7 @@ USAGE1 = {1: (0, 3_700),  # tools + system + u1 written
 OBSERVED1 = 71_717.5
 SAVINGS1 = {
     # the clock moved after the last breakpoint: r5 reads r4's 6,850 and writes 1,050 (9,875 -> 1,997.5);
-    # the one moved token is then sent fresh by every request (a few tokens per session: within the 2%)
+    # the one moved token is then sent fresh by every request (a few tokens per session: within the 0.5%)
     "stabilize_prefix": 7_877.5,
     # one ping at r8 + 270 s (r8's 11,050 read: 1,105); r9 then reads 11,050 and writes 1,050 (15,125 -> 2,417.5)
     "keep_alive": 11_602.5,
@@ -160,10 +161,11 @@ def test_fleet1_one_policy_per_breaker_each_covering_every_session(fleet1):
     assert len(fleet1.fixes) <= 10
     for kind, saving in SAVINGS1.items():
         [fix] = fixes[kind]
-        assert fix["saving_input_equivalent_tokens"] == pytest.approx(N1 * saving, rel=0.02), kind
+        # within 0.5%: the moved clock is sent fresh by every request (its tokens are kvprobe's estimate)
+        assert fix["saving_input_equivalent_tokens"] == pytest.approx(N1 * saving, rel=0.005), kind
         assert fix["reach"]["sessions"] == N1 and len(fix["instances"]) == N1, kind
         per = [i["saving_input_equivalent_tokens"] for i in fix["instances"]]
-        assert per == pytest.approx([saving] * N1, rel=0.02), kind  # each session saves its share
+        assert per == pytest.approx([saving] * N1, rel=0.005), kind  # each session saves its share
     span = fixes["stabilize_prefix"][0]
     assert span["path"] == "system[0]" and span["unit"] == "span" and span["edited_requests"] == 15 * N1
     assert span["spans"] and all(":" in s and len(s) == 5 for s in span["spans"])  # the clock, not the line
@@ -174,19 +176,21 @@ def test_fleet1_the_shared_prefix_is_a_finding_and_its_lifetime_is_priced_once(f
     [found] = fleet1.fleet
     assert len(found.sessions) == N1 and found.breaks_at == "system[0]" and found.breaker == "volatile span"
     assert found.shared_tokens == pytest.approx(1_200, rel=0.1)  # the tools: kvprobe's split of r1's 3,700
-    assert found.could_share_tokens == pytest.approx(3_600, rel=0.02)
+    assert found.could_share_tokens == pytest.approx(3_600, rel=0.002)
     assert found.rewrote_sessions == N1 and found.median_gap_s == 1_500 and found.lifetime_s == 300
     [shared] = _by_kind(fleet1)["ttl_1h"]
     assert shared["scope"] == "fleet" and shared["requires"] == ["stabilize_prefix (system[0])"]
-    assert shared["saving_input_equivalent_tokens"] == pytest.approx(FLEET_LIFETIME1, rel=0.02)
+    # within 0.2%: the first session's 1h premium (2,700) is 0.83% of the figure
+    assert shared["saving_input_equivalent_tokens"] == pytest.approx(FLEET_LIFETIME1, rel=0.002)
     assert found.fixes == ["ttl_1h (system[0])"]
 
 
 def test_fleet1_all_fixes_is_one_simulation_of_the_four(fleet1):
     w = fleet1.with_all_fixes
     assert w["requests"] == 15 * N1 + N1  # one keep-alive ping per session
-    assert w["input_equivalent_tokens"] == pytest.approx(ALL1, rel=0.02)
-    assert w["baseline_predicted"]["input_equivalent_tokens"] == pytest.approx(N1 * OBSERVED1, rel=0.01)
+    # within 0.15%: the first session's 1h premium (2,700) is 0.19% of the total
+    assert w["input_equivalent_tokens"] == pytest.approx(ALL1, rel=0.0015)
+    assert w["baseline_predicted"]["input_equivalent_tokens"] == pytest.approx(N1 * OBSERVED1, rel=0.001)
 
 
 def test_fleet1_terminal_lists_policies_not_sessions(fleet1, capsys):
@@ -269,7 +273,10 @@ def test_fleet2_tools_and_siblings_are_one_policy_each_over_every_session(fleet2
     assert sorted(fixes) == ["shared_breakpoint", "stabilize_prefix"]
     for kind, saving in SAVINGS2.items():
         [fix] = fixes[kind]
-        assert fix["saving_input_equivalent_tokens"] == pytest.approx(N2 * saving, rel=0.02), kind
+        # X's 300 tokens are sized by kvprobe's estimate inside m4's anchored total: 1.5% on the tool fix;
+        # the siblings' reads are anchored: 0.1%
+        tolerance = {"stabilize_prefix": 0.015, "shared_breakpoint": 0.001}[kind]
+        assert fix["saving_input_equivalent_tokens"] == pytest.approx(N2 * saving, rel=tolerance), kind
         assert fix["reach"]["sessions"] == N2 and len(fix["instances"]) == N2, kind
     tools = fixes["stabilize_prefix"][0]
     assert tools["path"] == "tools" and tools["edited_requests"] == 6 * N2  # m1-m3 and the three subagents
@@ -278,13 +285,13 @@ def test_fleet2_tools_and_siblings_are_one_policy_each_over_every_session(fleet2
     assert stagger["added_latency_s"] == pytest.approx(63.01 - 60.05, abs=0.01)
     [warm] = fleet2.alternatives
     assert warm["variant"] == "warm_up" and warm["instead_of"] == ["shared_breakpoint (stagger)"]
-    assert warm["saving_input_equivalent_tokens"] == pytest.approx(N2 * WARM_UP2, rel=0.02)
-    assert fleet2.with_all_fixes["input_equivalent_tokens"] == pytest.approx(N2 * ALL2, rel=0.02)
+    assert warm["saving_input_equivalent_tokens"] == pytest.approx(N2 * WARM_UP2, rel=0.001)
+    assert fleet2.with_all_fixes["input_equivalent_tokens"] == pytest.approx(N2 * ALL2, rel=0.003)
 
 
 def test_fleet2_sessions_share_tools_and_system_but_too_far_apart_for_any_lifetime(fleet2):
     [found] = fleet2.fleet
-    assert len(found.sessions) == N2 and found.shared_tokens == pytest.approx(4_200, rel=0.02)
+    assert len(found.sessions) == N2 and found.shared_tokens == pytest.approx(4_200, rel=0.002)
     assert found.breaker == "per-session content" and found.median_gap_s == 7_200
     assert found.fixes == []  # 2 h apart: past the 1 h lifetime, nothing to propose
     first = [r for r in fleet2.results if r.sk.id.endswith("-m1") and r.sk.session != "f2s000"]

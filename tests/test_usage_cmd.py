@@ -6,9 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.importers import load_any
-from kvprobe.pricing import PriceBook
-from kvprobe.usage import normalize_usage
 
 FIX = Path(__file__).parent / "fixtures" / "importers"
 
@@ -31,15 +28,45 @@ def test_totals_are_sums_and_hit_ratio_is_a_ratio_of_sums(cli):
     assert data["import"]["skipped"] == 2
 
 
-def test_cost_matches_pricing_each_request(cli):
-    records = [r for r in load_any(FIX) if r.usage is not None]
-    book = PriceBook()
-    expected = sum(book.cost(r.provider, r.model, normalize_usage(r.provider, r.usage), r.started_at).usd or 0.0
-                   for r in records)
+# Published list prices, USD per million tokens: (input, 5m cache write, cache read, output). OpenAI bills no
+# cache write; its cached tokens are the read price.
+PRICES = {"claude-haiku-4-5": (1.0, 1.25, 0.10, 5.0), "claude-sonnet-4-5": (3.0, 3.75, 0.30, 15.0),
+          "gpt-5-codex": (1.25, 0.0, 0.125, 10.0), "gpt-4o": (2.50, 0.0, 1.25, 10.0), "gpt-4.1": (2.0, 0.0, 0.50, 8.0)}
+# Every priced request of the fixtures, read by hand from the files: model as logged, price row, fresh input,
+# cache write, cache read, output (reasoning included). Fresh input is what the log's input leaves.
+FIXTURE_REQUESTS = [
+    ("claude-haiku-4-5-20251001", "claude-haiku-4-5", 4, 3_000, 0, 60),  # claude subagent
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 3, 12_000, 0, 180),
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 5, 400, 12_000, 90),
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 10, 12_600, 0, 300),
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 6, 200, 12_400, 40),  # the resumed session
+    ("gpt-5-codex", "gpt-5-codex", 8_000, 0, 0, 300),
+    ("gpt-5-codex", "gpt-5-codex", 8_600 - 7_936, 0, 7_936, 200),
+    ("claude-sonnet-4-5", "claude-sonnet-4-5", 7, 0, 4_096, 12),  # HAR
+    ("gpt-4o", "gpt-4o", 1_500 - 1_024, 0, 1_024, 3),
+    ("claude-sonnet-4-5", "claude-sonnet-4-5", 1_000, 1_000, 12_000, 200),  # LiteLLM
+    ("gpt-4o", "gpt-4o", 3_000 - 2_048, 0, 2_048, 50),
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 500, 2_500, 12_000, 220),  # OpenTelemetry
+    ("gpt-4.1", "gpt-4.1", 9_000 - 8_192, 0, 8_192, 120),
+]
+
+
+def _hand_cost(row: str, fresh: int, write: int, read: int, output: int) -> float:
+    p_in, p_write, p_read, p_out = PRICES[row]
+    return (fresh * p_in + write * p_write + read * p_read + output * p_out) / 1e6
+
+
+def test_cost_is_each_request_priced_by_the_published_list(cli):
+    """$0.1790848 in all (e.g. the Haiku request: 4 x $1 + 3,000 x $1.25 + 60 x $5 per million = $0.004054)."""
     data = _usage_json(cli, FIX)
-    assert data["totals"]["cost_usd"] == pytest.approx(expected, rel=1e-6, abs=1e-6)
-    assert data["totals"]["requests"] == len(records) and data["records_without_usage"] == 1
+    expected = sum(_hand_cost(*r[1:]) for r in FIXTURE_REQUESTS)
+    assert expected == pytest.approx(0.1790848, abs=1e-9)
+    assert data["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+    assert data["totals"]["requests"] == len(FIXTURE_REQUESTS) and data["records_without_usage"] == 1
     by_model = {row["model"]: row for row in data["by_model"]}
+    for model in {r[0] for r in FIXTURE_REQUESTS}:
+        hand = sum(_hand_cost(*r[1:]) for r in FIXTURE_REQUESTS if r[0] == model)
+        assert by_model[model]["cost_usd"] == pytest.approx(hand, abs=1e-6), model
     assert by_model["gpt-5-codex"]["cache_read_tokens"] == 7936
 
 

@@ -1,0 +1,48 @@
+"""pytest plugin for mutation runs (benchmarks/mutation.py loads it; the default suite never does).
+
+mutmut forks each mutant's test process from the process that ran the whole selection once unmutated. What
+kvprobe memoises from the rules (`ModelRules.derived`: TTL tables, multipliers, simulator settings), its rule
+look-ups (`catalog._rules_for`) and the per-token prices it keeps on disk (`pricing.DatasetCache`) would then
+come from the unmutated code, and every mutant of the code that fills them would survive unseen. Before a
+mutant's tests run, all three start empty.
+
+KVPROBE_MUTATION_TESTS (test files, comma-separated; benchmarks/mutation.py sets it per module) narrows what
+a mutant runs to those of its covering tests: every test that reports a trace calls the simulators, and a
+surviving mutant would otherwise run them all.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def _under_a_mutant() -> bool:
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def pytest_collection_modifyitems(config, items):
+    focus = [f for f in os.environ.get("KVPROBE_MUTATION_TESTS", "").split(",") if f]
+    if not focus or not _under_a_mutant():
+        return
+    kept = [item for item in items if item.nodeid.split("::", 1)[0] in focus]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _memos_start_empty():
+    if _under_a_mutant():
+        from kvprobe import catalog, pricing
+
+        for obj in gc.get_objects():
+            if type(obj) is catalog.ModelRules:
+                obj.derived.clear()
+        catalog._rules_for.cache_clear()
+        pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
+        pricing._DATASET._data, pricing._DATASET._path = None, None
+    yield

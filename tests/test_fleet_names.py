@@ -1,0 +1,89 @@
+"""A fleet whose sessions differ only by a name in the system text: the sharing is broken across sessions, and
+no single session ever sees its own system text change.
+
+Twelve sessions of one support product start 30 s apart. Each sends 6 tools (1,800 tokens) and a 1,400-token
+system text that opens with the customer's name ("You are the support agent of Quill."), marked at its end,
+then a 100-token question; 10 s later a second request adds a 50-token answer and a 100-token question.
+Usage by hand from Anthropic's rules (entries at breakpoints, keyed by everything before them; 5-minute
+lifetime; no entry is shared, the names differ):
+  r1: write 3,200 (tools + system), fresh 100: 3,200 x 1.25 + 100 = 4,100 input equivalents
+  r2: read 3,200, fresh 250 (nothing after the system is marked): 320 + 250 = 570
+  one session 4,670, the fleet 56,040.
+The fix moves the name out of the system text to the end of the last user message (after the last
+breakpoint): every session then sends the same 3,200 - n tokens before the breakpoint (n: the name's
+tokens, a few) and the n tokens fresh. Session 1's r1 writes them (4,100 - 0.25 n), the other 11 first
+requests read what the one before kept alive (420 + 0.9 n each, 30 s apart), every r2 reads (570 + 0.9 n):
+  saving = 0.25 n + 11 x (3,680 - 0.9 n) - 12 x 0.9 n = 40,480 - 20.45 n, about 40,440 for n = 2.
+No other fix applies: the sessions start well within the 5-minute lifetime, so no 1h TTL is proposed.
+"""
+from __future__ import annotations
+
+import pytest
+
+import kvprobe
+from kvprobe.trace import TraceRecord, write_trace
+
+EPH = {"type": "ephemeral"}
+NAMES = ["Quill", "Birch", "Ferrox", "Lumen", "Otter", "Piston", "Cobalt", "Marrow", "Sable", "Tundra", "Vesper",
+         "Wicket"]
+VOCAB = ("reply politely check the order history before you answer and never promise a refund that the policy "
+         "does not allow").split()
+SESSION_GAP, OBSERVED, SAVING = 30, 12 * 4_670, 40_480
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join([tag] + [VOCAB[(i * 5 + len(tag)) % len(VOCAB)] for i in range(n - 1)])
+
+
+def session(k: int) -> list[TraceRecord]:
+    tools = [{"name": f"tool{j}", "description": words(290, f"tool{j}"), "input_schema": {"type": "object"}}
+             for j in range(6)]
+    head = f"You are the support agent of {NAMES[k]}."
+    system = [{"type": "text", "text": head + " " + words(1_390, "policy"), "cache_control": EPH}]
+    first = [{"role": "user", "content": words(100, f"question{k}")}]
+    second = first + [{"role": "assistant", "content": words(50, f"answer{k}")},
+                      {"role": "user", "content": words(100, f"again{k}")}]
+    start = 1_790_000_000.0 + SESSION_GAP * k
+    out = []
+    for i, (messages, read, write, fresh) in enumerate([(first, 0, 3_200, 100), (second, 3_200, 0, 250)]):
+        usage = {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                 "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0},
+                 "output_tokens": 20}
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "tools": tools, "system": system,
+                "messages": messages}
+        out.append(TraceRecord(id=f"s{k:02d}-r{i + 1}", provider="anthropic", started_at=start + 10 * i,
+                               request=body, response={"type": "message", "usage": usage}, session=f"s{k:02d}",
+                               agent="main", endpoint="/v1/messages", first_token_at=start + 10 * i + 1.5))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fleet") / "names.jsonl"
+    write_trace(path, [r for k in range(len(NAMES)) for r in session(k)])
+    return kvprobe.analyse(path, fixes=True).to_json()
+
+
+def test_the_log_is_what_the_hand_computation_says(fleet):
+    assert fleet["totals"]["requests"] == 24
+    assert fleet["totals"]["input_equivalent_tokens"] == OBSERVED
+
+
+def test_the_name_is_found_as_what_breaks_the_fleets_shared_prefix(fleet):
+    [found] = fleet["fleet"]
+    assert found["sessions"] == 12 and found["breaks_at"] == "system[0]" and found["breaker"] == "volatile span"
+    assert found["could_share_tokens"] == 3_200 and found["rewrote_sessions"] == 12  # every one wrote it
+    assert found["median_gap_s"] == SESSION_GAP and found["lifetime_s"] == 300
+
+
+def test_moving_the_name_out_is_one_policy_over_every_session_priced_by_hand(fleet):
+    [fix] = fleet["fixes"]
+    assert fix["kind"] == "stabilize_prefix" and fix["path"] == "system[0]"
+    # 40,480 - 20.45 n for an n-token name (and its full stop), 1 to 5 tokens: 40,378 to 40,460, 72% of the bill
+    assert SAVING - 20.45 * 5 <= fix["saving_input_equivalent_tokens"] <= SAVING - 20.45
+    assert fix["reach"]["sessions"] == 12 and fix["edited_requests"] == 24
+    assert fix["reach"]["text"] == "12 of 12 sessions, 24 requests edited"
+    assert sorted(fix["requests"]) == [f"s{k:02d}-r1" for k in range(1, 12)]  # each read the one before's
+    assert any(name in " ".join(fix["spans"]) for name in NAMES)  # what moves is the name, not the line
+    after = fleet["with_all_fixes"]["input_equivalent_tokens"]
+    assert OBSERVED - SAVING + 20.45 <= after <= OBSERVED - SAVING + 20.45 * 5

@@ -1,0 +1,80 @@
+"""GPT-5.6+ breakpoint caching at the edges of its published rules (OpenAI's prompt-caching guide, 2026-09):
+an entry lives 30 minutes from its last write or use, every read renews it, it is readable once the response
+writing it has begun, and a breakpoint writes from 1,024 tokens. Block sizes are set by hand on the rendered
+requests (test_openai_breakpoints.sized): each figure below is arithmetic on them.
+"""
+from __future__ import annotations
+
+import pytest
+
+from test_openai_breakpoints import Sim, responses, sized
+
+LIFE = 1_800  # 30 minutes
+
+
+def ask(sim: Sim, at: float, rid: str, dev: int = 2_000, user: int = 10):
+    return sim.send(sized(responses(f"question {rid}", dev_marker=True), [dev, user]), at, rid)
+
+
+@pytest.mark.parametrize("past, hit", [(-1, True), (0, False), (1, False)])
+def test_an_entry_lives_exactly_30_minutes(past, hit):
+    sim = Sim()
+    ask(sim, 0, "r1")
+    late = ask(sim, LIFE + past, "r2")
+    assert late.cache_read_tokens == (2_000 if hit else 0)
+    assert ("ttl_expired" in [e.kind for e in late.evidence]) is not hit
+
+
+@pytest.mark.parametrize("third_at, hit", [(2_799, True), (2_800, False)])
+def test_a_read_renews_the_entry_for_another_30_minutes(third_at, hit):
+    """r1 at 0 s writes the 2,000-token prefix (expires at 1,800 s); r2 at 1,000 s reads it (now 2,800 s)."""
+    sim = Sim()
+    ask(sim, 0, "r1")
+    assert ask(sim, 1_000, "r2").cache_read_tokens == 2_000
+    assert ask(sim, third_at, "r3").cache_read_tokens == (2_000 if hit else 0)
+
+
+@pytest.mark.parametrize("at, hit", [(0.9, False), (1.0, True), (1.1, True)])
+def test_an_entry_is_readable_once_the_response_writing_it_has_begun(at, hit):
+    """r1 at 0 s; its response begins at 1 s (Sim gives every request a first token 1 s after it starts)."""
+    sim = Sim()
+    ask(sim, 0, "r1")
+    second = ask(sim, at, "r2")
+    assert second.cache_read_tokens == (2_000 if hit else 0)
+    if not hit:
+        assert [(e.kind, e.writer_id) for e in second.evidence][:1] == [("not_yet_readable", "r1")]
+
+
+@pytest.mark.parametrize("dev, written", [(1_023, 0), (1_024, 1_024), (1_025, 1_025)])
+def test_a_marked_prefix_is_written_from_1024_tokens(dev, written):
+    """The developer block marked; the question (10 tokens) is the managed breakpoint's, always above 1,024
+    here: it writes its own span on top of whatever the marked prefix wrote."""
+    first = ask(Sim(), 0, "r1", dev=dev)
+    assert first.cache_write_tokens == dev + 10  # both spans, or the managed one from 0 when the mark is short
+    sim = Sim()
+    ask(sim, 0, "r1", dev=dev)
+    reread = sim.send(sized(responses("another question", dev_marker=True), [dev, 12]), 60, "r2")
+    assert reread.cache_read_tokens == written  # only an entry at the mark is read by a new question
+
+
+def test_a_read_renews_the_entry_it_read_even_where_the_request_marks_nothing():
+    """r1 at 0 s: the managed breakpoint after its question writes 9,040. r2 at 1,000 s is the next turn:
+    its own managed breakpoint is at its new last message, and it reads r1's entry (renewed to 2,800 s).
+    r1's request sent again at 2,500 s reads that entry: without the renewal it expired at 1,800 s."""
+    sim = Sim()
+    first = responses("Fix the login bug.")
+    sim.send(sized(first, [9_000, 40]), 0, "r1")
+    answer = {"role": "assistant", "content": [{"type": "output_text", "text": "Done: see the diff."}]}
+    turn2 = responses("Add a test.", history=[first["input"][1], answer])
+    assert sim.send(sized(turn2, [9_000, 40, 300, 20]), 1_000, "r2").cache_read_tokens == 9_040
+    assert sim.send(sized(first, [9_000, 40]), 2_500, "r3").cache_read_tokens == 9_040
+
+
+def test_reading_a_later_entry_renews_the_earlier_ones_the_request_marks():
+    """r1 at 0 s writes the marked 2,000-token prefix and the managed 2,010; r2 at 1,000 s, the same request,
+    reads the 2,010 and renews both its entries (2,800 s); a new question at 2,500 s reads the 2,000."""
+    sim = Sim()
+    ask(sim, 0, "r1")
+    body = responses("question r1", dev_marker=True)
+    assert sim.send(sized(body, [2_000, 10]), 1_000, "r2").cache_read_tokens == 2_010
+    assert ask(sim, 2_500, "r3").cache_read_tokens == 2_000
