@@ -84,7 +84,11 @@ def test_a_figure_out_of_its_range_is_refused_naming_file_and_field(cli, tmp_pat
     res, path = _gate(cli, tmp_path, _set(GOOD, field, value))
     assert res.exit_code == 2, res.output
     assert f"{path} field '{field}': " in res.output and expected in res.output
-    assert not (tmp_path / "junit.xml").exists() and not (tmp_path / "summary.md").exists()
+    # The gate reports every outcome (#40): the summary and JUnit say the run errored on that field, and pass
+    # nothing: no check was made against a baseline kvprobe refused.
+    summary, junit = (tmp_path / "summary.md").read_text(), (tmp_path / "junit.xml").read_text()
+    assert "❗ error" in summary and f"field '{field}'" in summary and "PASS" not in summary
+    assert 'errors="1"' in junit and 'failures="0"' in junit and "<testcase" in junit and junit.count("<testcase") == 1
 
 
 @pytest.mark.parametrize("field", ["totals.token_hit_ratio", "totals.cost_usd", "totals.pass_rate",

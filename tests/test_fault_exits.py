@@ -8,6 +8,7 @@ kvprobe started printed a traceback.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -90,6 +91,21 @@ def test_ctrl_c_while_kvprobe_starts_exits_130_without_a_traceback(monkeypatch, 
     assert stop.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
+def _wait_for_cpu(proc: subprocess.Popen, seconds: float) -> None:
+    """Until the child has run `seconds` of CPU (or ended): on a loaded machine a wall-clock delay can end before
+    the interpreter has even started, and a SIGINT there kills it by default (exit -2) whatever kvprobe does."""
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return
+        if (int(fields[11]) + int(fields[12])) / tick >= seconds:  # utime + stime
+            return
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("delay", [1.0])
 def test_ctrl_c_during_a_report_exits_130_without_a_traceback(delay, tmp_path):
     import json
@@ -104,7 +120,7 @@ def test_ctrl_c_during_a_report_exits_130_without_a_traceback(delay, tmp_path):
                 fh.write(json.dumps(rec) + "\n")
     proc = subprocess.Popen([sys.executable, "-m", "kvprobe", "report", str(trace)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)  # started (python -m kvprobe handles an interrupt from its first import on)
+    _wait_for_cpu(proc, delay)  # well into the report: kvprobe handles an interrupt from its first import on
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     if proc.returncode == 0:
