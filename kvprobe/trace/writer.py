@@ -1,6 +1,7 @@
 """Write trace records as JSON Lines: one atomic append per record, or a whole file atomically."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable
@@ -29,8 +30,14 @@ class TraceWriter:
         """Append one already-serialised record line (from `line_of`)."""
         line = memoryview(data)
         with self._lock:
-            while line:  # a short write (signal, nearly full disk) continues where it stopped
-                line = line[os.write(self._fd, line):]
+            start = os.lseek(self._fd, 0, os.SEEK_END)
+            try:
+                while line:  # a short write (signal, nearly full disk) continues where it stopped
+                    line = line[os.write(self._fd, line):]
+            except OSError:  # a full disk, a quota: the part written is cut off, so no torn line stays
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                raise
 
     def close(self) -> None:
         with self._lock:
