@@ -73,22 +73,23 @@ class CacheEmulator:
     def label(self) -> str:
         return ",".join(str(s) for s in self.specs)
 
-    def spec_for(self, api: str) -> EmulateSpec:
-        """Whose rules an API's requests follow: the first spec whose provider speaks it, else its native one."""
-        return next((s for s in self.specs if s.serves(api)), EmulateSpec(NATIVE[api], None))
+    def spec_for(self, api: str, provider: str | None = None) -> EmulateSpec:
+        """Whose rules an API's requests follow: the first spec whose provider speaks it, else the request's
+        own provider (the one its model names) or the API's."""
+        return next((s for s in self.specs if s.serves(api)), EmulateSpec(provider or NATIVE[api], None))
 
     def reset(self) -> None:
         self.caches.clear()
         self._pending.clear()
 
     def rules(self, request: RenderedRequest, api: str) -> ModelRules:
-        spec = self.spec_for(api)
+        spec = self.spec_for(api, request.provider)
         return rules_for(spec.provider, spec.model or request.model, None, request.cache_mode)
 
     def admit(self, request: RenderedRequest, api: str, request_id: str, start: float) -> Prediction:
         """Usage for a request starting at `start` (block token counts must be set). What it writes stays
         unreadable until `began`/`finished` says so."""
-        provider = self.spec_for(api).provider
+        provider = self.spec_for(api, request.provider).provider
         name = cache_name(provider, None, request.cache_mode)
         cache = self.caches.get(name)
         if cache is None:

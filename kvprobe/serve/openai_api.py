@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from kvprobe.errors import InputError
-from kvprobe.request import render_request
+from kvprobe.request import infer_provider, render_request
+from kvprobe.serve.emulation import API_PATHS
 from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.service import Done, Job, ServeState, UsageFacts, kvprobe_extension
 from kvprobe.serve.streaming import DISCONNECTED, answer
@@ -69,9 +70,11 @@ def _validate(body: Any) -> None:
         raise invalid("Only n=1 is supported by the local engine", "n")
 
 
-def emulated_provider(state: ServeState, api: str) -> str:
-    """The provider whose identity parameters and cache rules render a request of this API."""
-    return state.emulator.spec_for(api).provider if state.emulator else "openai"
+def emulated_provider(state: ServeState, api: str, body: dict[str, Any]) -> str:
+    """The provider whose identity parameters and cache rules render a request of this API: the emulated
+    one, else the one its model names (qwen3-coder-plus: Qwen), else OpenAI."""
+    named = infer_provider(body, API_PATHS[api]) or "openai"
+    return state.emulator.spec_for(api, named).provider if state.emulator else named
 
 
 def parse_job(state: ServeState, body: Any, request: Request) -> Job:
@@ -81,7 +84,7 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     emulated = state.emulator.spec_for("openai_chat").model if state.emulator else None
     check_model(body["model"], "openai", state.config.model, emulated)
     try:
-        rendered = render_request(body, emulated_provider(state, "openai_chat"), "/v1/chat/completions")
+        rendered = render_request(body, emulated_provider(state, "openai_chat", body), "/v1/chat/completions")
     except InputError as exc:
         raise invalid(str(exc)) from None
     max_tokens = int_param(body, "max_completion_tokens", "max_tokens") or state.config.default_max_tokens

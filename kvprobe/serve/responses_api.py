@@ -84,7 +84,7 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     check_model(body["model"], "openai", state.config.model, emulated)
     effective = _effective(state, body)
     try:
-        rendered = render_request(effective, emulated_provider(state, "openai_responses"), "/v1/responses")
+        rendered = render_request(effective, emulated_provider(state, "openai_responses", body), "/v1/responses")
     except InputError as exc:
         raise invalid(str(exc)) from None
     limit = body.get("max_output_tokens") or state.config.default_max_tokens

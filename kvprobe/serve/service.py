@@ -29,6 +29,7 @@ from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.prompt import Prompt, PromptError, build_prompt, max_token_bytes
 from kvprobe.serve.recording import DISCONNECTED, Recorder
 from kvprobe.serve.replies import output_counts
+from kvprobe.serve.structured import answer_text, requested_schema
 from kvprobe.serve.text import TextStream
 from kvprobe.sim import Prediction
 from kvprobe.trace import TraceRecord
@@ -103,6 +104,8 @@ class Job:
     match: Match | None = None  # the cassette's verdict (--responses-from)
     recorded: Recorded | None = None  # the recorded answer it serves
     cut_locally: bool = False  # the reply stopped at the engine's limit, not at the client's
+    schema: dict[str, Any] | None = None  # the JSON schema the answer must follow (structured outputs)
+    schema_written: bool = False  # the model's text did not parse: kvprobe wrote the answer
     context: dict[str, Any] = field(default_factory=dict)  # what one API keeps beside (Responses: its input)
 
     @property
@@ -247,7 +250,21 @@ class ServeState:
                   asked_max_tokens=asked_max_tokens if asked_max_tokens > served else None)
         if self.cassette is not None:
             job.match, job.recorded = self.cassette.match(api, rendered)
+        job.schema = requested_schema(api, body)
+        job.context["session"], job.context["agent"] = client_identity(headers)
         return job
+
+
+# Headers that name a client's conversation: kvprobe's own, then what agent CLIs send (Claude Code, Codex)
+SESSION_HEADERS = ("x-kvprobe-session", "x-claude-code-session-id", "session-id", "thread-id")
+
+
+def client_identity(headers: Any) -> tuple[str | None, str | None]:
+    """(session, agent) a request's headers name, for its trace record: the conversation header, and the
+    product in its User-Agent (claude-cli, codex_exec, GeminiCLI-tui, QwenCode, ...)."""
+    session = next((headers.get(h) for h in SESSION_HEADERS if headers.get(h)), None) if headers else None
+    agent = (headers.get("user-agent") or "").split("/", 1)[0].strip() if headers else ""
+    return (session[:200] if session else None), (agent[:80] or None)
 
 
 def _began(state: ServeState, job: Job, pred: Prediction | None, event: el.Prefilled) -> UsageFacts:
@@ -278,6 +295,7 @@ async def generate(state: ServeState, job: Job) -> AsyncIterator[Began | Delta |
     facts = UsageFacts(job.prompt.num_tokens, 0)
     outcome = "failed"
     replaying = job.recorded is not None  # the engine computes the prompt only; the cassette answers
+    holding = job.schema is not None and not replaying  # JSON is checked whole before any of it is sent
     try:
         events = el.stream(state.loop, job.prompt.token_ids, max_tokens=0 if replaying else job.max_tokens,
                            temperature=job.temperature)
@@ -289,7 +307,7 @@ async def generate(state: ServeState, job: Job) -> AsyncIterator[Began | Delta |
                 elif isinstance(event, el.Tokens) and not replaying:
                     facts.output_tokens += len(event.token_ids)
                     delta = text.feed(event.token_ids)
-                    if delta:
+                    if delta and not holding:
                         yield Delta(delta)
                     if text.stop_sequence is not None:
                         outcome = "stop_sequence"
@@ -307,10 +325,14 @@ async def generate(state: ServeState, job: Job) -> AsyncIterator[Began | Delta |
             outcome = "recorded"
             facts.output_tokens, facts.reasoning_tokens = output_counts(job.recorded, state.tokenizer)
         tail = "" if replaying else text.flush()
+        final = text.final_text
+        if holding:
+            final, job.schema_written = answer_text(job.schema, final)
+            tail = final
         if tail:
             yield Delta(tail)
         t.finished = time.perf_counter()
-        yield Done(outcome, text.stop_sequence, text.final_text, facts, job.recorded)
+        yield Done(outcome, text.stop_sequence, final, facts, job.recorded)
     except ValueError as exc:  # the engine refused the prompt (e.g. more KV blocks than the cache has)
         raise invalid(str(exc)) from None
     finally:
@@ -336,7 +358,7 @@ def kvprobe_extension(state: ServeState, job: Job, usage: UsageFacts | None) -> 
     """The non-standard `kvprobe` object added to responses (SDKs ignore unknown fields): how the request
     was served (docs/serve.md lists every field)."""
     out: dict[str, Any] = {"cache_mode": state.cache_mode, "clock": round(job.timings.clock_start, 6),
-                           **job.timings.to_json(), "answer": "cassette" if job.recorded else "model"}
+                           **job.timings.to_json(), "answer": _answer_source(job)}
     if usage is not None:
         out |= {"prompt_tokens": usage.prompt_tokens, "engine_cached_tokens": usage.engine_cached_tokens,
                 "evidence": usage.evidence, "usage": _usage_source(state, job, usage)}
@@ -352,9 +374,14 @@ def kvprobe_extension(state: ServeState, job: Job, usage: UsageFacts | None) -> 
     return out
 
 
+def _answer_source(job: Job) -> str:
+    """Who wrote the answer: the model, the cassette, or kvprobe (JSON of the schema asked for)."""
+    return "cassette" if job.recorded else "schema" if job.schema_written else "model"
+
+
 def _usage_source(state: ServeState, job: Job, usage: UsageFacts) -> str:
     if state.emulator:
-        spec = state.emulator.spec_for(job.api)
+        spec = state.emulator.spec_for(job.api, job.provider)
         return f"emulated: {spec.provider}/{spec.model or job.prompt.request.model}'s caching rules"
     if usage.window is not None and not usage.window.is_whole:
         return "engine: the prefix ledger's count for the whole prompt (accounting mode)"
@@ -371,5 +398,6 @@ def record_trace(state: ServeState, job: Job, response: dict[str, Any] | None, p
     extra = {DISCONNECTED: True} if disconnected else {}
     state.recorder.write(TraceRecord(
         id=job.request_id, provider=provider, started_at=t.clock_start, request=job.body, response=response,
+        session=job.context.get("session"), agent=job.context.get("agent"),
         endpoint=job.endpoint, first_token_at=None if t.prefill_done is None else t.prefill_done + wall,
         finished_at=None if t.finished is None else t.finished + wall, error=error, extra=extra))

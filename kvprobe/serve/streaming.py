@@ -52,7 +52,7 @@ async def answer(state: ServeState, job: Job, shape: Shape, stream: bool, header
                                  headers={**headers, "cache-control": "no-cache"})
     final = shape.final(state, job, await generate_all(state, job))
     try:
-        record_trace(state, job, final, shape.provider)
+        record_trace(state, job, final, job.provider)
     except RecordLost as exc:
         raise lost(exc) from None
     return JSONResponse(final, headers=headers)
@@ -75,7 +75,7 @@ async def _events(state: ServeState, job: Job, shape: Shape) -> AsyncIterator[by
             elif isinstance(event, Done):
                 finished = True
                 final = shape.final(state, job, event)
-                record_trace(state, job, final, shape.provider)  # before the last events: see the docstring
+                record_trace(state, job, final, job.provider)  # before the last events: see the docstring
                 for chunk in shape.end(state, job, event, final):
                     yield chunk
     except RecordLost as exc:
@@ -99,6 +99,6 @@ def _record_disconnect(state: ServeState, job: Job, shape: Shape, usage: UsageFa
         final, error = shape.final(state, job, Done(DISCONNECTED, None, text, usage)), None
         final.setdefault("kvprobe", {})["client_disconnected"] = True
     try:
-        record_trace(state, job, final, shape.provider, disconnected=True, error=error)
+        record_trace(state, job, final, job.provider, disconnected=True, error=error)
     except RecordLost:
         pass  # counted by the recorder; nobody is left to tell
