@@ -71,8 +71,8 @@ def _codex(*args: str) -> list[str]:
 AGENT_LIST = [
     Agent("claude-code", "claude", [
         ["-p", PROMPTS[0], "--max-turns", "1"],
-        ["-p", PROMPTS[1], "--max-turns", "1", "--continue", "--disallowedTools", "WebFetch"],
-        ["-p", PROMPTS[2], "--max-turns", "1", "--continue", "--disallowedTools", "WebFetch",
+        ["-p", PROMPTS[1], "--max-turns", "1", "--continue", "--disallowedTools", "Write"],
+        ["-p", PROMPTS[2], "--max-turns", "1", "--continue", "--disallowedTools", "Write",
          "--model", "claude-sonnet-5"]], env={"ANTHROPIC_API_KEY": "sk-ant-kvprobe-local"}),
     Agent("codex", "codex", [_codex(PROMPTS[0]), _codex("resume", "--last", PROMPTS[1]),
                              _codex("-m", "gpt-5.5", "resume", "--last", PROMPTS[2])],

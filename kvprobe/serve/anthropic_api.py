@@ -126,7 +126,6 @@ def _content(job: Job, done: Done) -> tuple[list[Any], str | None, str | None]:
 class Messages:
     """The Messages API's response body and stream (`kvprobe.serve.streaming.Shape`)."""
 
-    provider = "anthropic"
 
     def final(self, state: ServeState, job: Job, done: Done) -> dict[str, Any]:
         content, stop_reason, stop_sequence = _content(job, done)

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from kvprobe.errors import InputError
 from kvprobe.request import render_request
 from kvprobe.serve.errors import ApiError, invalid
+from kvprobe.serve.openai_api import int_param
 from kvprobe.serve.replies import gemini_parts
 from kvprobe.serve.service import Done, Job, ServeState, UsageFacts, kvprobe_extension
 from kvprobe.serve.streaming import DISCONNECTED, answer
@@ -60,17 +61,6 @@ def _target(request: Request) -> tuple[str, str]:
     return model.removeprefix("models/"), method
 
 
-def _int_config(config: dict[str, Any], *names: str) -> int | None:
-    for name in names:
-        value = config.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid(f"Invalid value at 'generation_config.{name}' ({value!r}): expected a positive integer")
-        return value
-    return None
-
-
 def _render(state: ServeState, body: dict[str, Any], model: str, endpoint: str):
     try:
         return render_request(body, "gemini", endpoint)
@@ -92,7 +82,9 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     stops = config.get("stopSequences", config.get("stop_sequences")) or []
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid("Invalid value at 'generation_config.stop_sequences': expected a list of strings")
-    limit = _int_config(config, "maxOutputTokens", "max_output_tokens") or state.reply_limit
+    limit = int_param(config, "maxOutputTokens", "max_output_tokens",
+                      refusal="Invalid value at 'generation_config.{name}' ({value!r}): expected a positive "
+                              "integer") or state.reply_limit
     job = state.job("gemini", endpoint, "gen", body, rendered, limit, float(temperature), stops, request.headers)
     job.model = model
     return job
@@ -127,7 +119,6 @@ def _candidate(job: Job, done: Done) -> dict[str, Any]:
 class GenerateContent:
     """The Gemini API's response body and `alt=sse` stream (`kvprobe.serve.streaming.Shape`)."""
 
-    provider = "gemini"
 
     def final(self, state: ServeState, job: Job, done: Done) -> dict[str, Any]:
         return {"candidates": [_candidate(job, done)], "usageMetadata": usage_json(done.usage),

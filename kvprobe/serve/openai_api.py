@@ -23,14 +23,16 @@ _FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length", DISCONNE
 FINGERPRINT = "fp_kvprobe_local"
 
 
-def int_param(body: dict[str, Any], *names: str) -> int | None:
-    """The first of these reply-limit fields that is set (an integer of at least 1), else None."""
+def int_param(body: dict[str, Any], *names: str,
+              refusal: str = "Invalid '{name}': expected an integer of at least 1, got {value!r}") -> int | None:
+    """The first of these reply-limit fields that is set (an integer of at least 1), else None; `refusal` is
+    the API's words for a bad one."""
     for name in names:
         value = body.get(name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid(f"Invalid '{name}': expected an integer of at least 1, got {value!r}", name)
+            raise invalid(refusal.format(name=name, value=value), name)
         return value
     return None
 
@@ -123,7 +125,6 @@ def _choice(done: Done) -> tuple[dict[str, Any], str | None]:
 class ChatCompletions:
     """The Chat Completions response body and chunk stream (`kvprobe.serve.streaming.Shape`)."""
 
-    provider = "openai"
 
     def __init__(self, include_usage: bool = False) -> None:
         self.include_usage = include_usage

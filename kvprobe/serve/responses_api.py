@@ -124,7 +124,6 @@ def _output(job: Job, done: Done) -> tuple[list[Any], str, dict[str, Any] | None
 class Responses:
     """The Responses API's body and event stream (`kvprobe.serve.streaming.Shape`)."""
 
-    provider = "openai"
 
     def __init__(self) -> None:
         self.sequence = 0

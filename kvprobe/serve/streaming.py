@@ -23,8 +23,6 @@ DISCONNECTED = "disconnected"  # Done.finish of a stream its client left
 
 
 class Shape(Protocol):
-    provider: str  # the provider the trace record names
-
     def final(self, state: ServeState, job: Job, done: Done) -> dict[str, Any]:
         """The whole response body (also what the trace records)."""
 
