@@ -135,3 +135,37 @@ def test_a_cassette_with_nothing_to_serve_is_refused(tmp_path):
     empty.write_text(json.dumps(CASSETTE[-1]) + "\n")
     with pytest.raises(Exception, match="holds no answered request"):
         start_server(model="tiny-random", device="cpu", num_blocks=64, responses_from=empty)
+
+
+
+def _session(base_url: str, description: str, results: dict[int, str] | None = None) -> list[dict]:
+    """A 20-turn agent loop: each turn sends the history, its last answer and a tool result appended."""
+    client = anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0)
+    tools = [{"name": "ls", "description": description, "input_schema": {"type": "object"}}]
+    messages: list[dict] = [{"role": "user", "content": "Work through the twenty steps."}]
+    replies = []
+    for turn in range(20):
+        reply = client.messages.create(model=CLAUDE, max_tokens=2, tools=tools, messages=messages)
+        replies.append(reply.model_extra["kvprobe"])
+        said = [b.model_dump(exclude_none=True) for b in reply.content]
+        said = [b for b in said if b.get("text", "x")] or "(nothing)"  # the API refuses empty text blocks
+        messages += [{"role": "assistant", "content": said},
+                     {"role": "user", "content": (results or {}).get(turn, f"step {turn} done")}]
+    return replies
+
+
+def test_a_twenty_turn_session_rerun_with_a_changed_tool_description_finds_every_turn(tmp_path):
+    recorded = tmp_path / "recorded.jsonl"
+    with start_server(model="tiny-random", device="cpu", num_blocks=1024, trace=recorded) as first:
+        _session(first.base_url, "List files")
+    with start_server(model="tiny-random", device="cpu", num_blocks=1024, responses_from=recorded) as again:
+        rerun = _session(again.base_url, "List the files of a folder, sorted")
+    assert [r["cassette"]["match"] for r in rerun] == ["exact"] * 20  # 20 of 20: tools are not compared
+    assert [r["cassette"]["turn"] for r in rerun] == list(range(20))
+    with start_server(model="tiny-random", device="cpu", num_blocks=1024, responses_from=recorded) as again:
+        changed = _session(again.base_url, "List files", results={9: "step 9 FAILED"})
+    # turn 9's tool result differs; it is messages[20] (1 + 2 x 9 + 1) of turns 10 to 19, which still get
+    # their own recorded answers, in turn order
+    assert [r["cassette"]["match"] for r in changed] == ["exact"] * 10 + ["diverged"] * 10
+    assert [r["cassette"]["turn"] for r in changed] == list(range(20))
+    assert {r["cassette"]["diverged_at"] for r in changed[10:]} == {"messages[20]"}
