@@ -76,7 +76,7 @@ class AccountingConfig:
     """Accounting mode (localengine.accounting): prompts longer than the model's window are answered, the
     model attending to the window, a K/V-less ledger keeping the cache's ground truth for the whole prompt."""
 
-    enabled: bool = True  # False: a prompt over the model's limit is refused (ValueError), as before
+    enabled: bool = True  # False (the Engine's default without a config): a prompt over the model is refused
     ledger_tokens: int = 1 << 21  # the ledger's size (2,097,152 tokens: ten 200k-token prompts)
     window_tokens: int | None = None  # the most prompt tokens the model runs on (None: all it can take)
     head_tokens: int = 256  # of those, the prompt's first tokens

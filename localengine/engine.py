@@ -193,7 +193,7 @@ class Engine:
             CacheConfig(block_size, num_blocks),
             SchedulerConfig(max_num_seqs, max_num_batched_tokens),
             batch_invariant,
-            accounting or AccountingConfig(),
+            accounting or AccountingConfig(enabled=False),
         )
         _check_decode_weights(decode_weights)  # before the load, which takes seconds
         self.device = _resolve_device(device)
@@ -258,8 +258,9 @@ class Engine:
         """Queue a request; returns its id. Nothing runs until `step()`.
 
         A prompt longer than the model can take with `max_tokens` more (its context, the KV store, the
-        accounting window) runs on its window, the ledger accounting for the whole of it (accounting mode,
-        see `localengine.accounting`); with accounting off it is refused (ValueError)."""
+        accounting window) runs on its window, the ledger accounting for the whole of it, when the engine was
+        built with `accounting=AccountingConfig()` (see `localengine.accounting`); else it is refused
+        (ValueError)."""
         self._check_prompt(prompt_token_ids)
         params = SamplingParams(
             max_tokens, temperature, tuple(stop_token_ids), ignore_eos, use_prefix_cache, return_logits

@@ -64,13 +64,22 @@ def test_the_ledger_evicts_least_recently_used_blocks_shared_prefixes_last():
 @pytest.fixture(scope="module")
 def engine():
     from localengine import Engine
+    from localengine.config import AccountingConfig
 
-    return Engine(model="tiny-random", dtype="float64", block_size=BS, num_blocks=600)
+    return Engine(model="tiny-random", dtype="float64", block_size=BS, num_blocks=600,
+                  accounting=AccountingConfig())
 
 
 def _tokens(n: int, seed: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.randrange(3, 259) for _ in range(n)]
+
+
+def test_an_engine_without_accounting_refuses_a_prompt_over_the_context():
+    from localengine import Engine
+
+    with pytest.raises(ValueError, match="context length"):
+        Engine(model="tiny-random", dtype="float64", block_size=BS).generate(_tokens(1100, 5), max_tokens=1)
 
 
 def test_a_prompt_over_the_context_runs_on_its_window(engine):
@@ -80,7 +89,7 @@ def test_a_prompt_over_the_context_runs_on_its_window(engine):
     window = engine.window_for(3000)  # no reply: room for 1,024; head 256, tail <= 768 on a grid of 384
     assert (window.head, window.tail_start) == (256, 2304)
     result = engine.logits(prompt)
-    fresh = Engine(model="tiny-random", dtype="float64", block_size=BS, num_blocks=600)
+    fresh = Engine(model="tiny-random", dtype="float64", block_size=BS, num_blocks=600)  # no accounting
     assert (result.logits - fresh.logits(window.select(prompt)).logits).abs().max().item() == 0.0
 
 
