@@ -11,12 +11,14 @@ endpoint with ANTHROPIC_BASE_URL — `kvprobe capture` does that, in front of `k
     uv run kvprobe gate trace.jsonl --baseline examples/agent-baseline.json --max-regression 10%
 
 Set AGENT_BUG=timestamp to put the current time at the top of the system prompt (the classic cache breaker)
-and watch the gate fail.
+and watch the gate fail. The time is written to the microsecond, as `datetime.now().isoformat()` writes it:
+the five requests of a run often fall within one second, so a clock read to the second would leave most of
+them identical and the demo would pass on some runs.
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
-import time
 
 import anthropic
 
@@ -56,7 +58,7 @@ PLAN = [  # (tool, input, what the tool returned)
 def system_blocks() -> list[dict]:
     text = SYSTEM
     if os.environ.get("AGENT_BUG") == "timestamp":
-        text = f"Current time: {time.strftime('%H:%M:%S')}.\n" + text
+        text = f"Current time: {dt.datetime.now().isoformat(timespec='microseconds')}.\n" + text
     return [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
 
 

@@ -25,15 +25,15 @@ print(requests[["request_id", "cache_read_tokens", "cache_write_tokens", "cost_u
 
 # %% Why each miss happened, and what it cost in tokens not read
 diagnoses = data.to_pandas("diagnoses")
-print(diagnoses[["request_id", "kind", "missed_tokens", "detail"]].to_string(index=False))
+print(diagnoses[["request_id", "kind", "missed_read_tokens", "detail"]].to_string(index=False))
 
 # %% What each fix saves (chosen fixes first, then alternatives)
 fixes = data.fixes()
 print(fixes[["kind", "requests", "saving_usd", "saving_input_equivalent_tokens"]].to_string(index=False))
 
 # %% Where the money goes: the costliest blocks over the task
-blocks = data.block_costs().nlargest(3, "total_usd")
-print(blocks[["path", "kind", "first_request", "write_usd", "read_usd", "total_usd"]].to_string(index=False))
+blocks = data.block_costs().nlargest(3, "cost_usd")
+print(blocks[["path", "kind", "first_request", "cache_write_usd", "cache_read_usd", "cost_usd"]].to_string(index=False))
 
 # %% Per session, and a question of your own: the cost of the requests that missed, by cause
 print(data.sessions()[["session", "requests", "token_hit_ratio", "cost_usd", "missed_read_tokens"]].to_string(index=False))

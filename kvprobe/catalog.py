@@ -248,7 +248,9 @@ def _load_all(directory: str) -> Catalog:
         if "platform" in head:
             plat = load_platform_file(path)
             platforms[plat.platform] = plat
-        elif "provider" in head or "prices" not in head:  # prices.toml is the price overlay (kvprobe.pricing)
+        elif "provider" in head or not {"prices", "key_shapes"} & head.keys():
+            # prices.toml is the price overlay (kvprobe.pricing), key_shapes.toml the credential shapes
+            # (kvprobe.secrets)
             cat = load_provider_file(path)
             providers[cat.provider] = cat
     return Catalog(providers, platforms)

@@ -46,6 +46,8 @@ def _task_totals(report: Report) -> dict[str, Any]:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
+    """A baseline file, every field checked against what `kvprobe baseline` can write (InputError naming the
+    file and the field otherwise): a hand-edited `token_hit_ratio: 5` would gate every run against 500%."""
     if not path.is_file():
         raise not_a_file(path, "baseline file")
     try:
@@ -58,32 +60,82 @@ def load_baseline(path: Path) -> dict[str, Any]:
     for key in ("totals", "tasks"):
         if not isinstance(data.get(key), dict):
             raise InputError("expected an object", file=str(path), field=key)
+    _check_created(data.get("created"), path)
     _check_figures(data["totals"], "totals", path)
+    _check_totals(data["totals"], path)
     for name, task in data["tasks"].items():
         if not isinstance(task, dict):
             raise InputError("expected an object", file=str(path), field=f"tasks.{name}")
-        _check_figures(task, f"tasks.{name}", path)
-        if task.get("passed") is not None and not isinstance(task["passed"], bool):
-            raise InputError("expected true, false or null", file=str(path), field=f"tasks.{name}.passed")
-        diagnoses = task.get("diagnoses", [])
-        if not isinstance(diagnoses, list) or not all(isinstance(d, str) for d in diagnoses):
-            raise InputError("expected a list of diagnosis kinds", file=str(path), field=f"tasks.{name}.diagnoses")
+        _check_task(task, f"tasks.{name}", path)
     return data
 
 
-_FIGURES = (*METRICS, "requests", "input_tokens", "cache_read_tokens", "tasks", "pass_rate",
-            "cost_per_accepted_task_usd", "median_duration_s", "max_task_cost_usd")
+# The range of each figure a baseline holds (null is allowed for every one: "unknown", e.g. an unpriced model)
+_RATIO = "a ratio from 0 to 1"
+_COUNT = "a whole number of 0 or more"
+_AMOUNT = "a finite number of 0 or more"
+_RANGES = {
+    "token_hit_ratio": _RATIO, "pass_rate": _RATIO,
+    "requests": _COUNT, "input_tokens": _COUNT, "cache_read_tokens": _COUNT, "tasks": _COUNT,
+    "keep_alive_requests": _COUNT,
+    "cost_usd": _AMOUNT, "cost_per_accepted_task_usd": _AMOUNT, "max_task_cost_usd": _AMOUNT,
+    "input_equivalent_tokens": _AMOUNT, "duration_s": _AMOUNT, "median_duration_s": _AMOUNT,
+}
+_LARGEST = 1e18  # beyond any real count or cost (and where a float stops holding whole numbers)
 
 
-def _check_figures(row: dict[str, Any], where: str, path: Path) -> None:
-    """Every figure a comparison reads is a finite number of 0 or more, or null."""
-    for key in _FIGURES:
+def _in_range(value: Any, kind: str) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _LARGEST:
+        return False  # (NaN fails the comparison too)
+    if kind == _RATIO:
+        return value <= 1
+    return kind != _COUNT or float(value).is_integer()
+
+
+def _check_figures(row: dict[str, Any], where: str, path: Path, names: tuple[str, ...] = tuple(_RANGES)) -> None:
+    """Every figure a comparison reads is null or in its range."""
+    for key in names:
         value = row.get(key)
-        if value is None or (key == "tasks" and where == "tasks"):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
-            raise InputError(f"expected a number of 0 or more (or null), got {str(value)[:40]}", file=str(path),
+        if value is not None and not _in_range(value, _RANGES[key]):
+            raise InputError(f"expected {_RANGES[key]} (or null), got {str(value)[:40]}", file=str(path),
                              field=f"{where}.{key}")
+
+
+def _check_totals(totals: dict[str, Any], path: Path) -> None:
+    """Cache reads are part of the input (input_tokens counts all of it): more reads than input is no run's.
+    (A ratio edited by hand away from reads / input is allowed: a baseline may state a target.)"""
+    reads, inputs = totals.get("cache_read_tokens"), totals.get("input_tokens")
+    if reads is not None and inputs is not None and reads > inputs:
+        raise InputError(f"expected no more than input_tokens ({inputs}), got {reads}", file=str(path),
+                         field="totals.cache_read_tokens")
+
+
+def _check_task(task: dict[str, Any], where: str, path: Path) -> None:
+    _check_figures(task, where, path)
+    for key in ("passed", "cold"):
+        if task.get(key) is not None and not isinstance(task[key], bool):
+            raise InputError("expected true, false or null", file=str(path), field=f"{where}.{key}")
+    for key, what in (("diagnoses", "diagnosis kinds"), ("agents", "agent names")):
+        items = task.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(d, str) for d in items):
+            raise InputError(f"expected a list of {what}", file=str(path), field=f"{where}.{key}")
+    causes = task.get("causes", [])
+    if not isinstance(causes, list):
+        raise InputError("expected a list of causes", file=str(path), field=f"{where}.causes")
+    for i, cause in enumerate(causes):
+        if not isinstance(cause, dict) or not isinstance(cause.get("kind"), str):
+            raise InputError("expected an object with a 'kind'", file=str(path), field=f"{where}.causes[{i}]")
+        _check_figures(cause, f"{where}.causes[{i}]", path, ("requests", "cost_usd"))
+
+
+def _check_created(created: Any, path: Path) -> None:
+    if created is None:
+        return
+    try:
+        dt.datetime.fromisoformat(created)  # what summary_of writes (isoformat); "Z" too, on Python 3.11
+    except (TypeError, ValueError):
+        raise InputError(f"expected an RFC 3339 time, got {str(created)[:40]}", file=str(path),
+                         field="created") from None
 
 
 @dataclass(slots=True)

@@ -78,12 +78,19 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: 
     return path
 
 
-def _remove_stale_temps(path: Path) -> None:
-    """Temp files of this target left by writers that were killed (SIGKILL, power loss)."""
+def temp_name(path: Path) -> Path:
+    """Where `path`'s content is written until it is complete: beside it, named after it and this process."""
+    folder = path.parent if str(path.parent) else Path(".")
+    return folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def remove_stale_temps(path: Path) -> None:
+    """Temp files of this target left by writers that were killed (SIGKILL, power loss); a temp database's
+    write-ahead log (.tmp.wal) too."""
     prefix = f".{path.name}{_TEMP_TAG}"
     with contextlib.suppress(OSError):
         for entry in os.scandir(path.parent if str(path.parent) else "."):
-            if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+            if not (entry.name.startswith(prefix) and entry.name.endswith((".tmp", ".tmp.wal"))):
                 continue
             pid = entry.name[len(prefix):].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
@@ -102,7 +109,7 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> Iterator[None]:
     """While writing, SIGTERM unwinds the stack (so the temp file is removed) instead of killing outright."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -129,10 +136,9 @@ def atomic_output(path: str | Path, mode: int = 0o644) -> Iterator[BinaryIO]:
         with os.fdopen(os.open(path, os.O_WRONLY), "wb") as fh:
             yield fh
         return
-    folder = path.parent if str(path.parent) else Path(".")
-    _remove_stale_temps(path)
-    tmp = folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    with _sigterm_raises():
+    remove_stale_temps(path)
+    tmp = temp_name(path)
+    with sigterm_raises():
         try:
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)

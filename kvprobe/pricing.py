@@ -212,15 +212,20 @@ class PriceBook:
             return row.units(), OVERLAY_SOURCE
         return None, "unknown"
 
-    def period_day(self, provider: str | None, model: str, day: int | None) -> int | None:
+    def period_day(self, provider: str | None, model: str, day: int | None,
+                   platform: str | None = None) -> int | None:
         """A representative day of the price period `day` falls in.
 
         The dataset's prices change only at dated starts (a time-of-day rule, as for off-peak rates, keeps
         every day apart), so all days of one period share one memo entry: a month of logs is priced with
-        a few dataset look-ups, not one per day.
+        a few dataset look-ups, not one per day. A request a platform served may be priced at the platform's
+        list (`_lookups`), whose prices change on their own dates: its period is where both lists' periods
+        overlap (the later of the two starts).
         """
         if day is None:
             return None
+        if platform and platform != provider and platform in _PLATFORM_IDS:
+            return max(self.period_day(provider, model, day), self.period_day(f"{provider}@{platform}", model, day))
         key = (provider, model, "starts")
         if key not in self._memo:
             self._memo[key] = self.dataset.get(f"starts|{provider}|{model}", lambda: _period_starts(provider, model))
@@ -262,18 +267,18 @@ class PriceBook:
                 "write_1h": calc(cache_write_tokens=n, cache_write_1h_tokens=n) / n,
                 "output": (calc(output_tokens=n) - base) / n}
 
-    def tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
-        """Total-input thresholds of the model's long-context price tiers (None: model not priced)."""
-        found = self._tier_starts(provider, model, day)
-        if found is None:
-            for key, ref in _lookups(provider, model, None)[1:]:  # the model's first-party id
-                found = self._tier_starts(key, ref, day)
-                if found is not None:
-                    return found
-            if overlay_row(provider, model, day, override=False) or overlay_row(provider, model, day, True):
-                return []
-            self.unknown_models.add(model)
-        return found
+    def tier_starts(self, provider: str | None, model: str, day: int | None,
+                    platform: str | None = None) -> list[int] | None:
+        """Total-input thresholds of the model's long-context price tiers (None: model not priced), from the
+        price list `_resolve` uses: the platform's where it prices the model, else the provider's."""
+        for key, ref in _lookups(provider, model, platform):  # then the model's first-party id
+            found = self._tier_starts(key, ref, day)
+            if found is not None:
+                return found
+        if overlay_row(provider, model, day, override=False) or overlay_row(provider, model, day, True):
+            return []
+        self.unknown_models.add(model)
+        return None
 
     def _tier_starts(self, provider: str | None, model: str, day: int | None) -> list[int] | None:
         day = self.period_day(provider, model, day)

@@ -36,9 +36,12 @@ class Filters:
     since: float | None = None
 
     def keep(self, r: RequestResult) -> bool:
-        return ((self.session is None or r.sk.session == self.session)
-                and (self.agent is None or r.sk.agent == self.agent)
-                and (self.since is None or r.sk.started_at >= self.since))
+        return self.keeps(r.sk)
+
+    def keeps(self, sk: Skeleton) -> bool:
+        return ((self.session is None or sk.session == self.session)
+                and (self.agent is None or sk.agent == self.agent)
+                and (self.since is None or sk.started_at >= self.since))
 
 
 @dataclass(slots=True)
@@ -74,10 +77,17 @@ class Report:
 
         return group_causes(self.misses, self.fixes)
     tasks: list[Any] = field(default_factory=list)  # economics.tasks.TaskSummary
-    considered: int = 0  # requests read before the filters: tells "empty input" from "nothing matched"
-    # requests that failed with no usage (nothing listening, a 5xx, a refused body): (id, error). With
-    # skip_failed they are not simulated, priced or counted in `results`: nothing reached a model
+    considered: int = 0  # requests read before the filters (failed ones too): "empty input" or "nothing matched"
+    # requests that failed (skeleton.failed_call: an error and no usage, or refused with a 4xx): (id, error).
+    # Never simulated, priced, diagnosed or counted in `results`: nothing reached a cache
     failed: list[tuple[str, str]] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
+    prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
+
+    @property
+    def failed_note(self) -> str | None:
+        """The line every output shows for the failed requests (None when there are none)."""
+        return failed_line(self.failed)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -125,7 +135,20 @@ class Report:
             "fleet": [f.to_json() for f in self.fleet],
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
+            "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
         }
+
+
+def failed_line(failed: list[tuple[str, str]]) -> str | None:
+    """`3 requests failed (HTTP 429: rate_limit_error …; req_1, req_2, req_3): not priced or simulated …`."""
+    if not failed:
+        return None
+    errors = sorted({error.split(";")[0][:80] for _, error in failed})
+    said = "; ".join(errors[:2]) + ("; …" if len(errors) > 2 else "")
+    named = ", ".join(rid for rid, _ in failed[:3]) + (", …" if len(failed) > 3 else "")
+    count = f"{len(failed):,} request{'' if len(failed) == 1 else 's'}"
+    return (f"{count} failed ({said}; {named}): not simulated or priced, since a call that failed without "
+            "usage or was refused (4xx) wrote no cache")
 
 
 def _usd(value: float | None) -> float | None:
@@ -284,18 +307,18 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  progress: Callable[[int], None] | None = None, top: int = 10,
                  records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
                  predicted_only: bool = False, outcomes: dict[str, Outcome] | None = None,
-                 top_block_count: int | None = None, skip_failed: bool = False) -> Report:
+                 top_block_count: int | None = None) -> Report:
     """Simulate, diagnose and price the traces at `paths` (or the given records).
 
     fixes: True computes what-if fixes, False skips them, None decides by input size.
     predicted_only: ignore logged usage and report the simulation (compare with a `kvprobe fix` output).
-    skip_failed: leave requests that failed without usage out of the simulation and the totals (the gate:
-    a request that never reached a model is neither priced nor passed); `Report.failed` lists them anyway.
+    Failed requests (`skeleton.failed_call`) are left out of the simulation and every figure, as the gate
+    leaves them out; `Report.failed` lists them.
     """
     try:
         return _build_report(paths, filters=filters, prices=prices, progress=progress, top=top, records=records,
                              fixes=fixes, predicted_only=predicted_only, outcomes=outcomes,
-                             top_block_count=top_block_count, skip_failed=skip_failed)
+                             top_block_count=top_block_count)
     finally:
         split_parse.end_counting()  # the parse's helper counted the texts read after it: it ends with the report
 
@@ -303,7 +326,7 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
 def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: PriceBook | None,
                   progress: Callable[[int], None] | None, top: int, records: Iterable[TraceRecord] | None,
                   fixes: bool | None, predicted_only: bool, outcomes: dict[str, Outcome] | None,
-                  top_block_count: int | None, skip_failed: bool) -> Report:
+                  top_block_count: int | None) -> Report:
     prices = prices or PriceBook()
     stats: list[tuple[str, ReadStats]] = []
     store = BlockStore()
@@ -330,10 +353,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
         if fixes and not traces:
             source = kept = list(source)
         sks = list(skeletons(source, store))
-    failed = [(sk.id, sk.error) for sk in sks if sk.error is not None and sk.observed is None]
-    if failed and skip_failed:
-        sks, kept = _without_failed(sks, kept)
-        leading = None  # its share was stepped with the failed requests in it
+    failed = [sk for sk in sks if sk.failed]  # the simulation leaves them out (analysis.simulate)
     if leading is not None:
         results, sizer = leading.finish(sks), leading.sizer
     else:
@@ -347,9 +367,10 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     fleet = find_shared_prefixes(results, texts, prices)  # reads no diagnosis
     what_if = _diagnose_beside(results, (lambda: _what_if(kept, prices, sks, store, book, texts, fleet))
                                if fixes else None)
-    considered = len(results)
+    considered = len(results) + len(failed)
     if filters:
         results = [r for r in results if filters.keep(r)]
+        failed = [sk for sk in failed if filters.keeps(sk)]
     misses = []
     for r in results:
         if r.diagnoses and r.missed_tokens > 0:
@@ -357,13 +378,17 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
             misses.append(Miss(r, ie, usd))
     misses.sort(key=lambda m: -m.input_equivalent)
     unknown = sorted({f"{r.sk.provider}/{r.sk.model}" for r in results if not r.rules.known_model})
+    listed = [(sk.id, sk.error or "failed") for sk in failed]
     rep = Report(results, misses, stats, unknown, sorted(prices.unknown_models),
                  rule_fallbacks=rule_fallbacks(results), notes=notes + prices.notes, considered=considered, top=top,
-                 failed=failed)
+                 failed=listed)
+    if rep.failed_note:
+        rep.notes.insert(0, rep.failed_note)
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
+    rep.inputs, rep.prices = [str(p) for p in paths], prices
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep
@@ -398,13 +423,6 @@ def _diagnosed(results: list[RequestResult]) -> list[tuple[list, int, str]]:
 def _take_diagnoses(results: list[RequestResult], found: list[tuple[list, int, str]]) -> None:
     for r, (diagnoses, ideal, write_kind) in zip(results, found):
         r.diagnoses, r.ideal_read_tokens, r.write_kind = diagnoses, ideal, write_kind
-
-
-def _without_failed(sks: list[Skeleton], kept: list[TraceRecord] | None
-                    ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
-    """The skeletons (and the records kept beside them, one for one) of the requests that did not fail."""
-    keep = [i for i, sk in enumerate(sks) if sk.error is None or sk.observed is not None]
-    return [sks[i] for i in keep], None if kept is None else [kept[i] for i in keep]
 
 
 def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,

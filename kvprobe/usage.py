@@ -124,7 +124,10 @@ def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage
     if "inputTokens" in usage or "cacheReadInputTokens" in usage:
         return _converse(usage)
     anthropic_keys = "cache_creation_input_tokens" in usage or "cache_read_input_tokens" in usage
-    if anthropic_keys or (provider in ("anthropic", "local") and "prompt_tokens" not in usage):
+    # the usage's own shape before the provider's: a local server speaking OpenAI's API (Codex on Ollama)
+    # reports cached tokens inside input_tokens, under input_tokens_details, as OpenAI's Responses API does
+    openai_shape = "prompt_tokens" in usage or "input_tokens_details" in usage
+    if anthropic_keys or (provider in ("anthropic", "local") and not openai_shape):
         return _anthropic(usage)
     if "prompt_cache_hit_tokens" in usage or (provider == "deepseek" and "prompt_tokens_details" not in usage):
         return _deepseek(usage)

@@ -55,3 +55,36 @@ def usd(value: float | None, digits: int = 4) -> str:
     if size and size < 0.5 * 10 ** -digits:
         digits = 1 - math.floor(math.log10(size))
     return f"{'-' if value < 0 else ''}${size:,.{digits}f}"
+
+
+def reach(sessions: int, sessions_with_cause: int, edited_requests: int) -> str:
+    """How far a fix reaches: `3 of 4 sessions, 12 requests edited` (every fix, in every output)."""
+    total = max(sessions_with_cause, sessions)
+    return f"{sessions:,} of {plural(total, 'session')}, {plural(edited_requests, 'request')} edited"
+
+
+def reach_of(value: Any) -> str:
+    """A fix's `reach` as the report's JSON holds it, in words (its own text when it has one): never the raw
+    object."""
+    if isinstance(value, dict):
+        if isinstance(value.get("text"), str):
+            return value["text"]
+        counts = [value.get(k) for k in ("sessions", "sessions_with_cause", "edited_requests")]
+        if all(isinstance(c, int) for c in counts):
+            return reach(*counts)  # type: ignore[arg-type]
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else show(value, limit=None)
+
+
+def sources(names: list[str], shown: int = 3) -> str:
+    """What a report covers, for its title: `trace.jsonl`, `a.jsonl, b.jsonl and 4 more`."""
+    if not names:
+        return "no input"
+    head = ", ".join(names[:shown])
+    return head if len(names) <= shown else f"{head} and {len(names) - shown:,} more"
+
+
+def short_id(value: str, keep: int = 8) -> str:
+    """A long id (a session UUID, a message id) cut to what tells it apart at a glance: `3f2b9c1e…`."""
+    return value if len(value) <= keep + 2 else value[:keep] + "…"

@@ -127,6 +127,8 @@ class Runner:
         env = {**self.env, **{k: self.interpolate(v, ctx) for k, v in (step.get("env") or {}).items()},
                "GITHUB_OUTPUT": str(outputs), "GITHUB_ENV": str(env_file), "GITHUB_PATH": str(path_file)}
         where = cwd / self.interpolate(step.get("working-directory", "."), ctx)
+        if not where.is_dir():  # GitHub's runner fails the step: it cannot start bash there
+            return 1, f"##[error]the working directory {str(where)!r} does not exist", {}
         # each step in a process group of its own: what it leaves running (a server started with `&`) is stopped
         # when the job ends, as a runner does
         proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=where,

@@ -5,9 +5,12 @@ import asyncio
 import socket
 
 import anthropic
+import httpx
 import httpx2
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 import kvprobe.capture
 from kvprobe.capture.testing import DEFAULT_USAGE
@@ -91,3 +94,17 @@ def test_the_hook_works_with_plain_httpx_too(fake, tmp_path):
         assert reply.json()["usage"]["cache_read_input_tokens"] == 2048
     (record,) = read_trace(out)
     assert record.usage["cache_read_input_tokens"] == 2048
+
+
+def test_the_gemini_sdk_records_through_the_hook(fake, tmp_path):
+    out = tmp_path / "trace.jsonl"
+    hooked = kvprobe.capture.http_client(out=str(out), httpx_module=httpx)  # google-genai is built on httpx
+    client = genai.Client(api_key="AIzaSyHOOKSECRET-0123456789",
+                          http_options=types.HttpOptions(base_url=fake.url, httpx_client=hooked))
+    client.models.generate_content(model="gemini-2.5-pro", contents="hi")
+    assert "".join(c.text for c in client.models.generate_content_stream(model="gemini-2.5-pro", contents="hi")) \
+        == "Hello from the local provider."
+    hooked.close()
+    plain, stream = read_trace(out)
+    assert (plain.provider, stream.provider) == ("gemini", "gemini") and stream.extra["stream"] is True
+    assert stream.usage["cachedContentTokenCount"] == 2048 and "HOOKSECRET" not in out.read_text()

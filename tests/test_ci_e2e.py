@@ -1,12 +1,14 @@
-"""The CI gate as another repository adopts it: examples/github-actions.yml copied into an agent repository
-outside this checkout, its job run here with CI=true (tests/local_actions.py runs the job and action.yml's
-composite steps as GitHub's runner does), the built wheel installed by the action with pip into a fresh venv.
+"""The CI gate as another repository adopts it: `kvprobe init-ci` (from the built wheel) writes the workflow and
+settings of a fresh agent repository outside this checkout, and its job is run here with CI=true
+(tests/local_actions.py runs the job and action.yml's composite steps as GitHub's runner does), the built
+wheel installed by the action with pip into a fresh venv.
 
 The venv's dependencies (torch, the model, the SDKs) come from this project's environment through a .pth
 file, so pip installs the wheel without reaching an index (.ci/run installs the wheel with a full resolution).
-A local run makes the baseline (as docs/ci.md shows), then the workflow runs: a pass against it, a regression
-(a timestamp at the top of the system prompt), a dead upstream (every request failed: not green) and an empty
-baseline (refused) — exit codes, job summary, JUnit XML, annotations, lint's SARIF and the one PR comment.
+The workflow runs: a first run with no baseline (undecided, naming the file of its artifact to commit), a
+pass against that file once committed, a regression (a timestamp at the top of the system prompt), an empty
+capture, a dead upstream (every request failed: not green) and an empty baseline (refused) — exit codes, job
+summary, JUnit XML, annotations, lint's SARIF and the one PR comment, which always holds the latest verdict.
 The agent's requests go to one `kvprobe serve --emulate` the test starts (one engine load); under -m slow,
 to the server the action starts for each run, as the example workflow does (its first run makes the
 baseline). The action's own start-up is also checked where it must fail: a server that never answers.
@@ -38,8 +40,7 @@ from local_actions import Runner
 
 ACTION = "kvprobe/kvprobe"  # what the example workflow `uses:`; here, this checkout
 WORKFLOW = ROOT / "examples" / "github-actions.yml"
-GATE = '[project]\nname = "agent"\nversion = "0"\n\n[tool.kvprobe.gate]\nmin_hit_ratio = "50%"\n'
-WITH_BASELINE = GATE + 'baseline = "ci/kvprobe-baseline.json"\nmax_regression = "10%"\n'
+PROJECT = '[project]\nname = "agent"\nversion = "0"\n'
 
 
 def test_action_and_workflow_match_the_published_schemas():
@@ -178,13 +179,18 @@ def _shared_server(adopter) -> str:
 
 @pytest.fixture
 def adopter(runner_machine, tmp_path):
-    """A fresh agent repository outside the checkout, with the example workflow copied in."""
+    """A fresh agent repository outside the checkout, set up by `kvprobe init-ci` (no baseline yet)."""
     repo = tmp_path / "agent-repo"
-    (repo / ".github" / "workflows").mkdir(parents=True)
-    shutil.copy(WORKFLOW, repo / ".github" / "workflows" / "kvprobe.yml")
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     shutil.copy(ROOT / "examples" / "agent.py", repo / "agent.py")
     (repo / "requirements.txt").write_text("anthropic\n")
-    (repo / "pyproject.toml").write_text(GATE)
+    (repo / "pyproject.toml").write_text(PROJECT)
+    done = subprocess.run([str(runner_machine["kvprobe"]), "init-ci"], cwd=repo, capture_output=True, text=True,
+                          timeout=120, env=runner_machine["env"])
+    assert done.returncode == 0, done.stderr
+    assert "commit them: git add .github/workflows/kvprobe.yml pyproject.toml" in done.stdout
+    assert (repo / ".github" / "workflows" / "kvprobe.yml").read_text() == WORKFLOW.read_text()
     FakeGitHub.comments = [{"id": 1, "body": "LGTM"}]
     # the module's machine itself under "machine": the shared server is started and stopped there, not on this copy
     return {**runner_machine, "repo": repo, "env": dict(runner_machine["env"]), "machine": runner_machine}
@@ -229,47 +235,60 @@ def test_the_action_fails_when_its_server_never_answers(adopter):
     assert job.code == 1 and "::error title=kvprobe serve::the server exited before it answered" in job.log
     status = {s.name: s.status for s in job.steps}
     assert status["kvprobe cost gate / Run the command under capture"] == "skipped (failed before)"
+    assert status["kvprobe cost gate / Comment on the pull request"] == "ran"
     assert suite is None
+    # the gate did not run, and the job summary and the comment say so: no earlier verdict stands
+    assert summary.startswith("### kvprobe gate: ❗ did not run")
+    assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "❗ did not run" in FakeGitHub.comments[1]["body"]
+
+
+def _comment() -> str:
+    (_, latest) = FakeGitHub.comments  # the user's and kvprobe's one comment, edited in place
+    assert latest["id"] == 101
+    return latest["body"]
 
 
 # Each case's agent run goes through one server the test starts (one engine load), or, under -m slow, through
 # the server the action itself starts for each run, as the example workflow does (an engine load per run).
 @pytest.mark.parametrize("serving", ["shared", pytest.param("action", marks=pytest.mark.slow)])
-def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
+def test_the_workflow_init_ci_writes_gates_an_agent_repository(adopter, serving):
     repo = adopter["repo"]
     via = (lambda: {"serve": "", "upstream": _shared_server(adopter)}) if serving == "shared" else dict
-    kvprobe = adopter["kvprobe"]
+    out = adopter["temp"] / "kvprobe"
+
+    # the first run: no baseline yet. The thresholds are checked, the comparison is undecided and the summary
+    # names the file to commit; the run's baseline is in its artifact
+    job, summary, suite = run(adopter, **via())
+    assert job.code == 3, job.log
+    assert [s.status for s in job.steps][:3] == ["skipped (uses actions/checkout@v4)",
+                                                 "skipped (uses actions/setup-python@v5)", "ran"]
+    if serving == "action":
+        assert "kvprobe serve answers at http://127.0.0.1:" in job.log
+    assert cases(suite) == {"failed_requests": "passed", "min_hit_ratio": "passed", "regression:baseline": "error"}
+    first = summary.split("\n", 1)[0]
+    assert first == "### kvprobe gate: ❔ could not decide"
+    assert "no baseline at ci/kvprobe-baseline.json yet" in summary
+    assert "kvprobe-baseline.json in this run's \\`kvprobe\\` artifact: commit it as ci/kvprobe-baseline.json" in summary
+    assert "::error file=pyproject.toml,line=7,title=kvprobe gate%3A regression%3Abaseline::" in job.log
+    assert _comment().startswith("<!-- kvprobe-gate -->\n" + first)
+    baseline = json.loads((out / "kvprobe-baseline.json").read_text())
+    assert baseline["totals"]["requests"] == 5 and list(baseline["tasks"]) == ["ci"]
     (repo / "ci").mkdir()
+    shutil.copy(out / "kvprobe-baseline.json", repo / "ci" / "kvprobe-baseline.json")  # as the summary says
     trace = repo / "ci" / "first-run.jsonl"
-    if serving == "shared":  # a local run to make the baseline from, as docs/ci.md shows
-        local = subprocess.run([str(kvprobe), "capture", "-o", str(trace), "--session", "ci", "--anthropic-upstream",
-                                _shared_server(adopter), "--", sys.executable, "agent.py"], cwd=repo,
-                               capture_output=True, text=True, timeout=600, env=adopter["env"])
-        assert local.returncode == 0, local.stderr
-    else:  # a first run of the workflow, before there is a baseline: hit ratio only
-        job, summary, suite = run(adopter, **via())
-        assert job.code == 0 and "kvprobe serve answers at http://127.0.0.1:" in job.log, job.log
-        assert cases(suite) == {"failed_requests": "passed", "min_hit_ratio": "passed"}
-        shutil.copy(adopter["temp"] / "kvprobe" / "trace.jsonl", trace)  # as downloaded from its artifact
-        FakeGitHub.comments = FakeGitHub.comments[:1]
+    shutil.copy(out / "trace.jsonl", trace)
     assert len(trace.read_text().splitlines()) == 5  # the agent's five requests
-    made = subprocess.run([str(kvprobe), "baseline", str(trace), "-o", str(repo / "ci" / "kvprobe-baseline.json")],
-                          capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0 and "wrote baseline of 5 requests, 1 tasks" in made.stdout
-    (repo / "pyproject.toml").write_text(WITH_BASELINE)
 
     # a passing run against the baseline
     job, summary, suite = run(adopter, **via())
     assert job.code == 0, job.log
-    assert [s.status for s in job.steps][:3] == ["skipped (uses actions/checkout@v4)",
-                                                 "skipped (uses actions/setup-python@v5)", "ran"]
     assert "PASS min_hit_ratio" in job.log and "PASS regression:cost_usd" in job.log
     assert "PASS regression:tasks: every baseline task is in the trace (1 task)" in job.log
     assert summary.startswith("### kvprobe gate: ✅ passed") and "| ✅ |" not in job.log  # the log stays plain
     assert set(cases(suite).values()) == {"passed"}
     assert {"failed_requests", "min_hit_ratio", "regression:token_hit_ratio"} <= set(cases(suite))
-    assert json.loads((adopter["temp"] / "kvprobe" / "kvprobe.sarif").read_text())["version"] == "2.1.0"
-    assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "✅ passed" in FakeGitHub.comments[1]["body"]
+    assert json.loads((out / "kvprobe.sarif").read_text())["version"] == "2.1.0"
+    assert "✅ passed" in _comment()
 
     # a regression: a timestamp at the top of the system prompt. Under -m slow the agent really runs with it;
     # by default its trace is written by hand from the first run (every later prefix changes, nothing is read),
@@ -283,15 +302,24 @@ def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
     assert job.code == 1, job.log
     assert "FAIL min_hit_ratio" in job.log and "New since the baseline:" in job.log
     assert "::error file=pyproject.toml,line=6,title=kvprobe gate%3A min_hit_ratio::" in job.log
+    assert "::error file=pyproject.toml,line=8,title=kvprobe gate%3A regression%3Acost_usd::" in job.log
     assert summary.count("### kvprobe gate") == 1 and "❌ failed" in summary and "**New since the baseline**" in summary
     assert "| prefix_changed at system[0]:" in summary and "Current time" not in summary
     outcome = cases(suite)
     assert outcome["min_hit_ratio"] == "failure" and outcome["regression:input_equivalent_tokens"] == "failure"
-    sarif = json.loads((adopter["temp"] / "kvprobe" / "kvprobe.sarif").read_text())
+    sarif = json.loads((out / "kvprobe.sarif").read_text())
     assert {r["ruleId"] for r in sarif["runs"][0]["results"]} >= {"KV101", "KV102"}
-    assert [c["id"] for c in FakeGitHub.comments] == [1, 101] and "❌ failed" in FakeGitHub.comments[1]["body"]
-    # (the same comment, edited)
-    assert FakeGitHub.comments[0]["body"] == "LGTM"
+    assert "❌ failed" in _comment() and FakeGitHub.comments[0]["body"] == "LGTM"
+    assert not (out / "kvprobe-baseline.json").exists()  # a failed run's figures are no baseline
+
+    # an empty capture: the command made no request. Bad input (exit 2), said in every CI format
+    job, summary, suite = run(adopter, serve="", upstream=_shared_server(adopter), command="true")
+    assert job.code == 2, job.log
+    assert summary.startswith("### kvprobe gate: ❗ error: the gate could not run")
+    assert "no requests found: nothing to gate (an empty capture?" in summary
+    assert cases(suite) == {"gate": "error"}
+    assert "::error title=kvprobe gate%3A error::" in job.log  # the capture is outside the checkout: no file=
+    assert "❗ error" in _comment() and "❌ failed" not in _comment()
 
     # a dead upstream: nothing listens where the requests go
     job, summary, suite = run(adopter, serve="", upstream=f"http://127.0.0.1:{_free_port()}")
@@ -299,8 +327,11 @@ def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
     assert "FAIL failed_requests: 1 of 1 request failed: could not connect to 127.0.0.1:" in job.log
     assert "PASS" not in job.log and "::error title=kvprobe capture::the command exited with 1" in job.log
     assert cases(suite) == {"failed_requests": "failure", "gate": "error"} and "❌ failed" in summary
+    assert "❌ failed" in _comment()
 
-    # an empty baseline (what an older kvprobe wrote from an empty trace) is refused, not passed against
+    # an empty baseline (what an older kvprobe wrote from an empty trace) is refused, not passed against; the
+    # refusal is the summary, the JUnit error and the comment
+    kvprobe = adopter["kvprobe"]
     empty = repo / "empty.jsonl"
     empty.write_text("")
     refused = subprocess.run([str(kvprobe), "baseline", str(empty), "-o", str(repo / "ci" / "empty.json")],
@@ -311,8 +342,10 @@ def test_the_example_workflow_gates_an_agent_repository(adopter, serving):
         "totals": {"requests": 0, "token_hit_ratio": 0.0, "input_equivalent_tokens": 0.0, "cost_usd": 0.0}}))
     job, summary, suite = run(adopter, serve="", command="", traces=str(trace))
     assert job.code == 2, job.log
-    assert "ci/kvprobe-baseline.json field 'totals.requests': the baseline holds no requests" in job.log
-    assert suite is None and summary == ""  # nothing half-written
+    said = "ci/kvprobe-baseline.json field 'totals.requests': the baseline holds no requests"
+    assert said in job.log and said in summary and said in _comment()
+    assert "::error file=ci/kvprobe-baseline.json,title=kvprobe gate%3A error::" in job.log
+    assert cases(suite) == {"gate": "error"}
 
 
 class Forbidden(FakeGitHub):

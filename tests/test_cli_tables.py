@@ -164,7 +164,8 @@ def test_usage_leaves_out_reasoning_before_the_token_classes():
 def test_lint_off_a_terminal_is_plain_and_keeps_each_location_whole(env):
     text = _run("lint", SAMPLE, columns=80, **env)
     assert not BOX & set(text) and "\x1b[" not in text
-    for where in ("sample_session.jsonl:1:1423", "sample_session.jsonl:3:1423", "sample_session.jsonl:5:17364"):
+    for where in ("traces/sample_session.jsonl:1:1423", "traces/sample_session.jsonl:3:1423",
+                  "traces/sample_session.jsonl:5:17364"):  # named relative to the repository
         assert any(line.startswith(where + " ") for line in text.splitlines()), where
 
 

@@ -123,12 +123,13 @@ def _measured(out: Path, tmp_path: Path, width: int) -> dict:
 
 
 @needs_chromium
-def test_the_dollars_chart_fills_a_wide_page_and_scrolls_on_a_narrow_one(page, tmp_path):
+def test_the_dollars_chart_fills_a_wide_page_and_fits_a_narrow_one(page, tmp_path):
     rep, out = page
     wide = _measured(out, tmp_path, 1400)
     assert wide["svg"] >= 0.98 * wide["wrap"] and wide["wrap"] > 1200 and not wide["tokensShown"]
     narrow = _measured(out, tmp_path, 800)
-    assert narrow["svg"] >= 900 and narrow["scroll"] > narrow["wrap"]  # still readable: it scrolls
+    # scaled to the page, never cut: its axis and (page-text) legend inside the 800 px window
+    assert narrow["svg"] <= narrow["wrap"] and narrow["scroll"] <= narrow["wrap"] + 1
     # in dollars each bar is its request's cost: heights in one ratio to cost_usd (req_1: 3,265 written at
     # $3.75/M = $0.0122 of its $0.0140, the rest is output)
     heights = chart_heights(Dom(out.read_text()), "usd")

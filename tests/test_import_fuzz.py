@@ -24,7 +24,22 @@ SOURCES = {"claude_code": sorted((FIX / "claude").rglob("*.jsonl")), "codex": so
            "har": [FIX / "har/session.har"]}
 KVPROBE_LINES = [b'{"kvprobe": 1, "id": "a", "provider": "anthropic", "started_at": "2026-09-10T10:00:00Z", '
                  b'"response": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 100}}}']
-DOCUMENT_FORMATS = ("har", "otel")
+# lines of the shapes the newer readers handle: a Codex fork (its parent's session_meta, a replayed turn start),
+# Gemini CLI JSON Lines with $set updates of every shape
+EXTRA_LINES = {
+    "codex": [b'{"timestamp":"2026-09-10T11:00:00Z","type":"session_meta","payload":{"id":"f1","forked_from_id":"p1",'
+              b'"timestamp":"2026-09-10T11:00:00Z","source":{"subagent":{"thread_spawn":{"parent_thread_id":"p1"}}}}}',
+              b'{"timestamp":"2026-09-10T11:00:00Z","type":"session_meta","payload":{"id":"p1"}}',
+              b'{"timestamp":"2026-09-10T11:00:00Z","type":"event_msg","payload":{"type":"task_started",'
+              b'"started_at":1788000000}}'],
+    "gemini_cli": [b'{"sessionId":"s1","projectHash":"h","startTime":"2026-02-11T09:00:00.000Z"}',
+                   b'{"$set":{"messages":5}}', b'{"$set":{"lastUpdated":"2026-02-11T09:00:05.000Z"}}',
+                   b'{"$rewindTo":"g1"}',
+                   b'{"id":"g1","timestamp":"2026-02-11T09:00:04.000Z","type":"gemini","model":"gemini-2.5-flash",'
+                   b'"tokens":{"input":20000,"output":100,"cached":0,"thoughts":5,"tool":0,"total":20105}}'],
+}
+DOCUMENT_FORMATS = ("har", "otel", "claude_chat")
+FORMAT_OF = {"claude_chat": "claude_code"}  # a hook's logs/chat.json: the transcript's lines as one JSON array
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12) | st.sampled_from(["", "<synthetic>", "token_count", "assistant", "2026-09-10T10:00:00Z",
@@ -36,7 +51,22 @@ json_values = st.recursive(
 def _lines(fmt: str) -> list[bytes]:
     if fmt == "kvprobe":
         return KVPROBE_LINES
-    return [line for path in SOURCES[fmt] for line in path.read_bytes().splitlines() if line.strip()]
+    files = [line for path in SOURCES.get(fmt, []) for line in path.read_bytes().splitlines() if line.strip()]
+    return files + EXTRA_LINES.get(fmt, [])
+
+
+def _document(fmt: str) -> bytes:
+    if fmt == "claude_chat":
+        return orjson.dumps([orjson.loads(line) for line in _lines("claude_code") if _parses(line)],
+                            option=orjson.OPT_INDENT_2)
+    return SOURCES[fmt][0].read_bytes()
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(line), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 @st.composite
@@ -76,17 +106,17 @@ def _content(fmt: str):
     line = st.one_of(one, one.flatmap(mutated_json), one.flatmap(mutated_json), one.flatmap(mutated_bytes),
                      json_values.map(orjson.dumps), st.binary(max_size=40))
     if fmt in DOCUMENT_FORMATS:
-        doc = SOURCES[fmt][0].read_bytes()
+        doc = _document(fmt)
         return st.one_of(mutated_json(doc), mutated_json(doc), mutated_bytes(doc))
     return st.lists(line, min_size=1, max_size=8).map(lambda ls: b"\n".join(ls) + b"\n")
 
 
 def _check(fmt: str, content: bytes) -> None:
-    fd, name = tempfile.mkstemp(suffix=".har" if fmt == "har" else ".jsonl")
+    fd, name = tempfile.mkstemp(suffix={"har": ".har", "claude_chat": ".json"}.get(fmt, ".jsonl"))
     try:
         os.write(fd, content)
         os.close(fd)
-        for forced in (fmt, None):
+        for forced in (FORMAT_OF.get(fmt, fmt), None):
             report = ImportReport()
             try:
                 records = list(load_any(name, fmt=forced, report=report))
@@ -98,13 +128,13 @@ def _check(fmt: str, content: bytes) -> None:
             summarize(records)
             # nothing vanishes silently: every line is a record, a duplicate, ignored or a counted skip
             for source in report.sources:
-                assert source.records + source.duplicates + source.ignored + source.skipped_total >= \
+                assert source.records + source.duplicates + source.ignored + source.replayed + source.skipped_total >= \
                     (1 if source.lines else 0)
     finally:
         os.unlink(name)
 
 
-FORMATS = ["claude_code", "codex", "litellm", "otel", "har", "kvprobe"]
+FORMATS = ["claude_code", "claude_chat", "codex", "gemini_cli", "litellm", "otel", "har", "kvprobe"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

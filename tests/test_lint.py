@@ -98,11 +98,11 @@ def test_openai_system_message_with_a_uuid_and_a_temp_path(cli, tmp_path):
     body = {"model": "gpt-4o", "messages": [{"role": "system", "content": system},
                                              {"role": "user", "content": "Hi"}]}
     _, data = lint_json(cli, write(tmp_path, "chat.json", body))
-    # "Session " = 8 chars, the UUID 36 (8..44); ". Scratch dir: " 15 more puts the path at 59, and
-    # "/tmp/agent-x81k2/work" is 21 characters (the sentence's full stop is not part of it)
-    assert found(data) == {("KV101", "chat.json", "messages[0]", 8, 44), ("KV101", "chat.json", "messages[0]", 59, 80)}
+    # "Session " = 8 chars, the UUID 36 (8..44). A temp path does not change by nature (a build directory is
+    # fixed): on one request it is not a finding; the trace test below shows one that changes.
+    assert found(data) == {("KV101", "chat.json", "messages[0]", 8, 44)}
     labels = sorted(f["message"].split(" in ")[0] for f in data["findings"])
-    assert labels == ["A UUID", "An absolute temp path"]
+    assert labels == ["A UUID"]
 
 
 def test_responses_instructions_and_gemini_system_instruction(cli, tmp_path):
@@ -112,7 +112,7 @@ def test_responses_instructions_and_gemini_system_instruction(cli, tmp_path):
     gemini = {"model": "gemini-2.5-pro", "systemInstruction": {"parts": [{"text": "Sample with seed=42." + FILLER}]},
               "contents": [{"role": "user", "parts": [{"text": "Go on."}]}]}
     _, data = lint_json(cli, write(tmp_path, "gem.json", gemini))
-    assert found(data) == {("KV101", "gem.json", "systemInstruction.parts[0]", 12, 19)}  # "seed=42"
+    assert found(data) == set()  # "seed=42": a seed is usually fixed; one request cannot show it changing
 
 
 def test_sample_session_timestamp_found_at_request_1_before_the_break_at_request_3(cli):
@@ -278,3 +278,80 @@ def test_output_file_follows_the_output_convention(cli, tmp_path):
     result = cli("lint", body, "--format", "json", "-o", body, "--force")  # never an input
     assert result.exit_code == 2 and json.loads(body.read_text())["model"] == "claude-sonnet-4-5"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "lint.sarif"]  # no temp file left
+
+
+# --- volatility from evidence, and streams per model (issue #37 item 6) ---
+
+def _instructions(date: str, step: str = "**Step 1**") -> list[dict]:
+    text = f"Examples use the date {date}. {step}: read the code first." + FILLER
+    return [{"type": "text", "text": text, "cache_control": EPH}]
+
+
+def _turns(n: int) -> list[dict]:
+    messages = []
+    for i in range(n):
+        messages += [{"role": "user", "content": f"turn {i}"}, {"role": "assistant", "content": f"done {i}"}]
+    return messages + [{"role": "user", "content": "go on"}]
+
+
+def test_a_date_and_a_step_that_never_change_through_the_trace_are_not_volatile(cli, tmp_path):
+    """Before: KV101 at r1 for "2024-01-15" and "**Step 1**", which stay the same in all three requests."""
+    trace = write_trace(tmp_path, [anthropic(_instructions("2024-01-15"), _turns(n)) for n in range(3)])
+    _, data = lint_json(cli, trace)
+    assert [f for f in data["findings"] if f["rule"] == "KV101"] == []
+
+
+def test_a_date_that_changes_through_the_trace_is_volatile_at_its_first_request(cli, tmp_path):
+    dates = ["2026-11-28", "2026-11-29", "2026-11-29"]
+    trace = write_trace(tmp_path, [anthropic(_instructions(d), _turns(n)) for n, d in enumerate(dates)])
+    _, data = lint_json(cli, trace)
+    # "Examples use the date " is 22 characters: the date is 22..32; "**Step 1**" stays and is not reported
+    volatile = [f for f in data["findings"] if f["rule"] == "KV101"]
+    assert [(f["request"], f["path"], f["span"], f["repeats"]) for f in volatile] == [
+        ("r1", "system[0]", {"start": 22, "end": 32}, 2)]
+    assert ("KV102", "r2", "system[0]", 22, 32) in found(data)
+
+
+def test_a_temp_path_that_changes_is_volatile_though_one_alone_is_not(cli, tmp_path):
+    def body(path: str) -> dict:
+        return anthropic([{"type": "text", "text": f"Work in {path} only." + FILLER, "cache_control": EPH}])
+    _, alone = lint_json(cli, write(tmp_path, "one.json", body("/tmp/build/out")))
+    assert alone["findings"] == []
+    trace = write_trace(tmp_path, [body("/tmp/tmpa81kq2"), body("/tmp/tmpz03mx9")])
+    _, data = lint_json(cli, trace)
+    # "Work in " is 8 characters, "/tmp/tmpa81kq2" 14
+    assert ("KV101", "r1", "system[0]", 8, 22) in found(data)
+
+
+def _gemini(model: str, system: str, tools: list | None, turns: int) -> dict:
+    contents = [{"role": "user", "parts": [{"text": f"turn {i}"}]} for i in range(turns + 1)]
+    body = {"contents": contents, "systemInstruction": {"parts": [{"text": system + FILLER}]}}
+    if tools:
+        body["tools"] = tools
+    return {"model": model, **body}
+
+
+ROUTER = "You are a specialized Task Routing AI. Score the request."
+MAIN = "You are Gemini CLI, an autonomous CLI agent."
+GEMINI_TOOLS = [{"functionDeclarations": [{"name": "read_file", "description": "Read a file."}]}]
+
+
+def test_a_router_call_and_the_main_call_are_separate_streams(cli, tmp_path):
+    """Gemini CLI: a flash-lite router call before each pro main call. Before: 'model changed' and 'the tool
+    set changed' at every main call, against the router call before it."""
+    bodies = []
+    for turn in range(3):
+        bodies += [_gemini("gemini-2.5-flash-lite", ROUTER, None, turn), _gemini("gemini-2.5-pro", MAIN,
+                                                                                 GEMINI_TOOLS, turn)]
+    _, data = lint_json(cli, write_trace(tmp_path, bodies, provider="gemini"))
+    rules = {f["rule"] for f in data["findings"]}
+    assert not rules & {"KV107", "KV108", "KV102", "KV111"}, data["findings"]
+
+
+def test_a_genuine_model_switch_is_still_found(cli, tmp_path):
+    bodies = [_gemini("gemini-2.5-pro", MAIN, GEMINI_TOOLS, n) for n in range(2)]
+    bodies += [_gemini("gemini-2.5-flash", MAIN, GEMINI_TOOLS, n) for n in range(2, 4)]
+    _, data = lint_json(cli, write_trace(tmp_path, bodies, provider="gemini"))
+    switch = [f for f in data["findings"] if f["rule"] == "KV108"]
+    assert [(f["request"], f["path"]) for f in switch] == [("r3", "model")]
+    assert "gemini-2.5-pro" in switch[0]["message"] and "gemini-2.5-flash" in switch[0]["message"]

@@ -266,7 +266,7 @@ def test_every_block_once_first_sent_where_it_was_and_summing_to_the_input_cost(
     assert cli("db", "load", trace, "--db", db).exit_code == 0
     import duckdb
     with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute("SELECT count(*), sum(total_usd), max(total_usd) FROM block_costs").fetchone()
+        rows = con.execute("SELECT count(*), sum(cost_usd), max(cost_usd) FROM block_costs").fetchone()
         first = con.execute("SELECT first_request FROM block_costs WHERE kind = 'system text'").fetchone()
     assert rows[0] == len(blocks) and rows[1] == pytest.approx(OBSERVED_IE * USD_PER_IE, rel=1e-9)  # unrounded
     assert rows[2] == pytest.approx(repo["total_usd"], rel=1e-6) and first == ("m1",)

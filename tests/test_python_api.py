@@ -43,7 +43,7 @@ def test_every_table_of_the_report_json_is_a_dataframe(data, report_json):
     # the sample's misses, by hand from its logged usage: req_3 loses req_2's read + write (3,265 + 329);
     # req_4 the 3,923 req_3 wrote; req_5 reads 2,268 of req_4's 4,252; req_6 reads 4,252 of req_5's 4,581
     diagnoses = data.to_pandas("diagnoses")
-    assert list(zip(diagnoses.request_id, diagnoses.kind, diagnoses.missed_tokens)) == [
+    assert list(zip(diagnoses.request_id, diagnoses.kind, diagnoses.missed_read_tokens)) == [
         ("req_3", "prefix_changed", 3594), ("req_4", "ttl_expired", 3923), ("req_5", "params_changed", 1984),
         ("req_6", "params_changed", 329)]
     fixes = data.to_pandas("fixes")
@@ -51,7 +51,7 @@ def test_every_table_of_the_report_json_is_a_dataframe(data, report_json):
         [(k, list(r), s) for k, r, s in zip(fixes.kind, fixes.requests, fixes.saving_usd)]
     assert len(data.block_costs()) == len(report_json["blocks"])
     # the JSON rounds each block to 6 decimals: 22 blocks, at most 22 x 0.5e-6 apart in all
-    assert data.block_costs().total_usd.sum() == pytest.approx(sum(b["total_usd"] for b in report_json["blocks"]),
+    assert data.block_costs().cost_usd.sum() == pytest.approx(sum(b["total_usd"] for b in report_json["blocks"]),
                                                                abs=1.1e-5)
     sessions = data.sessions().drop(columns=["trace_id"]).set_index("session")
     for name, totals in report_json["sessions"].items():

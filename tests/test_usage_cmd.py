@@ -81,5 +81,47 @@ def test_json_keys_are_stable(cli):
                 "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "reasoning_output_tokens", "token_hit_ratio",
                 "cost_usd", "unpriced_requests", "errors"}
     assert set(data["totals"]) == row_keys | {"models"}
-    assert set(data["by_model"][0]) == row_keys | {"model"}
+    assert set(data["by_model"][0]) == row_keys | {"model", "platform"}
     assert set(data["by_day"][0]) == row_keys | {"day", "models"}
+
+
+# Amazon Bedrock's list prices for Claude Haiku 4.5 (regional endpoints, USD per million tokens: input 1.10,
+# output 5.50, cache read 0.11, 5m cache write 1.375), as the bundled price data has them for `aws`; the
+# first-party prices are 1.00 / 5.00 / 0.10 / 1.25, which `usage` used before it asked for the platform.
+BEDROCK_HAIKU_45 = {"fresh": 1.10, "output": 5.50, "read": 0.11, "write_5m": 1.375}
+
+
+def test_bedrock_served_requests_cost_the_same_in_usage_and_report(cli, tmp_path):
+    from agent_logs import ClaudeTranscript
+
+    s = ClaudeTranscript("b1", id_prefix="msg_bdrk_01")  # Bedrock's own message ids
+    s.turn(0, "r1", read=0, write=5_000, fresh=3, output=50, model="claude-haiku-4-5-20251001")
+    s.turn(10, "r2", read=5_000, write=200, fresh=3, output=80, model="claude-haiku-4-5-20251001")
+    path = s.write(tmp_path / "b1.jsonl")
+    # by hand: 6 fresh, 5,000 read, 5,200 written (5m), 130 output
+    p = BEDROCK_HAIKU_45
+    expected = (6 * p["fresh"] + 5_000 * p["read"] + 5_200 * p["write_5m"] + 130 * p["output"]) / 1e6
+    assert round(expected, 6) == 0.008422
+    data = _usage_json(cli, path)
+    assert data["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+    [row] = data["by_model"]
+    assert (row["model"], row["platform"]) == ("claude-haiku-4-5-20251001", "bedrock")
+    assert data["totals"]["models"][0]["platform"] == "bedrock"
+    report = cli("report", path, "--json")
+    assert report.exit_code == 0, report.output
+    assert json.loads(report.output)["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+    table = cli("usage", path, "--by", "model")
+    assert "claude-haiku-4-5-20251001 (bedrock)" in " ".join(table.output.split())
+
+
+def test_one_model_served_first_party_and_by_bedrock_is_two_rows(cli, tmp_path):
+    from agent_logs import ClaudeTranscript
+
+    for name, prefix in (("own", "msg_01"), ("aws", "msg_bdrk_01")):
+        s = ClaudeTranscript(name, id_prefix=prefix)
+        s.turn(0, "r1", read=0, write=1_000_000, fresh=0, output=0, model="claude-haiku-4-5-20251001")
+        s.write(tmp_path / f"{name}.jsonl")
+    data = _usage_json(cli, tmp_path)
+    # a million 5m-written tokens: $1.25 first-party, $1.375 on Bedrock
+    rows = {(r["model"], r["platform"]): r["cost_usd"] for r in data["by_model"]}
+    assert rows == {("claude-haiku-4-5-20251001", None): 1.25, ("claude-haiku-4-5-20251001", "bedrock"): 1.375}

@@ -13,6 +13,7 @@ from typing import Any
 
 from kvprobe.analysis.diagnosis import Diagnosis
 from kvprobe.analysis.sizing import BlockSizer
+from kvprobe.analysis.streams import Seen, Streams
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request import RenderedRequest
@@ -37,7 +38,7 @@ class RequestResult:
     input_equivalent: float = 0.0
     ideal_content_tokens: int = 0  # what an ideal cache would read had no identity parameter changed
     stream_tokens: int = 0  # what the previous request of this session/agent left cached, had nothing changed
-    previous: "RequestResult | None" = None  # the previous request of the same session and agent
+    previous: "RequestResult | None" = None  # the previous request of its stream (analysis.streams)
     raw_ideal_tokens: int = 0  # the ideal read before the model's minimum length is applied
 
     @property
@@ -114,10 +115,12 @@ class Simulator:
                  presized: bool = False, ideal: bool = True) -> None:
         self.caches: dict[str, AnthropicCache | BreakpointCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
-        self.ideal: dict[str, _Ideal] | None = {} if ideal else None
+        # per provider and model, as the providers cache: another model's entries are no request's to read
+        # (a model switch is seen through the previous request of the stream, `stream_tokens`)
+        self.ideal: dict[tuple[str, str | None], _Ideal] | None = {} if ideal else None
         self.sizer = None if presized else (sizer or BlockSizer())
         self.store = store or BlockStore()  # the parse pass's store: its token counters are reused
-        self.previous: dict[tuple[str, str], RequestResult] = {}
+        self.streams: Streams[RequestResult] = Streams()  # the previous request of each one's stream
         self.rules: dict[tuple, ModelRules] = {}
 
     def step(self, sk: Skeleton) -> RequestResult:
@@ -142,17 +145,19 @@ class Simulator:
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
         usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
                                      pred.cache_write_1h_tokens, _output_tokens(sk))
+        seen = Seen(None, sk.model, req, 0)
         result = RequestResult(sk, rules, usage, sk.observed is not None, pred, 0, how,
-                               previous=self.previous.get((sk.session, sk.agent)))
+                               previous=self.streams.previous((sk.session, sk.agent), seen))
         if self.ideal is not None:
             self._ideals(result, req, rules)
-        self.previous[(sk.session, sk.agent)] = result
+        seen.item = result
+        self.streams.add((sk.session, sk.agent), seen)
         return result
 
     def _ideals(self, result: RequestResult, req: RenderedRequest, rules: ModelRules) -> None:
         """What an ideal prefix cache could have read, and what the previous request of the stream left."""
         sk = result.sk
-        ideal = self.ideal.setdefault(sk.provider, _Ideal())
+        ideal = self.ideal.setdefault((sk.provider, sk.model), _Ideal())
         minimum = int(rules.get("min_cacheable_tokens", 0))
         # a prefix under the model's minimum can never be cached: no ideal cache holds it either
         held = ideal.longest_key(req)
@@ -177,9 +182,12 @@ class Simulator:
     def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
         """No body to simulate: what it could have read is inferred from the log (`analysis.usage_only`, in the
         diagnose stage)."""
-        result = RequestResult(sk, rules, sk.observed or Usage(), sk.observed is not None, None, 0, "usage-only",
-                               previous=self.previous.get((sk.session, sk.agent)))
-        self.previous[(sk.session, sk.agent)] = result
+        usage = sk.observed or Usage()
+        seen = Seen(None, sk.model, None, usage.input_tokens)
+        result = RequestResult(sk, rules, usage, sk.observed is not None, None, 0, "usage-only",
+                               previous=self.streams.previous((sk.session, sk.agent), seen))
+        seen.item = result
+        self.streams.add((sk.session, sk.agent), seen)
         return result
 
 
@@ -223,9 +231,11 @@ def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, siz
              *, presized: bool = False, ideal: bool = True) -> list[RequestResult]:
     """Simulate a whole trace (skeletons in any order: they are replayed by start time), in start order.
 
+    Failed requests (`skeleton.failed_call`) are left out: they reached no cache, so they are neither
+    simulated nor given a result to price or diagnose (the report lists them apart).
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(store, sizer, presized=presized, ideal=ideal)
-    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order)]
+    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order) if not sk.failed]
 
 
 class LeadingSimulation:
@@ -240,14 +250,16 @@ class LeadingSimulation:
         self.sizer = BlockSizer()
         self._sim: Simulator | None = None  # once `lead` has run
         self._results: list[RequestResult] = []
+        self._led = 0  # skeletons of the leading share (failed ones included: they have no result)
 
     def lead(self, leading: list[Skeleton]) -> None:
         self._sim = Simulator(self._store, self.sizer)
-        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order)]
+        self._led = len(leading)
+        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order) if not sk.failed]
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
         """All the skeletons, the leading share first (as the parse joined them)."""
-        rest = sorted(skeletons[len(self._results):], key=_start_order)
+        rest = sorted((sk for sk in skeletons[self._led:] if not sk.failed), key=_start_order)
         led = self._results
         if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
             self.sizer = BlockSizer()

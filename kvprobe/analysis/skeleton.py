@@ -47,6 +47,8 @@ class Skeleton:
     error: str | None = None
     task: str | None = None
     extra: dict = field(default_factory=dict)
+    failed: bool = False  # `failed_call`: never simulated, priced or diagnosed; listed as failed
+
 
     @property
     def rules_key(self) -> tuple[str, str | None, str | None, str | None]:
@@ -147,6 +149,17 @@ def _miss_reason(response: dict | None) -> Reported | None:
 _CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform")
 
 
+def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:
+    """The one rule for a request that failed (every stage and command reads it, `gate` first): it has an
+    error and the provider logged no usage for it (nothing listening, a reset before any byte, a 5xx), or the
+    provider refused it (HTTP 4xx: a refused request reached no model and wrote no cache, whatever its body
+    says). A stream cut after its usage arrived did reach the model: it is priced as logged."""
+    if error is None:
+        return False
+    refused = isinstance(http_status, int) and not isinstance(http_status, bool) and 400 <= http_status < 500
+    return logged is None or refused
+
+
 def without_usage(sk: Skeleton) -> Skeleton:
     """The request as a simulation sees it when its input usage is to be predicted: the logged output kept."""
     extra = dict(sk.extra)
@@ -187,4 +200,5 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
                        str(task) if task is not None else None,
                        kept | _context_cache_facts(rec, req)
                        | ({"reported_missed_tokens": reported.missed_tokens} if reported and reported.missed_tokens
-                          is not None else {}))
+                          is not None else {}),
+                       failed_call(rec.error, logged, rec.extra.get("http_status")))

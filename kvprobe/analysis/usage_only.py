@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
+from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
 from kvprobe.wording import duration
@@ -177,13 +178,18 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], 
 def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
     """(the request whose cache this one could read, the model switched from, the same model's last request
     when its entry expired meanwhile). The base is the stream's last request of the same model, unless the
-    model changed and that model's own entry has expired (or never existed): then nothing was readable."""
+    model changed and that model's own entry has expired (or never existed): then nothing was readable. A
+    request of another model than the last one is a switch only when it resends that one's prompt (about as
+    long: `analysis.streams`); else it is a call of its own model's stream (a router or side call)."""
     last = stream.last
     if last is None:
         return None, None, None
     if last.sk.model == r.sk.model:
         return last, None, None
     same = stream.by_model.get(r.sk.model)
+    if not resends(Seen(r, r.sk.model, None, r.usage.input_tokens), Seen(last, last.sk.model, None,
+                                                                           last.usage.input_tokens)):
+        return same, None, None  # a prompt of its own (a router or side call): its model's stream, not a switch
     lifetime = _lifetime(same, stream)[0] if same is not None else None
     if same is None or lifetime is None or r.sk.started_at - same.sk.started_at > lifetime:
         return None, last.sk.model or "another model", same

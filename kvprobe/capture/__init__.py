@@ -4,7 +4,7 @@ Proxy (what `kvprobe capture` runs)::
 
     proxy = CaptureProxy(Recorder("trace.jsonl", session="fix-login"))
     with ProxyThread(proxy):                     # or: await proxy.start() ... await proxy.stop()
-        env = proxy.base_urls()                  # ANTHROPIC_BASE_URL / OPENAI_BASE_URL / DEEPSEEK_BASE_URL
+        env = proxy.base_urls()                  # every mount's base-URL variables (kvprobe.capture.mounts)
 
 In-process hook, for agents whose base URL cannot change::
 

@@ -4,10 +4,13 @@ Anthropic streams a `message_start` (usage with input and cache counts), content
 `message_delta` (cumulative output tokens; newer API versions repeat the input counts there). OpenAI Chat
 streams `chat.completion.chunk`s and, with `stream_options.include_usage`, a last chunk holding `usage`.
 OpenAI Responses streams typed events ending in `response.completed` (or `.failed` / `.incomplete`) that
-carry the whole response. A stream cut short still yields whatever usage arrived.
+carry the whole response. Gemini streams GenerateContentResponse chunks (SSE with `?alt=sse`, else one JSON
+array), the last `usageMetadata` being the request's. Bedrock wraps Anthropic's events in AWS event-stream
+frames. A stream cut short still yields whatever usage arrived.
 """
 from __future__ import annotations
 
+import base64
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -205,6 +208,99 @@ def assemble_openai_responses(data: bytes) -> Assembled:
     return Assembled(response, error, True)
 
 
+def _gemini_merge(into: dict[str, Any], chunk: dict[str, Any], candidates: dict[int, dict[str, Any]]) -> None:
+    """One GenerateContentResponse of a stream: its parts appended per candidate, the rest kept as last seen
+    (each chunk's usageMetadata is cumulative: the last one is the request's)."""
+    for key, value in chunk.items():
+        if key != "candidates" and value is not None:
+            into[key] = value
+    for cand in chunk.get("candidates") or []:
+        if not isinstance(cand, dict):
+            continue
+        index = cand.get("index") if isinstance(cand.get("index"), int) else 0
+        merged = candidates.setdefault(index, {"content": {"role": "model", "parts": []}})
+        content = cand.get("content")
+        if isinstance(content, dict):
+            merged["content"]["parts"] += [p for p in content.get("parts") or [] if isinstance(p, dict)]
+            if content.get("role"):
+                merged["content"]["role"] = content["role"]
+        merged.update({k: v for k, v in cand.items() if k != "content" and v is not None})
+
+
+def assemble_gemini(chunks: list[dict[str, Any]], stream: bool) -> Assembled:
+    """Gemini's streamGenerateContent: SSE (`?alt=sse`) or one JSON array, a GenerateContentResponse each."""
+    result: dict[str, Any] = {}
+    candidates: dict[int, dict[str, Any]] = {}
+    error = None
+    for chunk in chunks:
+        if isinstance(chunk.get("error"), dict):
+            error = _error_text(chunk["error"])
+            continue
+        _gemini_merge(result, chunk, candidates)
+    if not result and not candidates:
+        return Assembled(None, error or "the stream held no response chunk", stream)
+    if candidates:
+        result["candidates"] = [candidates[i] for i in sorted(candidates)]
+    return Assembled(result, error, stream)
+
+
+def bedrock_events(data: bytes) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """The events of an AWS event stream (Bedrock's InvokeModelWithResponseStream), as (event type, JSON).
+
+    Each message: total length and headers length (big-endian uint32), a prelude CRC, headers (name length,
+    name, type 7 = string: uint16 length and value; other types are skipped by their fixed sizes), the payload
+    and a message CRC (AWS's event stream encoding). The payload of a `chunk` event is `{"bytes": BASE64}`
+    holding the provider's own stream event (Anthropic's JSON). A cut last message is dropped. Read here
+    rather than with botocore's parser, which would make botocore a dependency of every capture."""
+    pos = 0
+    while pos + 16 <= len(data):
+        total, head_len = int.from_bytes(data[pos:pos + 4], "big"), int.from_bytes(data[pos + 4:pos + 8], "big")
+        if total < 16 or pos + total > len(data):
+            return
+        headers = _event_headers(data[pos + 12:pos + 12 + head_len])
+        payload = data[pos + 12 + head_len:pos + total - 4]
+        pos += total
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if isinstance(obj.get("bytes"), str):
+            try:
+                inner = orjson.loads(base64.b64decode(obj["bytes"]))
+            except (ValueError, orjson.JSONDecodeError):
+                continue
+            if isinstance(inner, dict):
+                yield headers.get(":event-type"), inner
+        elif headers.get(":message-type") == "exception":
+            yield "error", {"type": "error", "error": {"type": headers.get(":exception-type"),
+                                                       "message": obj.get("message") or obj.get("Message")}}
+
+
+_FIXED_SIZES = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}  # bool true/false, byte, short, int, long, ts, uuid
+
+
+def _event_headers(raw: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(raw):
+        n = raw[pos]
+        name = raw[pos + 1:pos + 1 + n].decode("utf-8", "replace")
+        kind = raw[pos + 1 + n] if pos + 1 + n < len(raw) else -1
+        pos += 2 + n
+        if kind in (6, 7):  # byte array, string: a uint16 length first
+            size = int.from_bytes(raw[pos:pos + 2], "big")
+            if kind == 7:
+                out[name] = raw[pos + 2:pos + 2 + size].decode("utf-8", "replace")
+            pos += 2 + size
+        elif kind in _FIXED_SIZES:
+            pos += _FIXED_SIZES[kind]
+        else:
+            break
+    return out
+
+
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):
         kind, message = err.get("type") or err.get("code"), err.get("message")
@@ -218,17 +314,29 @@ def sniff_stream_kind(data: bytes) -> str:
         return "anthropic"
     if b'"response.' in head:
         return "responses"
+    if b'"candidates"' in head or b'"usageMetadata"' in head:
+        return "gemini"
     return "chat"
+
+
+def _anthropic_events_stream(events: Iterator[tuple[str | None, dict[str, Any]]]) -> bytes:
+    """Provider events re-framed as SSE, so one reassembly serves every transport of Anthropic's stream."""
+    return b"".join(b"data: " + orjson.dumps(ev) + b"\n\n" for _, ev in events)
 
 
 def assemble(body: bytes, content_type: str | None, status: int | None = 200) -> Assembled:
     """The provider response held in a (decoded) HTTP body, streamed or not."""
-    if content_type and "text/event-stream" in content_type:
+    kind_of_body = (content_type or "").lower()
+    if "application/vnd.amazon.eventstream" in kind_of_body:  # Bedrock: Anthropic events inside AWS frames
+        return assemble_anthropic(_anthropic_events_stream(bedrock_events(body)))
+    if "text/event-stream" in kind_of_body:
         kind = sniff_stream_kind(body)
         if kind == "anthropic":
             return assemble_anthropic(body)
         if kind == "responses":
             return assemble_openai_responses(body)
+        if kind == "gemini":
+            return assemble_gemini([ev for _, ev in _json_events(body)], True)
         return assemble_openai_chat(body)
     if not body.strip():
         return Assembled(None, "empty response body" if status and status < 400 else None)
@@ -236,6 +344,11 @@ def assemble(body: bytes, content_type: str | None, status: int | None = 200) ->
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return Assembled(None, "response body is not JSON" if status and status < 400 else None)
+    if isinstance(parsed, list) and parsed and all(isinstance(c, dict) for c in parsed):
+        if len(parsed) == 1 and isinstance(parsed[0].get("error"), dict):  # Gemini's errors on a stream path
+            parsed = parsed[0]
+        else:  # streamGenerateContent without alt=sse: the chunks as one JSON array
+            return assemble_gemini(parsed, True)
     if not isinstance(parsed, dict):
         return Assembled(None, "response body is not a JSON object")
     err = _error_text(parsed["error"]) if status and status >= 400 and parsed.get("error") else None

@@ -16,9 +16,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kvprobe.capture.mounts import mount_of_host, provider_of
 from kvprobe.capture.recorder import Exchange, Recorder
 
-_PROVIDER_HOSTS = {"api.anthropic.com": "anthropic", "api.openai.com": "openai", "api.deepseek.com": "deepseek"}
 _classes: dict[str, tuple[type, type]] = {}
 
 
@@ -35,8 +35,9 @@ def _exchange(request: Any, body: bytes) -> Exchange:
     headers = {k.lower(): v for k, v in request.headers.items()}
     query = request.url.query  # kept for the recorder to scrub a `?key=` credential from what it writes
     path = request.url.path + (f"?{query.decode('latin-1') if isinstance(query, bytes) else query}" if query else "")
-    return Exchange(request.method, path, headers, body, time.time(),
-                    provider_hint=_PROVIDER_HOSTS.get(request.url.host))
+    mount = mount_of_host(request.url.host)
+    provider, platform = provider_of(mount, request.url.path) if mount else (None, None)
+    return Exchange(request.method, path, headers, body, time.time(), provider_hint=provider, platform=platform)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,8 +1,8 @@
 """A recording reverse proxy: forwards provider traffic unchanged and appends one trace record per request.
 
-Clients reach it at a per-provider mount: ``http://127.0.0.1:PORT/anthropic`` (ANTHROPIC_BASE_URL),
-``/openai`` (OPENAI_BASE_URL) and ``/deepseek`` (DEEPSEEK_BASE_URL); a request outside any mount goes to
-Anthropic when it looks like one (``/v1/messages``, an ``anthropic-version`` header) and to OpenAI otherwise.
+Clients reach it at a per-provider mount (kvprobe.capture.mounts): ``http://127.0.0.1:PORT/anthropic``,
+``/openai``, ``/deepseek``, ``/gemini``, ``/vertex``, ``/bedrock``. A request outside every mount is answered
+502 naming them and sent nowhere: guessing a provider from a path would hand one provider's key to another.
 
 Bodies pass byte for byte and responses stream through as they arrive (the raw framing is forwarded; a copy
 is decoded on the side). The only header changes: Host, hop-by-hop headers, kvprobe's own X-Kvprobe-*
@@ -11,13 +11,15 @@ client has the last byte, so recording adds no latency to the response.
 
 Framing as RFC 9112 has it: interim 1xx responses (103 Early Hints) are passed on and the final response
 follows; a body delimited by the upstream closing (HTTP/1.0, no length) ends the client's connection too;
-conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502).
+conflicting Content-Length headers, or a request with both a length and chunks, are refused (400/502). A
+client that stops mid-request or sends past the body cap is answered 408/413 (`ClientLimits`).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from dataclasses import dataclass
@@ -25,12 +27,13 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from kvprobe.capture.mounts import MOUNTS, child_env, default_upstream, mounts_line, provider_of, vertex_host
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
-from kvprobe.capture.wire import ChunkedDecoder, Head, ProtocolError, content_length, parse_head, persistent
+from kvprobe.capture.wire import (BodyTooLarge, ChunkedDecoder, Head, ProtocolError, ReadTimeout, content_length,
+                                  parse_head, persistent)
 
 log = logging.getLogger("kvprobe.capture")
-DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1",
-                     "deepseek": "https://api.deepseek.com"}
+DEFAULT_UPSTREAMS = {m.name: default_upstream(m, os.environ) for m in MOUNTS}
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "host", "content-length", "expect", "accept-encoding",
                         SESSION_HEADER, AGENT_HEADER})
@@ -42,6 +45,22 @@ MAX_RESPONSE_HEAD = 1 << 20  # an upstream's response head (SDK clients accept ~
 
 
 @dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """How long a client may take and how much it may send (a client that never finishes its request must
+    not hold a connection, nor make the proxy buffer without end).
+
+    idle: seconds a kept-alive connection may wait for its next request (closed quietly after, as servers do);
+    read: seconds without a byte once a request has begun (head or body): answered 408;
+    max_body: bytes of a request body (framing included when chunked): answered 413. The default is above
+    every provider's own request limit (Anthropic 32 MB, Gemini 20 MB inline), so nothing they take is refused.
+    """
+
+    idle: float = 300.0
+    read: float = 60.0
+    max_body: int = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
 class Upstream:
     scheme: str
     host: str
@@ -49,7 +68,10 @@ class Upstream:
     base_path: str  # e.g. /v1 for OpenAI: a mount's paths are appended to it
 
     @classmethod
-    def parse(cls, url: str) -> "Upstream":
+    def parse(cls, url: str) -> "Upstream | None":
+        """None for the regional Vertex template: its host is chosen per request (`mounts.vertex_host`)."""
+        if "{location}" in url:
+            return None
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http(s) URL, got {url!r}")
@@ -138,13 +160,25 @@ class ClientGone(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    mount: str
+    upstream: Upstream
+    path: str  # the upstream path: the mount's base path + what followed the mount
+    provider: str | None
+    platform: str | None
+
+
 class CaptureProxy:
     """Run with `await proxy.start()`, stop with `await proxy.stop()`; `recorder=None` forwards only."""
 
     def __init__(self, recorder: Recorder | None, upstreams: dict[str, str] | None = None, *,
-                 host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, upstream_timeout: float = 600.0,
+                 limits: ClientLimits | None = None) -> None:
+        self.limits = limits or ClientLimits()
         merged = {**DEFAULT_UPSTREAMS, **(upstreams or {})}
         self.upstreams = {name: Upstream.parse(url) for name, url in merged.items()}
+        self.unrouted: dict[str, int] = {}  # paths outside every mount (answered 502, sent nowhere): count
         self.recorder = recorder
         self.host, self.port = host, port
         self.timeout = upstream_timeout
@@ -157,10 +191,10 @@ class CaptureProxy:
     def url(self) -> str:
         return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{self.port}"
 
-    def base_urls(self) -> dict[str, str]:
-        """Environment that points the official SDKs (and most agents) at this proxy."""
-        return {"ANTHROPIC_BASE_URL": f"{self.url}/anthropic", "OPENAI_BASE_URL": f"{self.url}/openai",
-                "DEEPSEEK_BASE_URL": f"{self.url}/deepseek"}
+    def base_urls(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment that points the official SDKs and the agent CLIs at this proxy (`mounts.child_env`;
+        `env` decides the Bedrock variables, see there)."""
+        return child_env(self.url, os.environ if env is None else env)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve_client, self.host, self.port, limit=MAX_HEAD,
@@ -197,11 +231,16 @@ class CaptureProxy:
         try:
             while True:
                 try:
-                    raw = await reader.readuntil(b"\r\n\r\n")
+                    raw = await self._read_head(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 except asyncio.LimitOverrunError:
                     await _simple_response(writer, 431, "request head too large")
+                    return
+                except ReadTimeout as exc:
+                    await _simple_response(writer, exc.status, str(exc))
+                    return
+                if raw is None:  # idle past the keep-alive time: closed, as any server does
                     return
                 self._busy.add(task)
                 try:
@@ -219,20 +258,36 @@ class CaptureProxy:
             closed.cancel()
             writer.close()
 
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The next request head; None when none began within the idle time, ReadTimeout when one began and
+        stopped (a half-sent head)."""
+        try:
+            first = await asyncio.wait_for(reader.readexactly(1), self.limits.idle)
+        except asyncio.TimeoutError:
+            return None
+        try:
+            return first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.read)
+        except asyncio.TimeoutError:
+            raise ReadTimeout(f"request head not complete after {self.limits.read:g}s") from None
+
     async def _handle(self, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       closed: asyncio.Future) -> bool:
         try:
             head = parse_head(raw, request=True)
-            body = await _read_request_body(head, reader, writer)
-        except ProtocolError as exc:
-            await _simple_response(writer, 400, str(exc))
+            body = await _read_request_body(head, reader, writer, self.limits)
+        except ProtocolError as exc:  # 400, 408 (a client that stopped sending), 413 (over the body limit)
+            await _simple_response(writer, exc.status, str(exc))
             return False
         method, target, version = head.start
-        provider, upstream, path = self._route(target, head)
-        ex = Exchange(method, path, head.lower_dict(), body, time.time(), provider_hint=provider)
+        route = self._route(target)
+        if route is None:
+            await self._refuse(target, writer)
+            return False
+        ex = Exchange(method, route.path, head.lower_dict(), body, time.time(), provider_hint=route.provider,
+                      platform=route.platform)
         keep = version == "HTTP/1.1" and "close" not in head.tokens("connection")
         try:
-            keep = await self._forward(ex, head, upstream, writer, (closed, reader)) and keep
+            keep = await self._forward(ex, head, route.upstream, writer, (closed, reader)) and keep
         except asyncio.CancelledError:
             ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
             raise
@@ -245,15 +300,26 @@ class CaptureProxy:
                 self.recorder.record(ex)
         return keep
 
-    def _route(self, target: str, head: Head) -> tuple[str, Upstream, str]:
+    def _route(self, target: str) -> Route | None:
+        """The mount a request target names, or None: nothing outside a mount is forwarded."""
         for name, up in self.upstreams.items():
             mount = "/" + name
             if target == mount or target.startswith((mount + "/", mount + "?")):
                 rest = target[len(mount):]
-                return name, up, up.base_path + (rest if rest.startswith("/") or not rest else "/" + rest)
-        anthropic = target.startswith("/v1/messages") or head.get("anthropic-version") is not None
-        name = "anthropic" if anthropic else "openai"
-        return name, self.upstreams[name], target
+                rest = rest if rest.startswith("/") or not rest else "/" + rest
+                if up is None:  # regional Vertex AI: the host the path's location is served on
+                    up = Upstream("https", vertex_host(rest), 443, "")
+                return Route(name, up, up.base_path + rest, *provider_of(name, rest))
+        return None
+
+    async def _refuse(self, target: str, writer: asyncio.StreamWriter) -> None:
+        path = target.split("?", 1)[0][:200]  # never the query: it may hold a key (?key=...)
+        first = path not in self.unrouted
+        self.unrouted[path] = self.unrouted.get(path, 0) + 1
+        if first:
+            log.warning("kvprobe capture: %s is outside every mount; answered 502, sent nowhere", path)
+        await _simple_response(writer, 502, f"kvprobe capture: {path} is outside every mount, so it was sent "
+                               f"nowhere; point the client at one of {mounts_line(self.url)}")
 
     def _upstream_head(self, head: Head, up: Upstream, path: str, body: bytes) -> bytes:
         lines = [f"{head.start[0]} {path} HTTP/1.1", f"Host: {up.host_header}"]
@@ -455,33 +521,52 @@ async def _drain_ok(writer: asyncio.StreamWriter, ex: Exchange) -> bool:
         return False
 
 
-async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+async def _read_request_body(head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             limits: ClientLimits) -> bytes:
+    """The request body, framing and limits checked before a 100 Continue invites it: each read must bring a
+    byte within `limits.read` (408), the body stays within `limits.max_body` (413)."""
     chunked = "chunked" in head.tokens("transfer-encoding")
     if chunked and head.get("content-length") is not None:  # refused before a 100 Continue invites the body
         raise ProtocolError("both Transfer-Encoding and Content-Length (RFC 9112 §6.1: refused)")
+    length = None if chunked else content_length(head)
+    if length is not None and length > limits.max_body:
+        raise BodyTooLarge(f"request body of {length:,} bytes is over the {limits.max_body:,}-byte limit "
+                           "(kvprobe capture --max-request-mb)")
     if "100-continue" in head.tokens("expect"):
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if chunked:
-        decoder = ChunkedDecoder()
+        decoder = ChunkedDecoder(limit=limits.max_body)
+        received = 0
         while not decoder.done:
-            data = await reader.read(READ_SIZE)
+            data = await _client_read(reader, READ_SIZE, limits.read)
             if not data:
                 raise ProtocolError("client closed the connection inside a chunked body")
+            received += len(data)
+            if received > limits.max_body:
+                raise BodyTooLarge(f"chunked request body over the {limits.max_body:,}-byte limit "
+                                   "(kvprobe capture --max-request-mb)")
             decoder.feed(data)
         return bytes(decoder.body)
-    length = content_length(head)
-    if not length:
-        return b""
+    body = bytearray()
+    while len(body) < (length or 0):
+        data = await _client_read(reader, min(READ_SIZE, length - len(body)), limits.read)
+        if not data:
+            raise ProtocolError("client closed the connection before sending the whole body")
+        body += data
+    return bytes(body)
+
+
+async def _client_read(reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
     try:
-        return await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
-        raise ProtocolError("client closed the connection before sending the whole body") from None
+        return await asyncio.wait_for(reader.read(size), timeout)
+    except asyncio.TimeoutError:
+        raise ReadTimeout(f"the client sent nothing for {timeout:g}s in the middle of its request body") from None
 
 
 async def _simple_response(writer: asyncio.StreamWriter, status: int, message: str) -> None:
     """An error from the proxy itself, shaped like a provider error so SDKs report it cleanly."""
-    reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
-               504: "Gateway Timeout"}
+    reasons = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large",
+               431: "Request Header Fields Too Large", 502: "Bad Gateway", 504: "Gateway Timeout"}
     body = orjson.dumps({"type": "error", "error": {"type": "kvprobe_proxy_error", "message": message}})
     head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()

@@ -6,6 +6,7 @@ and auth headers cannot reach a trace; `redact` and `hash_only` scrub bodies bef
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import secrets
 import threading
@@ -17,6 +18,7 @@ import orjson
 
 from kvprobe.capture.assemble import assemble, decode_body
 from kvprobe.capture.redact import HashOnly, hash_error, redact_secrets, redact_text
+from kvprobe.request import model_from_endpoint
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import Credentials
 from kvprobe.errors import InputError
@@ -24,13 +26,19 @@ from kvprobe.trace import TraceRecord, TraceWriter
 from kvprobe.trace.writer import line_of
 from kvprobe.trace.validate import response_usage_problem
 
+log = logging.getLogger("kvprobe.capture")
 SESSION_HEADER = "x-kvprobe-session"
 AGENT_HEADER = "x-kvprobe-agent"
 SESSION_ENV, AGENT_ENV = "KVPROBE_SESSION", "KVPROBE_AGENT"
 # Request headers worth keeping: they change what the provider caches or bills. Nothing else is stored.
 KEPT_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta", "x-grok-conv-id")
-REQUEST_ID_HEADERS = ("request-id", "x-request-id")
-NOT_RECORDED_SUFFIXES = ("/count_tokens",)  # free estimates, not cache events
+REQUEST_ID_HEADERS = ("request-id", "x-request-id", "x-amzn-requestid")
+# The calls that reach a model (and so its cache), by how their path ends: Anthropic Messages, OpenAI Chat and
+# Responses, Gemini (and Vertex's publishers/google), Vertex's Claude (rawPredict), Bedrock's InvokeModel, a
+# Gemini context cache's creation. Everything else (model lists, token counts, embeddings, batches, files) is
+# forwarded and counted, not recorded: it writes no cache entry and no trace reader could render its body.
+MODEL_CALL_ENDS = ("/messages", "/chat/completions", "/responses", ":generateContent", ":streamGenerateContent",
+                   ":rawPredict", ":streamRawPredict", "/invoke", "/invoke-with-response-stream", "/cachedContents")
 
 
 @dataclass(slots=True)
@@ -49,13 +57,16 @@ class Exchange:
     first_byte_at: float | None = None
     finished_at: float | None = None
     transport_error: str | None = None  # timeout, reset, client gone, interrupted
+    platform: str | None = None  # who serves it when not the provider's own API (vertex, bedrock)
 
 
 @dataclass(slots=True)
 class CaptureStats:
-    recorded: int = 0
+    recorded: int = 0  # written to the trace
     not_recorded: int = 0  # not a JSON model request (GET /v1/models, count_tokens, ...)
     errors: int = 0  # recorded with an error
+    lost: list[str] = field(default_factory=list)  # ids of records the trace could not take (a full disk)
+    lost_reason: str | None = None  # the first write error
 
 
 class Recorder:
@@ -104,10 +115,26 @@ class Recorder:
             if record is None:
                 self.stats.not_recorded += 1
                 return None
+        try:
+            self._writer.append_line(line)  # whole or not at all
+        except OSError as exc:  # a full disk: counted and named, never a traceback in the proxy
+            self._lost(record, exc)
+            return None
+        with self._lock:
             self.stats.recorded += 1
             self.stats.errors += record.error is not None
-        self._writer.append_line(line)
         return record
+
+    def _lost(self, record: TraceRecord, exc: OSError) -> None:
+        with self._lock:
+            self.stats.lost.append(record.id)
+            first = self.stats.lost_reason is None
+            if first:
+                self.stats.lost_reason = exc.strerror or str(exc)
+        if first:  # once: the agent goes on, and so does the proxy
+            log.warning("kvprobe capture: cannot write %s to %s (%s): the request was forwarded but not "
+                        "recorded; the trace stays valid, and the lost records are named at the end",
+                        record.id, self.path, exc.strerror or exc)
 
 
 def _fallback_record(ex: Exchange, rec: Recorder, exc: Exception) -> TraceRecord | None:
@@ -132,8 +159,12 @@ def credentials_of(ex: Exchange) -> Credentials:
     return Credentials().add_headers(ex.request_headers).add_url(ex.path)
 
 
+def is_model_call(method: str, path: str) -> bool:
+    return method.upper() == "POST" and path.split("?", 1)[0].rstrip("/").endswith(MODEL_CALL_ENDS)
+
+
 def _request_json(ex: Exchange) -> dict[str, Any] | None:
-    if ex.method.upper() != "POST" or ex.path.split("?")[0].endswith(NOT_RECORDED_SUFFIXES):
+    if not is_model_call(ex.method, ex.path):
         return None
     try:
         body = orjson.loads(decode_body(ex.request_body, ex.request_headers.get("content-encoding")))
@@ -178,10 +209,11 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
     extra: dict[str, Any] = {"http_status": ex.status, "stream": stream}
     usage_error = _checked_usage(response, extra)
     endpoint = ex.path.split("?")[0]
-    provider = infer_provider(request, endpoint, response) or ex.provider_hint
+    model = request.get("model") if isinstance(request.get("model"), str) else model_from_endpoint(endpoint)
+    provider = infer_provider(request if "model" in request else {**request, "model": model}, endpoint,
+                              response) or ex.provider_hint
     if ex.provider_hint == "deepseek" and provider == "openai":
         provider = "deepseek"
-    model = request.get("model") if isinstance(request.get("model"), str) else None
     # the exact key this request carried, whatever its shape, goes nowhere: an upstream may echo it anywhere
     creds = credentials_of(ex)
     request, response, extra = creds.scrub(request), creds.scrub(response), creds.scrub(extra)
@@ -205,6 +237,8 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
             break
     if rec.hash_only or rec.redact:
         extra["capture"] = {"hash_only": rec.hash_only, "redact": rec.redact}
+    if ex.platform is not None:
+        extra["platform"] = ex.platform
     return TraceRecord(
         id=rec.next_id(), provider=provider, started_at=ex.started_at, request=request, response=response,
         session=ex.request_headers.get(SESSION_HEADER) or rec.session,

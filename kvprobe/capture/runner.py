@@ -9,22 +9,28 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvprobe.capture.proxy import DEFAULT_UPSTREAMS, CaptureProxy
+from kvprobe.capture.mounts import MOUNTS, default_upstream, env_upstream
+from kvprobe.capture.proxy import CaptureProxy, ClientLimits
 from kvprobe.capture.recorder import AGENT_ENV, SESSION_ENV, Recorder
 from kvprobe.errors import InputError
 
-_ENV_OF = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL", "deepseek": "DEEPSEEK_BASE_URL"}
 
-
-def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | None = None) -> dict[str, str]:
-    """Explicit flags, else a base URL already in the environment (a gateway the user relies on), else
-    the provider's public endpoint."""
+def default_upstreams(overrides: dict[str, str | None], env: dict[str, str] | None = None,
+                      everything: str | None = None) -> dict[str, str]:
+    """Explicit flags, else `everything` (one server speaking every API at its own paths, as kvprobe serve
+    does), else a base URL already in the environment (a gateway the user relies on), else the provider's
+    public endpoint."""
     env = dict(os.environ) if env is None else env
     chosen = {}
-    for name, default in DEFAULT_UPSTREAMS.items():
-        url = overrides.get(name) or env.get(_ENV_OF[name]) or default
+    for mount in MOUNTS:
+        name = mount.name
+        one = everything.rstrip("/") + mount.under_root if everything else None
+        gateway = env_upstream(mount, env)
+        url = overrides.get(name) or one or gateway or default_upstream(mount, env)
         if not url.startswith(("http://", "https://")):
-            raise InputError(f"expected an http(s) URL, got {url!r}", field=f"--{name}-upstream")
+            source = f"--{name}-upstream" if overrides.get(name) else "--upstream" if one else \
+                next(v.name for v in mount.variables if env.get(v.name))
+            raise InputError(f"expected an http(s) URL, got {url!r}", field=source)
         chosen[name] = url
     return chosen
 
@@ -79,7 +85,7 @@ def run_command(command: Sequence[str], proxy: CaptureProxy, *, session: str | N
         raise InputError("no command given: kvprobe capture [OPTIONS] -- COMMAND [ARGS...]", field="COMMAND")
     env = dict(os.environ)
     with ProxyThread(proxy) as thread:
-        env.update(proxy.base_urls())
+        env.update(proxy.base_urls(env))
         if session:
             env[SESSION_ENV] = session
         if agent:
@@ -129,6 +135,8 @@ def serve(proxy: CaptureProxy, on_ready: Callable[[CaptureProxy], None], grace: 
 
 def make_proxy(out: str, *, session: str | None, agent: str | None, redact: bool, hash_only: bool,
                upstreams: dict[str, str | None], host: str, port: int, timeout: float,
-               replace: bool = False) -> CaptureProxy:
+               replace: bool = False, limits: ClientLimits | None = None,
+               everything: str | None = None) -> CaptureProxy:
+    chosen = default_upstreams(upstreams, everything=everything)  # checked before the trace file is opened
     recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace)
-    return CaptureProxy(recorder, default_upstreams(upstreams), host=host, port=port, upstream_timeout=timeout)
+    return CaptureProxy(recorder, chosen, host=host, port=port, upstream_timeout=timeout, limits=limits)

@@ -1,8 +1,11 @@
-"""A local stand-in for the Anthropic and OpenAI APIs, speaking their real wire formats (JSON and SSE).
+"""A local stand-in for the provider APIs, speaking their real wire formats (JSON, SSE, AWS event streams).
 
 For tests and benchmarks of capture: the official SDKs talk to it through the proxy or the hook. It serves
 `POST /v1/messages`, `/v1/chat/completions` and `/v1/responses` (streamed with the providers' real event
-sequences, chunked transfer encoding) and `GET /v1/models`. Per request, an `x-fake` header picks a fault:
+sequences, chunked transfer encoding), Gemini's `models/M:generateContent`, `:streamGenerateContent` (SSE with
+`?alt=sse`, else a JSON array) and `:countTokens` (also under Vertex's `publishers/google`), Vertex's Claude
+`:rawPredict` / `:streamRawPredict`, Bedrock's `/model/M/invoke` and `/invoke-with-response-stream` (AWS event
+stream frames), and `GET /v1/models`. Per request, an `x-fake` header picks a fault:
 
     status=429        answer with that HTTP status and the provider's error body
     reset-after=N     send N stream events, then reset the connection
@@ -21,10 +24,12 @@ and an `x-fake-usage` header (JSON) sets the usage the response reports.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import socket
 import struct
 import threading
+import zlib
 from typing import Any
 
 import orjson
@@ -54,6 +59,52 @@ def _openai_usage(usage: dict[str, Any], responses: bool) -> dict[str, Any]:
     return {"prompt_tokens": total, "completion_tokens": out, "total_tokens": total + out,
             "prompt_tokens_details": {"cached_tokens": read, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}}
+
+
+def gemini_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """usageMetadata: promptTokenCount includes the cached tokens (cachedContentTokenCount)."""
+    read = usage.get("cache_read_input_tokens", 0)
+    prompt = usage.get("input_tokens", 0) + read + usage.get("cache_creation_input_tokens", 0)
+    out = usage.get("output_tokens", 0)
+    return {"promptTokenCount": prompt, "cachedContentTokenCount": read, "candidatesTokenCount": out,
+            "totalTokenCount": prompt + out, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}]}
+
+
+def gemini_chunks(model: str, usage: dict[str, Any]) -> list[dict[str, Any]]:
+    """A streamGenerateContent answer: one chunk per word, usageMetadata on each (the last one is final)."""
+    chunks = []
+    for i, word in enumerate(WORDS):
+        last = i == len(WORDS) - 1
+        cand: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": word}]}, "index": 0}
+        if last:
+            cand["finishReason"] = "STOP"
+        chunks.append({"candidates": [cand], "usageMetadata": gemini_usage(usage if last else {
+            **usage, "output_tokens": i + 1}), "modelVersion": model, "responseId": "fake-gemini-01"})
+    return chunks
+
+
+def gemini_response(model: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": [{"text": "".join(WORDS)}]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": gemini_usage(usage), "modelVersion": model, "responseId": "fake-gemini-01"}
+
+
+def event_stream_frame(payload: bytes, event_type: str = "chunk") -> bytes:
+    """One AWS event-stream message (prelude, string headers, payload, CRC32s), as Bedrock streams them."""
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json"),
+                        (":message-type", "event")):
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
+    total = 16 + len(headers) + len(payload)
+    prelude = total.to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + headers + payload
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def bedrock_stream(model: str, usage: dict[str, Any]) -> bytes:
+    events = anthropic_events(model, usage)
+    return b"".join(event_stream_frame(orjson.dumps({"bytes": base64.b64encode(orjson.dumps(ev)).decode()}))
+                    for _, ev in events if ev["type"] != "ping")
 
 
 def anthropic_events(model: str, usage: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -142,6 +193,16 @@ def _error_body(path: str, status: int) -> dict[str, Any]:
     return {"error": {"message": f"fake {kind}", "type": kind, "param": None, "code": None}}
 
 
+def _model_in(path: str) -> str | None:
+    from urllib.parse import unquote
+
+    if "/models/" in path:
+        return path.split("/models/", 1)[1].split(":", 1)[0]
+    if path.startswith("/model/"):
+        return unquote(path.split("/")[2])
+    return None
+
+
 def _sse(event: str | None, data: Any) -> bytes:
     payload = data if isinstance(data, str) else orjson.dumps(data).decode()
     return ((f"event: {event}\n" if event else "") + f"data: {payload}\n\n").encode()
@@ -211,10 +272,12 @@ class FakeProvider:
             writer.close()
 
     async def _respond(self, head: Head, body: bytes, writer: asyncio.StreamWriter) -> bool:
-        method, path = head.start[0], head.start[1].split("?")[0]
+        method, target = head.start[0], head.start[1]
+        path = target.split("?")[0]
         headers = head.lower_dict()
         if self.record_requests:
-            self.requests.append({"method": method, "path": path, "headers": headers, "body": body})
+            self.requests.append({"method": method, "path": path, "target": target, "headers": headers,
+                                  "body": body})
         faults = dict(f.partition("=")[::2] for f in headers.get("x-fake", "").split(",") if f)
         usage = {**DEFAULT_USAGE, **orjson.loads(headers.get("x-fake-usage", "{}"))}
         if method == "GET" and path.endswith("/models"):
@@ -228,7 +291,9 @@ class FakeProvider:
         if "status" in faults:
             status = int(faults["status"])
             return await self._json(writer, status, _error_body(path, status), False)
-        model = str(req.get("model", "fake-model"))
+        model = str(req.get("model", _model_in(path) or "fake-model"))
+        if ":" in path.rsplit("/", 1)[-1] or "/model/" in path:  # Gemini, Vertex and Bedrock name a method
+            return await self._google_or_aws(writer, path, target, model, usage)
         if not req.get("stream"):
             if path.endswith("/messages"):
                 data = anthropic_message(model, usage)
@@ -249,6 +314,32 @@ class FakeProvider:
             include = bool((req.get("stream_options") or {}).get("include_usage"))
             events = chat_chunks(model, usage, include)
         return await self._stream(writer, events, faults)
+
+    async def _google_or_aws(self, writer: asyncio.StreamWriter, path: str, target: str, model: str,
+                             usage: dict[str, Any]) -> bool:
+        method = path.rsplit(":", 1)[-1] if ":" in path.rsplit("/", 1)[-1] else path.rsplit("/", 1)[-1]
+        if method == "countTokens":
+            return await self._json(writer, 200, {"totalTokens": 42}, False)
+        if method == "generateContent":
+            return await self._json(writer, 200, gemini_response(model, usage), False)
+        if method == "streamGenerateContent":
+            chunks = gemini_chunks(model, usage)
+            if "alt=sse" in target:
+                return await self._stream(writer, [(None, c) for c in chunks], {})
+            return await self._json(writer, 200, chunks, False)
+        if method in ("rawPredict", "invoke"):
+            return await self._json(writer, 200, anthropic_message(model, usage), False)
+        if method == "streamRawPredict":
+            return await self._stream(writer, anthropic_events(model, usage), {})
+        if method == "invoke-with-response-stream":
+            frames = bedrock_stream(model, usage)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.amazon.eventstream\r\n"
+                         b"x-amzn-requestid: fake-aws-01\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + _chunk(frames) + b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        return await self._json(writer, 404, {"error": {"code": 404, "message": f"fake: no {method}",
+                                                        "status": "NOT_FOUND"}}, False)
 
     async def _json(self, writer: asyncio.StreamWriter, status: int, data: Any, gz: bool, head: int = 0) -> bool:
         body = orjson.dumps(data)

@@ -7,6 +7,20 @@ from dataclasses import dataclass
 class ProtocolError(Exception):
     """A peer sent something that is not HTTP/1.1."""
 
+    status = 400  # what the proxy answers a client that sent it
+
+
+class BodyTooLarge(ProtocolError):
+    """A body (or one chunk of it) over the limit the reader was given."""
+
+    status = 413
+
+
+class ReadTimeout(ProtocolError):
+    """A client stopped sending in the middle of its request."""
+
+    status = 408
+
 
 @dataclass(slots=True)
 class Head:
@@ -80,14 +94,15 @@ def persistent(head: Head) -> bool:
 class ChunkedDecoder:
     """Incremental decoder of a chunked body: feed raw bytes, collect the payload, know where it ends."""
 
-    __slots__ = ("_buf", "_remaining", "_state", "done", "body")
+    __slots__ = ("_buf", "_remaining", "_state", "done", "body", "_limit")
 
-    def __init__(self, body: bytearray | None = None) -> None:
+    def __init__(self, body: bytearray | None = None, limit: int | None = None) -> None:
         self._buf = bytearray()
         self._remaining = 0
         self._state = "size"
         self.done = False
         self.body = body if body is not None else bytearray()  # the decoded payload is appended here
+        self._limit = limit  # BodyTooLarge as soon as a chunk's size line would take the body past it
 
     def feed(self, data: bytes) -> None:
         buf = self._buf
@@ -124,4 +139,6 @@ class ChunkedDecoder:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
                 raise ProtocolError(f"bad chunk size {line[:40]!r}") from None
+            if self._limit is not None and len(self.body) + size > self._limit:
+                raise BodyTooLarge(f"chunked body over the {self._limit:,}-byte limit")
             self._state, self._remaining = ("trailer", 0) if size == 0 else ("data", size)

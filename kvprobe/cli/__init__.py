@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "compare": ("compare_cmd", "compare_cmd", "command", {}),
     "gate": ("gate_cmd", "gate", "command", {}),
     "baseline": ("gate_cmd", "baseline_cmd", "command", {}),
+    "init-ci": ("init_ci_cmd", "init_ci", "command", {}),
     "run-probe": ("probe_cmd", "run_probe_cmd", "command", {}),
     "capture": ("capture_cmd", "capture", "command", {"context_settings": "CONTEXT"}),
     "import": ("import_cmd", "import_", "command", {}),

@@ -173,6 +173,9 @@ def money(value: float | None) -> str:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
+    # one line: a file name or value with a newline in it (a CI input) must not start a line of its own, which
+    # a CI log could read as a command (GitHub's `::error::`, `::add-mask::`)
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
     err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
 

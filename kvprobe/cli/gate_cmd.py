@@ -6,16 +6,15 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.text import Text
 
 from kvprobe.cli.common import Force, err, out, output_path, print_json, user_errors
-from kvprobe.compare import load_baseline, summary_of
+from kvprobe.compare import load_baseline
 from kvprobe.economics.tasks import load_outcomes
-from kvprobe.errors import InputError
-from kvprobe.gate.causes import baseline_causes, without_content
-from kvprobe.gate.check import GateResult, run_gate
+from kvprobe.errors import InputError, KvprobeError
+from kvprobe.gate.causes import baseline_bytes, without_content
+from kvprobe.gate.check import GateResult, missing_baseline_check, run_gate
 from kvprobe.gate.config import GateConfig, find_config, load_config_file, parse_setting
 from kvprobe.gate.formats import annotations, cause_groups, to_junit, to_markdown
 from kvprobe.gate.inputs import expand_traces, require_baseline_requests, summary_target
@@ -73,6 +72,10 @@ def gate(
                                                  help="Prompt text (a fix's example of the changing line): in the "
                                                       "log and --json by default, in the summary and JUnit only "
                                                       "with --content; --no-content leaves it out everywhere")] = None,
+    write_baseline: Annotated[Path | None, typer.Option("--write-baseline", metavar="PATH",
+                                                        help="Write this run's baseline to PATH (replaced) when "
+                                                             "no check failed: the file to commit as the "
+                                                             "baseline")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable result (`kvprobe schema gate`)")] = False,
 ) -> None:
     """Fail CI (exit 1) when cost or cache reuse crosses a threshold; exit 3 when it cannot decide.
@@ -80,8 +83,10 @@ def gate(
     Thresholds come from flags, else the config (`kvprobe schema gate-config` lists its keys). A request
     that failed without usage fails the gate; a cost threshold over requests kvprobe cannot price, or a
     baseline task the traces lack, is undecided (exit 3) unless --undecided warn. An empty trace or
-    baseline is refused (exit 2). Under GitHub Actions the summary goes to $GITHUB_STEP_SUMMARY and
-    failed checks become annotations; the log stays plain text.
+    baseline is refused (exit 2). A baseline file that does not exist yet (a first run) leaves the
+    comparison undecided and says what to commit (--write-baseline writes it). Under GitHub Actions the
+    summary goes to $GITHUB_STEP_SUMMARY and failed checks become annotations, in every outcome, bad input
+    included; the log stays plain text.
 
     Example: kvprobe gate trace.jsonl --min-hit-ratio 80% --baseline baseline.json --max-regression 10%
     """
@@ -89,29 +94,75 @@ def gate(
              "max_input_equivalent": max_input_equivalent, "baseline": baseline, "max_regression": max_regression,
              "max_hit_ratio_drop": max_hit_ratio_drop, "max_failed_requests": max_failed_requests,
              "price_file": price_file, "undecided": undecided}
-    with user_errors():
-        paths = expand_traces(traces)
-        cfg = load_config_file(config) if config else find_config(Path.cwd())
-        t = cfg.thresholds.merged(None, **{name: parse_setting(name, value, "--" + name.replace("_", "-"))
-                                           for name, value in flags.items() if value is not None})
-        t.check_complete()
+    with user_errors():  # where the CI formats go: checked first, since every outcome is written there
         summary = summary_target()
-        for path, flag in ((junit_xml, "--junit-xml"), (markdown_file, "--markdown-file")):
+        for path, flag in ((junit_xml, "--junit-xml"), (markdown_file, "--markdown-file"),
+                           (write_baseline, "--write-baseline")):
             if path is not None:
-                check_output(path, paths, force=True, field=flag)
-        base = require_baseline_requests(load_baseline(Path(t.baseline)), t.baseline) if t.baseline else None
-        prices = PriceBook.from_file(t.price_file)
-        report = build_report(paths, outcomes=load_outcomes(outcomes) if outcomes else None, top=0,
-                              predicted_only=predicted, prices=prices, skip_failed=True)
-        _require_requests(report, paths)
-        result = run_gate(report, t, base, allow_predicted=predicted)
-        result.inputs = {"traces": [str(p) for p in paths], "requests": len(report.results) + len(report.failed),
-                         "failed_requests": len(report.failed), "config": cfg.path, "baseline": t.baseline}
-        result.notes = cfg.warnings + report.notes
-    _emit(result, cfg, json_out, markdown, content)
+                check_output(path, _named_files(traces), force=True, field=flag)
+    cfg = GateConfig()
+    try:
+        result, cfg = _decide(traces, config, flags, outcomes, predicted, write_baseline)
+    except KvprobeError as exc:  # bad input: still a true summary, JUnit and annotation for CI (exit 2)
+        err.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
+        result = _error_result(exc)
+    if not result.errored:
+        _emit(result, cfg, json_out, markdown, content)
+    else:
+        _annotate(result, cfg)
     with user_errors():
         _write_files(result, summary, markdown_file, junit_xml, content is True)
     raise typer.Exit(result.exit_code)
+
+
+def _named_files(traces: list[str]) -> list[Path]:
+    """The traces named as they are (globs left out): an output may not be one of them."""
+    return [Path(t) for t in traces if not (set("*?[") & set(t))]
+
+
+def _error_result(exc: KvprobeError) -> GateResult:
+    if isinstance(exc, InputError):
+        shown = InputError(exc.message, file=shown_path(exc.file) if exc.file else None, line=exc.line,
+                           field=exc.field)
+        return GateResult.of_error(str(shown), exc.file, exc.line)
+    return GateResult.of_error(str(exc))
+
+
+def _decide(traces: list[str], config: Path | None, flags: dict[str, str | None], outcomes: Path | None,
+            predicted: bool, write_baseline: Path | None) -> tuple[GateResult, GateConfig]:
+    """Read the settings, baseline and traces, run every check, and write this run's baseline when asked."""
+    paths = expand_traces(traces)
+    cfg = load_config_file(config) if config else find_config(Path.cwd())
+    t = cfg.thresholds.merged(None, **{name: parse_setting(name, value, "--" + name.replace("_", "-"))
+                                       for name, value in flags.items() if value is not None})
+    t.check_complete()
+    missing = t.baseline is not None and not Path(t.baseline).exists()  # a first run: nothing committed yet
+    base = require_baseline_requests(load_baseline(Path(t.baseline)), t.baseline) if t.baseline and not missing \
+        else None
+    prices = PriceBook.from_file(t.price_file)
+    report = build_report(paths, outcomes=load_outcomes(outcomes) if outcomes else None, top=0,
+                          predicted_only=predicted, prices=prices)
+    _require_requests(report, paths)
+    result = run_gate(report, t, base, allow_predicted=predicted)
+    writes = write_baseline is not None and bool(report.results) and not result.failed and not result.reason
+    if missing and not result.reason:
+        result.checks.append(missing_baseline_check(t.baseline, _baseline_place(write_baseline) if writes else None))
+    if writes:
+        write_atomic(write_baseline, baseline_bytes(report))
+        result.baseline_written = str(write_baseline)
+    result.inputs = {"traces": [str(p) for p in paths], "requests": len(report.results) + len(report.failed),
+                     "failed_requests": len(report.failed), "config": cfg.path, "baseline": t.baseline}
+    result.notes = cfg.warnings + [n for n in report.notes if n != report.failed_note]  # a check says it
+    return result, cfg
+
+
+def _baseline_place(path: Path | None) -> str | None:
+    """Where this run's baseline is, in the words the user can follow: in the CI artifact when the action
+    names it (KVPROBE_ARTIFACT), else the file."""
+    artifact = os.environ.get("KVPROBE_ARTIFACT")
+    if path is None:
+        return None
+    return f"{path.name} in this run's `{artifact}` artifact" if artifact else str(path)
 
 
 def _require_requests(report: Report, paths: list[Path]) -> None:
@@ -138,6 +189,10 @@ def _emit(result: GateResult, cfg: GateConfig, json_out: bool, markdown: bool, c
         sys.stdout.flush()
     except OSError as exc:
         _stdout_failed(exc)
+    _annotate(result, cfg)
+
+
+def _annotate(result: GateResult, cfg: GateConfig) -> None:
     if os.environ.get("GITHUB_ACTIONS") == "true":  # workflow commands are read from stderr too
         for line in annotations(result, cfg.lines):
             sys.stderr.write(line + "\n")
@@ -227,15 +282,12 @@ def baseline_cmd(
         paths = expand_traces(traces)
         output = output_path(output, [*paths, *([outcomes] if outcomes else [])], force=force)
         report = build_report(paths, fixes=False, outcomes=load_outcomes(outcomes) if outcomes else None, top=0,
-                              prices=PriceBook.from_file(price_file), skip_failed=True)
+                              prices=PriceBook.from_file(price_file))
         _require_requests(report, paths)
         if not report.results:
             raise InputError(f"all {len(report.failed)} requests failed ({report.failed[0][1][:120]}): a baseline of "
                              "a run that reached no model would let every later run pass", file=str(paths[0]))
-        data = summary_of(report)
-        for task, found in baseline_causes(report).items():
-            data["tasks"][task]["causes"] = found
-        write_atomic(output, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        write_atomic(output, baseline_bytes(report))
     if report.failed:
         err.print(f"warning: {len(report.failed)} failed requests left out of the baseline", markup=False)
     out.print(f"wrote baseline of {report.totals['requests']} requests, {len(report.tasks)} tasks to {output}",

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from kvprobe.cli.common import Force, err, fail, out, output_path, print_json, user_errors
 from kvprobe.cli.tables import Col, print_table
+from kvprobe.checkout import in_repository
 from kvprobe.lint import LintResult, lint_paths
 
 _STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
@@ -40,10 +41,16 @@ def lint(
     force: Force = False,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this "
                                             "severity")] = FailOn.error,
+    skip_non_requests: Annotated[bool | None, typer.Option(
+        "--skip-non-requests/--no-skip-non-requests",
+        help="Name a file that is not a request body, trace or agent log as skipped and lint the others (the "
+             "default with several files; the pre-commit hook's setting) instead of exit 2")] = None,
 ) -> None:
     """Check request bodies (any supported API) or every request of traces for what breaks prompt caching:
     volatile text before the last breakpoint, breakpoints missing, too many or below the minimum, tools or
-    identity parameters that change within a session, history past the lookback window.
+    identity parameters that change within a session, history past the lookback window. Files are named
+    relative to the repository, from any folder; with several files, one that is not a request is named as
+    skipped and the others' findings and exit code stand.
 
     Example: kvprobe lint traces/sample_session.jsonl --format sarif -o kvprobe.sarif --fail-on warning
     """
@@ -53,11 +60,14 @@ def lint(
     with user_errors():
         if output is not None:  # checked before any work: never an input, never replaced without --force
             output = output_path(output, inputs, force=force)
-        result = _lint(inputs, show_progress=chosen is Format.table or output is not None)
+        result = _lint(inputs, chosen is Format.table or output is not None, skip_non_requests)
     if chosen is Format.table:
         render(result)
     else:
         data = result.to_json() if chosen is Format.json else result.to_sarif()
+        if chosen is Format.sarif:
+            _say_left_out(result)
+        _say_skipped(result)
         if output is None:
             print_json(data)
         else:
@@ -66,14 +76,32 @@ def lint(
         raise typer.Exit(1)
 
 
-def _lint(inputs: list[Path], show_progress: bool) -> LintResult:
+def _lint(inputs: list[Path], show_progress: bool, skip: bool | None) -> LintResult:
     total = sum(p.stat().st_size for p in inputs if p.is_file())
     if not show_progress or total < PROGRESS_MIN_BYTES:
-        return lint_paths(list(inputs))
+        return lint_paths(list(inputs), skip_bad=skip)
     columns = (TextColumn("linting"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("lint", total=total)
-        return lint_paths(list(inputs), progress=lambda n: bar.advance(task, n))
+        return lint_paths(list(inputs), progress=lambda n: bar.advance(task, n), skip_bad=skip)
+
+
+def _say_left_out(result: LintResult) -> None:
+    from kvprobe.lint.sarif import outside
+
+    left = outside(result)
+    if left:
+        err.print(f"note: {_plural(len(left), 'finding')} in files outside the repository (e.g. "
+                  f"{left[0].subject.source}) left out of the SARIF: code scanning places results on files of the "
+                  "checkout only (--format json has them)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _say_skipped(result: LintResult) -> None:
+    """JSON and SARIF go to stdout or a file: the skipped files are named on stderr."""
+    for s in result.inputs:
+        if s.skipped:
+            err.print(f"warning: {shown(s.file)}: skipped, not linted: {s.skipped}", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def _write(path: Path, data: dict) -> None:
@@ -86,9 +114,14 @@ def _write(path: Path, data: dict) -> None:
         write_bytes_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
 
 
+def shown(source: str) -> str:
+    """A file as the repository names it (from any working directory), else as it was given."""
+    return in_repository(source) or source
+
+
 def _where(f) -> str:
     s = f.subject
-    place = f"{Path(s.source).name}:{f.region.start_line}" if f.region is not None and s.source else s.id
+    place = f"{shown(s.source)}:{f.region.start_line}" if f.region is not None and s.source else s.id
     if f.region is not None and f.region.start_column:
         place += f":{f.region.start_column}"
     place += f"\n{s.id} (#{s.index})"
@@ -133,9 +166,11 @@ def render(result: LintResult) -> None:
 
 def _render_inputs(result: LintResult) -> None:
     for s in result.inputs:
+        if s.skipped:
+            out.print(Text(f"{shown(s.file)}: skipped, not linted: {s.skipped}", style="yellow"), soft_wrap=True)
         if s.usage_only:
-            out.print(Text(f"{s.file}: {s.usage_only} records have usage only (no request body): not linted",
+            out.print(Text(f"{shown(s.file)}: {s.usage_only} records have usage only (no request body): not linted",
                            style="yellow"), soft_wrap=True)
         if s.skipped_lines:
-            out.print(Text(f"{s.file}: {s.skipped_lines} malformed lines skipped; first: {s.errors[0]}",
+            out.print(Text(f"{shown(s.file)}: {s.skipped_lines} malformed lines skipped; first: {s.errors[0]}",
                            style="yellow"), soft_wrap=True)

@@ -71,8 +71,9 @@ def report(
 
 
 def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | None]) -> None:
-    """An empty input or filters that match nothing is a mistake to report (exit 2), not an empty table."""
-    if rep.results:
+    """An empty input or filters that match nothing is a mistake to report (exit 2), not an empty table. A
+    trace whose every request failed is not: the report says so (nothing was billed)."""
+    if rep.results or rep.failed:
         return
     if rep.considered:
         given = [f"{flag} {value}" for flag, value in filters.items() if value is not None]
@@ -137,6 +138,8 @@ def render_totals(rep: Report) -> None:
     out.print(Text("  (input-equivalents: the input priced in fresh-input tokens, each cache write and read at its "
                    "provider's multiplier, e.g. Claude 1.25x 5m writes, 2x 1h, 0.1x reads: one unit across providers)",
                    style="dim"))
+    if rep.failed_note:  # beside the total it is left out of
+        out.print(Text(f"Failed: {rep.failed_note}", style="yellow"))
     written = t["cache_write_tokens"]
     out.print(f"Writes: {written:,} tokens (cold start {t['cold_start_write_tokens']:,}, rebuilds "
               f"{t['rebuild_write_tokens']:,}, extensions {t['extension_write_tokens']:,}); missed reads "
@@ -315,7 +318,8 @@ def _before_after(before, after, name: str) -> str:
 
 def _render_notes(rep: Report) -> None:  # on stderr, after everything
     for note in rep.notes:
-        err.print(note)
+        if note != rep.failed_note:  # shown with the totals
+            err.print(note)
     for name, stats in rep.stats:
         if stats.skipped:
             err.print(f"{name}: skipped {stats.skipped} malformed lines")

@@ -74,7 +74,7 @@ def watch(
 
 def _notes(step: Step) -> list[str]:
     lines = [f"{e.path}: {e.kind}" for e in step.file_events if e.kind != "opened"]
-    return lines + [f"skipped {s}" for s in step.skipped]
+    return lines + [f"skipped {s}" for s in step.skipped] + [f"failed, not priced: {f}" for f in step.failed]
 
 
 def _stream_json(w: Watch, steps) -> None:
@@ -159,6 +159,8 @@ def _summary(w: Watch, json_out: bool) -> None:
             f"{t.misses} miss(es) costing {money(t.miss_usd)}")
     if t.unpriced:
         line += f", {t.unpriced} request(s) of unknown price"
+    if t.failed:
+        line += f", {t.failed} failed (not priced)"
     if json_out:
         err.print(line, soft_wrap=True)
     for reason, count in w.skips.reasons.most_common():

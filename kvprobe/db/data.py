@@ -139,7 +139,7 @@ def _fleet_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
     return [{"trace_id": trace_id, **f.to_json()} for f in rep.fleet]
 
 
-def _trace_row(tf: TraceFile, records: int, skipped: int) -> dict[str, Any]:
+def _trace_row(tf: TraceFile, records: int | None, skipped: int) -> dict[str, Any]:
     from kvprobe import __version__
 
     return {"trace_id": tf.trace_id, "path": str(tf.path), "size_bytes": tf.size, "content_hash": tf.content_hash,
@@ -147,15 +147,27 @@ def _trace_row(tf: TraceFile, records: int, skipped: int) -> dict[str, Any]:
 
 
 def _from_report(rep: Report) -> Loaded:
-    """One report (of any number of traces, simulated together) as tables, keyed by its first trace."""
-    files = [identify(name) for name, _ in rep.stats if Path(name).is_file()]
+    """One report (of any number of traces or agent-log folders, simulated together) as tables, keyed by its
+    inputs' trace_ids joined: for one input, the very tables `load(path)` gives."""
+    names = rep.inputs or [name for name, _ in rep.stats]
+    files = [identify(name) for name in names if Path(name).exists()]
     assign_ids(files, [])
     trace_id = "+".join(tf.trace_id for tf in files) or "report"
     rows: Rows = {t.name: [] for t in TABLES}
     rows.update(report_rows(trace_id, rep))
-    rows["traces"] = [_trace_row(tf, s.records, s.skipped) for tf, (_, s) in zip(files, rep.stats)]
+    stats = dict(rep.stats)
+    rows["traces"] = [_trace_row(tf, *_read_counts(tf, stats, rep, len(files))) for tf in files]
     rows[FLEET] = _fleet_rows(trace_id, rep)
     return Loaded(rows, {trace_id: rep})
+
+
+def _read_counts(tf: TraceFile, stats: dict[str, Any], rep: Report, inputs: int) -> tuple[int | None, int]:
+    """Records read and lines skipped of one input: from its read stats (a kvprobe trace), else (agent logs,
+    read through the importers) the report's requests when it is the only input, else unknown (NULL)."""
+    s = stats.get(tf.given) or stats.get(str(tf.path))
+    if s is not None:
+        return s.records, s.skipped
+    return (rep.considered + len(rep.failed) if inputs == 1 else None), 0
 
 
 def load(path: str | Path | Sequence[str | Path] | Report, *, prices: PriceBook | None = None,

@@ -7,6 +7,7 @@ import orjson
 
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.token_costs import token_class_usd
 from kvprobe.report import Report
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -16,7 +17,16 @@ def _hex(value: int) -> str:
     return f"{value:032x}"
 
 
-def request_row(trace_id: str, seq: int, r: RequestResult) -> dict[str, Any]:
+def _class_usd(r: RequestResult, prices: Any) -> dict[str, float | None]:
+    """The request's cost by token class (economics.token_costs), NULL each when it is unpriced."""
+    usd = token_class_usd(r, prices)
+    if usd is None:
+        return {"cache_read_usd": None, "cache_write_usd": None, "fresh_input_usd": None, "output_usd": None}
+    return {"cache_read_usd": usd["read"], "cache_write_usd": usd["write_5m"] + usd["write_1h"],
+            "fresh_input_usd": usd["fresh"], "output_usd": usd["output"]}
+
+
+def request_row(trace_id: str, seq: int, r: RequestResult, prices: Any = None) -> dict[str, Any]:
     u, p, sk = r.usage, r.predicted, r.sk
     req = sk.request
     return {
@@ -27,8 +37,8 @@ def request_row(trace_id: str, seq: int, r: RequestResult) -> dict[str, Any]:
         "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
         "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
         "output_tokens": u.output_tokens,
-        "hit_ratio": u.cache_read_tokens / u.input_tokens if u.input_tokens else None,
-        "cost_usd": r.cost_usd, "cost_source": r.cost_source, "input_equivalent_tokens": r.input_equivalent,
+        "token_hit_ratio": u.cache_read_tokens / u.input_tokens if u.input_tokens else None,
+        "cost_usd": r.cost_usd, **_class_usd(r, prices), "cost_source": r.cost_source, "input_equivalent_tokens": r.input_equivalent,
         "observed": r.observed, "tokens_source": r.tokens_source, "write_kind": r.write_kind,
         "reusable_tokens": r.reusable_tokens, "missed_read_tokens": r.missed_tokens,
         "predicted_cache_read_tokens": p.cache_read_tokens if p else None,
@@ -61,7 +71,7 @@ def diagnosis_rows(trace_id: str, r: RequestResult) -> list[dict[str, Any]]:
         rows.append({"trace_id": trace_id, "request_id": r.sk.id, "diagnosis_index": i, "kind": d.kind,
                      "inferred": d.inferred, "detail": d.detail, "advice": advice_for(d), "path": d.path,
                      "token_position": d.token_position, "seconds_past": d.seconds_past, "writer_id": d.writer_id,
-                     "param": d.param, "missed_tokens": d.missed_tokens,
+                     "param": d.param, "missed_read_tokens": d.missed_tokens,
                      "details": orjson.dumps(d.to_json(), default=str).decode()})
     return rows
 
@@ -82,7 +92,8 @@ def fix_rows(trace_id: str, fixes: list[dict[str, Any]],
 def block_cost_rows(trace_id: str, blocks: list[Any]) -> list[dict[str, Any]]:
     return [{"trace_id": trace_id, "block_hash": b.hash or "unattributed", "path": b.path, "kind": b.kind,
              "first_request": b.first_request, "tokens": b.tokens, "requests": b.requests,
-             "write_usd": b.write_usd, "read_usd": b.read_usd, "fresh_usd": b.fresh_usd, "total_usd": b.total_usd,
+             "cache_write_usd": b.write_usd, "cache_read_usd": b.read_usd, "fresh_input_usd": b.fresh_usd,
+             "cost_usd": b.total_usd,
              "input_equivalent_tokens": b.input_equivalent} for b in blocks]
 
 
@@ -99,7 +110,7 @@ def report_rows(trace_id: str, rep: Report) -> Rows:
                   "block_costs": block_cost_rows(trace_id, rep.blocks), "diagnoses": [],
                   "fixes": fix_rows(trace_id, rep.fixes, rep.alternatives)}
     for seq, r in enumerate(ordered):
-        rows["requests"].append(request_row(trace_id, seq, r))
+        rows["requests"].append(request_row(trace_id, seq, r, rep.prices))
         rows["blocks"] += block_rows(trace_id, r)
         rows["diagnoses"] += diagnosis_rows(trace_id, r)
     return rows

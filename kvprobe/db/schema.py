@@ -7,6 +7,13 @@ Keys: a trace file is identified by `trace_id`, the hash of its first record lin
 loaded file starts with the same record), kept when the file grows (capture appends) or moves; re-loading it
 replaces that trace's rows instead of adding duplicates. Every other table is keyed by (trace_id,
 request_id, ...).
+
+One name for one quantity, in every table: token counts
+are `<class>_tokens` (input, cache_read, cache_write, cache_write_5m, cache_write_1h, fresh_input, output,
+missed_read), their dollars `<class>_usd` (cache_read, cache_write, fresh_input, output) adding up to
+`cost_usd`, the share of input read from the cache `token_hit_ratio`, and the same cost in fresh-input tokens
+`input_equivalent_tokens`. (`report --json` keeps its own names: its `blocks` say write_usd, read_usd,
+fresh_usd and total_usd, docs/contracts.md §3.)
 """
 from __future__ import annotations
 
@@ -16,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: fixes.chosen (alternatives stored too); 3: sessions
+SCHEMA_VERSION = 4  # 2: fixes.chosen (alternatives stored too); 3: sessions; 4: one naming (token_hit_ratio,
+# missed_read_tokens, cache_read_usd/cache_write_usd/fresh_input_usd/cost_usd in block_costs) and the requests'
+# dollars by token class
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +89,12 @@ TABLES: tuple[Table, ...] = (
         _c("readable_at", "TIMESTAMPTZ", "first response byte: from then on its cache entry can be read"),
         _c("finished_at", "TIMESTAMPTZ", "when the response ended (NULL if not logged)"),
         *_TOKENS,
-        _c("hit_ratio", "DOUBLE", "cache_read_tokens / input_tokens (NULL when no input)"),
-        _c("cost_usd", "DOUBLE", "price of the request (NULL when the model has no price)"),
+        _c("token_hit_ratio", "DOUBLE", "cache_read_tokens / input_tokens (NULL when no input)"),
+        _c("cost_usd", "DOUBLE", "price of the request (NULL when the model has no price): the four below added"),
+        _c("cache_read_usd", "DOUBLE", "USD of its cache reads (NULL when unpriced)"),
+        _c("cache_write_usd", "DOUBLE", "USD of its cache writes, 5m and 1h"),
+        _c("fresh_input_usd", "DOUBLE", "USD of its input neither read nor written"),
+        _c("output_usd", "DOUBLE", "USD of its output"),
         _c("cost_source", "VARCHAR", "where the price came from"),
         _c("input_equivalent_tokens", "DOUBLE", "cost in fresh-input tokens (writes and reads weighted)"),
         _c("observed", "BOOLEAN", "usage came from the provider (else it is the simulation's)"),
@@ -137,10 +150,10 @@ TABLES: tuple[Table, ...] = (
         _c("first_request", "VARCHAR", "the first request that sent it"),
         _c("tokens", "BIGINT", "tokens of the block"),
         _c("requests", "INTEGER", "requests that carried it"),
-        _c("write_usd", "DOUBLE", "USD of its cache writes"),
-        _c("read_usd", "DOUBLE", "USD of its cache reads"),
-        _c("fresh_usd", "DOUBLE", "USD of it sent uncached"),
-        _c("total_usd", "DOUBLE", "write + read + fresh"),
+        _c("cache_write_usd", "DOUBLE", "USD of its cache writes"),
+        _c("cache_read_usd", "DOUBLE", "USD of its cache reads"),
+        _c("fresh_input_usd", "DOUBLE", "USD of it sent uncached"),
+        _c("cost_usd", "DOUBLE", "cache_write_usd + cache_read_usd + fresh_input_usd"),
         _c("input_equivalent_tokens", "DOUBLE", "the same in input-token equivalents"),
     )),
     Table("diagnoses", "why a request read less than it could have (docs/contracts.md §3 kinds)",
@@ -157,7 +170,7 @@ TABLES: tuple[Table, ...] = (
         _c("seconds_past", "DOUBLE", "ttl_expired: how long before the request the entry expired"),
         _c("writer_id", "VARCHAR", "request that wrote (or was writing) the entry"),
         _c("param", "VARCHAR", "params_changed: the parameter"),
-        _c("missed_tokens", "BIGINT", "tokens an ideal cache would have read"),
+        _c("missed_read_tokens", "BIGINT", "tokens an ideal cache would have read, by this cause"),
         _c("details", "JSON", "every field of the diagnosis"),
     )),
     Table("fixes", "what-if fixes `kvprobe fix` writes, then their alternatives: each saving re-simulates the "

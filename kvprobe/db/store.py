@@ -1,7 +1,9 @@
 """Load analysed traces into a DuckDB file, incrementally, and run SQL over it.
 
 A load reads and analyses every trace first (bad input: the database is not touched), then writes all of
-them in one transaction. A file that is a version of a trace already in the database (same path; same
+them in one transaction. A database that does not exist yet is built as a temp file beside it and put in
+place when complete: a full disk or SIGTERM leaves no file without tables, and an existing database that
+cannot be written (a full disk at COMMIT) is as it was, with one clean error (exit 2) either way. A file that is a version of a trace already in the database (same path; same
 content; or the stored file is gone and this one begins with its content: moved and grown) replaces that
 trace's rows, or is skipped when unchanged, so loading a file twice never duplicates a row. Any other file
 is a trace of its own, even when it starts with the same record as another.
@@ -16,8 +18,10 @@ Loads may run at once: DuckDB lets one process write a file at a time, so a load
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,15 +31,18 @@ import xxhash
 
 from kvprobe import __version__
 from kvprobe.db.rows import Rows, report_rows
-from kvprobe.db.schema import SCHEMA_VERSION, TABLES, ddl
+from kvprobe.db.schema import SCHEMA_VERSION, TABLES, Table, ddl
 from kvprobe.errors import InputError, not_a_file
+from kvprobe.output import sigterm_raises, remove_stale_temps, temp_name
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Report, build_report
+from kvprobe.secrets import redact_text
 
 if TYPE_CHECKING:
     import duckdb
 
 _CHUNK = 1 << 20
+_MEMO_CAP = 1 << 16  # scrubbed text cells remembered per load
 
 
 @dataclass(slots=True)
@@ -242,13 +249,37 @@ def _write(con: duckdb.DuckDBPyConnection, a: Analysed, loaded_at: float) -> dic
                                  "content_hash": tf.content_hash, "records": a.records,
                                  "skipped_lines": a.skipped, "loaded_at": loaded_at,
                                  "kvprobe_version": __version__}])
+    memo: dict[str, str] = {}
     for t in TABLES:
         if rows[t.name]:
+            _scrub_text_cells(t, rows[t.name], memo)
             con.register("kvprobe_rows", frame(t.name, rows[t.name]))
             con.execute(f"INSERT INTO {t.name} BY NAME SELECT * FROM kvprobe_rows")
             con.unregister("kvprobe_rows")
     counts = {name: len(rows[name]) for name in ("requests", "blocks", "diagnoses")}
     return counts | {"fixes": sum(1 for f in rows["fixes"] if f["chosen"])}  # alternatives are not fixes
+
+
+def _scrub_text_cells(table: Table, rows: list[dict[str, Any]], memo: dict[str, str]) -> None:
+    """Every text cell DuckDB is given is scrubbed of credentials (kvprobe.secrets), in place: the records
+    were scrubbed when read, and this is the one place every row is written (a path, a diagnosis quoting a
+    request). `memo`: block paths, kinds and ids repeat in every row, each is scrubbed once per load."""
+    columns = [c.name for c in table.columns if c.type.startswith("VARCHAR")]
+
+    def clean(value: str) -> str:
+        if value not in memo:
+            if len(memo) >= _MEMO_CAP:  # (millions of distinct request ids: bounded memory)
+                memo.clear()
+            memo[value] = redact_text(value)
+        return memo[value]
+
+    for row in rows:
+        for name in columns:
+            value = row.get(name)
+            if isinstance(value, str):
+                row[name] = clean(value)
+            elif isinstance(value, list):
+                row[name] = [clean(v) if isinstance(v, str) else v for v in value]
 
 
 def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBook | None = None,
@@ -274,23 +305,11 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
             stored = _existing(con)
     # all input is analysed and checked before the database is touched (the ids are provisional until then)
     analysed = {tf.path: analyse(tf, prices, fixes) for tf in _todo(files, stored, force)}
-    with connect(db) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for stmt in ddl():
-                con.execute(stmt)
-            con.execute("INSERT OR REPLACE INTO kvprobe_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-            stored = _existing(con)  # as of now, in this transaction: what other loads wrote is here
-            matches = assign_ids(files, stored)
-            now = time.time()
-            written = {}
-            for tf in _todo(files, stored, force, matches):
-                a = analysed.get(tf.path) or analyse(tf, prices, fixes)  # (changed since it was first looked at)
-                written[tf.trace_id] = _write(con, _with_trace_id(a, tf.trace_id), now)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+
+    def write(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Stored], dict[str, dict[str, int]]]:
+        return _write_all(con, files, analysed, force, prices, fixes)
+
+    matches, written = _into_new_file(db, write) if _is_new(db) else _in_transaction(db, write)
     results = []
     for tf in files:
         if tf.trace_id in written:
@@ -300,6 +319,102 @@ def load_traces(db: str | Path, paths: Iterable[str | Path], *, prices: PriceBoo
             results.append(LoadResult(tf.given, tf.trace_id, "unchanged"))
     return results + [LoadResult(tf.given, twin.trace_id, "duplicate", {"same_as": twin.given})
                       for tf, twin in duplicates]
+
+
+def _write_all(con: duckdb.DuckDBPyConnection, files: list[TraceFile], analysed: dict[Path, Analysed],
+               force: bool, prices: PriceBook | None, fixes: bool | None,
+               ) -> tuple[dict[str, Stored], dict[str, dict[str, int]]]:
+    """Inside the open transaction: the schema, then each file to (re)write under the id chosen now."""
+    for stmt in ddl():
+        con.execute(stmt)
+    con.execute("INSERT OR REPLACE INTO kvprobe_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    stored = _existing(con)  # as of now, in this transaction: what other loads wrote is here
+    matches = assign_ids(files, stored)
+    now = time.time()
+    written = {}
+    for tf in _todo(files, stored, force, matches):
+        a = analysed.get(tf.path) or analyse(tf, prices, fixes)  # (changed since it was first looked at)
+        written[tf.trace_id] = _write(con, _with_trace_id(a, tf.trace_id), now)
+    return matches, written
+
+
+Writer = Callable[["duckdb.DuckDBPyConnection"], tuple[dict[str, Stored], dict[str, dict[str, int]]]]
+
+
+def _is_new(db: str | Path) -> bool:
+    return str(db) != ":memory:" and not Path(db).exists()
+
+
+def _in_transaction(db: str | Path, write: Writer) -> tuple[dict[str, Stored], dict[str, dict[str, int]]]:
+    """Into an existing database, in one transaction: a failure (a full disk at COMMIT, SIGTERM) leaves it
+    as it was. A commit that failed on the disk ends the transaction (DuckDB then refuses ROLLBACK, "no
+    transaction is active"), so that refusal is not what the user is told: the write's own error is."""
+    import duckdb
+
+    with sigterm_raises(), connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            result = write(con)
+            con.execute("COMMIT")
+            return result
+        except BaseException as exc:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            if isinstance(exc, duckdb.Error):
+                raise _write_failed(db, exc, "it is as it was before this load") from None
+            raise
+
+
+def _into_new_file(db: str | Path, write: Writer) -> tuple[dict[str, Stored], dict[str, dict[str, int]]]:
+    """A database that does not exist yet is built as a temp file beside it and put in place when complete:
+    a full disk or a SIGTERM leaves no table-less file, and the next run starts afresh. The temp file (and
+    DuckDB's .wal beside it) is removed on every exit path; after a SIGKILL, by the next load (its name
+    carries the dead writer's pid, as kvprobe.output's temp files do). If another load created the database
+    meanwhile, this one is written into it instead, in a transaction, as any later load is."""
+    import duckdb
+
+    target = Path(db)
+    tmp = temp_name(target)
+    remove_stale_temps(target)
+    with sigterm_raises():
+        try:
+            with connect(tmp) as con:
+                con.execute("BEGIN TRANSACTION")
+                result = write(con)
+                con.execute("COMMIT")
+                con.execute("CHECKPOINT")  # everything in the file itself: its .wal is not renamed with it
+            if _place(tmp, target):
+                return result
+        except duckdb.Error as exc:
+            raise _write_failed(db, exc, "no database file was made") from None
+        except DatabaseError as exc:  # (it named the temp file: the user named the database)
+            raise _write_failed(db, exc.message.removeprefix("cannot open the database: "),
+                                "no database file was made") from None
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+    return _in_transaction(db, write)
+
+
+def _place(tmp: Path, target: Path) -> bool:
+    """Put the finished file at `target` unless one appeared there meanwhile (then False). A hard link
+    creates the name only if it is free (atomically); where links are not supported, a rename."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    except OSError:
+        if target.exists():
+            return False
+        os.replace(tmp, target)
+    return True
+
+
+def _write_failed(db: str | Path, exc: Exception | str, state: str) -> DatabaseError:
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    return DatabaseError(f"cannot write the database ({reason}); {state}", file=str(db), field="--db")
 
 
 def _todo(files: list[TraceFile], stored: list[Stored], force: bool,

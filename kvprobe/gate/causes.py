@@ -167,3 +167,16 @@ def baseline_causes(report: Report) -> dict[str, list[dict[str, Any]]]:
         out.setdefault(cause.task, []).append({"kind": cause.kind, "where": cause.where,
                                                "requests": len(cause.requests), "cost_usd": _usd(cause.cost_usd)})
     return out
+
+
+def baseline_bytes(report: Report) -> bytes:
+    """The baseline of a run (totals, per-task figures and causes), as `kvprobe baseline` and `gate
+    --write-baseline` write it."""
+    import orjson
+
+    from kvprobe.compare import summary_of
+
+    data = summary_of(report)
+    for task, found in baseline_causes(report).items():
+        data["tasks"][task]["causes"] = found
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"

@@ -3,8 +3,10 @@
 Never green on nothing: requests that failed without usage are counted and named and fail the gate (beyond
 `max_failed_requests`), never priced or passed; a trace without a request that succeeded, or without logged
 usage (unless `--predicted`), decides nothing; a baseline task the trace does not contain leaves the
-comparison undecided. Exit 0 held, 1 failed, 3 undecided (`undecided = "warn"`: 0 with a warning when
-every check that could be decided held).
+comparison undecided, and so does a baseline file that does not exist yet (a new repository's first run: the
+check says which file to commit). Exit 0 held, 1 failed, 2 bad input (`GateResult.of_error`: the CI formats
+are written for it too), 3 undecided (`undecided = "warn"`: 0 with a warning when every check that could be
+decided held).
 """
 from __future__ import annotations
 
@@ -42,10 +44,23 @@ class GateResult:
     undecided_mode: str = "fail"
     inputs: dict[str, Any] = field(default_factory=dict)  # traces, requests, failed, config, baseline
     notes: list[str] = field(default_factory=list)  # warnings: configs that disagree, derived prices, ...
+    error: str = ""  # bad input (exit 2): the gate could not run; "" when it ran
+    error_file: str | None = None  # where the bad input is (for the annotation), when the error names it
+    error_line: int | None = None
+    baseline_written: str | None = None  # where this run's baseline was written (--write-baseline)
+
+    @classmethod
+    def of_error(cls, message: str, file: str | None = None, line: int | None = None) -> "GateResult":
+        """The result of a gate that could not run (bad input, exit 2), so CI still gets a true summary."""
+        return cls([], error=message, error_file=file, error_line=line)
 
     @property
     def failed(self) -> bool:
         return any(c.passed is False for c in self.checks)
+
+    @property
+    def errored(self) -> bool:
+        return bool(self.error)
 
     @property
     def undecided(self) -> list[Check]:
@@ -58,6 +73,8 @@ class GateResult:
 
     @property
     def decidable(self) -> bool:
+        if self.error:
+            return False
         return self.failed or (not self.reason and not self.undecided)
 
     @property
@@ -67,7 +84,9 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         """1 when a check failed (even if another could not be decided), 3 when anything was undecided;
-        in warn mode an undecided check is a warning if some threshold was decided and held."""
+        in warn mode an undecided check is a warning if some threshold was decided and held; 2 on bad input."""
+        if self.error:
+            return 2
         if self.failed:
             return 1
         if self.reason:
@@ -79,6 +98,8 @@ class GateResult:
 
     @property
     def verdict(self) -> str:
+        if self.error:
+            return "error"
         if self.failed:
             return "failed"
         if self.exit_code == 0:
@@ -90,7 +111,7 @@ class GateResult:
                 "exit_code": self.exit_code, "undecided": self.undecided_mode,
                 "checks": [c.to_json() for c in self.checks],
                 "top_causes": [c.to_json(content) for c in self.causes],
-                "inputs": self.inputs, "notes": self.notes}
+                "inputs": self.inputs, "notes": self.notes, "baseline_written": self.baseline_written}
 
 
 def _limit_pct(fraction: float) -> str:
@@ -179,6 +200,17 @@ def _names(items: list[str], n: int = 5) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def missing_baseline_check(path: str, written: str | None) -> Check:
+    """The baseline the settings name does not exist yet (a first run): undecided, saying what to commit."""
+    from kvprobe.gate.wording import shown_path
+
+    where = f" This run's baseline is {shown_path(written)}: commit it as {shown_path(path)}" if written else \
+        f" Make it with `kvprobe baseline TRACE -o {shown_path(path)}` from a run that worked and commit it"
+    return Check("regression:baseline", 0, None, None,
+                 f"no baseline at {shown_path(path)} yet, so nothing to compare this run with.{where}; the next "
+                 "runs are compared with it", f"baseline {path}")
+
+
 def _regressions(report: Report, t: Thresholds, baseline: dict[str, Any], missing: Counter[str]) -> list[Check]:
     limit = t.regression_limit
     source = f"baseline {t.baseline}; limit from " + t.sources.get("max_regression", "the default 10%")
@@ -233,8 +265,10 @@ def _task_check(report: Report, limit: float, source: str | None) -> Check:
 
 
 def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = None,
-             allow_predicted: bool = False) -> GateResult:
-    """Every check of `t` on the report (built with skip_failed, top=0), and the causes of its misses."""
+             allow_predicted: bool = False, baseline_missing: Check | None = None) -> GateResult:
+    """Every check of `t` on the report (built with top=0; failed requests are not in its results), and
+    the causes of its misses. `baseline_missing`: the check to make instead of the comparison when the
+    baseline file does not exist."""
     mode = t.undecided or "fail"
     checks = [_failed_check(report, t.max_failed_requests or 0, t.sources.get("max_failed_requests"))]
     if not report.results:
@@ -250,4 +284,6 @@ def run_gate(report: Report, t: Thresholds, baseline: dict[str, Any] | None = No
     checks += _thresholds(report, t, missing)
     if baseline is not None:
         checks += _regressions(report, t, baseline, missing)
+    elif baseline_missing is not None:
+        checks.append(baseline_missing)
     return GateResult(checks, find_causes(report, baseline), undecided_mode=mode)

@@ -192,8 +192,8 @@ def _key_lines(text: str, header: str, keys: list[str]) -> dict[str, int]:
     inside = False
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if stripped.startswith("["):
-            inside = stripped.replace(" ", "") == header
+        if stripped.startswith("["):  # a table header, maybe with a comment after it
+            inside = stripped.split("#", 1)[0].replace(" ", "") == header
             continue
         match = re.match(r'["\']?([A-Za-z0-9_-]+)["\']?\s*=', stripped) if inside else None
         if match and match.group(1) in keys:

@@ -17,7 +17,7 @@ from kvprobe.wording import plural
 
 _MARK = {True: "✅", False: "❌", None: "❔"}
 _HEAD = {"passed": "✅ passed", "passed with warnings": "⚠️ passed with warnings", "failed": "❌ failed",
-         "could not decide": "❔ could not decide"}
+         "could not decide": "❔ could not decide", "error": "❗ error: the gate could not run"}
 SHOWN_CAUSES = 5
 
 
@@ -74,6 +74,9 @@ def to_markdown(result: GateResult, content: bool = False) -> str:
         if inputs.get("baseline"):
             said.append(f"baseline `{cell(shown_path(inputs['baseline']))}`")
         lines += [" · ".join(said), ""]
+    if result.error:
+        return "\n".join(lines + [f"**Error:** {cell(result.error)}", "", "Nothing was checked on this run: fix "
+                                  "the input above and run again.", ""])
     if result.reason:
         lines += [f"**Could not decide:** {cell(result.reason)}", ""]
     lines += ["| | check | result | set by |", "|---|---|---|---|"]
@@ -86,6 +89,8 @@ def to_markdown(result: GateResult, content: bool = False) -> str:
                          f"{cell(_money(c))} | {cell(_cause_fix(c, shown, content))} |")
     if result.notes:
         lines += ["", *(f"- {cell(note)}" for note in result.notes)]
+    if result.baseline_written:
+        lines += ["", f"This run's baseline: `{cell(shown_path(result.baseline_written))}`."]
     return "\n".join(lines) + "\n"
 
 
@@ -99,6 +104,8 @@ def _xml(text: str) -> str:
 
 def to_junit(result: GateResult, content: bool = False) -> bytes:
     """One test case per check (a failure, or in fail mode an error, when it did not hold)."""
+    if result.error:
+        return _junit_error(result.error)
     checks = result.checks + ([Check("gate", 0, None, None, result.reason)] if result.reason else [])
     failures = sum(c.passed is False for c in checks)
     undecided = [c for c in checks if c.passed is None]
@@ -127,6 +134,17 @@ def to_junit(result: GateResult, content: bool = False) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
+def _junit_error(message: str) -> bytes:
+    """One test case, in error: the gate could not run (bad input)."""
+    counts = {"tests": "1", "failures": "0", "errors": "1", "skipped": "0"}
+    suites = ET.Element("testsuites", name="kvprobe gate", **counts)
+    suite = ET.SubElement(suites, "testsuite", name="kvprobe gate", **counts)
+    case = ET.SubElement(suite, "testcase", classname="kvprobe.gate", name="gate")
+    ET.SubElement(case, "error", message=_xml(message), type="input")
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
 def _causes_text(result: GateResult, content: bool) -> str:
     shown: set[str] = set()
     out = []
@@ -138,20 +156,36 @@ def _causes_text(result: GateResult, content: bool) -> str:
     return "\n".join(out)
 
 
+def _config_key(check: Check, lines: dict[str, int]) -> str | None:
+    """The config key that set a check's limit (for its annotation's line), when the config has it."""
+    name = check.name.split(":", 1)[0]
+    if check.name == "regression:token_hit_ratio":
+        keys = ["max_hit_ratio_drop", "max_regression", "baseline"]
+    elif check.name in ("regression:baseline", "regression:tasks"):  # about the baseline itself, not a limit
+        keys = ["baseline"]
+    elif name == "regression":
+        keys = ["max_regression", "baseline"]
+    else:
+        keys = ["max_failed_requests" if name == "failed_requests" else name]
+    return next((k for k in keys if k in lines), None)
+
+
 def annotations(result: GateResult, lines: dict[str, int] | None = None) -> list[str]:
     """An error for each failed check (a warning for an undecided one in warn mode), at the config line that
-    set its limit when there is one; a warning for each note."""
+    set its limit when the config set it; a warning for each note; the error itself when the gate could not
+    run. Files are named relative to the repository (`repo_path`), from any working directory."""
+    if result.error:
+        return [annotation("error", "kvprobe gate: error", result.error, result.error_file, result.error_line)]
     out = []
     undecided_level = "warning" if result.undecided_warns else "error"
-    config = result.inputs.get("config")
+    config, lines = result.inputs.get("config"), lines or {}
     for c in result.checks:
         if c.passed:
             continue
         level = "error" if c.passed is False else undecided_level
-        key = c.name.split(":", 1)[0] if not c.name.startswith("regression") else "max_regression"
-        at_config = config and c.source and c.source.startswith(config)
-        out.append(annotation(level, f"kvprobe gate: {c.name}", c.detail, config if at_config else None,
-                              (lines or {}).get(key) if at_config else None))
+        key = _config_key(c, lines) if config else None
+        out.append(annotation(level, f"kvprobe gate: {c.name}", c.detail, config if key else None,
+                              lines.get(key) if key else None))
     if result.reason:
         out.append(annotation("error", "kvprobe gate: could not decide", result.reason))
     out += [annotation("warning", "kvprobe gate", note) for note in result.notes]

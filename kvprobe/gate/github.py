@@ -1,7 +1,8 @@
 """One kvprobe comment per pull request, kept up to date (GitHub's REST API, with the token the job has).
 
-`python -m kvprobe.gate.github comment SUMMARY.md` is what action.yml runs after the gate. The comment is
-found again by a hidden marker, so every push edits it instead of adding another. Commenting is a courtesy:
+`python -m kvprobe.gate.github comment SUMMARY.md` is what action.yml runs after the gate, whatever its
+outcome (an empty SUMMARY: the gate did not run, and the comment says so). The comment is found again by a
+hidden marker, so every push edits it instead of adding another, and it always holds the latest run's word. Commenting is a courtesy:
 no pull request, no token, or a token that may not write (a fork's pull request) is a warning, never a
 failed job.
 """
@@ -18,6 +19,9 @@ import httpx
 from kvprobe.gate.wording import COMMENT_MARKER, annotation
 
 PAGE = 100
+# the comment and job summary of a run whose gate did not run: never the verdict of an earlier run
+DID_NOT_RUN = ("### kvprobe gate: ❗ did not run\n\nA step before the gate failed (the install, the local engine or "
+               "the capture): see the job's log. No check was made on this run, so no earlier verdict stands.\n")
 
 
 def pull_request_number(event_path: str | None) -> int | None:
@@ -66,7 +70,22 @@ def _warn(message: str) -> int:
     return 0
 
 
-def comment(summary: Path, env: dict[str, Any]) -> int:
+def _text(summary: Path | None, env: dict[str, Any]) -> str:
+    """The gate's summary, or (no summary: the gate did not run) DID_NOT_RUN, added to the job summary too."""
+    if summary is not None and summary.is_file():
+        return summary.read_text(encoding="utf-8")
+    job = env.get("GITHUB_STEP_SUMMARY")
+    if job:
+        try:
+            with open(job, "a", encoding="utf-8") as fh:
+                fh.write(DID_NOT_RUN)
+        except OSError as exc:
+            _warn(f"cannot write the job summary: {exc.strerror or exc}")
+    return DID_NOT_RUN
+
+
+def comment(summary: Path | None, env: dict[str, Any]) -> int:
+    text = _text(summary, env)
     number = pull_request_number(env.get("GITHUB_EVENT_PATH"))
     token, repo = env.get("GITHUB_TOKEN"), env.get("GITHUB_REPOSITORY")
     if number is None:
@@ -75,7 +94,6 @@ def comment(summary: Path, env: dict[str, Any]) -> int:
     if not token or not repo:
         return _warn("no token (set the action's github-token): no comment")
     try:
-        text = summary.read_text(encoding="utf-8")
         done = upsert_comment(env.get("GITHUB_API_URL") or "https://api.github.com", repo, number, token, text)
     except httpx.HTTPStatusError as exc:
         hint = " (a token from a fork's pull request may not write; grant `pull-requests: write`)" \
@@ -88,10 +106,11 @@ def comment(summary: Path, env: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """`comment SUMMARY.md`; an empty SUMMARY (the gate did not run) comments DID_NOT_RUN."""
     if len(argv) != 2 or argv[0] != "comment":
         sys.stderr.write("usage: python -m kvprobe.gate.github comment SUMMARY.md\n")
         return 2
-    return comment(Path(argv[1]), dict(os.environ))
+    return comment(Path(argv[1]) if argv[1] else None, dict(os.environ))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,14 @@ def shown_path(path: str | None) -> str:
     return relative if len(relative) < len(path) else path
 
 
+def repo_path(path: str) -> str:
+    """A path as GitHub places an annotation: relative to the repository (kvprobe.checkout), whichever folder
+    the step ran in; as given when it is outside."""
+    from kvprobe.checkout import in_repository
+
+    return in_repository(path) or path
+
+
 def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -42,8 +50,9 @@ def annotation(level: str, title: str, message: str, file: str | None = None, li
     """One GitHub Actions workflow command (`::error file=…,line=…,title=…::message`): escaped so that trace
     text can neither end it early nor start another command."""
     props = []
-    if file:
-        props.append(f"file={_escape_property(shown_path(file))}")
+    place = repo_path(file) if file else None
+    if place and not Path(place).is_absolute():  # GitHub places annotations on files of the checkout only
+        props.append(f"file={_escape_property(place)}")
         if line:
             props.append(f"line={line}")
     props.append(f"title={_escape_property(title)}")

@@ -13,19 +13,19 @@ naming the file and line.
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import orjson
-
 from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import claude_code, codex, gemini_cli, har, litellm, opencode, otel, qwen_code
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
-from kvprobe.secrets import redact_text
+from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
+from kvprobe.secrets import scrub_identity
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
@@ -34,30 +34,12 @@ IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex,
                                                          litellm)}
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
-_SNIFF_LINES = 20
+_WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever their first line looks like
+# a broken whole-file document is given to its importer only where that importer counts it as a skip (an
+# OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
+_COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
 
 __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
-
-
-def _first_value(path: Path) -> Any:
-    """The first JSON value of a file: its first parseable line (JSONL), else the whole document."""
-    with path.open("rb") as fh:
-        for _ in range(_SNIFF_LINES):
-            line = fh.readline()
-            if not line:
-                break
-            if not line.strip():
-                continue
-            try:
-                return orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-    if path.suffix in (".har", ".json") or path.stat().st_size < 64 << 20:
-        try:
-            return orjson.loads(path.read_bytes())
-        except orjson.JSONDecodeError:
-            return None
-    return None
 
 
 def _is_kvprobe(first: Any) -> bool:
@@ -68,11 +50,17 @@ def _is_kvprobe(first: Any) -> bool:
 
 def detect_format(path: str | Path) -> str | None:
     """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | otel | litellm, or None when
-    no importer knows the file."""
+    no importer knows the file (sniffed from a bounded prefix: kvprobe.importers.sniff)."""
     path = Path(path)
     if path.name == opencode.DATABASE:
         return opencode.NAME
-    first = _first_value(path)
+    return _format_of(sniff(path))
+
+
+def _format_of(sniffed: Sniffed) -> str | None:
+    first = sniffed.value
+    if sniffed.array:  # a JSON array of lines: Claude Code's, as a transcript hook writes them (logs/chat.json)
+        return claude_code.NAME if claude_code.sniff(first) else None
     if har.sniff(first):
         return har.NAME
     if otel.sniff(first):
@@ -130,9 +118,22 @@ def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | N
             files.append(path)
         elif path.exists():
             raise not_a_file(raw)
+        elif path.is_symlink():
+            raise InputError(_bad_link(path), file=str(raw))
         else:
             raise InputError("file or directory does not exist", file=str(raw))
     return files
+
+
+def _bad_link(path: Path) -> str:
+    """Why a symbolic link leads nowhere: a loop (ELOOP) or a target that does not exist."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop: it leads back to itself"
+        return f"symbolic link to nothing: {os.readlink(path)} does not exist"
+    return "symbolic link cannot be followed"
 
 
 def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Path]:
@@ -140,10 +141,15 @@ def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Pat
         if exc.filename is not None and unreadable is not None:
             unreadable.append((Path(exc.filename), exc.strerror or str(exc)))
     for folder, _dirs, names in os.walk(root, onerror=failed):
-        for name in names:
+        for name in names:  # (a link that loops is listed here: following it finds no folder)
             path = Path(folder) / name
-            if (path.suffix in _SUFFIXES or name == opencode.DATABASE) and path.is_file():
+            log = path.suffix in _SUFFIXES or name == opencode.DATABASE
+            if log and path.is_file():
                 yield path
+            elif unreadable is not None and path.is_symlink() and not path.exists():
+                why = _bad_link(path)  # a loop, whatever its name (it may have been a folder of logs); a
+                if log or "loop" in why:  # dangling link only where it would have been a log
+                    unreadable.append((path, why))
 
 
 def _times_in_range(record: TraceRecord) -> bool:
@@ -192,13 +198,12 @@ def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[T
 
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
     """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
-    texts, where logs keep what a provider echoed (keys included), are scrubbed of credentials."""
+    texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
+    cwd, project_hash, ...) are scrubbed of credentials."""
     for record in records:
         problem = response_usage_problem(record.response)
         if problem is None:
-            if record.error:
-                record.error = redact_text(record.error)
-            yield record
+            yield scrub_identity(record)
             continue
         stats.records -= 1
         stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
@@ -230,7 +235,11 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
     named_files = {Path(p).expanduser() for p in named}  # (a file named itself, not found in a named folder)
     for path in files:
         try:
-            kind = fmt or detect_format(path)
+            kind, sniffed = _detect(path, fmt)
+            if kind is not None and _too_large(path, kind, sniffed, path in named_files, report):
+                continue
+            if sniffed is not None and sniffed.broken and not fmt and kind not in _COUNTS_BROKEN:
+                kind = None
         except OSError as exc:  # (an unreadable file named on the command line is an error: user_errors)
             if path in named_files:
                 raise
@@ -251,6 +260,32 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
             continue
         chosen.append((path, kind))
     return chosen
+
+
+def _detect(path: Path, fmt: str | None) -> tuple[str | None, Sniffed | None]:
+    """The file's format (`fmt` when forced) and what its bounded prefix showed (None: a database)."""
+    if path.name == opencode.DATABASE and fmt in (None, opencode.NAME):
+        return opencode.NAME, None
+    sniffed = sniff(path)
+    return fmt or _format_of(sniffed), sniffed
+
+
+def _too_large(path: Path, kind: str, sniffed: Sniffed | None, named: bool, report: ImportReport) -> bool:
+    """A file its importer would parse as one JSON document, over the size kvprobe holds in memory at once:
+    refused (named: an error; in a folder: a counted skip), never read in part."""
+    if sniffed is None or not (sniffed.document or kind in _WHOLE_FORMATS):
+        return False
+    size, limit = path.stat().st_size, max_document_bytes()
+    if size <= limit:
+        return False
+    why = (f"{size / (1 << 20):,.0f} MB to parse as one JSON document, over the {limit >> 20:,} MB kvprobe reads "
+           "whole (KVPROBE_MAX_DOCUMENT_MB raises it)")
+    if named:
+        raise InputError(f"file too large: {why}", file=str(path))
+    stats = SourceStats(str(path), kind)
+    stats.skip("file too large to read as one JSON document", None, why)
+    report.sources.append(stats)
+    return True
 
 
 def _unreadable(report: ImportReport, path: Path, what: str, why: str) -> None:
@@ -409,8 +444,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     unreadable: list[tuple[Path, str]] = []
     found = discover(named, unreadable)
-    for folder, why in unreadable:
-        _unreadable(report, folder, "folder", why)
+    for where, why in unreadable:
+        _unreadable(report, where, "file" if where.is_symlink() else "folder", why)
     if workers == 0:
         workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)

@@ -37,6 +37,7 @@ class SourceStats:
     from_progress: int = 0  # records (in `records`) known only from a parent's agent_progress line
     platforms: Counter = field(default_factory=Counter)  # records served through a cloud platform (bedrock, vertex)
     sessionless: int = 0  # spans with no conversation or session id (OpenTelemetry): each trace its own session
+    replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -60,7 +61,7 @@ class SourceStats:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
-                "skipped": self.skipped_total,
+                "replayed_from_parent": self.replayed, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -86,6 +87,10 @@ class ImportReport:
     def from_progress(self) -> int:
         return sum(s.from_progress for s in self.sources)
 
+    @property
+    def replayed(self) -> int:
+        return sum(s.replayed for s in self.sources)
+
     def reasons(self) -> Counter:
         total: Counter = Counter()
         for s in self.sources:
@@ -94,7 +99,7 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
-                "skipped": self.skipped,
+                "replayed_from_parent": self.replayed, "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -108,6 +113,10 @@ class ImportReport:
                          "(their own transcripts are absent)")
         if self.duplicates:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
+        if self.replayed:
+            forks = sum(1 for s in self.sources if s.replayed)
+            lines.append(f"{self.replayed:,} replayed requests skipped in {forks} forked rollout(s): the parent's "
+                         "history a fork copies before its own first turn (billed once, in the parent's rollout)")
         for reason, count in self.reasons().most_common():
             lines.append(f"skipped {count:,}: {reason}")
         platforms: Counter = Counter()
@@ -122,15 +131,21 @@ class ImportReport:
         return lines
 
 
-PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI"}
+PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI", "ollama": "Ollama",
+                  "lmstudio": "LM Studio"}
 
 
 def platform_note(platform: str, count: int) -> str:
     """What the output can say about requests a cloud platform served: its own rules where `providers/` has a
-    platform file for it (bedrock.toml, vertex.toml, openrouter.toml), else a caveat."""
+    platform file for it (bedrock.toml, vertex.toml, openrouter.toml), else a caveat; a local model server
+    (Ollama, LM Studio): which rules and prices its models were given."""
     from kvprobe.catalog import load_platforms
 
     name = PLATFORM_NAMES.get(platform, platform)
+    if platform in LOCAL_SERVERS.values():
+        return (f"{count:,} requests served through {name}: the models it runs here are ruled as kvprobe's local "
+                "engine and cost $0; its cloud models (…:cloud) are ruled and priced as their maker's API — a "
+                f"caveat: {name}'s own cache and billing are not in providers/")
     if platform in load_platforms():
         return (f"{count:,} requests served through {name}: ruled by providers/{platform}.toml and priced at its "
                 "list prices where the price data has them")
@@ -271,3 +286,26 @@ def as_int(value: Any) -> int:
 
 def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# Servers that run open models for an agent (Codex `--oss` and `model_provider = "ollama"`, OpenCode's
+# `ollama` / `lmstudio` providers): what `extra["platform"]` calls them.
+LOCAL_SERVERS = {"ollama": "ollama", "lmstudio": "lmstudio", "lm-studio": "lmstudio"}
+_CLOUD_TAGS = (":cloud", "-cloud")  # Ollama's cloud models (kimi-k2.5:cloud, gpt-oss:120b-cloud)
+
+
+def local_server(name: Any) -> str | None:
+    """The local model server a provider name denotes (ollama, lmstudio), else None."""
+    if not isinstance(name, str):
+        return None
+    low = name.lower()
+    if low == "oss":  # Codex --oss: Ollama unless configured otherwise
+        return "ollama"
+    return next((server for key, server in LOCAL_SERVERS.items() if key in low), None)
+
+
+def served_locally(server: str, model: str | None) -> bool:
+    """Whether a model a local server names runs on this machine (no per-token bill: the `local` provider's
+    rules and $0) or is a cloud model the server forwards (Ollama's `…:cloud`), which is ruled and priced as
+    its maker's API (a platform caveat says so)."""
+    return not (server == "ollama" and isinstance(model, str) and model.lower().endswith(_CLOUD_TAGS))

@@ -22,6 +22,10 @@ Quirks:
 * Compaction summaries are requests of their own, in `subagents/agent-acompact-*.jsonl`.
 * Bedrock and Vertex serve Claude with their own message ids (`msg_bdrk_…`, `msg_vrtx_…`): such records
   carry `extra["platform"]` (`bedrock` / `vertex`).
+* Hook-written copies: some projects commit `logs/chat.json`, a hook's dump of the transcript as one JSON
+  array (each element one transcript line's object). It is read as the same lines (`line` is then the
+  element's number); the same request in several copies or versions of it, or in the JSON Lines transcript,
+  is read once (by message id and request id, as across transcripts).
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
   provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
   `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
@@ -52,12 +56,18 @@ def default_paths() -> list[Path]:
     return [r / "projects" for r in roots if (r / "projects").is_dir()]
 
 
+# Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
+# a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
+_OWN_LINE_TYPES = ("file-history-snapshot", "teleported-from", "pr-link", "custom-title", "agent-name",
+                   "last-prompt")
+
+
 def sniff(first: Any) -> bool:
     if not isinstance(first, dict):
         return False
     keys = first.keys()
     return ("sessionId" in keys and ("uuid" in keys or "type" in keys)) or "parentUuid" in keys or \
-        ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") == "file-history-snapshot"
+        ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") in _OWN_LINE_TYPES
 
 
 class _Origin:
@@ -96,20 +106,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams()
-    loads = orjson.loads
-    # this loop runs for every line of every transcript: counts in locals, the JSON parsed inline (a line that
-    # is not a JSON object goes through loads_line, which counts it by reason)
-    lines = ignored = 0
+    ignored = 0
+    lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
     try:
-        for lineno, raw in iter_lines(path, progress):
-            lines += 1
-            try:
-                line = loads(raw)
-            except orjson.JSONDecodeError:
-                line = None
-            if line.__class__ is not dict:
-                loads_line(raw, stats, lineno)
-                continue
+        for lineno, line in lines:
             uuid = line.get("uuid")
             if uuid.__class__ is str:
                 times[uuid] = line.get("timestamp")
@@ -123,13 +123,67 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 if kind == "user" or kind == "system":
                     streams.note(origin, line, kind)
     finally:
-        stats.lines += lines
         stats.ignored += ignored
     for item in pending.values():
         stats.records += 1
         yield item.record
     for item in provisional.values():  # counted by load_any once it knows whether a transcript had them
         yield item.record
+
+
+def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSON Lines transcript, every line counted, a bad one a counted skip."""
+    # this loop runs for every line of every transcript: the count in a local, the JSON parsed inline (a line
+    # that is not a JSON object goes through loads_line, which counts it by reason)
+    loads = orjson.loads
+    lines = 0
+    try:
+        for lineno, raw in iter_lines(path, progress):
+            lines += 1
+            try:
+                line = loads(raw)
+            except orjson.JSONDecodeError:
+                line = None
+            if line.__class__ is not dict:
+                loads_line(raw, stats, lineno)
+                continue
+            yield lineno, line
+    finally:
+        stats.lines += lines
+
+
+def _is_array(path: Path) -> bool:
+    """A transcript written as one JSON array of its lines (a hook's `logs/chat.json`), not JSON Lines."""
+    with path.open("rb") as fh:
+        head = fh.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1] == b"["
+
+
+def _array_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(element number, object) of a transcript a hook wrote as one JSON array (`logs/chat.json`: each element
+    one transcript line's object); load_any has refused one too large to hold. A broken array is one counted
+    skip naming where it breaks; an element that is no object, a counted skip."""
+    data = path.read_bytes()
+    if progress is not None:
+        progress(len(data))
+    try:
+        elements = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        stats.lines += 1
+        cut = exc.pos >= len(data.rstrip())
+        stats.skip("JSON array cut short (a transcript still being written?)" if cut else "invalid JSON array",
+                   exc.lineno, str(exc))
+        return
+    if not isinstance(elements, list):
+        stats.lines += 1
+        stats.skip("JSON document is not an array of transcript lines", 1)
+        return
+    for number, element in enumerate(elements, start=1):
+        stats.lines += 1
+        if element.__class__ is dict:
+            yield number, element
+        else:
+            stats.skip("array element is not a JSON object", number)
 
 
 def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:

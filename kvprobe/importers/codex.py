@@ -17,6 +17,16 @@ Quirks:
   (reasoning effort, instructions, sandbox and approval policy, working directory).
 * Record ids are `<session id>#<turn>`: local, since a resumed session writes a new rollout under the same
   session id. A turn is a duplicate only when its token_count line equals one already read (history copied).
+* Forks and subagents (Codex Desktop's explorer agents, `/fork`): the rollout's first `session_meta` names its
+  parent (`forked_from_id`, or `source.subagent.thread_spawn.parent_thread_id`), a second `session_meta`
+  carries the parent's id, and the parent's history follows, its `token_count` events included, re-stamped at
+  the fork time (or, in some versions, with their original times). Those calls were billed once, in the
+  parent's rollout: everything from the parent's `session_meta` up to the fork's own first turn is replayed
+  history, counted as `SourceStats.replayed` and never read as requests. The fork's own first turn is the
+  first `task_started` whose `started_at` (epoch seconds; a replayed one keeps the parent's) is at or after
+  the fork's creation, the first `session_meta`'s `timestamp`; a turn start without `started_at` is the fork's
+  own from a second after its creation on. A `token_count` stamped before the fork existed is replayed too.
+  The fork's records keep its own session id and carry `extra["forked_from"]`.
 * Older rollouts (no {type, payload} wrapper) carry no token counts: counted as skipped lines.
 """
 from __future__ import annotations
@@ -27,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
-                                   time_or_none)
+                                   local_server, served_locally, time_or_none)
 from kvprobe.importers.events import Events
+from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
 
@@ -56,68 +67,173 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
-    session = path.stem.removeprefix("rollout-")
-    model: str | None = None
-    provider = "openai"
+    state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
-    previous_total: Any = None
-    count = 0
-    cwd: str | None = None
     events = Events()
-    context: dict[str, Any] | None = None
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
         if line is None:
             continue
-        if not isinstance(line, dict) or not isinstance(line.get("payload"), dict):
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
             stats.skip("not a {timestamp, type, payload} line (older rollout format has no token counts)", lineno)
             continue
-        kind, payload = line.get("type"), line["payload"]
+        kind = line.get("type")
         stamp = time_or_none(line.get("timestamp"))
-        if kind in ("session_meta", "turn_context"):
-            cwd = as_str(payload.get("cwd")) or cwd
-        if kind == "session_meta":
-            session = as_str(payload.get("id")) or session
-            model = as_str(payload.get("model")) or model
-            provider = _provider(payload.get("model_provider")) or provider
-        elif kind == "turn_context":
-            model = as_str(payload.get("model")) or model
-            context = _settings_event(context, payload, stamp, events)
+        if state.fork is not None and state.fork.replayed(kind, payload, stamp):
+            state.replay(kind, payload, stats)
+            continue
         if not (kind == "event_msg" and payload.get("type") == "token_count"):
             stats.ignored += 1
+            state.note(kind, payload, stamp, events)
             turn.saw(kind, payload, stamp)
             _event_of(kind, payload, stamp, events)
             continue
-        info = payload.get("info")
-        if not isinstance(info, dict):
-            stats.skip("token_count event without info (rate-limit update only)", lineno)
+        usage = _counted_usage(payload, state, stats, lineno)
+        if usage is None:
             continue
-        last, total = info.get("last_token_usage"), info.get("total_token_usage")
-        if not isinstance(last, dict):
-            stats.skip("token_count event without last_token_usage", lineno)
-            continue
-        if total is not None and total == previous_total:
-            stats.duplicates += 1
-            continue
-        try:
-            usage = _usage(last)
-        except BadCount as exc:
-            stats.skip("invalid usage", lineno, str(exc))
-            continue
-        previous_total = total
-        count += 1
-        rid = f"{session}#{count}"
-        key = content_key(session, raw.strip())  # a turn number is local: the same event copied is the same turn
+        state.count += 1
+        key = content_key(state.session, raw.strip())  # a turn number is local: the same event copied is the same turn
         if not stats.first_time(key, seen):
             continue
-        extra: dict[str, Any] = {"source_format": NAME, **({"cwd": cwd} if cwd else {})}
-        events.attach(extra)
-        yield TraceRecord(id=rid, provider=provider, started_at=turn.start or stamp,
-                          response={"model": model, "usage": usage}, session=session, agent="main",
-                          endpoint="/v1/responses", finished_at=stamp, extra=extra,
-                          source=str(path), line=lineno, key=key)
+        yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
+                          started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
+                          session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
+                          extra=state.extra(events), source=str(path), line=lineno, key=key)
         turn.start = None
+
+
+def _counted_usage(payload: dict[str, Any], state: "_State", stats: SourceStats, lineno: int) -> dict[str, Any] | None:
+    """The usage of a token_count event that is a request; None (counted by reason) for one that is not: no
+    info (a rate-limit update), no last_token_usage, a repeat of the previous totals, or counts that are none."""
+    info = payload.get("info")
+    if not isinstance(info, dict):
+        stats.skip("token_count event without info (rate-limit update only)", lineno)
+        return None
+    last, total = info.get("last_token_usage"), info.get("total_token_usage")
+    if not isinstance(last, dict):
+        stats.skip("token_count event without last_token_usage", lineno)
+        return None
+    if total is not None and total == state.previous_total:
+        stats.duplicates += 1
+        return None
+    try:
+        usage = _usage(last)
+    except BadCount as exc:
+        stats.skip("invalid usage", lineno, str(exc))
+        return None
+    state.previous_total = total
+    return usage
+
+
+class _State:
+    """What a rollout's lines so far say about its next request: whose session, which model and provider, the
+    working directory, the settings in force, and (a fork) the parent whose history it replays."""
+
+    __slots__ = ("session", "model", "provider", "server", "cwd", "context", "fork", "meta_seen", "previous_total",
+                 "count")
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.model: str | None = None
+        self.provider = "openai"
+        self.server: str | None = None  # a local model server (model_provider ollama, oss, lmstudio)
+        self.cwd: str | None = None
+        self.context: dict[str, Any] | None = None
+        self.fork: _Fork | None = None
+        self.meta_seen = False
+        self.previous_total: Any = None
+        self.count = 0
+
+    def note(self, kind: Any, payload: dict[str, Any], stamp: float | None, events: Events) -> None:
+        """A session_meta (the first one says whose rollout this is; a later one is another session's, copied
+        into a fork) or a turn_context (model, working directory, settings)."""
+        if kind == "session_meta" and not self.meta_seen:
+            self.meta_seen = True
+            self.session = as_str(payload.get("id")) or self.session
+            self.model = as_str(payload.get("model")) or self.model
+            self.provider = _provider(payload.get("model_provider")) or self.provider
+            self.server = local_server(payload.get("model_provider"))
+            self.cwd = as_str(payload.get("cwd")) or self.cwd
+            self.fork = _Fork.of(payload, stamp)
+        elif kind == "turn_context":
+            self.model = as_str(payload.get("model")) or self.model
+            self.cwd = as_str(payload.get("cwd")) or self.cwd
+            self.context = _settings_event(self.context, payload, stamp, events)
+
+    def replay(self, kind: Any, payload: dict[str, Any], stats: SourceStats) -> None:
+        """A line of the parent's history replayed in a fork: a token count is the parent's request (counted as
+        replayed; its totals are where the fork's own counting starts), a turn_context still names the model."""
+        if kind == "event_msg" and payload.get("type") == "token_count" and isinstance(payload.get("info"), dict):
+            stats.replayed += 1
+            self.previous_total = payload["info"].get("total_token_usage", self.previous_total)
+        else:
+            stats.ignored += 1
+        if kind == "turn_context":
+            self.model = as_str(payload.get("model")) or self.model
+
+    def provider_of(self) -> str:
+        """Whose rules and prices apply: a local server's own models are `local` ($0); a cloud model it
+        forwards (Ollama's kimi-k2.5:cloud) is its maker's, from the model name."""
+        if self.server is None:
+            return self.provider
+        if served_locally(self.server, self.model):
+            return "local"
+        return infer_provider({"model": self.model}) or "openai"
+
+    def extra(self, events: Events) -> dict[str, Any]:
+        extra: dict[str, Any] = {"source_format": NAME}
+        if self.cwd:
+            extra["cwd"] = self.cwd
+        if self.server is not None:
+            extra["platform"] = self.server
+        if self.fork is not None:
+            extra["forked_from"] = self.fork.parent
+        events.attach(extra)
+        return extra
+
+
+class _Fork:
+    """A forked or subagent rollout: the parent it names, when it was created, and where the replay of the
+    parent's history stands (it starts at the parent's session_meta and ends at the fork's own first turn)."""
+
+    __slots__ = ("parent", "created", "replaying")
+
+    def __init__(self, parent: str, created: float | None) -> None:
+        self.parent, self.created, self.replaying = parent, created, False
+
+    @classmethod
+    def of(cls, meta: dict[str, Any], stamp: float | None) -> "_Fork | None":
+        source = meta.get("source")
+        spawn = source.get("subagent") if isinstance(source, dict) else None
+        spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
+        parent = as_str(meta.get("forked_from_id")) or (as_str(spawn.get("parent_thread_id"))
+                                                         if isinstance(spawn, dict) else None)
+        if parent is None:
+            return None
+        return cls(parent, time_or_none(meta.get("timestamp")) or stamp)
+
+    def replayed(self, kind: Any, payload: dict[str, Any], stamp: float | None) -> bool:
+        if kind == "session_meta" and payload.get("id") == self.parent:
+            self.replaying = True
+            return True
+        ptype = payload.get("type")
+        if self.replaying and kind == "event_msg" and ptype == "task_started" and self._own_turn(payload, stamp):
+            self.replaying = False
+        if self.replaying:
+            return True
+        # a token count from before the fork existed (replayed with its original time) is the parent's
+        return kind == "event_msg" and ptype == "token_count" and None not in (stamp, self.created) and \
+            stamp < self.created - 1.0
+
+    def _own_turn(self, payload: dict[str, Any], stamp: float | None) -> bool:
+        if self.created is None:
+            return True  # nothing to tell the fork's turns from its parent's: its first turn start ends the replay
+        started = payload.get("started_at")
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            return started >= int(self.created)  # epoch seconds; a replayed start keeps the parent's time
+        return stamp is not None and stamp >= self.created + 1.0
 
 
 class _Turn:
@@ -178,4 +294,4 @@ def _provider(value: Any) -> str | None:
     for name in ("openai", "anthropic", "deepseek", "gemini"):
         if name in value:
             return name
-    return "local" if value in ("ollama", "lmstudio", "oss") else None
+    return None  # a local server (State.server) or a provider kvprobe cannot name: the default stands

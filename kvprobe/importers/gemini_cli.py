@@ -108,20 +108,35 @@ def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tupl
     meta: dict[str, Any] = {}
     messages: dict[str, dict] = {}
     for lineno, record in iter_objects(path, stats, progress):
-        if isinstance(record.get("$set"), dict):
-            update = record["$set"]
-            for m in update.get("messages") or []:
-                _keep(messages, m, lineno, stats)
-            meta.update({k: v for k, v in update.items() if k != "messages"})
+        if "$set" in record:
+            _update(record["$set"], meta, messages, lineno, stats)
         elif "$rewindTo" in record:
             stats.ignored += 1  # the rewound calls were billed all the same
         elif "id" in record:
             _keep(messages, record, lineno, stats)
         elif "sessionId" in record:
+            stats.ignored += 1  # the session's metadata: no request
             meta.update(record)
         else:
             stats.skip("line is neither a message, metadata nor an update", lineno)
     return meta, list(messages.values())
+
+
+def _update(update: Any, meta: dict[str, Any], messages: dict[str, dict], lineno: int, stats: SourceStats) -> None:
+    """A `{"$set": {...}}` line: metadata, and possibly the whole message list again. Anything else in it (a
+    `$set` that is no object, a `messages` that is no list) is a counted skip, the rest of the file read."""
+    if not isinstance(update, dict):
+        stats.skip("metadata update ($set) is not an object", lineno)
+        return
+    listed = update.get("messages")
+    if listed is not None and not isinstance(listed, list):
+        stats.skip("metadata update ($set) whose messages is not a list", lineno)
+    elif listed:
+        for m in listed:
+            _keep(messages, m, lineno, stats)
+    else:
+        stats.ignored += 1
+    meta.update({k: v for k, v in update.items() if k != "messages"})
 
 
 def _lines_file(path: Path) -> bool:

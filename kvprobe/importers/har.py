@@ -30,7 +30,7 @@ import orjson
 from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
-from kvprobe.secrets import Credentials, redact_text
+from kvprobe.secrets import Credentials, redact_secrets, redact_text
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
 
@@ -118,9 +118,11 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     if status == 0:
         error = "no response (request failed or was aborted)"
     endpoint = parts.path
-    # the exact credentials this exchange carried (any shape) are scrubbed wherever the response echoes them
+    # the exact credentials this exchange carried (any shape) are scrubbed wherever the response echoes them;
+    # and, as capture does, every credential-shaped string of the response: a browser's HAR export drops
+    # Authorization and cookies, so a key a 4xx body echoes has no exact value to match
     creds = Credentials().add_headers(headers).add_headers(rheaders).add_url(url)
-    request, response = creds.scrub(request), creds.scrub(result.response or {})
+    request, response = creds.scrub(request), redact_secrets(creds.scrub(result.response or {}))
     error = redact_text(creds.text(error)) if error else error
     extra: dict[str, Any] = {"source_format": NAME, "http_status": status, "stream": result.stream}
     kept = {k: headers[k] for k in KEPT_REQUEST_HEADERS if k in headers}

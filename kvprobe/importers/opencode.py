@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from kvprobe.errors import InputError
-from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, time_or_none, token_count
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
+                                   token_count)
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -65,21 +65,29 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     try:
         message = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        stats.skip("invalid JSON file", 1, str(exc))
+        cut = exc.pos >= len(data.rstrip())  # the file just stops: written while OpenCode was killed
+        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
         return
     yield from _records([message] if isinstance(message, dict) else [], str(path), stats, seen)
 
 
+LOCK_WAIT_S = 5.0  # OpenCode writes while it runs: a locked database is waited for this long, then skipped
+
+
 def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
-    """Every message of the database, in the order they were written."""
+    """Every message of the database, in the order they were written. A database that cannot be read
+    (corrupt, cut short, locked past LOCK_WAIT_S, another program's schema) is one counted skip saying why,
+    as an unreadable JSON Lines file is: nothing of it is read, the other logs are."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:
             rows = db.execute("SELECT id, session_id, data FROM message ORDER BY time_created, id").fetchall()
         finally:
             db.close()
     except sqlite3.Error as exc:
-        raise InputError(f"not a readable OpenCode database: {exc}", file=str(path)) from None
+        stats.lines += 1
+        stats.skip("OpenCode database cannot be read", None, _why(exc))
+        return []
     out = []
     for ident, session, data in rows:
         stats.lines += 1
@@ -91,6 +99,15 @@ def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
         if isinstance(message, dict):
             out.append({**message, "id": message.get("id") or ident, "sessionID": message.get("sessionID") or session})
     return out
+
+
+def _why(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "no such table" in text or "no such column" in text:
+        return f"not OpenCode's schema ({text})"
+    if "locked" in text:
+        return f"locked by another process for over {LOCK_WAIT_S:g} s ({text})"
+    return text
 
 
 def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
@@ -124,8 +141,12 @@ def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
 def _provider(message: dict[str, Any]) -> str:
     """What served the message: OpenCode's provider id, else the model name (a gateway's `anthropic/claude-…`)."""
     model = as_str(message.get("modelID"))
-    return _PROVIDERS.get((as_str(message.get("providerID")) or "").lower()) \
-        or infer_provider({"model": model.split("/")[-1]} if model else None) or "openai"
+    provider_id = (as_str(message.get("providerID")) or "").lower()
+    server = local_server(provider_id)
+    if server is not None and served_locally(server, model):
+        return "local"  # a model Ollama or LM Studio runs on this machine: no per-token bill
+    return _PROVIDERS.get(provider_id) or infer_provider({"model": model.split("/")[-1]} if model else None) \
+        or "openai"
 
 
 def _record(message: dict[str, Any], provider: str, usage: dict[str, Any], ident: str, session: str, agent: str,
@@ -133,7 +154,7 @@ def _record(message: dict[str, Any], provider: str, usage: dict[str, Any], ident
     model = as_str(message.get("modelID"))
     provider_id = (as_str(message.get("providerID")) or "").lower()
     extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None}
-    platform = _PLATFORMS.get(provider_id)
+    platform = _PLATFORMS.get(provider_id) or local_server(provider_id)
     if platform:
         extra["platform"] = platform
     path = message.get("path")
@@ -155,7 +176,11 @@ def _time(message: dict[str, Any], key: str) -> float | None:
 
 
 def _usage(provider: str, tokens: dict[str, Any]) -> dict[str, Any]:
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    cache = tokens.get("cache")
+    if cache is None:
+        cache = {}
+    elif not isinstance(cache, dict):  # `"cache": "x"` is no count of anything: a counted skip, never a 0
+        raise BadCount("tokens.cache", cache)
     fresh, read = token_count(tokens.get("input"), "tokens.input"), token_count(cache.get("read"), "tokens.cache.read")
     write = token_count(cache.get("write"), "tokens.cache.write")
     reasoning = token_count(tokens.get("reasoning"), "tokens.reasoning")

@@ -39,7 +39,9 @@ class Totals:
     cost_usd: float = 0.0
     unpriced_requests: int = 0  # model not in the price dataset
     errors: int = 0
-    models: dict[str, "Totals"] = field(default_factory=dict)  # per-model breakdown of this row
+    models: dict[str, "Totals"] = field(default_factory=dict)  # per-model breakdown of this row (by model_label)
+    model_id: str | None = None  # a model's row: its id and the platform that served it (model_label's parts)
+    platform: str | None = None
 
     def add_cell(self, acc: list[int], cost: float | None) -> None:
         self.requests += acc[_REQS]
@@ -81,36 +83,44 @@ class Totals:
                "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced_requests,
                "errors": self.errors}
         if with_models:
-            out["models"] = [{"model": m, **t.to_json()} for m, t in self.ranked_models()]
+            out["models"] = [t.model_json(m) for m, t in self.ranked_models()]
         return out
+
+    def model_json(self, label: str) -> dict[str, Any]:
+        """A model's row: the model id and its platform (null: the provider's own API), then the figures."""
+        return {"model": self.model_id or label, "platform": self.platform, **self.to_json()}
 
 
 class GroupPricer:
-    """Per-token USD rates per (provider, model, day, tier), from the shared PriceBook."""
+    """Per-token USD rates per (provider, model, platform, day, tier), from the shared PriceBook: the same
+    `unit_prices` that prices each request of `report` (analysis.costing, via PriceBook.cost), asked with
+    the same platform (TraceRecord.platform), so both commands price a Bedrock-served request alike."""
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
         self._starts: dict[tuple, tuple[int, ...]] = {}
         self._rates: dict[tuple, tuple[float, ...] | None] = {}
 
-    def tier_starts(self, provider: str | None, model: str | None, day: int | None) -> tuple[int, ...]:
-        key = (provider, model, day)
+    def tier_starts(self, provider: str | None, model: str | None, day: int | None,
+                    platform: str | None = None) -> tuple[int, ...]:
+        key = (provider, model, day, platform)
         starts = self._starts.get(key)
         if starts is None:
             if provider == "local" or (model and model in self.book.overrides) or not model:
                 starts = ()
             else:
-                starts = tuple(self.book.tier_starts(provider, model, day) or ())
+                starts = tuple(self.book.tier_starts(provider, model, day, platform) or ())
             self._starts[key] = starts
         return starts
 
-    def rates(self, provider: str | None, model: str | None, day: int | None, tier: int) -> tuple[float, ...] | None:
+    def rates(self, provider: str | None, model: str | None, day: int | None, tier: int,
+              platform: str | None = None) -> tuple[float, ...] | None:
         """USD per token for fresh input, cache read, 5m write, 1h write, output."""
-        key = (provider, model, day, tier)
+        key = (provider, model, day, tier, platform)
         if key not in self._rates:
-            starts = self.tier_starts(provider, model, day)
+            starts = self.tier_starts(provider, model, day, platform)
             n = (starts[tier - 1] + 1) if tier > 0 else 1  # a total input inside this tier
-            units = self.book.unit_prices(provider, model, day * 86400.0 if day is not None else None, n)
+            units = self.book.unit_prices(provider, model, day * 86400.0 if day is not None else None, n, platform)
             self._rates[key] = None if units is None else (
                 units["fresh"], units["read"], units["write_5m"], units["write_1h"], units["output"])
         return self._rates[key]
@@ -134,7 +144,8 @@ class UsageSummary:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"totals": self.totals.to_json(with_models=True)}
         for g in GROUPINGS:
-            out[f"by_{g}"] = [{g: k, **t.to_json(with_models=g != "model")} for k, t in self.rows(g)]
+            out[f"by_{g}"] = [t.model_json(k) if g == "model" else {g: k, **t.to_json(with_models=True)}
+                              for k, t in self.rows(g)]
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
         return out
@@ -158,6 +169,13 @@ class _Calendar:
             monday = day - dt.timedelta(days=day.weekday())
             found = self._cache[slot] = (day.isoformat(), monday.isoformat(), day.isoformat()[:7])
         return found
+
+
+def model_label(model: str | None, platform: str | None) -> str:
+    """A usage row's model: its id, with the platform that served it when not the provider's own API
+    (`claude-haiku-4-5 (bedrock)`): such requests are priced at the platform's list, so they get their own row."""
+    name = model or "(unknown)"
+    return f"{name} ({platform})" if platform else name
 
 
 def project_of(record: TraceRecord) -> str:
@@ -196,6 +214,7 @@ class UsageRow(NamedTuple):
     when: float | None
     provider: str | None
     model: str | None
+    platform: str | None  # who served it when not the provider's own API (TraceRecord.platform): its prices
     project: str
     session: str | None
     agent: str | None
@@ -211,7 +230,8 @@ def usage_row(record: TraceRecord) -> UsageRow:
     # _make: a named tuple's own __new__ is a Python function, one more call per request read
     return UsageRow._make((record.identity, record.via,
                            record.started_at if record.started_at is not None else record.finished_at,
-                           record.provider, record.model, project_of(record), record.session, record.agent,
+                           record.provider, record.model, record.platform, project_of(record), record.session,
+                           record.agent,
                            figures, record.error is not None))
 
 
@@ -225,9 +245,10 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
     cells: dict[tuple, list[int]] = {}
     first = last = None
     windowed = since is not None or until is not None
-    # (provider, model, UTC day) -> (price period day, tier starts): one look-up per request instead of two
+    # (provider, model, platform, UTC day) -> (price period day, tier starts, model label): one look-up per
+    # request instead of three
     # calls (this loop runs in the parent for every request of every process)
-    periods: dict[tuple, tuple[int | None, tuple[int, ...]]] = {}
+    periods: dict[tuple, tuple[int | None, tuple[int, ...], str]] = {}
     for item in records:
         row = item if item.__class__ is UsageRow else usage_row(item)
         when = row.when
@@ -243,14 +264,16 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
             last = when if last is None or when > last else last
         model = row.model
         day = int(when // 86400) if when is not None and model else None
-        period = periods.get((row.provider, model, day))
+        platform = row.platform
+        period = periods.get((row.provider, model, platform, day))
         if period is None:
-            uday = book.period_day(row.provider, model, day) if day is not None else None
-            period = periods[(row.provider, model, day)] = (uday, pricer.tier_starts(row.provider, model, uday))
-        uday, starts = period
+            uday = book.period_day(row.provider, model, day, platform) if day is not None else None
+            period = periods[(row.provider, model, platform, day)] = \
+                (uday, pricer.tier_starts(row.provider, model, uday, platform), model_label(model, platform))
+        uday, starts, label = period
         tier = bisect_left(starts, fresh + read + w5m + w1h) if starts else 0  # starts the total is above
         key = (*calendar.keys(when), row.project, row.session or "(none)", row.agent or "(none)",
-               model or "(unknown)", row.provider, model, uday, tier)
+               label, row.provider, model, platform, uday, tier)
         acc = cells.get(key)
         if acc is None:
             acc = cells[key] = [0] * 8
@@ -271,16 +294,24 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
 
 def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSummary) -> None:
     for key, acc in cells.items():
-        provider, model, day, tier = key[-4:]
-        rates = pricer.rates(provider, model, day, tier)
+        provider, model, platform, day, tier = key[-5:]
+        rates = pricer.rates(provider, model, day, tier, platform)
         cost = sum(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
         model_key = key[len(GROUPINGS) - 1]
         summary.totals.add_cell(acc, cost)
-        summary.totals.models.setdefault(model_key, Totals()).add_cell(acc, cost)
+        _model_row(summary.totals.models, model_key, model, platform).add_cell(acc, cost)
         for grouping, row_key in zip(GROUPINGS, key):
             row = summary.by[grouping].get(row_key)
             if row is None:
-                row = summary.by[grouping][row_key] = Totals()
+                row = summary.by[grouping][row_key] = Totals(model_id=model, platform=platform) \
+                    if grouping == "model" else Totals()
             row.add_cell(acc, cost)
             if grouping != "model":
-                row.models.setdefault(model_key, Totals()).add_cell(acc, cost)
+                _model_row(row.models, model_key, model, platform).add_cell(acc, cost)
+
+
+def _model_row(models: dict[str, Totals], label: str, model: str | None, platform: str | None) -> Totals:
+    row = models.get(label)
+    if row is None:
+        row = models[label] = Totals(model_id=model, platform=platform)
+    return row

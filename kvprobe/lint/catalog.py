@@ -28,6 +28,7 @@ class LintRule:
 class VolatilePattern:
     label: str
     regex: re.Pattern[str]
+    by_nature: bool = False  # a shape that changes by nature (clock, id, counter): reported on one request too
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,9 @@ class LintCatalog:
 
     def rule(self, name: str) -> LintRule:
         return self.rules[name]
+
+    def by_nature(self, label: str) -> bool:
+        return any(p.by_nature for p in self.volatile if p.label == label)
 
 
 def severity_rank(severity: str) -> int:
@@ -56,7 +60,11 @@ def _rule(rule_id: str, raw: dict[str, Any]) -> LintRule:
 
 def _pattern(raw: dict[str, Any]) -> VolatilePattern:
     try:
-        return VolatilePattern(raw["label"], re.compile(raw["pattern"]))
+        by_nature = raw.get("by_nature", False)
+        if not isinstance(by_nature, bool):
+            raise CatalogError(f"{RULES_FILE}: volatile pattern {raw.get('label')!r} field 'by_nature': expected "
+                               "true or false")
+        return VolatilePattern(raw["label"], re.compile(raw["pattern"]), by_nature)
     except (KeyError, re.error) as exc:
         raise CatalogError(f"{RULES_FILE}: volatile pattern {raw.get('label')!r}: {exc}") from None
 

@@ -26,10 +26,11 @@ class InputStats:
     usage_only: int = 0  # records without a request body: nothing to lint
     skipped_lines: int = 0
     errors: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why the file (or the rest of it) was not linted: not a request, unreadable
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "requests": self.requests, "usage_only_records": self.usage_only,
-                "skipped_lines": self.skipped_lines, "errors": self.errors}
+                "skipped_lines": self.skipped_lines, "errors": self.errors, "skipped": self.skipped}
 
 
 @dataclass(slots=True)
@@ -102,24 +103,49 @@ def _from_json(path: Path, streams: _Streams) -> Subject:
     return _subject(raw, streams.ref(path.name, str(path), source=str(path)), streams)
 
 
+def _file_subjects(path: Path, stats: InputStats, streams: _Streams,
+                   progress: Callable[[int], None] | None) -> Iterator[Subject]:
+    if not path.is_file():
+        raise not_a_file(path)
+    kind = agent_log(path)
+    if kind is not None:  # HAR, LiteLLM, agent logs: the requests whose bodies they hold
+        for rec in bodies_of(path, kind, "lint"):
+            stats.requests += 1
+            yield _from_record(rec, str(path), streams)
+    elif path.suffix in (".jsonl", ".ndjson"):
+        yield from _from_trace(path, stats, streams, progress)
+    else:
+        subject = _from_json(path, streams)
+        stats.requests = 1
+        yield subject
+
+
+def _reason(exc: InputError) -> str:
+    """Why a file was skipped, without its name (the caller names it): line, field, message."""
+    where = (f"line {exc.line}" if exc.line else "") + (f" field '{exc.field}'" if exc.field else "")
+    return f"{where.strip()}: {exc.message}" if where else exc.message
+
+
 def iter_subjects(paths: list[str | Path], stats_out: list[InputStats],
-                  progress: Callable[[int], None] | None = None) -> Iterator[Subject]:
+                  progress: Callable[[int], None] | None = None, skip_bad: bool = False) -> Iterator[Subject]:
     """Every request of every input in input order (one record in memory at a time). Requests of a session
-    are compared in this order: the order a capture trace lists them (sequential agents: start order)."""
+    are compared in this order: the order a capture trace lists them (sequential agents: start order).
+
+    `skip_bad`: a file that is not a request body, trace or agent log (or cannot be read) is recorded in its
+    InputStats.skipped and left out, and the other files are linted (pre-commit passes every file its
+    pattern matches); otherwise its InputError stops the run."""
     streams = _Streams()
     for p in paths:
         path = Path(p)
-        if not path.is_file():
-            raise not_a_file(path)
         stats = InputStats(str(path))
         stats_out.append(stats)
-        kind = agent_log(path)
-        if kind is not None:  # HAR, LiteLLM, agent logs: the requests whose bodies they hold
-            for rec in bodies_of(path, kind, "lint"):
-                stats.requests += 1
-                yield _from_record(rec, str(path), streams)
-        elif path.suffix in (".jsonl", ".ndjson"):
-            yield from _from_trace(path, stats, streams, progress)
-        else:
-            stats.requests = 1
-            yield _from_json(path, streams)
+        try:
+            yield from _file_subjects(path, stats, streams, progress)
+        except InputError as exc:
+            if not skip_bad:
+                raise
+            stats.skipped = _reason(exc)
+        except OSError as exc:
+            if not skip_bad:
+                raise
+            stats.skipped = f"cannot read it: {exc.strerror or exc}"

@@ -94,10 +94,11 @@ def tail_past_lookback(s: Subject, cat: LintCatalog) -> list[Finding]:
     return [make_finding(cat.rule("lookback-exceeded"), s, path, (path,), detail=detail, limit=limit)]
 
 
-CHECKS = (volatile_in_prefix, breakpoint_count, below_minimum, ttl_order)
+CHECKS = (breakpoint_count, below_minimum, ttl_order)
 
 
 def check_request(s: Subject, cat: LintCatalog) -> list[Finding]:
     """Every single-request check (the lookback estimate is separate: with a following request of the same
-    session, the session checks say it exactly)."""
+    session, the session checks say it exactly; volatile text is a candidate that the stream's other requests
+    confirm or contradict, `session_checks.VolatileWatch`)."""
     return [f for check in CHECKS for f in check(s, cat)]

@@ -1,7 +1,10 @@
 """SARIF 2.1.0 output, as GitHub code scanning reads it: one run, the rule catalogue, one result a finding.
 
-Locations are files relative to the working directory (the repository root in CI); a trace finding points
-at its record's line, and where a character span is known, at its exact columns (code points).
+Locations are files relative to the repository's root (kvprobe.checkout: $GITHUB_WORKSPACE, else the
+folder holding .git), from whichever folder lint runs in; a trace finding points at its record's line, and
+where a character span is known, at its exact columns (code points). Code scanning places results on files
+of the checkout only, so a finding in a file outside it (a trace captured under the runner's temp folder) is
+left out of the SARIF and counted in the run's properties (`outside_repository`); --format json keeps it.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 import kvprobe
+from kvprobe.checkout import in_repository, repository_root
 
 if TYPE_CHECKING:
     from kvprobe.lint import Finding, LintResult
@@ -18,12 +22,10 @@ if TYPE_CHECKING:
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def _uri(source: str, base: Path) -> str:
-    path = Path(source)
-    try:
-        return path.resolve().relative_to(base.resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_uri()
+def outside(result: LintResult, base: Path | None = None) -> list[Finding]:
+    """The findings whose file lies outside the repository: code scanning cannot place them."""
+    root = base or repository_root()
+    return [f for f in result.findings if f.subject.source is not None and in_repository(f.subject.source, root) is None]
 
 
 def _rule_json(rule: Any) -> dict[str, Any]:
@@ -40,7 +42,7 @@ def _location(f: Finding, base: Path) -> dict[str, Any]:
     loc: dict[str, Any] = {"logicalLocations": [logical]}
     if s.source is None:
         return loc
-    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(s.source, base)}}
+    physical: dict[str, Any] = {"artifactLocation": {"uri": in_repository(s.source, base)}}
     if f.region is not None:
         r = f.region
         region: dict[str, int] = {"startLine": r.start_line}
@@ -70,11 +72,13 @@ def _result(f: Finding, index: dict[str, int], base: Path) -> dict[str, Any]:
 
 
 def to_sarif(result: LintResult, base: Path | None = None) -> dict[str, Any]:
-    base = base or Path.cwd()
+    base = (base or repository_root()).resolve()
     rules = list(result.catalog.rules.values())
     index = {r.id: i for i, r in enumerate(rules)}
+    left_out = {id(f) for f in outside(result, base)}
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "kvprobe", "version": kvprobe.__version__,
                             "rules": [_rule_json(r) for r in rules]}},
         "columnKind": "unicodeCodePoints",
-        "results": [_result(f, index, base) for f in result.findings]}]}
+        "results": [_result(f, index, base) for f in result.findings if id(f) not in left_out],
+        "properties": {"outside_repository": len(left_out)}}]}

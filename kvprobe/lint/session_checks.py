@@ -172,6 +172,47 @@ class BreakpointWatch:
                 for path, (first, turns, changed) in self.seen.items() if turns >= 2 and changed == turns]
 
 
+@dataclass(slots=True)
+class _Span:
+    finding: Finding  # made at the first request that carried the span
+    values: set[str]  # the span's texts through the stream (two are enough to know it changed)
+    requests: int = 1
+
+
+@dataclass(slots=True)
+class VolatileWatch:
+    """Per stream: the volatile-looking spans of the cached prefix (KV101 candidates, `volatile_in_prefix`) and
+    whether the trace shows each changing. A span is the n-th one of its label in its block path, so one that
+    moves (text before it grew) is still the same span."""
+
+    spans: dict[tuple[Any, ...], _Span] = field(default_factory=dict)
+
+    def update(self, candidates: list[Finding]) -> None:
+        ordinal: dict[tuple[Any, ...], int] = {}
+        for f in candidates:
+            assert f.span is not None and f.block_text is not None
+            path, label = f.key[1], f.key[2]
+            n = ordinal[(path, label)] = ordinal.get((path, label), -1) + 1
+            value = f.block_text[f.span[0]:f.span[1]]
+            seen = self.spans.get((path, label, n))
+            if seen is None:
+                self.spans[(path, label, n)] = _Span(f, {value})
+                continue
+            seen.requests += 1
+            if len(seen.values) < 2:
+                seen.values.add(value)
+
+    def findings(self, cat: LintCatalog) -> list[Finding]:
+        """Spans the trace shows changing; a span only one request carried, when its shape changes by nature.
+        A span that stays the same through two or more requests is not volatile, whatever it looks like."""
+        out = []
+        for (_, label, _), seen in self.spans.items():
+            if len(seen.values) > 1 or (seen.requests == 1 and cat.by_nature(label)):
+                seen.finding.repeats = seen.requests - 1
+                out.append(seen.finding)
+        return out
+
+
 def check_pair(prev: Subject, cur: Subject, cat: LintCatalog) -> list[Finding]:
     checks = (params_changed, tools_changed) if cur.continues else PAIR_CHECKS
     return [f for check in checks for f in check(prev, cur, cat)]

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 
 from kvprobe.analysis.costing import miss_cost
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.token_costs import token_class_usd
 from kvprobe.pricing import PriceBook
 
 if TYPE_CHECKING:
     from kvprobe.report import Miss
 
+MAX_LANES = 5  # a lane each for the busiest agents (the first one always); the others share the last lane
 IDLE_GAP_SECONDS = 60.0  # a pause at least this long between two starts gets a marked gap on the chart
 MAX_SLOTS = 2500  # beyond this many requests, consecutive requests share a slot (one summed bar per agent)
 
@@ -112,6 +114,10 @@ class Timeline:
     sessions: list[tuple[str, int, int]]  # (session, first slot, last slot) for each contiguous run
     per_slot: int = 1  # requests per slot (1: a bar per request)
     requests: int = 0
+    lane_of_agent: dict[str, int] = field(default_factory=dict)  # agent -> its lane (several share the last)
+
+    def lane(self, agent: str) -> int:
+        return self.lane_of_agent.get(agent, 0)
 
     @property
     def slots(self) -> int:
@@ -133,18 +139,9 @@ USD_CLASSES = ("read", "write_5m", "write_1h", "fresh", "output")
 
 def _dollars(r: RequestResult, prices: PriceBook | None, miss: Miss | None = None) -> dict[str, float] | None:
     """What each token class of the request cost (its cost split by the unit prices it was priced at)."""
-    if prices is None or r.cost_usd is None:
+    usd = token_class_usd(r, prices)
+    if usd is None:
         return None
-    u = r.usage
-    units = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens, r.sk.extra.get("platform"))
-    if units is None:
-        return None
-    tokens = {"read": u.cache_read_tokens, "write_5m": u.cache_write_5m_tokens, "write_1h": u.cache_write_1h_tokens,
-              "fresh": max(u.fresh_input_tokens, 0), "output": u.output_tokens}
-    usd = {cls: units[cls] * n for cls, n in tokens.items()}
-    total = sum(usd.values())
-    if total > 0 and abs(total - r.cost_usd) > 1e-12:  # a logged cost: the classes keep their shares of it
-        usd = {cls: v * r.cost_usd / total for cls, v in usd.items()}
     # the report priced its diagnosed misses; a request that missed tokens without a diagnosis is priced here
     missed = (miss.usd if miss is not None else miss_cost(r, prices)[1]) if r.missed_tokens > 0 else 0.0
     usd["missed"] = max(missed or 0.0, 0.0)
@@ -198,14 +195,33 @@ def build_timeline(results: list[RequestResult], max_slots: int = MAX_SLOTS,
     ordered = sorted(results, key=lambda r: (r.sk.started_at, r.sk.order))
     priced = {id(m.result): m for m in misses}
     bars = [_bar(i, r, prices, priced.get(id(r))) for i, r in enumerate(ordered)]
-    lanes = list(dict.fromkeys(b.agent for b in bars))
+    lanes, lane_of = lane_names(bars)
     expiries = [Expiry(i, r.sk.agent, d.seconds_past, d.detail) for i, r in enumerate(ordered)
                 for d in r.diagnoses if d.kind == "ttl_expired"]
     expired = {e.index for e in expiries}
     gaps = [Gap(i, bars[i].started_at - bars[i - 1].started_at, i in expired) for i in range(1, len(bars))
             if bars[i].started_at - bars[i - 1].started_at >= IDLE_GAP_SECONDS]
-    tl = Timeline(bars, lanes, gaps, expiries, _overlaps(ordered), _sessions(bars), 1, len(bars))
+    tl = Timeline(bars, lanes, gaps, expiries, _overlaps(ordered), _sessions(bars), 1, len(bars), lane_of)
     return tl if len(bars) <= max_slots else _aggregate(tl, math.ceil(len(bars) / max_slots))
+
+
+def lane_names(bars: list[Bar], most: int = MAX_LANES) -> tuple[list[str], dict[str, int]]:
+    """A lane per agent that has requests, in order of first appearance; beyond `most` agents (a Claude Code
+    folder has a subagent per task), the first agent and the busiest others keep theirs and the rest share
+    one lane, "N other agents", so the chart keeps lanes tall enough to read."""
+    agents = list(dict.fromkeys(b.agent for b in bars))
+    if len(agents) <= most:
+        return agents, {a: i for i, a in enumerate(agents)}
+    counts: dict[str, int] = {}
+    for b in bars:
+        counts[b.agent] = counts.get(b.agent, 0) + b.count
+    busiest = sorted(agents[1:], key=lambda a: -counts[a])[: most - 2]
+    kept = [a for a in agents if a == agents[0] or a in busiest]
+    lane_of = {a: i for i, a in enumerate(kept)}
+    rest = [a for a in agents if a not in lane_of]
+    for a in rest:
+        lane_of[a] = len(kept)
+    return kept + [f"{len(rest):,} other agents"], lane_of
 
 
 def _sum(slot: int, group: list[Bar]) -> Bar:
@@ -225,9 +241,9 @@ def _sum(slot: int, group: list[Bar]) -> Bar:
 def _aggregate(tl: Timeline, k: int) -> Timeline:
     """Sum each run of k consecutive requests into one slot (a bar per agent in it), so huge traces stay
     drawable; every mark moves to the slot of its request."""
-    groups: dict[tuple[int, str], list[Bar]] = {}
-    for b in tl.bars:
-        groups.setdefault((b.index // k, b.agent), []).append(b)
+    groups: dict[tuple[int, int], list[Bar]] = {}
+    for b in tl.bars:  # one summed bar per slot and lane (agents sharing a lane share its bar)
+        groups.setdefault((b.index // k, tl.lane(b.agent)), []).append(b)
     bars = [_sum(slot, group) for (slot, _), group in groups.items()]
     gaps: dict[int, Gap] = {}
     for g in tl.gaps:
@@ -240,4 +256,5 @@ def _aggregate(tl: Timeline, k: int) -> Timeline:
                                                              o.writer_id, o.id)
                      for o in tl.overlaps if o.writer // k != o.index // k}.values())
     sessions = [(name, a // k, z // k) for name, a, z in tl.sessions]
-    return Timeline(bars, tl.lanes, list(gaps.values()), expiries, overlaps, sessions, k, tl.requests)
+    return Timeline(bars, tl.lanes, list(gaps.values()), expiries, overlaps, sessions, k, tl.requests,
+                    tl.lane_of_agent)

@@ -12,7 +12,7 @@ from typing import Any
 from kvprobe.render.chart import MISS_KINDS
 from kvprobe.render.svg import esc
 from kvprobe.report import Report
-from kvprobe.wording import percent, usd
+from kvprobe.wording import percent, reach_of, short_id, usd
 
 # How a hit ratio is coloured: by the share of what an ideal prefix cache would have read that was read, not
 # by the ratio itself (a short task with little to reuse is not "bad", a 39.9% that could be 80% is not good).
@@ -122,8 +122,7 @@ def _saved(rep: Report) -> str:
                            f"{percent(base.get('token_hit_ratio', 0))} → {percent(w['token_hit_ratio'])}",
                            extra=" fixes"))
     for f in fixes[:MAX_CARDS]:
-        reach = f.get("reach")
-        where = f"{_text(reach)}" if reach is not None else ", ".join(map(str, f.get("requests", [])[:4]))
+        where = reach(f) or request_ids(f.get("requests", []), 4)
         cards.append(_card(f"saved:{f['kind']}", f["kind"].replace("_", " "), usd(f.get("saving_usd")),
                            f.get("saving_usd"), "good",
                            sub=f"{f.get('saving_input_equivalent_tokens') or 0:,.0f} input-equivalents · {where}",
@@ -153,19 +152,23 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _cell(key: str, value: Any) -> str:
+def _cell(key: str, value: Any, opt: bool = False) -> str:
+    extra = " opt" if opt else ""
     if key.endswith("usd") and (value is None or isinstance(value, (int, float))):
-        return f'<td class="num" data-v="{esc(value)}">{esc(usd(value))}</td>'
+        return f'<td class="num{extra}" data-v="{esc(value)}">{esc(usd(value))}</td>'
     num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return f'<td{" class=num" if num else ""} data-v="{esc(value)}">{esc(_text(value))}</td>'
+    cls = ("num" if num else "") + extra
+    return f'<td{f" class={chr(34)}{cls.strip()}{chr(34)}" if cls.strip() else ""} data-v="{esc(value)}">' \
+           f'{esc(_text(value))}</td>'
 
 
-def generic_table(table_id: str, rows: Iterable[dict[str, Any]]) -> str:
-    """Rows of the report JSON as a table, one column per key (in first-seen order)."""
-    rows = list(rows)
+def generic_table(table_id: str, rows: Iterable[dict[str, Any]], optional: Iterable[str] = ()) -> str:
+    """Rows of the report JSON as a table, one column per key (in first-seen order); `optional` columns give
+    way on narrow screens (report.css), so the table fits the page."""
+    rows, opt = list(rows), set(optional)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    head = "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(_cell(k, r.get(k)) for k in keys) + "</tr>" for r in rows)
+    head = "".join(f"<th{' class=opt' if k in opt else ''}>{esc(k.replace('_', ' '))}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(_cell(k, r.get(k), k in opt) for k in keys) + "</tr>" for r in rows)
     return f'<table id="{esc(table_id)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -184,16 +187,16 @@ def blocks_table(rep: Report, limit: int = 10) -> str:
     for b in rep.blocks[:limit]:
         share = 100 * b.total_usd / total
         rows.append(f'<tr data-block="{esc(b.hash or "unattributed")}"><td><code>{esc(b.path)}</code></td>'
-                    f'<td>{esc(b.kind)}</td><td><code>{esc(b.first_request)}</code></td>'
-                    f'<td class="num">{b.tokens:,}</td><td class="num">{b.requests:,}</td>'
+                    f'<td>{esc(b.kind)}</td><td><code title="{esc(b.first_request)}">{esc(short_id(b.first_request, 12))}</code></td>'
+                    f'<td class="num">{b.tokens:,}</td><td class="num opt">{b.requests:,}</td>'
                     f'<td class="num">{esc(money(b.write_usd))}</td><td class="num">{esc(money(b.read_usd))}</td>'
-                    f'<td class="num">{esc(money(b.fresh_usd))}</td>'
+                    f'<td class="num opt">{esc(money(b.fresh_usd))}</td>'
                     f'<td class="num total" data-v="{b.total_usd}">{esc(money(b.total_usd))}</td>'
-                    f'<td class="num"><span class="meter bad"><span style="width:{share:.1f}%"></span></span> '
+                    f'<td class="num opt"><span class="meter bad"><span style="width:{share:.1f}%"></span></span> '
                     f'{share:.1f}%</td></tr>')
     head = ("<tr><th>block</th><th>kind</th><th>first sent by</th><th class=num>tokens</th>"
-            "<th class=num>requests</th><th class=num>write</th><th class=num>reads</th><th class=num>fresh</th>"
-            "<th class=num>total</th><th class=num>of input cost</th></tr>")
+            "<th class='num opt'>requests</th><th class=num>write</th><th class=num>reads</th>"
+            "<th class='num opt'>fresh</th><th class=num>total</th><th class='num opt'>of input cost</th></tr>")
     notes = "".join(f'<p class="hint">{esc(n)}</p>' for n in map(carry_note, rep.blocks[:limit]) if n)
     more = len(rep.blocks) - min(limit, len(rep.blocks))
     hint = (f"One row per block content, first sent by the request named: its cache write, the reads of it and "
@@ -210,7 +213,8 @@ def fleet_section(rep: Report) -> str:
     rows = [f.to_json() for f in rep.fleet]
     cols = ("sessions", "shared_tokens", "breaks_at", "breaker", "could_share_tokens", "rewrote_sessions",
             "rewritten_tokens", "rewrite_usd", "fixes")
-    table = generic_table("kv-fleet", [{k: r.get(k) for k in cols} for r in rows])
+    table = generic_table("kv-fleet", [{k: r.get(k) for k in cols} for r in rows],
+                          optional=("could_share_tokens", "rewrote_sessions", "rewritten_tokens"))
     said = "".join(f"<p>{esc(r.get('summary', ''))}</p>" for r in rows)
     return ('<section id="fleet"><h2>Across sessions</h2><p class="hint">Prefixes many sessions share, what breaks '
             'the sharing and what the rewrites cost; the fixes named are priced on the whole fleet.</p>'
@@ -228,10 +232,8 @@ def instances(fix: dict[str, Any]) -> str:
 
 
 def reach(fix: dict[str, Any]) -> str:
-    value = fix.get("reach")
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
-    return "" if value is None else _text(value)
+    """How far a fix reaches, in words (kvprobe.wording.reach_of): never its raw JSON object."""
+    return reach_of(fix.get("reach"))
 
 
 def request_ids(ids: list[Any], shown: int = 6) -> str:

@@ -211,10 +211,10 @@ def _gaps(tl: Timeline, g: Geometry) -> list[str]:
     return parts
 
 
-def _expiries(tl: Timeline, g: Geometry, lane_of: dict[str, int]) -> list[str]:
+def _expiries(tl: Timeline, g: Geometry) -> list[str]:
     parts = ['<g class="expiries">']
     for e in tl.expiries:
-        lane = lane_of[e.agent]
+        lane = tl.lane(e.agent)
         x, top = g.boundary(e.index), g.lanes_top + lane * g.lane_h
         past = f" {duration(e.seconds_past)} before this request" if e.seconds_past is not None else ""
         parts.append(f'<g class="expiry" data-i="{e.index}"><title>{esc("TTL expired" + past + ": " + e.detail)}'
@@ -291,12 +291,14 @@ def _sessions(tl: Timeline, g: Geometry, y0: float) -> tuple[list[str], float]:
     return parts, y0 + 18
 
 
-def _legend(tl: Timeline, g: Geometry, width: float, y0: float) -> tuple[list[str], float]:
+def legend_items(tl: Timeline, unit: str, hatch: str) -> list[tuple[str, str]]:
+    """(swatch as SVG shapes in a 12x12 box, label) of everything the chart draws; `hatch`: the fill of
+    the missed-read swatch (the chart's hatch pattern, or a plain colour outside it)."""
     items: list[tuple[str, str]] = [(f'<rect width="12" height="12" fill="{c}"/>', label)
-                                    for _, label, c in segments(g.unit)]
-    missed = "what the misses cost above an ideal cache" if g.unit == "usd" else \
+                                    for _, label, c in segments(unit)]
+    missed = "what the misses cost above an ideal cache" if unit == "usd" else \
         "missed read (an ideal cache would have read it)"
-    items.append((f'<rect width="12" height="12" fill="url(#kv-hatch{g.suffix})" stroke="{MISSED_COLOUR}" '
+    items.append((f'<rect width="12" height="12" fill="{hatch}" stroke="{MISSED_COLOUR}" '
                   f'stroke-dasharray="3 2"/>', missed))
     for kind in tl.kinds:
         glyph, label, colour = MISS_KINDS[kind]
@@ -310,6 +312,11 @@ def _legend(tl: Timeline, g: Geometry, width: float, y0: float) -> tuple[list[st
     if tl.overlaps:
         items.append((f'<path d="M0 2 V8 H12 V2" fill="none" stroke="{OVERLAP_COLOUR}" stroke-width="1.6"/>',
                       "concurrent start (earlier response not begun)"))
+    return items
+
+
+def _legend(tl: Timeline, g: Geometry, width: float, y0: float) -> tuple[list[str], float]:
+    items = legend_items(tl, g.unit, f"url(#kv-hatch{g.suffix})")
     parts, x, y = ['<g class="legend">'], float(LEFT), y0 + 8
     for swatch, label in items:
         w = 20 + 6.8 * len(label) + 18  # 11px DejaVu Sans, rounded up
@@ -342,27 +349,29 @@ def title_lines(title: str, width: float) -> list[str]:
 
 
 def render_svg(tl: Timeline, *, title: str | None = None, unit: str = "tokens",
-               suffix: str = "") -> tuple[str, int, int]:
+               suffix: str = "", legend: bool = True) -> tuple[str, int, int]:
     """The chart as an SVG element (no XML prolog: inline it in HTML, or wrap it with `standalone`).
 
     unit: "tokens" (read / write / fresh input per request) or "usd" (what each of them and the output cost;
-    needs a timeline built with prices). suffix: appended to element ids, for a second chart on one page."""
+    needs a timeline built with prices). suffix: appended to element ids, for a second chart on one page.
+    legend=False leaves the legend out (the HTML page sets it as text beside the chart, readable at any
+    width)."""
     width = int(max(DESIGN_WIDTH, LEFT + max(tl.slots, 1) * MIN_SLOT + RIGHT))
     lines = title_lines(title, width - 24) if title else []
     g = _geometry(tl, unit, TOP + TITLE_LINE * len(lines), suffix)
     width = int(max(DESIGN_WIDTH, LEFT + g.plot_w + RIGHT))
-    lane_of = {agent: i for i, agent in enumerate(tl.lanes)}
-    body = _lanes(tl, g) + _gaps(tl, g) + _expiries(tl, g, lane_of)
+    body = _lanes(tl, g) + _gaps(tl, g) + _expiries(tl, g)
     body.append('<g class="bars">')
     for b in tl.bars:
-        body += _bar(b, lane_of[b.agent], g)
+        body += _bar(b, tl.lane(b.agent), g)
     body.append("</g>")
     y = g.lanes_bottom + 2
     for section in (_overlaps, _axis, _sessions):
         parts, y = section(tl, g, y)
         body += parts
-    parts, y = _legend(tl, g, width, y)
-    body += parts
+    if legend:
+        parts, y = _legend(tl, g, width, y)
+        body += parts
     if not tl.bars:
         body.append(_text(LEFT + 12, g.lanes_top + 40, "no requests", size=14, fill="#64748b"))
     height = int(math.ceil(y))

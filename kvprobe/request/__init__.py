@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError
@@ -35,6 +36,8 @@ def render_request(body: Any, provider: str | None = None, endpoint: str | None 
     model = body.get("model") or model_from_endpoint(endpoint)
     if isinstance(model, str) and model.startswith("models/"):  # Gemini names models as resources
         model = model[len("models/"):]
+    if isinstance(model, str) and "model" not in body and provider != "gemini":
+        body = {**body, "model": model}  # Vertex and Bedrock name it in the URL only: the cache keys by it
     platform = platform or infer_platform(endpoint, model, response)
     rules = rules_for(provider, model, platform)
     betas = betas_of(headers)
@@ -76,7 +79,14 @@ def betas_of(headers: dict[str, str] | None) -> frozenset[str]:
 
 
 def model_from_endpoint(endpoint: str | None) -> str | None:
-    """Gemini names the model in the URL: /v1beta/models/gemini-2.5-pro:generateContent."""
-    if endpoint and "/models/" in endpoint:
+    """The model a URL names: Gemini and Vertex `/models/gemini-2.5-pro:generateContent` (and Vertex's
+    `.../publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict`), Bedrock
+    `/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke` (its `:` escaped by the SDKs)."""
+    if not endpoint:
+        return None
+    if "/models/" in endpoint:
         return endpoint.split("/models/", 1)[1].split(":", 1)[0]
+    if endpoint.startswith("/model/"):
+        model = unquote(endpoint[len("/model/"):].split("/", 1)[0])
+        return model or None
     return None

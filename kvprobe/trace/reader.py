@@ -12,7 +12,7 @@ import xxhash
 from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request.detect import infer_provider
-from kvprobe.secrets import redact_text
+from kvprobe.secrets import scrub_identity
 from kvprobe.trace.record import FORMAT_VERSION, KNOWN_KEYS, TraceRecord, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
@@ -81,14 +81,14 @@ def record_from_json(raw: Any, source: str | None = None, line: int | None = Non
         raise InputError(f"expected one of {', '.join(PROVIDERS)}", **where, field="provider")
     if provider is None:
         provider = infer_provider(request, endpoint, response)
-    return TraceRecord(
+    return scrub_identity(TraceRecord(  # a key in its id, session, agent, endpoint, error or extra: never shown
         id=str(rid), provider=provider, started_at=_optional_time(raw, "started_at", where),
         request=request, response=response, session=_optional_str(raw, "session", where),
         agent=_optional_str(raw, "agent", where), endpoint=endpoint,
         first_token_at=_optional_time(raw, "first_token_at", where),
         finished_at=_optional_time(raw, "finished_at", where),
-        error=None if raw.get("error") is None else redact_text(str(raw.get("error"))),  # echoed keys: never shown
-        extra={k: v for k, v in raw.items() if k not in KNOWN_KEYS}, source=source, line=line)
+        error=None if raw.get("error") is None else str(raw.get("error")),
+        extra={k: v for k, v in raw.items() if k not in KNOWN_KEYS}, source=source, line=line))
 
 
 def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None = None,

@@ -11,6 +11,7 @@ import orjson
 
 from kvprobe.errors import InputError
 from kvprobe.output import atomic_output, write_bytes_atomic
+from kvprobe.secrets import scrub_identity
 from kvprobe.trace.record import TraceRecord
 
 
@@ -27,16 +28,20 @@ class TraceWriter:
         self.append_line(_line(record))
 
     def append_line(self, data: bytes) -> None:
-        """Append one already-serialised record line (from `line_of`)."""
+        """Append one already-serialised record line (from `line_of`): all of it, or, when the write fails (a
+        full disk: ENOSPC, EFBIG, EDQUOT), none of it: the bytes written are cut off again and the OSError is
+        raised, so the file ends with a whole line and the next record is not glued to a torn one. (Another
+        process appending to the same file at that moment would lose its line too: one writer per trace.)"""
         line = memoryview(data)
         with self._lock:
-            start = os.lseek(self._fd, 0, os.SEEK_END)
+            start = os.fstat(self._fd).st_size  # where this line begins (O_APPEND writes at the end)
             try:
                 while line:  # a short write (signal, nearly full disk) continues where it stopped
                     line = line[os.write(self._fd, line):]
-            except OSError:  # a full disk, a quota: the part written is cut off, so no torn line stays
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, start)
+            except OSError:
+                with contextlib.suppress(OSError):  # (a pipe or a device cannot be cut: nothing to undo)
+                    if os.fstat(self._fd).st_size > start:
+                        os.ftruncate(self._fd, start)
                 raise
 
     def close(self) -> None:
@@ -66,8 +71,10 @@ def line_of(record: TraceRecord) -> bytes:
 
 
 def _line(record: TraceRecord) -> bytes:
+    """Every record kvprobe writes passes here: its identity fields (id, session, agent, endpoint, error and
+    `extra`: cwd, service, project_hash, kept headers) are scrubbed of credentials first, whoever made it."""
     try:
-        return orjson.dumps(record.to_json()) + b"\n"
+        return orjson.dumps(scrub_identity(record).to_json()) + b"\n"
     except orjson.JSONEncodeError as exc:  # nesting deeper than JSON writers allow, integers beyond 64 bits
         raise InputError(f"record {record.id!r} cannot be written as JSON: {exc}", file=record.source,
                          line=record.line) from None

@@ -30,6 +30,7 @@ class Step:
     events: list[Event] = field(default_factory=list)
     file_events: list[TailEvent] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # requests that could not be analysed: "file:line: why"
+    failed: list[str] = field(default_factory=list)  # requests that failed, not priced: "id: error"
     final: bool = False
 
 
@@ -46,6 +47,11 @@ class Watch:
         return self.live.totals
 
     @property
+    def _seen(self) -> int:
+        """Requests analysed so far, failed ones included (they count towards --exit-after)."""
+        return self.totals.requests + self.totals.failed
+
+    @property
     def skips(self) -> Skips:
         return self.follower.skips
 
@@ -56,7 +62,11 @@ class Watch:
         step = Step(file_events=batch.events, final=final)
         for rec in batch.records[:limit]:
             try:
-                step.events.append(self.live.add(rec))
+                event = self.live.add(rec)
+                if event is None:
+                    step.failed.append(f"{rec.id}: {rec.error}")
+                else:
+                    step.events.append(event)
             except InputError as exc:  # one bad request body: counted, the watch goes on
                 where = f"{rec.source}:{rec.line}" if rec.source else rec.id
                 self.skips.add(exc.message, where)
@@ -70,13 +80,13 @@ class Watch:
         last_new = self.clock()
         try:
             while True:
-                left = None if exit_after is None else exit_after - self.totals.requests
+                left = None if exit_after is None else exit_after - self._seen
                 idle = idle_timeout is not None and self.clock() - last_new >= idle_timeout
                 final = once or idle
                 step = self.step(final=final, limit=left)
-                if step.events:
+                if step.events or step.failed:
                     last_new = self.clock()
-                done = final or (exit_after is not None and self.totals.requests >= exit_after)
+                done = final or (exit_after is not None and self._seen >= exit_after)
                 step.final = done
                 yield step
                 if done:

@@ -57,6 +57,7 @@ class Totals:
     misses: int = 0
     missed_read_tokens: int = 0
     miss_usd: float = 0.0
+    failed: int = 0  # requests that failed (skeleton.failed_call): counted here, in no other figure
 
     @property
     def hit_ratio(self) -> float:
@@ -68,7 +69,8 @@ class Totals:
                 "cache_write_tokens": u.cache_write_tokens, "fresh_input_tokens": u.fresh_input_tokens,
                 "output_tokens": u.output_tokens, "token_hit_ratio": round(self.hit_ratio, 4),
                 "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced, "misses": self.misses,
-                "missed_read_tokens": self.missed_read_tokens, "miss_usd": round(self.miss_usd, 6)}
+                "missed_read_tokens": self.missed_read_tokens, "miss_usd": round(self.miss_usd, 6),
+                "failed_requests": self.failed}
 
 
 def _reread(sk: Skeleton) -> RenderedRequest | None:
@@ -94,11 +96,16 @@ class LiveAnalysis:
         self.totals = Totals()
         self._last_start = 0.0
 
-    def add(self, record: TraceRecord) -> Event:
+    def add(self, record: TraceRecord) -> Event | None:
+        """The request's event; None when it failed (counted in `totals.failed`, neither simulated nor priced,
+        as in `report`)."""
         if record.started_at is None:  # keep the order it arrived in
             record.started_at = self._last_start
         self._last_start = max(self._last_start, record.started_at)
         sk = next(skeletons([record], self.store))
+        if sk.failed:
+            self.totals.failed += 1
+            return None
         result = self.diagnoser.step(self.sim.step(sk))
         price_results([result], self.prices)
         event = Event(result, record.source)

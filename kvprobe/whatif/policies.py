@@ -19,6 +19,7 @@ from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.analysis.texts import TextSource
 from kvprobe.trace import TraceRecord
+from kvprobe.wording import reach as reach_words
 
 Records = list[TraceRecord]
 Skeletons = list[Skeleton]
@@ -67,9 +68,7 @@ class Policy:
 
     @property
     def reach(self) -> str:
-        total = max(self.cause_sessions, len(self.sessions))
-        return (f"{len(self.sessions):,} of {total:,} session{'s' if total != 1 else ''}, "
-                f"{self.edited_requests:,} request{'s' if self.edited_requests != 1 else ''} edited")
+        return reach_words(len(self.sessions), self.cause_sessions, self.edited_requests)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "key": self.key, "requests": self.requests,

@@ -1,0 +1,78 @@
+"""Which earlier request a request continues (its stream), as the provider's cache sees it (docs/streams.md).
+
+A provider keeps a cache per model, so requests of one session and agent to different models are separate
+streams: Gemini CLI's flash-lite router call and its pro main call, Claude Code's haiku side calls and its
+opus/sonnet turns. Chaining them as one stream diagnosed "model changed" and "tool set changed" where
+nothing was lost. A genuine model switch (the user picks another model mid-session) must stay visible,
+though, and it differs by what is sent: the new model gets the conversation so far, a side call gets a
+prompt of its own. So a request continues:
+
+1. the latest request of its session, agent and model, when the latest request of its session and agent is
+   of the same model or it sends that request's prompt again (the usual case, and a switch back);
+2. else the latest request of its session and agent, another model's, when it sends that one's prompt again:
+   a model switch, diagnosed as one;
+3. else the latest request of its own model (a router/side call and the main call interleaving), or none.
+
+"Sends the prompt again" (`resends`): its leading content (content hashes, the model left out) covers at
+least half of the earlier prompt's tokens. Without bodies (usage-only logs), the two prompts' sizes are
+within a factor of two of each other: a history resent is about as long, a side call's prompt is not.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from kvprobe.request import RenderedRequest
+
+T = TypeVar("T")
+RESENT_SHARE = 0.5  # of the earlier prompt a request must send again to continue another model's stream
+
+
+@dataclass(slots=True)
+class Seen(Generic[T]):
+    """What the rule needs of an earlier request, and the caller's own object for it."""
+
+    item: T
+    model: str | None
+    request: RenderedRequest | None
+    size: int  # its prompt's tokens (usage-only requests: the logged input)
+
+
+def resends(new: Seen, old: Seen) -> bool:
+    """Whether `new` sends `old`'s prompt again (see the module doc)."""
+    if new.request is not None and old.request is not None:
+        blocks = old.request.blocks
+        total = sum(b.tokens for b in blocks)
+        shared = 0
+        for a, b in zip(new.request.blocks, blocks):
+            if a.content_hash != b.content_hash:
+                break
+            shared += b.tokens if total else 1
+        return shared >= RESENT_SHARE * (total or len(blocks)) > 0
+    if new.request is None and old.request is None:
+        return min(new.size, old.size) >= RESENT_SHARE * max(new.size, old.size) > 0
+    return False  # one with a body, one without: nothing to compare
+
+
+class Streams(Generic[T]):
+    """Feed requests in start order: `previous` before `add` for each."""
+
+    def __init__(self) -> None:
+        self._latest: dict[Hashable, Seen[T]] = {}  # by stream (session, agent)
+        self._by_model: dict[tuple[Hashable, str | None], Seen[T]] = {}
+
+    def previous(self, stream: Hashable, seen: Seen[T]) -> T | None:
+        latest = self._latest.get(stream)
+        if latest is None:
+            return None
+        own = self._by_model.get((stream, seen.model))
+        if latest.model == seen.model or (own is not None and resends(seen, own)):
+            return own.item if own is not None else None
+        if resends(seen, latest):
+            return latest.item  # a model switch: the change of model is a cause
+        return own.item if own is not None else None
+
+    def add(self, stream: Hashable, seen: Seen[T]) -> None:
+        self._latest[stream] = seen
+        self._by_model[(stream, seen.model)] = seen
