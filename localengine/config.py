@@ -72,6 +72,26 @@ class SchedulerConfig:
 
 
 @dataclass(slots=True)
+class AccountingConfig:
+    """Accounting mode (localengine.accounting): prompts longer than the model's window are answered, the
+    model attending to the window, a K/V-less ledger keeping the cache's ground truth for the whole prompt."""
+
+    enabled: bool = True  # False (the Engine's default without a config): a prompt over the model is refused
+    ledger_tokens: int = 1 << 21  # the ledger's size (2,097,152 tokens: ten 200k-token prompts)
+    window_tokens: int | None = None  # the most prompt tokens the model runs on (None: all it can take)
+    head_tokens: int = 256  # of those, the prompt's first tokens
+    grid_tokens: int | None = None  # the tail starts on multiples of this (None: half the tail)
+
+    def __post_init__(self) -> None:
+        if self.ledger_tokens < 1:
+            raise ValueError(f"ledger_tokens must be >= 1, got {self.ledger_tokens}")
+        if self.window_tokens is not None and self.window_tokens < 16:
+            raise ValueError(f"window_tokens must be >= 16, got {self.window_tokens}")
+        if self.head_tokens < 0:
+            raise ValueError(f"head_tokens must be >= 0, got {self.head_tokens}")
+
+
+@dataclass(slots=True)
 class EngineConfig:
     model: str = "smollm2-135m-instruct"
     device: str = "auto"
@@ -82,3 +102,4 @@ class EngineConfig:
     # Batch-invariant kernels: every token's result is independent of how many other tokens share the
     # forward pass, so a cached prefix gives bitwise-identical logits. None: on for float64 only.
     batch_invariant: bool | None = None
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .accounting import PrefixLedger, Window, plan_window
 from .block_manager import BlockManager
-from .config import CacheConfig, EngineConfig, SchedulerConfig
+from .config import AccountingConfig, CacheConfig, EngineConfig, SchedulerConfig
 from .loader import load_model
 from .model_runner import ModelRunner, kv_bytes_per_block
 from .models.llama import build_model, fuse_codes
@@ -54,15 +55,17 @@ _DEFAULT_CONTEXTS = 4  # default cache size: this many full-length contexts (whe
 @dataclass(slots=True)
 class GenerationResult:
     request_id: int
-    prompt_token_ids: list[int]
+    prompt_token_ids: list[int]  # the tokens the model ran on (the window's, in accounting mode)
     token_ids: list[int]  # generated tokens (including a final stop token, if any)
     text: str  # decoded generated tokens, special tokens skipped
     finish_reason: str  # "stop", "length" or "abort"
-    num_prompt_tokens: int
-    num_cached_tokens: int  # prompt tokens whose K/V came from the prefix cache
+    num_prompt_tokens: int  # of the prompt as sent, however long
+    num_cached_tokens: int  # of those, tokens the prefix cache reused (the ledger's count when windowed)
     prefill_seconds: float  # the forward pass that computed the prompt
     decode_seconds: float  # from the first generated token to the last
     first_token_seconds: float  # from submission to the first token (queueing included)
+    window: Window | None = None  # which prompt tokens the model attended to (accounting.Window)
+    model_cached_tokens: int = 0  # of the tokens the model ran on, those whose K/V was reused
 
 
 @dataclass(slots=True)
@@ -78,6 +81,8 @@ class RequestUpdate:
     finished: bool
     result: GenerationResult | None = None  # set once finished
     num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache (known from the first update on)
+    window: Window | None = None  # which prompt tokens the model attends to
+    model_cached_tokens: int = 0  # of the window's tokens, those whose K/V was reused
 
 
 @dataclass(slots=True)
@@ -178,6 +183,7 @@ class Engine:
         batch_invariant: bool | None = None,
         int8_head: bool = False,
         decode_weights: str = "auto",
+        accounting: AccountingConfig | None = None,
     ):
         self.config = EngineConfig(
             model,
@@ -187,6 +193,7 @@ class Engine:
             CacheConfig(block_size, num_blocks),
             SchedulerConfig(max_num_seqs, max_num_batched_tokens),
             batch_invariant,
+            accounting or AccountingConfig(enabled=False),
         )
         _check_decode_weights(decode_weights)  # before the load, which takes seconds
         self.device = _resolve_device(device)
@@ -212,6 +219,8 @@ class Engine:
         self.scheduler = Scheduler(
             self.config.scheduler, self.block_manager, self.tokenizer.stop_token_ids, net.config.max_position_embeddings
         )
+        acc = self.config.accounting
+        self.ledger = PrefixLedger(-(-acc.ledger_tokens // block_size), block_size) if acc.enabled else None
         self._requests: dict[int, Sequence] = {}
         self._finished = 0
         # Updates of other requests produced while a blocking helper ran: delivered by the next step().
@@ -246,15 +255,38 @@ class Engine:
         use_prefix_cache: bool = True,
         return_logits: bool = False,
     ) -> int:
-        """Queue a request; returns its id. Nothing runs until `step()`."""
+        """Queue a request; returns its id. Nothing runs until `step()`.
+
+        A prompt longer than the model can take with `max_tokens` more (its context, the KV store, the
+        accounting window) runs on its window, the ledger accounting for the whole of it, when the engine was
+        built with `accounting=AccountingConfig()` (see `localengine.accounting`); else it is refused
+        (ValueError)."""
         self._check_prompt(prompt_token_ids)
         params = SamplingParams(
             max_tokens, temperature, tuple(stop_token_ids), ignore_eos, use_prefix_cache, return_logits
         )
-        seq = Sequence(prompt_token_ids, params, self.block_manager.block_size, arrival=time.perf_counter())
+        window = self.window_for(len(prompt_token_ids), max_tokens)
+        seq = Sequence(window.select(prompt_token_ids), params, self.block_manager.block_size,
+                       arrival=time.perf_counter())
+        seq.window = window
+        if self.ledger is not None and use_prefix_cache:
+            seq.full_prompt = list(prompt_token_ids)
         self.scheduler.add(seq)
         self._requests[seq.seq_id] = seq
         return seq.seq_id
+
+    def window_for(self, num_prompt_tokens: int, max_tokens: int = 0) -> Window:
+        """The tokens of a prompt this long the model would attend to (all of them when it fits)."""
+        bm, acc = self.block_manager, self.config.accounting
+        room = min(self.model_config.max_position_embeddings, bm.num_blocks * bm.block_size) - max_tokens
+        limit = min(room, acc.window_tokens or room)
+        if num_prompt_tokens <= limit or not acc.enabled:
+            return Window.whole(num_prompt_tokens)  # (the scheduler refuses it when it does not fit)
+        if limit < 2 * bm.block_size:
+            raise ValueError(f"{max_tokens} new tokens leave the model room for {max(limit, 0)} prompt tokens; "
+                             "ask for fewer")
+        head = min(acc.head_tokens, limit // 4)
+        return plan_window(num_prompt_tokens, limit, head, acc.grid_tokens or max(1, (limit - head) // 2))
 
     def _check_prompt(self, ids: list[int]) -> None:
         if not ids:
@@ -271,6 +303,8 @@ class Engine:
         seq = self._requests.pop(request_id, None)
         if seq is not None and not seq.is_finished:
             self.scheduler.abort(seq)
+        if seq is not None:
+            self._release_ledger(seq)
 
     def step(self) -> list[RequestUpdate]:
         """Schedule, run one forward pass over every request in flight, sample; returns what changed."""
@@ -281,24 +315,42 @@ class Engine:
         start = time.perf_counter()
         for seq in batch.prefills:
             seq.prefill_start = start
+            self._admit_to_ledger(seq)
         output = self.runner.run(batch)
         for seq, logits in zip(batch.seqs, output.logits):
             if logits is not None and seq.logits is None:
                 seq.logits = logits.cpu()
         before = {seq.seq_id: seq.num_completion_tokens for seq in batch.seqs}
         finished = {seq.seq_id for seq in self.scheduler.postprocess(batch, output.token_ids)}
+        for seq in batch.prefills:
+            if seq.ledger is not None:
+                self.ledger.computed(seq.ledger)  # its prompt is computed: now a hit for later prompts
         for seq in batch.seqs:
             if seq.seq_id not in self._requests:
                 continue  # aborted meanwhile
             new = seq.completion_token_ids[before[seq.seq_id] :]
             done = seq.seq_id in finished
             result = self._result(seq) if done else None
-            updates.append(RequestUpdate(seq.seq_id, new, done, result, seq.num_cached_tokens))
+            updates.append(RequestUpdate(seq.seq_id, new, done, result, seq.reported_cached_tokens, seq.window,
+                                         seq.num_cached_tokens))
             if done:
                 self._finished += 1
+                self._release_ledger(seq)
                 if not seq.params.return_logits:
                     del self._requests[seq.seq_id]
         return updates
+
+    def _admit_to_ledger(self, seq: Sequence) -> None:
+        """Look the whole prompt up in the ledger as its window is scheduled (once: a preempted request
+        keeps its ledger blocks)."""
+        if seq.full_prompt is not None and seq.ledger is None:
+            seq.ledger = self.ledger.admit(seq.full_prompt)
+            seq.full_prompt = None
+
+    def _release_ledger(self, seq: Sequence) -> None:
+        if seq.ledger is not None:
+            self.ledger.release(seq.ledger)
+            seq.ledger = None
 
     def _result(self, seq: Sequence) -> GenerationResult:
         first = seq.first_token_time or seq.finish_time or seq.arrival
@@ -308,11 +360,13 @@ class Engine:
             token_ids=seq.completion_token_ids,
             text=self.tokenizer.decode(seq.completion_token_ids),
             finish_reason=seq.finish_reason or "length",
-            num_prompt_tokens=seq.num_prompt_tokens,
-            num_cached_tokens=seq.num_cached_tokens,
+            num_prompt_tokens=seq.window.total if seq.window else seq.num_prompt_tokens,
+            num_cached_tokens=seq.reported_cached_tokens,
             prefill_seconds=first - (seq.prefill_start or first),
             decode_seconds=(seq.finish_time or first) - first,
             first_token_seconds=first - seq.arrival,
+            window=seq.window,
+            model_cached_tokens=seq.num_cached_tokens,
         )
 
     # -- blocking helpers ---------------------------------------------------------------------------
@@ -383,5 +437,7 @@ class Engine:
         )
 
     def clear_cache(self) -> None:
-        """Forget every cached prefix; later requests compute their prompts from scratch."""
+        """Forget every cached prefix (the ledger's too); later requests compute their prompts from scratch."""
         self.block_manager.clear_cache()
+        if self.ledger is not None:
+            self.ledger.clear()

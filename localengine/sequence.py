@@ -58,6 +58,11 @@ class Sequence:
         self.block_hashes: list[int] = []  # hash of each full block, filled in as blocks fill up
         self.finish_reason: str | None = None
         self.logits: Any = None  # last prompt position's logits when params.return_logits
+        # Accounting mode (localengine.accounting): the whole prompt the client sent, which tokens of it
+        # the model attends to, and the ledger's view of it (set by the engine; None when not used).
+        self.full_prompt: list[int] | None = None
+        self.window: Any = None  # accounting.Window
+        self.ledger: Sequence | None = None
         # Timings (perf_counter seconds).
         self.arrival = arrival
         self.prefill_start: float | None = None
@@ -86,6 +91,14 @@ class Sequence:
     @property
     def num_full_blocks(self) -> int:
         return len(self.token_ids) // self.block_size
+
+    @property
+    def reported_cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache reused: the KV store's own count when the model ran the whole
+        prompt, else the ledger's for the whole prompt (accounting mode)."""
+        if self.window is None or self.window.is_whole:
+            return self.num_cached_tokens
+        return self.ledger.num_cached_tokens if self.ledger is not None else 0
 
     @property
     def is_finished(self) -> bool:

@@ -146,13 +146,11 @@ def test_openai_compatible_engine_reports_cached_tokens(cli, tmp_path, served_tr
         write_trace(trace, [_record("a", t0, _body("one")), _record("b", t0 + 600, _body("two"))])
         what_if = cli("replay", trace, "--json", "--what-if", "--engine", "openai-compatible",
                       "--base-url", server.base_url + "/v1")
-    assert what_if.exit_code == 1, what_if.output  # every request of the baseline failed (see below)
+    assert what_if.exit_code == 0, what_if.output
     report = json.loads(what_if.stdout)
     assert report["what_if"] and not any("could not be cleared" in n for n in report["notes"])  # reset between runs
-    # These prompts exceed the tiny model's context: the server refuses them and replay counts why.
-    assert report["totals"]["failed"] == 2
-    assert any("prompt is too long" in reason for reason in report["totals"]["not_replayed"])
-    assert list(report["totals"]["not_replayed_ids"].values()) == [["a", "b"]]  # one kind of error, one line
+    # These prompts exceed the tiny model's context: serve answers them in accounting mode (docs/engine.md)
+    assert report["totals"]["failed"] == 0
 
 
 def test_a_model_that_does_not_load_fails_replay_cleanly(cli, served_trace, tmp_path):

@@ -115,8 +115,14 @@ def test_bad_requests_get_anthropic_errors_and_the_server_keeps_serving(server, 
     assert "max_tokens" in missing.value.message
     with pytest.raises(anthropic.BadRequestError, match="role"):
         client.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "robot", "content": "x"}])
-    with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
-        client.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "x" * 5000}])
+    # Longer than the tiny model's 1,024-token context: answered, the model on the prompt's two ends
+    long = client.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "x" * 5000}])
+    # (1,024 - 4 reply tokens = 1,020 for the prompt: a head of 1,020 // 4 = 255, a tail of at most 765
+    # starting on a multiple of 765 // 2 = 382)
+    total, window = long.usage.input_tokens, long.model_extra["kvprobe"]["model_window"]
+    start = -(-(total - 765) // 382) * 382
+    assert total > 5000 and window["attended"] == [[0, 255], [start, total]]
+    assert window["accounted_only"] == [[255, start]]
     with pytest.raises(anthropic.NotFoundError):
         client.post("/v1/nothing", cast_to=object, body={})
     bad_json = httpx.post(server.base_url + "/v1/messages", content=b"{not json", timeout=10)

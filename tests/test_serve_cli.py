@@ -7,8 +7,8 @@ from kvprobe.serve import start_server
 
 
 def test_unknown_emulation_target_is_a_usage_error(cli):
-    result = cli("serve", "--model", "tiny-random", "--emulate", "gemini/gemini-2.5-pro")
-    assert result.exit_code == 2 and "not emulated" in result.output
+    result = cli("serve", "--model", "tiny-random", "--emulate", "acme/acme-1")  # (gemini is emulated now)
+    assert result.exit_code == 2 and "unknown provider 'acme'" in result.output
     result = cli("serve", "--cache", "maybe")
     assert result.exit_code == 2 and "--cache" in result.output
 

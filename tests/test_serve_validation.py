@@ -16,7 +16,8 @@ USER = [{"role": "user", "content": "Fix the login bug."}]
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(model="tiny-random", cache="engine", device="cpu", num_blocks=512) as handle:
+    with start_server(model="tiny-random", cache="engine", device="cpu", num_blocks=512,
+                      max_output_tokens=16) as handle:
         yield handle
 
 
@@ -66,17 +67,20 @@ def test_malformed_anthropic_requests_are_400(claude, messages, expected):
     assert expected in info.value.body["error"]["message"]
 
 
-def test_stream_must_be_a_boolean_and_max_tokens_within_the_model(server):
+def test_stream_must_be_a_boolean_and_a_huge_max_tokens_is_served_clamped(server):
     bad = _post(server, "/v1/messages", {"model": CLAUDE, "max_tokens": 2, "messages": USER, "stream": "yes"})
     assert bad.status_code == 400 and bad.json()["error"]["message"] == "stream: Input should be a valid boolean"
+    # An agent's 64,000 (or more) is not the bundled model's to refuse: served at the engine's reply limit
+    # (this server's --max-output-tokens 16), and said
     huge = _post(server, "/v1/messages", {"model": CLAUDE, "max_tokens": 10**12, "messages": USER})
-    assert huge.status_code == 400
-    assert "max_tokens: 1000000000000 >" in huge.json()["error"]["message"]
+    assert huge.status_code == 200 and huge.json()["stop_reason"] in ("end_turn", "max_tokens")
+    assert huge.json()["kvprobe"]["max_tokens"]["requested"] == 10**12
+    assert huge.json()["kvprobe"]["max_tokens"]["served"] == 16
     bad = _post(server, "/v1/chat/completions", {"model": "gpt-4o", "messages": USER, "stream": "yes"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream"
     assert bad.json()["error"]["code"] == "invalid_type"
     huge = _post(server, "/v1/chat/completions", {"model": "gpt-4o", "messages": USER, "max_tokens": 10**12})
-    assert huge.status_code == 400 and huge.json()["error"]["param"] == "max_tokens"
+    assert huge.status_code == 200 and huge.json()["kvprobe"]["max_tokens"]["served"] == 16
 
 
 def test_malformed_openai_content_parts_are_400(gpt):
@@ -112,13 +116,15 @@ def test_an_oversized_body_is_413_before_it_is_read(server):
     assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer
 
 
-def test_a_prompt_far_over_the_context_is_refused_without_tokenizing_it(server, claude):
-    long_text = "lorem ipsum dolor " * 300_000  # 5.4 MB
-    with pytest.raises(anthropic.BadRequestError) as info:
-        claude.messages.create(model=CLAUDE, max_tokens=2, messages=[{"role": "user", "content": long_text}])
-    message = info.value.body["error"]["message"]
-    assert message.startswith("prompt is too long: at least") and "maximum" in message  # decided by size alone
-    assert claude.messages.create(model=CLAUDE, max_tokens=1, messages=USER).usage.output_tokens == 1
+def test_a_prompt_far_over_the_prompt_limit_is_refused_without_tokenizing_it(tmp_path):
+    long_text = "lorem ipsum dolor " * 300_000  # 5.4 MB: over 100,000 tokens by its size alone
+    with start_server(model="tiny-random", device="cpu", num_blocks=512, max_prompt_tokens=100_000) as handle:
+        claude = anthropic.Anthropic(base_url=handle.base_url, api_key="x", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as info:
+            claude.messages.create(model=CLAUDE, max_tokens=2, messages=[{"role": "user", "content": long_text}])
+        message = info.value.body["error"]["message"]
+        assert message.startswith("prompt is too long: at least") and "100000 maximum" in message
+        assert claude.messages.create(model=CLAUDE, max_tokens=1, messages=USER).usage.output_tokens == 1
 
 
 # Bodies the Messages API refuses (its SDK types and API reference): each was answered 200 here.

@@ -2,27 +2,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from kvprobe.errors import InputError
 from kvprobe.request import render_request
 from kvprobe.request.model import RenderedRequest
 from kvprobe.serve.errors import ApiError, invalid
-from kvprobe.serve.messages_schema import sampling_number
-from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
-                                   kvprobe_extension, record_trace)
+from kvprobe.serve.messages_schema import check_placement, sampling_number
+from kvprobe.serve.service import Done, Job, ServeState, UsageFacts, kvprobe_extension
+from kvprobe.serve.streaming import DISCONNECTED, answer
 from kvprobe.serve.validate import check_anthropic, check_model
 
-_STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "stop_sequence": "stop_sequence"}
-_ROLES = ("user", "assistant")
+_STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "stop_sequence": "stop_sequence", DISCONNECTED: None}
+_ROLES = ("user", "assistant", "system")
+_TEXT_CHUNK = 64  # characters per text_delta when a recorded answer is streamed
 
 
-def _common(body: Any) -> RenderedRequest:
+def _common(body: Any, headers: Any = None) -> RenderedRequest:
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object")
     model = body.get("model")
@@ -36,23 +37,29 @@ def _common(body: Any) -> RenderedRequest:
     for i, msg in enumerate(messages):
         role = msg.get("role") if isinstance(msg, dict) else None
         if role not in _ROLES:
-            raise invalid(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            raise invalid(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
+    check_placement(messages)
     try:
-        return render_request(body, "anthropic", "/v1/messages")
+        return render_request(body, "anthropic", "/v1/messages",
+                              headers={"anthropic-beta": headers.get("anthropic-beta", "")} if headers else None)
     except InputError as exc:
         raise invalid(str(exc)) from None
 
 
-def _checked(state: ServeState, body: Any) -> RenderedRequest:
+def _checked(state: ServeState, body: Any, headers: Any = None) -> RenderedRequest:
     """The request rendered, after every check the Messages API makes (kvprobe.serve.validate)."""
-    rendered = _common(body)
-    check_anthropic(body, state.context_tokens)
-    check_model(body["model"], "anthropic", state.config.model, state.emulated_model)
+    rendered = _common(body, headers)
+    check_anthropic(body)
+    check_model(body["model"], "anthropic", state.config.model, _emulated_model(state))
     return rendered
 
 
+def _emulated_model(state: ServeState) -> str | None:
+    return state.emulator.spec_for("anthropic").model if state.emulator else None
+
+
 def parse_job(state: ServeState, body: Any, request: Request) -> Job:
-    rendered = _checked(state, body)
+    rendered = _checked(state, body, request.headers)
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise invalid("max_tokens: Field required" if max_tokens is None
@@ -63,15 +70,12 @@ def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid("stop_sequences: Input should be a list of strings")
     temperature = sampling_number(body, "temperature", 0.0, 1.0)  # (check_fields has refused a bad one)
-    temperature = 1.0 if temperature is None else temperature
     if rendered.warnings and any("at most" in w for w in rendered.warnings):
         raise invalid(next(w for w in rendered.warnings if "at most" in w))
     asked, previous = _diagnostics_request(body)
-    timings = state.timings(request.headers)
-    state.check_recordable(body)
-    prompt = state.prompt(rendered)
-    job = Job("anthropic", "/v1/messages", state.new_id("msg"), body["model"], body, prompt,
-              state.clamp_max_tokens(prompt, max_tokens), temperature, stops, timings, asked, previous)
+    job = state.job("anthropic", "/v1/messages", "msg", body, rendered, max_tokens,
+                    1.0 if temperature is None else temperature, stops, request.headers)
+    job.diagnostics, job.previous_message_id = asked, previous
     if asked:  # the API keeps a fingerprint only of requests that carry the diagnostics object
         state.diagnostics.remember(job.request_id, rendered, body)
     return job
@@ -99,7 +103,7 @@ def usage_json(u: UsageFacts) -> dict[str, Any]:
             "output_tokens": u.output_tokens, "service_tier": "standard"}
 
 
-def _message(job: Job, content: list[dict[str, Any]], stop_reason: str | None, stop_sequence: str | None,
+def _message(job: Job, content: list[Any], stop_reason: str | None, stop_sequence: str | None,
              usage: UsageFacts) -> dict[str, Any]:
     msg = {"id": job.request_id, "type": "message", "role": "assistant", "model": job.model, "content": content,
            "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage_json(usage)}
@@ -109,59 +113,89 @@ def _message(job: Job, content: list[dict[str, Any]], stop_reason: str | None, s
     return msg
 
 
-def _final(state: ServeState, job: Job, done: Done) -> dict[str, Any]:
+def _content(job: Job, done: Done) -> tuple[list[Any], str | None, str | None]:
+    """(content, stop_reason, stop_sequence): the recorded answer's, or the model's text."""
+    if done.recorded is not None:
+        r = done.recorded.response
+        content = r.get("content") if isinstance(r.get("content"), list) else []
+        return content, r.get("stop_reason") or "end_turn", r.get("stop_sequence")
     content = [{"type": "text", "text": done.text}] if job.max_tokens > 0 else []
-    msg = _message(job, content, _STOP_REASON[done.finish], done.stop_sequence, done.usage)
-    msg["kvprobe"] = kvprobe_extension(state, job, done.usage)
-    return msg
+    return content, _STOP_REASON[done.finish], done.stop_sequence
+
+
+class Messages:
+    """The Messages API's response body and stream (`kvprobe.serve.streaming.Shape`)."""
+
+
+    def final(self, state: ServeState, job: Job, done: Done) -> dict[str, Any]:
+        content, stop_reason, stop_sequence = _content(job, done)
+        msg = _message(job, content, stop_reason, stop_sequence, done.usage)
+        msg["kvprobe"] = kvprobe_extension(state, job, done.usage)
+        return msg
+
+    def start(self, state: ServeState, job: Job, usage: UsageFacts) -> Iterable[bytes]:
+        start = _message(job, [], None, None, usage)
+        start["usage"]["output_tokens"] = 1 if job.max_tokens else 0
+        yield _sse("message_start", {"type": "message_start", "message": start})
+        if job.max_tokens and job.recorded is None:
+            yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}})
+        yield _sse("ping", {"type": "ping"})
+
+    def delta(self, job: Job, text: str) -> Iterable[bytes]:
+        yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": text}})
+
+    def end(self, state: ServeState, job: Job, done: Done, final: dict[str, Any]) -> Iterable[bytes]:
+        if done.recorded is not None:
+            for index, block in enumerate(final["content"]):
+                yield from _block_events(index, block)
+        elif job.max_tokens:
+            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield _sse("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": final["stop_reason"], "stop_sequence": final["stop_sequence"]},
+            "usage": final["usage"], "kvprobe": final["kvprobe"]})
+        yield _sse("message_stop", {"type": "message_stop"})
+
+    def error(self, exc: ApiError) -> bytes:
+        return _sse("error", exc.anthropic_body())
+
+
+def _block_events(index: int, block: Any) -> Iterator[bytes]:
+    """A recorded content block as the API streams it: start, deltas, stop."""
+    if not isinstance(block, dict):
+        return
+    kind = block.get("type")
+    start, deltas = dict(block), []
+    if kind == "text":
+        start["text"] = ""
+        text = str(block.get("text", ""))
+        deltas = [{"type": "text_delta", "text": text[i:i + _TEXT_CHUNK]} for i in range(0, len(text), _TEXT_CHUNK)]
+    elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+        start["input"] = {}
+        deltas = [{"type": "input_json_delta", "partial_json": orjson.dumps(block.get("input", {})).decode()}]
+    elif kind == "thinking":
+        start["thinking"], start["signature"] = "", ""
+        deltas = [{"type": "thinking_delta", "thinking": str(block.get("thinking", ""))}]
+        if block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": str(block["signature"])})
+    yield _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+    for delta in deltas:
+        yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+    yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
 async def messages(state: ServeState, body: Any, request: Request) -> Response:
     job = await asyncio.to_thread(parse_job, state, body, request)  # tokenizing a long prompt takes a while
-    headers = {"request-id": job.request_id}
-    if body.get("stream"):
-        return StreamingResponse(_events(state, job), media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
-    final = _final(state, job, await generate_all(state, job))
-    record_trace(state, job, final, "anthropic")
-    return JSONResponse(final, headers=headers)
+    return await answer(state, job, Messages(), bool(body.get("stream")), {"request-id": job.request_id})
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def _events(state: ServeState, job: Job) -> AsyncIterator[bytes]:
-    """message_start, content_block_start, ping, content_block_delta..., content_block_stop, message_delta,
-    message_stop; an `error` event if the engine fails mid-stream."""
-    try:
-        async for event in generate(state, job):
-            if isinstance(event, Began):
-                start = _message(job, [], None, None, event.usage)
-                start["usage"]["output_tokens"] = 1 if job.max_tokens else 0
-                yield _sse("message_start", {"type": "message_start", "message": start})
-                if job.max_tokens:
-                    yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                                       "content_block": {"type": "text", "text": ""}})
-                yield _sse("ping", {"type": "ping"})
-            elif isinstance(event, Delta):
-                yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                   "delta": {"type": "text_delta", "text": event.text}})
-            elif isinstance(event, Done):
-                if job.max_tokens:
-                    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-                yield _sse("message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": _STOP_REASON[event.finish], "stop_sequence": event.stop_sequence},
-                    "usage": usage_json(event.usage), "kvprobe": kvprobe_extension(state, job, event.usage)})
-                yield _sse("message_stop", {"type": "message_stop"})
-                record_trace(state, job, _final(state, job, event), "anthropic")
-    except ApiError as exc:
-        state.requests_failed += 1
-        yield _sse("error", exc.anthropic_body())
-
-
 async def count_tokens(state: ServeState, body: Any, request: Request) -> Response:
     def count() -> int:
-        return state.prompt(_checked(state, body), check_length=False).num_tokens
+        return state.prompt(_checked(state, body, request.headers), check_length=False).num_tokens
     return JSONResponse({"input_tokens": await asyncio.to_thread(count)})

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvprobe.serve import anthropic_api, openai_api
+from kvprobe.serve import anthropic_api, gemini_api, openai_api, responses_api
 from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.service import ServeState
 
@@ -23,9 +23,13 @@ Handler = Callable[[ServeState, Any, Request], Awaitable[Response]]
 
 
 def _api_of(request: Request) -> str:
+    """Whose error shape a request gets: the API its path (or, for an unknown path, its headers) names."""
     path = request.url.path
     if "/messages" in path or "anthropic-version" in request.headers:
         return "anthropic"
+    if path.startswith(("/v1beta/", "/v1alpha/")) or "/models/" in path and ":" in path.rsplit("/", 1)[-1] \
+            or "x-goog-api-key" in request.headers:
+        return "gemini"
     return "openai"
 
 
@@ -75,6 +79,8 @@ def _endpoint(state: ServeState, handler: Handler) -> Callable[[Request], Awaita
 def _models(state: ServeState) -> Callable[[Request], Awaitable[Response]]:
     async def models(request: Request) -> Response:
         name = state.config.model
+        if _api_of(request) == "gemini":
+            return JSONResponse({"models": [gemini_api.model_info(state, name)]})
         if _api_of(request) == "anthropic":
             created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.started_at))
             entry = {"type": "model", "id": name, "display_name": name, "created_at": created}
@@ -84,12 +90,34 @@ def _models(state: ServeState) -> Callable[[Request], Awaitable[Response]]:
     return models
 
 
+def _plain(state: ServeState, handler: Callable[[ServeState, Request], Awaitable[Response]]
+           ) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint without a body (GET): errors in its API's shape."""
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(state, request)
+        except ApiError as exc:
+            return exc.response(_api_of(request))
+    return endpoint
+
+
+async def _gemini_model(state: ServeState, request: Request) -> Response:
+    target = request.path_params["target"]
+    if ":" in target:
+        raise ApiError(405, f"{request.method} {request.url.path}: method not allowed")
+    return JSONResponse(gemini_api.model_info(state, target.removeprefix("models/")))
+
+
 def _health(state: ServeState) -> Callable[[Request], Awaitable[Response]]:
     async def health(request: Request) -> Response:
         stats = await _engine_stats(state)
         return JSONResponse({"status": "ok", "model": state.config.model, "cache": state.cache_mode,
                              "clock": state.config.clock, "context_tokens": state.context_tokens,
+                             "model_window": state.config.model_window, "reply_limit": state.reply_limit,
                              "requests_served": state.requests_served, "requests_failed": state.requests_failed,
+                             "requests_disconnected": state.requests_disconnected,
+                             "trace": state.recorder.stats() if state.recorder else None,
+                             "cassette": state.cassette.stats.to_json() if state.cassette else None,
                              "engine": stats})
     return health
 
@@ -128,7 +156,14 @@ def build_app(state: ServeState) -> Starlette:
         Route("/v1/messages", _endpoint(state, anthropic_api.messages), methods=["POST"]),
         Route("/v1/messages/count_tokens", _endpoint(state, anthropic_api.count_tokens), methods=["POST"]),
         Route("/v1/chat/completions", _endpoint(state, openai_api.chat_completions), methods=["POST"]),
+        Route("/v1/responses", _endpoint(state, responses_api.responses), methods=["POST"]),
+        Route("/v1/responses/{response_id}", _plain(state, responses_api.retrieve), methods=["GET"]),
         Route("/v1/models", _models(state), methods=["GET"]),
+        *(Route(f"/{version}/models", _models(state), methods=["GET"]) for version in ("v1beta", "v1alpha")),
+        *(Route(f"/{version}/models/{{target:path}}", _endpoint(state, gemini_api.generate_content),
+                methods=["POST"]) for version in ("v1", "v1beta", "v1alpha")),
+        *(Route(f"/{version}/models/{{target:path}}", _plain(state, _gemini_model), methods=["GET"])
+          for version in ("v1", "v1beta", "v1alpha")),
         Route("/health", _health(state), methods=["GET"]),
         Route("/reset_prefix_cache", _reset(state), methods=["POST"]),
     ]

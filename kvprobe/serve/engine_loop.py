@@ -22,8 +22,10 @@ _IDLE_SLEEP = 0.0005  # a step that scheduled nothing (a prompt waiting on a sha
 class Prefilled:
     """The prompt was computed; the first tokens (if any) follow in the same update."""
 
-    cached_tokens: int  # prompt tokens whose K/V came from the prefix cache (ground truth)
+    cached_tokens: int  # prompt tokens the prefix cache reused (ground truth; the ledger's when windowed)
     at: float  # perf_counter when the prefill finished
+    window: Any = None  # localengine.accounting.Window: which prompt tokens the model attended to
+    model_cached_tokens: int = 0  # of those, tokens whose K/V came from the KV store
 
 
 @dataclass(slots=True)
@@ -43,14 +45,6 @@ class Failed:
 
 Event = Prefilled | Tokens | Finished | Failed
 Sink = Callable[[Event], None]
-
-
-def _cached_tokens(engine: Any, request_id: int) -> int:
-    # The engine reports cached tokens only in the final GenerationResult; a streamed response needs them
-    # at the first token. Read the sequence's counter here, on the engine thread (engine change requested:
-    # carry num_cached_tokens on the first RequestUpdate).
-    seq = getattr(engine, "_requests", {}).get(request_id)
-    return int(getattr(seq, "num_cached_tokens", 0) or 0)
 
 
 class EngineLoop:
@@ -170,9 +164,8 @@ class EngineLoop:
                 continue
             if update.request_id not in self._started:
                 self._started.add(update.request_id)
-                result = update.result
-                cached = result.num_cached_tokens if result else _cached_tokens(self.engine, update.request_id)
-                sink(Prefilled(cached, now))
+                sink(Prefilled(update.num_cached_tokens, now, getattr(update, "window", None),
+                               getattr(update, "model_cached_tokens", update.num_cached_tokens)))
             if update.new_token_ids:
                 sink(Tokens(list(update.new_token_ids)))
             if update.finished:

@@ -6,7 +6,9 @@ them (400 invalid_request_error, the field path in the API's `a.0.b: ...` spelli
 * `cache_control` (top level, system, tools, content blocks): `{"type": "ephemeral", "ttl": "5m" | "1h"}`;
 * `metadata`: `user_id` only; `temperature` and `top_p` in 0…1, `top_k` an integer ≥ 0;
 * tools: a custom tool (no `type`, or `custom`) has a `name` (`^[a-zA-Z0-9_-]{1,128}$`) and an
-  `input_schema` object; a server tool (`web_search_20250305`, …) has its `name`;
+  `input_schema` object; a server tool or toolset (`web_search_20250305`, `mcp_toolset`, …) is typed;
+* messages: `role: "system"` (mid-conversation system messages, Claude Opus 4.8 and later) is never the
+  first message and follows a user message; only system messages take `clear_at` and `output_config`;
 * text is never empty: a text block's `text`, and a message's string content (all but a final assistant
   message, which may be empty to prefill).
 """
@@ -23,7 +25,12 @@ TOP_LEVEL = frozenset({
     "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream", "temperature",
     "top_k", "top_p", "tools", "tool_choice", "thinking", "service_tier", "container", "diagnostics",
     "output_config", "cache_control", "inference_geo", "speed", "user_profile_id", "workspace_id",
-    "mcp_servers", "context_management", "betas", "compaction"})
+    "mcp_servers", "context_management", "betas", "compaction", "fallbacks", "fallback_credit_token"})
+# The fields of one message: `role: "system"` messages (mid-conversation system messages) also take
+# `clear_at` and a per-turn `output_config` (BetaMessageParam, SDK types).
+MESSAGE_FIELDS = frozenset({"role", "content"})
+SYSTEM_MESSAGE_FIELDS = MESSAGE_FIELDS | {"clear_at", "output_config"}
+CLEAR_AT = ("next_user_message", "never")
 CACHE_TYPES = ("ephemeral",)
 CACHE_TTLS = ("5m", "1h")
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
@@ -50,6 +57,7 @@ def check_fields(body: dict[str, Any]) -> None:
         raise invalid("system: text content blocks must be non-empty")
     messages = body["messages"]
     for i, message in enumerate(messages):
+        _message_fields(message, f"messages.{i}")
         content = message.get("content")
         final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
         if content == "" and not final_assistant:
@@ -58,6 +66,30 @@ def check_fields(body: dict[str, Any]) -> None:
         if isinstance(content, list):
             for j, block in enumerate(content):
                 _block(block, f"messages.{i}.content.{j}")
+
+
+def check_placement(messages: list[Any]) -> None:
+    """Where a mid-conversation system message may stand: not first, and right after a user message."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "system":
+            continue
+        if i == 0:
+            raise invalid("messages.0: a system message cannot be the first message; put leading instructions "
+                          "in the top-level `system` parameter")
+        before = messages[i - 1].get("role") if isinstance(messages[i - 1], dict) else None
+        if before != "user":
+            raise invalid(f"messages.{i}: a system message must follow a user message (it follows "
+                          f"{'an' if before == 'assistant' else 'a'} {before} message)")
+
+
+def _message_fields(message: dict[str, Any], where: str) -> None:
+    allowed = SYSTEM_MESSAGE_FIELDS if message.get("role") == "system" else MESSAGE_FIELDS
+    for name in message:
+        if name not in allowed:
+            raise invalid(f"{where}.{str(name)[:80]}: Extra inputs are not permitted")
+    clear_at = message.get("clear_at")
+    if clear_at is not None and clear_at not in CLEAR_AT:
+        raise invalid(f"{where}.clear_at: Input should be 'next_user_message' or 'never'")
 
 
 def sampling_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
@@ -118,7 +150,7 @@ def _tools(tools: Any) -> None:
             raise invalid(f"{where}: Input should be a valid dictionary or object to extract fields from")
         custom = tool.get("type") in (None, "custom")
         name = tool.get("name")
-        if not isinstance(name, str):
+        if custom and not isinstance(name, str):
             raise invalid(f"{where}.name: Field required" if name is None else f"{where}.name: Input should be a "
                           "valid string")
         if custom and not _TOOL_NAME.fullmatch(name):

@@ -3,32 +3,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
 from kvprobe.errors import InputError
-from kvprobe.request import render_request
+from kvprobe.request import infer_provider, render_request
+from kvprobe.serve.emulation import API_PATHS
 from kvprobe.serve.errors import ApiError, invalid
-from kvprobe.serve.service import (Began, Delta, Done, Job, ServeState, UsageFacts, generate, generate_all,
-                                   kvprobe_extension, record_trace)
+from kvprobe.serve.service import Done, Job, ServeState, UsageFacts, kvprobe_extension
+from kvprobe.serve.streaming import DISCONNECTED, answer
 from kvprobe.serve.validate import check_model, check_openai
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-_FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
+_FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length", DISCONNECTED: None}
 FINGERPRINT = "fp_kvprobe_local"
 
 
-def _int_param(body: dict[str, Any], *names: str) -> int | None:
+def int_param(body: dict[str, Any], *names: str,
+              refusal: str = "Invalid '{name}': expected an integer of at least 1, got {value!r}") -> int | None:
+    """The first of these reply-limit fields that is set (an integer of at least 1), else None; `refusal` is
+    the API's words for a bad one."""
     for name in names:
         value = body.get(name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid(f"Invalid '{name}': expected an integer of at least 1, got {value!r}", name)
+            raise invalid(refusal.format(name=name, value=value), name)
         return value
     return None
 
@@ -41,6 +45,14 @@ def _stops(body: dict[str, Any]) -> list[str]:
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops) or len(stops) > 4:
         raise invalid("Invalid 'stop': expected a string or a list of at most 4 strings", "stop")
     return stops
+
+
+def temperature_of(body: dict[str, Any]) -> float:
+    temperature = body.get("temperature", 1.0)
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 2):
+        raise invalid("Invalid 'temperature': expected a number between 0 and 2", "temperature")
+    return 1.0 if temperature is None else float(temperature)
 
 
 def _validate(body: Any) -> None:
@@ -58,40 +70,38 @@ def _validate(body: Any) -> None:
                           f"messages[{i}].role")
     if body.get("n") not in (None, 1):
         raise invalid("Only n=1 is supported by the local engine", "n")
-    temperature = body.get("temperature", 1.0)
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
-        raise invalid("Invalid 'temperature': expected a number between 0 and 2", "temperature")
+
+
+def emulated_provider(state: ServeState, api: str, body: dict[str, Any]) -> str:
+    """The provider whose identity parameters and cache rules render a request of this API: the emulated
+    one, else the one its model names (qwen3-coder-plus: Qwen), else OpenAI."""
+    named = infer_provider(body, API_PATHS[api]) or "openai"
+    return state.emulator.spec_for(api, named).provider if state.emulator else named
 
 
 def parse_job(state: ServeState, body: Any, request: Request) -> Job:
     _validate(body)
-    check_openai(body, state.context_tokens)
-    check_model(body["model"], "openai", state.config.model, state.emulated_model)
-    emulated = state.emulator.spec.provider if state.emulator else None
-    provider = "deepseek" if emulated == "deepseek" else "openai"  # DeepSeek's identity parameters
+    temperature = temperature_of(body)
+    check_openai(body)
+    emulated = state.emulator.spec_for("openai_chat").model if state.emulator else None
+    check_model(body["model"], "openai", state.config.model, emulated)
     try:
-        rendered = render_request(body, provider, "/v1/chat/completions")
+        rendered = render_request(body, emulated_provider(state, "openai_chat", body), "/v1/chat/completions")
     except InputError as exc:
         raise invalid(str(exc)) from None
-    max_tokens = _int_param(body, "max_completion_tokens", "max_tokens") or state.config.default_max_tokens
-    temperature = body.get("temperature")
-    timings = state.timings(request.headers)
-    state.check_recordable(body)
-    prompt = state.prompt(rendered)
-    return Job("openai", "/v1/chat/completions", state.new_id("chatcmpl"), body["model"], body, prompt,
-               state.clamp_max_tokens(prompt, max_tokens), 1.0 if temperature is None else float(temperature),
-               _stops(body), timings)
+    max_tokens = int_param(body, "max_completion_tokens", "max_tokens") or state.config.default_max_tokens
+    return state.job("openai_chat", "/v1/chat/completions", "chatcmpl", body, rendered, max_tokens, temperature,
+                     _stops(body), request.headers)
 
 
-def usage_json(state: ServeState, u: UsageFacts) -> dict[str, Any]:
+def usage_json(state: ServeState, job: Job, u: UsageFacts) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "prompt_tokens": u.prompt_tokens, "completion_tokens": u.output_tokens,
         "total_tokens": u.prompt_tokens + u.output_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
-    if state.emulator and state.emulator.spec.provider == "deepseek":
+    if job.provider == "deepseek":
         usage["prompt_cache_hit_tokens"] = u.cache_read_tokens
         usage["prompt_cache_miss_tokens"] = u.prompt_tokens - u.cache_read_tokens
     return usage
@@ -102,50 +112,65 @@ def _base(job: Job, obj: str) -> dict[str, Any]:
             "system_fingerprint": FINGERPRINT}
 
 
-def _final(state: ServeState, job: Job, done: Done) -> dict[str, Any]:
-    return {**_base(job, "chat.completion"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text, "refusal": None},
-                         "logprobs": None, "finish_reason": _FINISH[done.finish]}],
-            "usage": usage_json(state, done.usage), "kvprobe": kvprobe_extension(state, job, done.usage)}
+def _choice(done: Done) -> tuple[dict[str, Any], str | None]:
+    """(message, finish_reason): the recorded answer's, or the model's text."""
+    if done.recorded is not None:
+        choices = done.recorded.response.get("choices") or [{}]
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message") if isinstance(first.get("message"), dict) else {}
+        return {"role": "assistant", "refusal": None, **message}, first.get("finish_reason") or "stop"
+    return {"role": "assistant", "content": done.text, "refusal": None}, _FINISH[done.finish]
+
+
+class ChatCompletions:
+    """The Chat Completions response body and chunk stream (`kvprobe.serve.streaming.Shape`)."""
+
+
+    def __init__(self, include_usage: bool = False) -> None:
+        self.include_usage = include_usage
+
+    def final(self, state: ServeState, job: Job, done: Done) -> dict[str, Any]:
+        message, finish = _choice(done)
+        return {**_base(job, "chat.completion"),
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                "usage": usage_json(state, job, done.usage), "kvprobe": kvprobe_extension(state, job, done.usage)}
+
+    def _chunk(self, job: Job, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        extra = {"usage": None} if self.include_usage else {}
+        return _data({**_base(job, "chat.completion.chunk"),
+                      "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra})
+
+    def start(self, state: ServeState, job: Job, usage: UsageFacts) -> Iterable[bytes]:
+        yield self._chunk(job, {"role": "assistant", "content": "", "refusal": None})
+
+    def delta(self, job: Job, text: str) -> Iterable[bytes]:
+        yield self._chunk(job, {"content": text})
+
+    def end(self, state: ServeState, job: Job, done: Done, final: dict[str, Any]) -> Iterable[bytes]:
+        choice = final["choices"][0]
+        if done.recorded is not None:
+            message = choice["message"]
+            if isinstance(message.get("content"), str) and message["content"]:
+                yield self._chunk(job, {"content": message["content"]})
+            for i, call in enumerate(message.get("tool_calls") or []):
+                yield self._chunk(job, {"tool_calls": [{"index": i, **call}]})
+        yield self._chunk(job, {}, choice["finish_reason"])
+        if self.include_usage:
+            yield _data({**_base(job, "chat.completion.chunk"), "choices": [], "usage": final["usage"],
+                         "kvprobe": final["kvprobe"]})
+        yield b"data: [DONE]\n\n"
+
+    def error(self, exc: ApiError) -> bytes:
+        return _data(exc.openai_body()) + b"data: [DONE]\n\n"
 
 
 async def chat_completions(state: ServeState, body: Any, request: Request) -> Response:
     job = await asyncio.to_thread(parse_job, state, body, request)  # tokenizing a long prompt takes a while
-    headers = {"x-request-id": job.request_id}
-    if body.get("stream"):
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-        return StreamingResponse(_chunks(state, job, include_usage), media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
-    final = _final(state, job, await generate_all(state, job))
-    record_trace(state, job, final, "openai")
-    return JSONResponse(final, headers=headers)
+    options = body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    return await answer(state, job, ChatCompletions(include_usage), bool(body.get("stream")),
+                        {"x-request-id": job.request_id})
 
 
 def _data(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-async def _chunks(state: ServeState, job: Job, include_usage: bool) -> AsyncIterator[bytes]:
-    base = _base(job, "chat.completion.chunk")
-    extra = {"usage": None} if include_usage else {}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _data({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-                      **extra})
-    try:
-        async for event in generate(state, job):
-            if isinstance(event, Began):
-                yield chunk({"role": "assistant", "content": "", "refusal": None})
-            elif isinstance(event, Delta):
-                yield chunk({"content": event.text})
-            elif isinstance(event, Done):
-                yield chunk({}, _FINISH[event.finish])
-                if include_usage:
-                    yield _data({**base, "choices": [], "usage": usage_json(state, event.usage),
-                                 "kvprobe": kvprobe_extension(state, job, event.usage)})
-                record_trace(state, job, _final(state, job, event), "openai")
-    except ApiError as exc:
-        state.requests_failed += 1
-        yield _data(exc.openai_body())
-    yield b"data: [DONE]\n\n"

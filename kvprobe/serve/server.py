@@ -16,9 +16,11 @@ _START_TIMEOUT = 60.0
 
 def load_engine(config: ServeConfig) -> Any:
     from localengine import Engine  # torch loads here, not at CLI start
+    from localengine.config import AccountingConfig
 
     return Engine(model=config.model, device=config.device, dtype=config.dtype, block_size=config.block_size,
-                  num_blocks=config.num_blocks, seed=config.seed)
+                  num_blocks=config.num_blocks, seed=config.seed,
+                  accounting=AccountingConfig(window_tokens=config.model_window))
 
 
 class ServerHandle:
@@ -83,20 +85,28 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def start_server(*, model: str = "smollm2-135m-instruct", cache: str = "engine",
-                 emulate: str = "anthropic/claude-sonnet-4-5", host: str = "127.0.0.1", port: int = 0,
+                 emulate: str | list[str] = "anthropic/claude-sonnet-4-5", host: str = "127.0.0.1", port: int = 0,
                  clock: str = "real", device: str = "auto", dtype: str = "float32",
                  num_blocks: int | None = None, block_size: int = 16, seed: int = 0,
                  default_max_tokens: int = 256, trace: str | Path | None = None, trace_replace: bool = False,
-                 engine: Any = None, log_level: str = "warning") -> ServerHandle:
+                 engine: Any = None, log_level: str = "warning", max_output_tokens: int = 256,
+                 model_window: int | None = 2048, max_prompt_tokens: int = 1_000_000,
+                 responses_from: str | Path | None = None) -> ServerHandle:
     """Load the engine (or use `engine`), start the HTTP server on a background thread, return its handle.
 
     cache="engine" reports what the engine really reused; cache="emulate" reports usage by the rules of
-    `emulate` ("PROVIDER/MODEL", or "PROVIDER" to take the model each client sends). clock="virtual" lets a
-    request header `X-Kvprobe-Clock: <epoch seconds>` set the time the emulated cache sees. `trace` appends
-    every answered request to a JSONL trace. port=0 picks a free port (see `.port` / `.base_url`).
+    `emulate` ("PROVIDER/MODEL", or "PROVIDER" to take the model each client sends; a list: one per API).
+    clock="virtual" lets a request header `X-Kvprobe-Clock: <epoch seconds>` set the time the emulated cache
+    sees. `trace` appends every answered request to a JSONL trace. port=0 picks a free port (see `.port` /
+    `.base_url`). A reply is at most `max_output_tokens` (a larger max_tokens is served that, and said);
+    the model attends to at most `model_window` prompt tokens (None: all it can take), a longer prompt is
+    answered in accounting mode (docs/engine.md); `responses_from`: a trace whose recorded responses answer
+    the requests that match them (kvprobe.serve.cassette).
     """
     config = ServeConfig(model, cache, emulate, clock, device, dtype, num_blocks, block_size, seed,
-                         default_max_tokens, trace, trace_replace)
+                         default_max_tokens, trace, trace_replace, max_output_tokens=max_output_tokens,
+                         model_window=model_window, max_prompt_tokens=max_prompt_tokens,
+                         responses_from=responses_from)
     config.validate()
     sock = _bind(host, port)
     try:

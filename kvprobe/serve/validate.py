@@ -1,10 +1,11 @@
 """Refuse what the real APIs refuse, with their status codes and messages, so code tested against `serve`
 behaves the same in production: unknown models (404), malformed content blocks, a conversation that starts
-with the assistant, a `stream` that is not a boolean, a reply limit beyond what the model can produce.
+with the assistant, a `stream` that is not a boolean, a mid-conversation system message out of place.
 
 Only the request's shape is checked here (the Messages API's field rules: kvprobe.serve.messages_schema);
-documented optional fields (tools, thinking, diagnostics, ...) are accepted whatever the local engine makes
-of them.
+documented optional fields (tools, thinking, diagnostics, fallbacks, ...) are accepted whatever the local
+engine makes of them. What only the bundled model cannot do (a long reply, a long prompt) is never refused:
+it is served within the engine's limits and said so (docs/serve.md).
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ ANTHROPIC_BLOCKS = frozenset({
     "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking", "redacted_thinking",
     "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
     "bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
-    "mcp_tool_use", "mcp_tool_result", "container_upload"})
+    "mcp_tool_use", "mcp_tool_result", "container_upload", "compaction", "fallback", "tool_addition",
+    "tool_removal", "advisor_tool_result"})
+# What a mid-conversation `role: "system"` message may hold (text, and the mid-conversation tool changes).
+SYSTEM_MESSAGE_BLOCKS = ("text", "tool_addition", "tool_removal")
 # Content part types of Chat Completions messages (API reference, Chat: message content parts).
 OPENAI_PARTS = ("text", "image_url", "input_audio", "file", "refusal")
 _REQUIRED = {"text": ("text", str), "tool_use": ("id", str), "tool_result": ("tool_use_id", str),
@@ -27,15 +31,31 @@ _REQUIRED = {"text": ("text", str), "tool_use": ("id", str), "tool_result": ("to
 
 
 def check_model(model: str, api: str, served: str, emulated: str | None) -> None:
-    """A model the provider would know (listed in providers/, or named like that provider's models), or the
-    local engine's own name; else 404 as the APIs answer."""
-    providers = ("anthropic",) if api == "anthropic" else ("openai", "deepseek")
-    if model in (served, emulated) or any(_known(p, model) for p in providers):
+    """A model a provider speaking this API would know (listed in providers/, or named like its models), or
+    the local engine's own name; else 404 as the APIs answer."""
+    if model in (served, emulated) or any(_known(p, model) for p in _providers_of(api)):
         return
     if api == "anthropic":
         raise ApiError(404, f"model: {model}")
+    if api == "gemini":
+        raise ApiError(404, f"models/{model} is not found for API version v1beta, or is not supported for "
+                       "generateContent. Call ListModels to see the list of available models and their "
+                       "supported methods.")
     raise ApiError(404, f"The model `{model}` does not exist or you do not have access to it.", None,
                    "model_not_found")
+
+
+def _providers_of(api: str) -> list[str]:
+    """Whose models an API serves: the Messages API Anthropic's and those of providers with an
+    Anthropic-compatible endpoint (a rule about it in providers/), Gemini's its own, the OpenAI-compatible
+    APIs every provider's (gateways serve them all: Qwen Code asks for qwen3-coder-plus there)."""
+    catalog = load_catalog()
+    if api == "anthropic":
+        return [p for p, cat in catalog.items() if p == "anthropic"
+                or "anthropic_endpoint_ignores_cache_control" in rules_for(p, None).rules]
+    if api == "gemini":
+        return ["gemini"]
+    return list(catalog)
 
 
 def _known(provider: str, model: str) -> bool:
@@ -55,14 +75,11 @@ def _stream(body: dict[str, Any], api: str) -> None:
                    "instead.", "stream", "invalid_type")
 
 
-def check_anthropic(body: dict[str, Any], max_output: int) -> None:
-    """The Messages API's request checks beyond the presence of model/messages/max_tokens."""
+def check_anthropic(body: dict[str, Any]) -> None:
+    """The Messages API's request checks beyond the presence of model/messages/max_tokens. A max_tokens above
+    what the local engine writes is not refused: it is served clamped (the response's `kvprobe` says so)."""
     check_fields(body)  # kvprobe.serve.messages_schema: fields, cache_control, tools, sampling, empty text
     _stream(body, "anthropic")
-    max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > max_output:
-        raise invalid(f"max_tokens: {max_tokens} > {max_output}, which is the maximum allowed number of output "
-                      f"tokens for {body.get('model')}")
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         if not isinstance(system, list):
@@ -78,8 +95,9 @@ def check_anthropic(body: dict[str, Any], max_output: int) -> None:
             continue
         if not isinstance(content, list):
             raise invalid(f"messages.{i}.content: Input should be a valid string or a list of content blocks")
+        allowed = SYSTEM_MESSAGE_BLOCKS if message.get("role") == "system" else ANTHROPIC_BLOCKS
         for j, block in enumerate(content):
-            _anthropic_block(block, f"messages.{i}.content.{j}", ANTHROPIC_BLOCKS)
+            _anthropic_block(block, f"messages.{i}.content.{j}", allowed)
 
 
 def _anthropic_block(block: Any, where: str, allowed: frozenset[str] | tuple[str, ...]) -> None:
@@ -96,14 +114,10 @@ def _anthropic_block(block: Any, where: str, allowed: frozenset[str] | tuple[str
                       else f"{where}.{field}: Input should be a valid {'string' if kind_of is str else 'object'}")
 
 
-def check_openai(body: dict[str, Any], max_output: int) -> None:
-    """The Chat Completions checks beyond roles, n, temperature and stop (see openai_api._validate)."""
+def check_openai(body: dict[str, Any]) -> None:
+    """The Chat Completions checks beyond roles, n, temperature and stop (see openai_api._validate). A reply
+    limit above what the local engine writes is served clamped, not refused."""
     _stream(body, "openai")
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > max_output:
-            raise ApiError(400, f"{name} is too large: {value}. This model supports at most {max_output} "
-                           f"completion tokens, whereas you provided {value}.", name, "invalid_value")
     for i, message in enumerate(body["messages"]):
         content = message.get("content")
         if content is None or isinstance(content, str):
