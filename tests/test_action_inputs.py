@@ -88,6 +88,7 @@ COMPOUND = "x$(touch {M}/1)`touch {M}/2`;touch {M}/3|touch {M}/4&&touch {M}/5>{M
 NEEDS = {  # what else an input needs for the steps that read it to run
     "serve-timeout": {"serve": "anthropic/claude-opus-5"},
     "port": {"serve": "anthropic/claude-opus-5"},
+    "responses-from": {"serve": "anthropic/claude-opus-5"},
     "session": {"command": "python agent.py"},
     "upstream": {"command": "python agent.py"},
 }
@@ -209,6 +210,9 @@ def check_delivered(name: str, value: str, run: Run) -> None:
     elif name == "serve":
         serve = run.kvprobe("serve")
         assert serve[serve.index("--emulate") + 1] == value and "kvprobe serve answers at" in job.log
+    elif name == "responses-from":
+        serve = run.kvprobe("serve")
+        assert serve[serve.index("--responses-from") + 1] == value
     elif name == "github-token":
         assert ["comment", value] == next(c[:2] for c in run.calls if c[0] == "comment")
     elif name == "engine":
@@ -237,7 +241,7 @@ def test_no_input_value_is_run_as_code(tmp_path, name):
 
 def test_every_input_is_covered():
     """A new input of the action is tried here too (its consumer named in check_delivered or NEEDS)."""
-    assert len(INPUTS) == 19 and {"args", "serve-timeout", "port", "traces", "command"} <= set(INPUTS)
+    assert len(INPUTS) == 20 and {"args", "serve-timeout", "port", "traces", "command", "responses-from"} <= set(INPUTS)
 
 
 @pytest.mark.parametrize(("value", "words"), [
