@@ -165,12 +165,15 @@ def with_request(sk: Skeleton, req: RenderedRequest, **changes) -> Skeleton:
 
 def with_blocks(req: RenderedRequest, blocks: list[Block], breakpoints: list[tuple[int, str]] | None = None,
                 params: dict[str, IdentityParam] | None = None) -> RenderedRequest:
-    """A copy of the request with new blocks (and breakpoints, parameters); nothing is shared with the stream
-    any more, so the simulator's ideal cache walks it whole."""
+    """A copy of the request with new blocks (and breakpoints, parameters); no block is shared with the stream
+    any more, so the simulator's ideal cache walks it whole. Breakpoints and parameters not given are the
+    request's own lists and dicts (nothing edits them in place: an edit passes new ones), not copies of them."""
     new = clone(req)
     new.blocks, new.shared_prefix, new.warnings = blocks, 0, []
-    new.breakpoints = list(req.breakpoints if breakpoints is None else breakpoints)
-    new.params = dict(req.params if params is None else params)
+    if breakpoints is not None:
+        new.breakpoints = list(breakpoints)
+    if params is not None:
+        new.params = dict(params)
     return new
 
 
