@@ -1,8 +1,8 @@
-"""Token counts from the shipped table (kvprobe.tokentable) are the tokenizer's own, and `diff` of two small
+"""Token counts from the shipped tables (kvprobe.tokentable) are the tokenizer's own, and `diff` of two small
 requests gets them without loading the tokenizer.
 
-The reference is quicktok's cl100k_base (byte-identical to tiktoken), an independent implementation: every
-text below is counted both ways. The texts are written here: prose and code, contractions (with the
+The reference is quicktok's cl100k_base and o200k_base (byte-identical to tiktoken), an independent
+implementation: every text below is counted both ways, with both encodings. The texts are written here: prose and code, contractions (with the
 non-ASCII letters that case-insensitive matching pairs with `s`), every kind of white space, numbers in
 other scripts, emoji, CJK, combining marks, the first and last code point of each character class the
 split pattern uses, and seeded random mixes of them.
@@ -21,8 +21,12 @@ import quicktok
 from conftest import ROOT
 from kvprobe import tokentable
 
-REFERENCE = quicktok.get_encoding("cl100k_base")
+ENCODINGS = ("cl100k_base", "o200k_base")
 EXAMPLES = ROOT / "examples"
+
+
+def reference(encoding: str):
+    return quicktok.get_encoding(encoding)
 
 TEXTS = [
     "Hello, world!", "hello world", "The quick brown fox jumps over the lazy dog.",
@@ -38,15 +42,16 @@ TEXTS = [
     "https://example.com/path?q=1&x=2#frag <html><body>x</body></html>",
     "a\u0301\u0302 e\u0308 combining \u0300\u0301",
     "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛 \U00010400\U00010428 \U0002a6d6",
+    "HTTPServer getHTTPResponse camelCase XMLHttpRequest ǅungla ǈ x/y/z\n/ path/to/file.py\n\n//",
+    "it's HE'S she'LL x'ſ Xſ'S ª º Ǆ ǅ ǆ ʰʱ ᵃ ⅰⅱ e\u0301\u0302 Ωμ",
 ]
 
 
-def _class_edges() -> list[str]:
-    """Texts around the first and last code point of each range of the table's letter, number and space
-    classes (what the pattern's classes are made of)."""
-    table = tokentable.table()
+def _class_edges(encoding: str) -> list[str]:
+    """Texts around the first and last code point of each range of the table's character classes (what the
+    pattern's classes are made of)."""
     texts = []
-    for first, last in zip(table._ranges[::2], table._ranges[1::2]):
+    for first, last in (r for ranges in tokentable.table(encoding).ranges for r in ranges):
         for cp in {first, last, first - 1, last + 1}:
             if 0 <= cp <= 0x10FFFF and not 0xD800 <= cp <= 0xDFFF:
                 c = chr(cp)
@@ -64,25 +69,30 @@ def _random_texts(count: int) -> list[str]:
                     for _ in range(rng.randint(1, 60))) for _ in range(count)]
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("text", TEXTS)
-def test_counts_equal_the_tokenizers_on_written_texts(text):
-    assert tokentable.table().count(text) == REFERENCE.count(text)
+def test_counts_equal_the_tokenizers_on_written_texts(encoding, text):
+    assert tokentable.table(encoding).count(text) == reference(encoding).count(text)
 
 
 def test_a_few_counts_known_by_hand():
-    table = tokentable.table()
+    cl100k, o200k = tokentable.table("cl100k_base"), tokentable.table("o200k_base")
     # cl100k_base: "hello" " world" | "Hello" "," " world" "!" | "don" "'t" | "123" "456" "7"
-    assert [table.count(t) for t in ("hello world", "Hello, world!", "don't", "1234567")] == [2, 4, 2, 3]
+    assert [cl100k.count(t) for t in ("hello world", "Hello, world!", "don't", "1234567")] == [2, 4, 2, 3]
+    # o200k_base keeps a contraction with its word and splits camel case: "don't" | "HTTP" "Server"
+    assert [o200k.count(t) for t in ("don't", "HTTPServer")] == [1, 2]
 
 
-def test_counts_equal_the_tokenizers_at_every_class_edge_and_on_random_mixes():
-    table = tokentable.table()
-    texts = _class_edges() + _random_texts(3000)
-    wrong = [(t, table.count(t), REFERENCE.count(t)) for t in texts if table.count(t) != REFERENCE.count(t)]
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_counts_equal_the_tokenizers_at_every_class_edge_and_on_random_mixes(encoding):
+    table, ref = tokentable.table(encoding), reference(encoding)
+    texts = _class_edges(encoding) + _random_texts(3000)
+    wrong = [(t, table.count(t), ref.count(t)) for t in texts if table.count(t) != ref.count(t)]
     assert not wrong, wrong[:5]
 
 
-def test_counts_of_the_example_requests_equal_the_tokenizers():
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_counts_of_the_example_requests_equal_the_tokenizers(encoding):
     texts: list[str] = []
 
     def walk(value):
@@ -97,22 +107,25 @@ def test_counts_of_the_example_requests_equal_the_tokenizers():
 
     for name in ("request_a.json", "request_b.json"):
         walk(json.loads((EXAMPLES / name).read_text()))
-    table = tokentable.table()
-    assert [table.count(t) for t in texts] == [REFERENCE.count(t) for t in texts]
+    table = tokentable.table(encoding)
+    assert [table.count(t) for t in texts] == [reference(encoding).count(t) for t in texts]
 
 
-def test_what_the_table_cannot_count_is_left_to_the_tokenizer():
-    table = tokentable.table()
+def test_what_a_table_cannot_count_is_left_to_the_tokenizer():
+    table = tokentable.table("cl100k_base")
     assert table.count("x" + "a" * 600) is None  # one piece of 601 bytes: too long to merge in Python
     assert table.count("broken \ud800 surrogate") is None
+    assert tokentable.table("p50k_base") is None  # no table: counted by the tokenizer
 
 
-def test_the_shipped_table_is_what_the_installed_tokenizer_builds(tmp_path):
-    """A quicktok upgrade that changed a token or a character class shows here: rebuild the table with
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_shipped_table_is_what_the_installed_tokenizer_builds(encoding, tmp_path):
+    """A quicktok upgrade that changed a token or a character class shows here: rebuild the tables with
     `python -m kvprobe.tokentable`."""
-    fresh = tmp_path / "cl100k_base.kvtt"
-    tokentable.build(fresh)
-    assert fresh.read_bytes() == tokentable.TABLE.read_bytes()
+    known = tokentable.ENCODINGS[encoding]
+    fresh = tmp_path / f"{encoding}.kvtt"
+    tokentable.build(known, fresh)
+    assert fresh.read_bytes() == known.table.read_bytes()
 
 
 def _run(code: str, given: str = "") -> list[str]:
@@ -122,17 +135,57 @@ def _run(code: str, given: str = "") -> list[str]:
     return res.stdout.strip().splitlines()
 
 
-def test_diff_of_two_small_requests_never_loads_the_tokenizer():
-    code = ("import sys; from kvprobe.cli import main\n"
-            f"sys.argv = ['kvprobe', 'diff', {str(EXAMPLES / 'request_a.json')!r}, "
-            f"{str(EXAMPLES / 'request_b.json')!r}]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('quicktok' in sys.modules)")
-    lines = _run(code)
-    assert lines[-1] == "False"
+_DIFF = ("import json, sys; from kvprobe.cli import main\n"
+         "if sys.argv[1] == 'tokenizer':\n"
+         "    import kvprobe.tokens; kvprobe.tokens._budget = 0  # nothing from the tables\n"
+         "sys.argv = ['kvprobe', 'diff', *sys.argv[2:]]\n"
+         "try:\n    main()\nexcept SystemExit:\n    pass\n"
+         "print('quicktok' in sys.modules)")
+
+
+def _diff(counting: str, a, b, *flags: str) -> tuple[str, bool]:
+    res = subprocess.run([sys.executable, "-c", _DIFF, counting, str(a), str(b), *flags], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    printed, _, loaded = res.stdout.rstrip("\n").rpartition("\n")
+    return printed, loaded == "True"
+
+
+def test_diff_of_the_example_requests_never_loads_the_tokenizer():
+    printed, loaded = _diff("table", EXAMPLES / "request_a.json", EXAMPLES / "request_b.json")
+    assert not loaded
     # the figures the tokenizer gives these requests (3,265 and 3,348 tokens, first change at ≈277)
-    assert "A: 3,265 tokens   B: 3,348 tokens (estimated)" in lines
-    assert any("token ≈277" in line for line in lines)
+    assert "A: 3,265 tokens   B: 3,348 tokens (estimated)" in printed
+    assert "token ≈277" in printed
+
+
+def _openai_pair(tmp_path):
+    """Two Chat Completions requests to gpt-4o (o200k_base, exact counts): B's system prompt differs in one
+    word in its middle."""
+    system = ("You are Atlas, a coding agent. You read files, run tests and explain what you changed. "
+              "Prefer small commits; never push to main. Answer in English — or in the user's language. ") * 30
+    half = len(system) // 2
+    paths = []
+    for name, word in (("a", "staging"), ("b", "production")):
+        body = {"model": "gpt-4o",
+                "messages": [{"role": "system", "content": system[:half] + f" Deploy to {word}. " + system[half:]},
+                             {"role": "user", "content": "Why does test_login fail on CI but not here? 🙃"}]}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(body, ensure_ascii=False))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("pair", ["anthropic", "openai"])
+def test_diff_from_the_tables_says_what_it_says_from_the_tokenizer(pair, tmp_path):
+    """Token totals, the first change's token position and the prediction: the same, byte for byte."""
+    a, b = (EXAMPLES / "request_a.json", EXAMPLES / "request_b.json") if pair == "anthropic" else \
+        _openai_pair(tmp_path)
+    from_tables, loaded = _diff("table", a, b, "--json")
+    from_tokenizer, tokenizer_loaded = _diff("tokenizer", a, b, "--json")
+    assert not loaded and tokenizer_loaded
+    assert from_tables == from_tokenizer
+    assert json.loads(from_tables)["first_change"]["token_position"] > 0
 
 
 def test_a_process_that_counts_more_loads_the_tokenizer_and_counts_the_same():
@@ -142,5 +195,5 @@ def test_a_process_that_counts_more_loads_the_tokenizer_and_counts_the_same():
             "texts = json.loads(sys.stdin.read())\n"
             "print(json.dumps([count_text(t) for t in texts])); print('quicktok' in sys.modules)")
     counts, loaded = _run(code, json.dumps(texts))
-    assert json.loads(counts) == [REFERENCE.count(t) for t in texts]
+    assert json.loads(counts) == [reference("cl100k_base").count(t) for t in texts]
     assert loaded == "True"
