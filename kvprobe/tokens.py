@@ -51,19 +51,21 @@ if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
     os.register_at_fork(after_in_child=_forget_elsewhere)
 
 
-# The first characters a process counts are counted from the shipped tables (`kvprobe.tokentable`, ~2-3 MB/s)
-# instead of loading the tokenizer (cl100k ~0.1 s, o200k ~0.35 s, after which it counts at hundreds of MB/s):
-# what `diff` of two requests or a small `lint` counts fits in this, and a process that counts more pays at
-# most ~40 ms for it before it loads the tokenizer as before.
-BUDGET_CHARS = 100_000
-_budget = BUDGET_CHARS
+# The first characters a process counts with an encoding are counted from its shipped table
+# (`kvprobe.tokentable`) instead of loading the tokenizer (cl100k ~0.1 s, o200k ~0.35 s, after which it counts
+# at hundreds of MB/s): what `diff` of two requests or a small `lint` counts fits in the table's budget, and
+# a process that counts more loses at most half a load to it before it loads the tokenizer as before.
+_spent: dict[str, int] = {}
 
 
 def _from_table(text: str, encoding: str) -> int | None:
-    global _budget
-    if len(text) > _budget or (table := tokentable.table(encoding)) is None:
+    table = tokentable.table(encoding)
+    if table is None:
         return None
-    _budget -= len(text)
+    spent = _spent.get(encoding, 0) + len(text)
+    if spent > table.encoding.budget_chars:
+        return None
+    _spent[encoding] = spent
     return table.count(text)
 
 

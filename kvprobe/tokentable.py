@@ -10,8 +10,8 @@ encoding's split pattern (letters, numbers, white space; o200k's upper- and lowe
 quicktok's own data gives them, so counts are the tokenizer's to the token (tests/test_tokentable.py checks
 them against quicktok, and the shipped tables against a fresh build).
 
-Python counts at ~2-3 MB/s where quicktok counts at hundreds, so `kvprobe.tokens` uses this only for the
-first `BUDGET_CHARS` characters a process counts, then loads the tokenizer.
+Python counts at ~1.4-3 M characters/s where quicktok counts hundreds of MB/s, so `kvprobe.tokens` uses a
+table only for the first `budget_chars` characters a process counts with it, then loads the tokenizer.
 
 File layout (little-endian u32): magic b"KVTT", version, tokens, slots, blob bytes, classes; the number of
 ranges of each class; the ranges (first, last code point); `slots` entries of rank + 1 (0: empty), indexed by
@@ -49,6 +49,10 @@ class Encoding:
     pattern: str  # str.format'ed with each class's ranges
     ascii_pattern: str
     slots: int  # of the hash index: a power of two ~2.6 times the tokens, so probes stay short
+    # characters a process counts from the table before it loads the tokenizer instead: about half of what
+    # the table counts in the time the tokenizer takes to load (cl100k ~0.1 s, o200k ~0.35 s; the table
+    # ~3 and ~1.4 M characters/s), so a process that goes on to load it anyway loses at most half a load
+    budget_chars: int
 
     @property
     def table(self) -> Path:
@@ -61,13 +65,13 @@ ENCODINGS = {e.name: e for e in (
              r"'(?i:[sdmt]|ll|ve|re)|[^\r\n{L}{N}]?+[{L}]+|[{N}]{{1,3}}| ?[^{S}{L}{N}]++[\r\n]*|[{S}]*[\r\n]"
              r"|[{S}]+(?![^{S}])|[{S}]+",
              r"'(?i:[sdmt]|ll|ve|re)|[^\r\na-zA-Z0-9]?+[a-zA-Z]+|[0-9]{1,3}| ?[^\sa-zA-Z0-9]++[\r\n]*"
-             r"|\s*[\r\n]|\s+(?!\S)|\s+", 1 << 18),
+             r"|\s*[\r\n]|\s+(?!\S)|\s+", 1 << 18, 150_000),
     # tiktoken's o200k pattern: UPPER is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], LOWER [\p{Ll}\p{Lm}\p{Lo}\p{M}]
     Encoding("o200k_base", "uniclass_o200k.bin", ("L", "N", "S", "UPPER", "LOWER"),
              r"[^\r\n{L}{N}]?[{UPPER}]*[{LOWER}]+" + _CONTRACTION + r"|[^\r\n{L}{N}]?[{UPPER}]+[{LOWER}]*"
              + _CONTRACTION + r"|[{N}]{{1,3}}| ?[^{S}{L}{N}]+[\r\n/]*|[{S}]*[\r\n]+|[{S}]+(?![^{S}])|[{S}]+",
              r"[^\r\na-zA-Z0-9]?[A-Z]*[a-z]+" + _CONTRACTION + r"|[^\r\na-zA-Z0-9]?[A-Z]+[a-z]*" + _CONTRACTION
-             + r"|[0-9]{1,3}| ?[^\sa-zA-Z0-9]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+", 1 << 19),
+             + r"|[0-9]{1,3}| ?[^\sa-zA-Z0-9]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+", 1 << 19, 250_000),
 )}
 
 

@@ -137,7 +137,8 @@ def _run(code: str, given: str = "") -> list[str]:
 
 _DIFF = ("import json, sys; from kvprobe.cli import main\n"
          "if sys.argv[1] == 'tokenizer':\n"
-         "    import kvprobe.tokens; kvprobe.tokens._budget = 0  # nothing from the tables\n"
+         "    import kvprobe.tokens  # every table's budget spent: the tokenizer counts\n"
+         "    kvprobe.tokens._spent.update(cl100k_base=10**12, o200k_base=10**12)\n"
          "sys.argv = ['kvprobe', 'diff', *sys.argv[2:]]\n"
          "try:\n    main()\nexcept SystemExit:\n    pass\n"
          "print('quicktok' in sys.modules)")
