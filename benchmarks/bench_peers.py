@@ -6,14 +6,18 @@ platform). A peer that cannot be installed is skipped with the reason. Inputs ar
 committed: ~100 MB and ~1 GB agent traces (gen_trace), a fleet of 3,000 requests (gen_fleet: sessions of one
 product sharing tools + system, with breakers in each; reported with fixes on and off), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
 subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
-the standard library's `json.loads` over every line, in its own process.
+the standard library's `json.loads` over every line, in its own process. The start-up job times what users
+type most, where start-up is the whole cost: `diff` of two small requests (cachelint's `diff` beside it),
+`--help`, and `usage` of a 1.8 MB Claude Code folder (ccusage beside it); `usage` is also timed on 20 MB.
 
 Every job runs its commands round-robin `--repeat` times (kvprobe, each peer, the floor, then again), and
 reports medians: on a shared machine only ratios taken in the same run mean anything; the load average
 is printed before and after.
 
 Usage: uv run python benchmarks/bench_peers.py [--quick] [--repeat 3] [--work DIR] [--only report usage ...]
+                                              [--baseline DIR]
   --quick: 200 MB instead of 1 GB for the large trace and the Claude Code folder.
+  --baseline DIR: an earlier kvprobe's sources, timed next to this one in the start-up job.
   --work DIR: keep the generated inputs and installed peers there (reused by the next run).
 """
 from __future__ import annotations
@@ -182,7 +186,7 @@ def kvprobe_cmd() -> list[str]:
 
 
 def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[str] | None,
-         skipped: dict[str, str]) -> dict[str, list[Tool]]:
+         skipped: dict[str, str], baseline: Path | None = None) -> dict[str, list[Tool]]:
     kv, floor = kvprobe_cmd(), [sys.executable, "-c", FLOOR]
     hmac = {"CACHEECONOMICS_HMAC_KEY": "kvprobe-benchmark-key-0123456789abcdef"}
     out: dict[str, list[Tool]] = {}
@@ -215,6 +219,12 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
     if py_bin:
         small.append(Tool("cachelint diff", [str(py_bin / "cachelint"), "diff", str(a), str(b)]))
     tiny = made["claude_1"]
+    if baseline is not None:  # the same commands from an earlier kvprobe's sources, in the same rounds
+        then = {"PYTHONPATH": str(baseline)}
+        base_kv = [sys.executable, "-P", "-m", "kvprobe"]  # -P: not the current folder's kvprobe
+        small += [Tool("baseline kvprobe diff", [*base_kv, "diff", str(a), str(b)], then, versus="kvprobe diff"),
+                  Tool("baseline kvprobe usage --json", [*base_kv, "usage", str(tiny), "--json"], then,
+                       versus="kvprobe usage --json")]
     out[f"start-up: diff of two small requests, --help, usage of a {folder_mb(tiny):,.1f} MB folder"] = \
         small + usage_tools(kv, ccusage, tiny)
     for name, reason in skipped.items():
@@ -301,6 +311,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an earlier kvprobe's sources (a folder holding kvprobe/ and providers/, e.g. from "
+                             "`git archive REV kvprobe providers | tar -x -C DIR`), timed in the start-up job")
     args = parser.parse_args()
     keep = args.work is not None
     work = args.work or Path(tempfile.mkdtemp(prefix="kvprobe-bench-"))
@@ -318,7 +331,7 @@ def main() -> int:
         made = inputs(work, args.quick)
         print(f"inputs ready in {time.perf_counter() - t0:.0f} s under {work}")
         print(f"machine: {os.cpu_count()} cores; load average before: {os.getloadavg()}")
-        for title, tools in jobs(made, work, py_bin, ccusage, skipped).items():
+        for title, tools in jobs(made, work, py_bin, ccusage, skipped, args.baseline).items():
             if args.only and not any(o in title for o in args.only):
                 continue
             for tool in tools:  # the warm-up: byte code written, files in the page cache

@@ -5,7 +5,8 @@ the wheel: no download at run time). Anthropic, DeepSeek, Gemini and the other t
 their counts are cl100k counts times a ratio from `providers/`, per tokenizer generation where the provider
 has several (Claude: `tokenizer_ratios`, each family naming its `tokenizer`), else per provider
 (`token_estimate_ratio`); in traces, `analysis.sizing` then anchors block sizes on the usage the provider
-reported. Every count says whether it is exact.
+reported. Every count says whether it is exact. The first texts a process counts are counted from tables
+shipped in the package (`kvprobe.tokentable`), to the same counts, without loading the tokenizer.
 """
 from __future__ import annotations
 
