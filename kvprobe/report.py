@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis import split_parse
+from kvprobe.analysis.agent_advice import advise as advise_agents
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
@@ -83,6 +84,15 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
     prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
+    # agent logs: what each agent's longer-lifetime setting costs and saves here (analysis.agent_advice)
+    lifetime_trades: list[Any] = field(default_factory=list)
+
+    @property
+    def fixes_note(self) -> str | None:
+        """Why no fix is listed where the log has no request bodies (None: the what-if ran, or was not asked)."""
+        from kvprobe.analysis.agent_advice import no_bodies_note
+
+        return no_bodies_note(self.results) if self.what_if is not None and not self.fixes else None
 
     @property
     def failed_note(self) -> str | None:
@@ -124,6 +134,8 @@ class Report:
             "fixes": self.fixes,
             "alternatives": self.alternatives,
             "with_all_fixes": self.with_all_fixes,
+            "fixes_note": self.fixes_note,
+            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
             "inputs": [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
                        for name, s in self.stats],
             "unknown_models": self.unknown_models,
@@ -371,6 +383,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     if filters:
         results = [r for r in results if filters.keep(r)]
         failed = [sk for sk in failed if filters.keeps(sk)]
+    trades = advise_agents(results, prices)  # advice in the knobs of the agent that wrote the log
     misses = []
     for r in results:
         if r.diagnoses and r.missed_tokens > 0:
@@ -388,7 +401,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
-    rep.inputs, rep.prices = [str(p) for p in paths], prices
+    rep.inputs, rep.prices, rep.lifetime_trades = [str(p) for p in paths], prices, trades
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep

@@ -1,0 +1,207 @@
+"""Advice in the knobs of the agent that wrote the log (kvprobe.agents), priced on the log where it can be.
+
+A diagnosis made on an agent's log (Claude Code, Codex, Gemini CLI, ...) gets the agent's advice for its cause
+(`agents.advice_keys`): its `advice` becomes the agent's words, and the API advice it had moves to
+`api_advice` (what an SDK user would do). For an expiry, where the agent's settings choose a longer lifetime,
+the price of choosing it is worked out on this log (`LifetimeTrade`): every 5m write written at the longer
+lifetime's price instead, against the rebuilds after pauses it would have spanned, which become reads.
+
+Where the log holds no request bodies, fixes cannot be simulated: `no_bodies_note` says so and how to capture
+them, in place of "no fix pays for itself" (one sentence, used by every output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvprobe.agents import AgentProfile, advice_keys, profile_for
+from kvprobe.analysis.costing import input_equivalent
+from kvprobe.analysis.diagnosis import ADVICE, Diagnosis
+from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.keep_alive import entry_lifetime_s
+from kvprobe.pricing import PriceBook
+from kvprobe.usage import Usage
+from kvprobe.wording import duration
+
+MAIN, SUBAGENTS = "main", "subagents"
+
+
+@dataclass(slots=True)
+class LifetimeTrade:
+    """What the agent's longer-lifetime setting would have cost and saved on this log, for one scope (the
+    main conversation or the subagents)."""
+
+    agent: str
+    scope: str
+    setting: str
+    seconds: float
+    written_tokens: int = 0  # 5m writes, each priced at the longer lifetime's write price instead
+    rebuilds: int = 0  # expiries after pauses the longer lifetime spans: reads instead of writes
+    rebuilt_tokens: int = 0
+    extra_ie: float = 0.0  # input-equivalents the dearer writes add
+    saved_ie: float = 0.0  # input-equivalents the avoided rebuilds save
+    extra_usd: float | None = 0.0  # None: a request of the scope has no price
+    saved_usd: float | None = 0.0
+
+    @property
+    def net_ie(self) -> float:
+        return self.saved_ie - self.extra_ie
+
+    @property
+    def net_usd(self) -> float | None:
+        return None if self.extra_usd is None or self.saved_usd is None else self.saved_usd - self.extra_usd
+
+    def words(self) -> str:
+        """One sentence: what the setting adds, what it saves, and the net, on this log."""
+        usd = self.net_usd is not None
+        extra = _amount(self.extra_usd, self.extra_ie, usd)
+        saved = _amount(self.saved_usd, self.saved_ie, usd)
+        net = self.net_usd if usd else self.net_ie
+        who = "the main conversation" if self.scope == MAIN else "subagents"
+        head = (f"on this log ({who}), writing its {self.written_tokens:,} 5m-written tokens at the "
+                f"{duration(self.seconds)} price adds {extra}, and {self.rebuilds:,} rebuild"
+                f"{'' if self.rebuilds == 1 else 's'} ({self.rebuilt_tokens:,} tokens) after pauses under "
+                f"{duration(self.seconds)} would have been reads, saving {saved}: ")
+        if net > 0:
+            return head + f"it saves {_amount(net, net, usd)} net"
+        return head + f"it costs {_amount(-net, -net, usd)} more than it saves, so it does not pay here"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "scope": self.scope, "setting": self.setting, "lifetime_s": self.seconds,
+                "written_tokens": self.written_tokens, "rebuilds": self.rebuilds,
+                "rebuilt_tokens": self.rebuilt_tokens, "extra_input_equivalent_tokens": round(self.extra_ie, 1),
+                "saved_input_equivalent_tokens": round(self.saved_ie, 1),
+                "net_input_equivalent_tokens": round(self.net_ie, 1),
+                "extra_usd": _usd(self.extra_usd), "saved_usd": _usd(self.saved_usd), "net_usd": _usd(self.net_usd)}
+
+
+def _usd(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _amount(usd_value: float | None, ie: float, usd: bool) -> str:
+    return f"${usd_value:,.2f}" if usd and usd_value is not None else f"{ie:,.0f} input-equivalents"
+
+
+def advise(results: list[RequestResult], prices: PriceBook) -> list[LifetimeTrade]:
+    """Put each agent-log diagnosis's advice in its agent's knobs; the lifetime trades priced on the way."""
+    by_agent: dict[str, tuple[AgentProfile, list[RequestResult]]] = {}
+    for r in results:
+        profile = profile_for(r.sk.extra.get("source_format"))
+        if profile is not None:
+            by_agent.setdefault(profile.name, (profile, []))[1].append(r)
+    trades: list[LifetimeTrade] = []
+    for profile, rs in by_agent.values():
+        found = {t.scope: t for t in _trades(profile, rs, prices)}
+        trades.extend(found.values())
+        for r in rs:
+            for d in r.diagnoses:
+                _advise_one(d, r, profile, found.get(_scope(r)))
+    return trades
+
+
+def _scope(r: RequestResult) -> str:
+    return MAIN if r.sk.agent == "main" else SUBAGENTS
+
+
+def _advise_one(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade | None) -> None:
+    found = profile.advise(advice_keys(d.kind, d.param, d.path, d.triggers))
+    if found is None:
+        return
+    d.api_advice = d.advice or ADVICE.get(d.kind)
+    d.agent = profile.name
+    text = found.text
+    if d.kind == "ttl_expired" and trade is not None:
+        text = _lifetime_words(d, r, profile, trade, text)
+    d.advice = text
+
+
+def _lifetime_words(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade, text: str) -> str:
+    """The longer lifetime's setting where it spans this pause, with its price on this log: first where it pays
+    here, else after the agent's own advice, saying that it does not."""
+    gap = _pause(d, r)
+    if gap is None or gap > trade.seconds:
+        return text
+    missing = [name for name in profile.missing_settings(r.sk.extra.get("client_version")) if name in trade.setting]
+    older = (f" (this log's {profile.name} {r.sk.extra.get('client_version')} predates "
+             f"{', '.join(missing)}: upgrade for {'them' if len(missing) > 1 else 'it'})") if missing else ""
+    spans = f"{trade.setting}{older} makes entries live {duration(trade.seconds)}, long enough for this " \
+        f"{duration(gap)} pause"
+    if trade.net_ie > 0 and (trade.net_usd is None or trade.net_usd > 0):
+        return f"use {spans}; {trade.words()}"
+    return f"{text}. {spans[0].upper()}{spans[1:]}, but {trade.words()}"
+
+
+def _pause(d: Diagnosis, r: RequestResult) -> float | None:
+    lifetime = entry_lifetime_s(r.rules)
+    if d.seconds_past is None or lifetime is None:
+        return None
+    return d.seconds_past + lifetime
+
+
+def _trades(profile: AgentProfile, rs: list[RequestResult], prices: PriceBook) -> list[LifetimeTrade]:
+    longer = profile.longer_lifetime
+    if longer is None:
+        return []
+    settings = {MAIN: longer.main, SUBAGENTS: longer.subagents or longer.main}
+    trades: dict[str, LifetimeTrade] = {}
+    for r in rs:
+        u = r.usage
+        if not u.cache_write_5m_tokens or not _has_longer(r):
+            continue
+        scope = _scope(r)
+        t = trades.get(scope)
+        if t is None:
+            t = trades[scope] = LifetimeTrade(profile.name, scope, settings[scope], longer.seconds)
+        _add(t, r, prices)
+    return list(trades.values())
+
+
+def _has_longer(r: RequestResult) -> bool:
+    """Whether the provider offers the lifetime (a 1h breakpoint TTL) the agent's setting asks for."""
+    table = r.rules.get("ttl_seconds")
+    return isinstance(table, dict) and "1h" in table
+
+
+def _add(t: LifetimeTrade, r: RequestResult, prices: PriceBook) -> None:
+    """One request's share: its 5m writes at the 1h price, less what an avoided rebuild reads instead."""
+    u = r.usage
+    d = r.diagnoses[0] if r.diagnoses else None
+    gap = _pause(d, r) if d is not None and d.kind == "ttl_expired" else None
+    avoided = min(r.missed_tokens, u.cache_write_5m_tokens) if gap is not None and gap <= t.seconds else 0
+    dearer = replace(u, cache_write_5m_tokens=0, cache_write_1h_tokens=u.cache_write_1h_tokens
+                     + u.cache_write_5m_tokens)
+    spanned = replace(dearer, cache_read_tokens=u.cache_read_tokens + avoided,
+                      cache_write_1h_tokens=dearer.cache_write_1h_tokens - avoided)
+    t.written_tokens += u.cache_write_5m_tokens
+    if avoided:
+        t.rebuilds += 1
+        t.rebuilt_tokens += avoided
+    base, mid, end = (input_equivalent(x, r.rules) for x in (u, dearer, spanned))
+    t.extra_ie += mid - base
+    t.saved_ie += mid - end
+    costs = [_cost(prices, r, x) for x in (u, dearer, spanned)]
+    if None in costs or t.extra_usd is None or t.saved_usd is None:
+        t.extra_usd = t.saved_usd = None
+        return
+    t.extra_usd += costs[1] - costs[0]
+    t.saved_usd += costs[1] - costs[2]
+
+
+def _cost(prices: PriceBook, r: RequestResult, usage: Usage) -> float | None:
+    return prices.cost(r.sk.provider, r.sk.model, usage, r.sk.started_at, r.sk.extra.get("platform")).usd
+
+
+def no_bodies_note(results: list[RequestResult]) -> str | None:
+    """Why no fix is priced on a log with usage but no request bodies, and how to capture them; None when
+    some request has its body (the what-if then simulated what it could)."""
+    if not results or any(r.sk.request is not None for r in results):
+        return None
+    names = {}
+    for r in results:
+        profile = profile_for(r.sk.extra.get("source_format"))
+        if profile is not None:
+            names.setdefault(profile.capture, profile.name)
+    how = " or ".join(f"`{cmd} …` ({name})" for cmd, name in names.items()) or "`kvprobe capture -- <agent> …`"
+    return ("Fixes cannot be simulated: this log holds usage but no request bodies. Capture the bodies to price "
+            f"them: {how}")
