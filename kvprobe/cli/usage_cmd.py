@@ -174,3 +174,5 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)
+    for note in summary.price_notes:
+        out.print(f"* {note}", markup=False)
