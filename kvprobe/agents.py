@@ -45,12 +45,13 @@ class LongerLifetime:
 class AgentProfile:
     name: str
     formats: tuple[str, ...]
-    capture: str  # the command that records the agent's request bodies
+    capture: str | None  # the command that records the agent's request bodies (None: capture cannot)
     source: str
     checked: dt.date
     advice: dict[str, Advice] = field(default_factory=dict)
     longer_lifetime: LongerLifetime | None = None
     diagnostics: str | None = None  # the agent's own cache diagnostics, where it has them
+    capture_note: str | None = None  # what capturing this agent takes beyond the command (or why it cannot)
     path: str = ""
 
     def advise(self, keys: list[str]) -> Advice | None:
@@ -137,12 +138,21 @@ def load_profile(path: Path) -> AgentProfile:
     advice = data.get("advice", {})
     if not isinstance(advice, dict):
         raise CatalogError(f"{where}: [advice] must be a table of causes")
-    diagnostics = data.get("diagnostics")
-    return AgentProfile(_text(data, "agent", where), tuple(formats), _text(data, "capture", where),
+    capture = _text(data, "capture", where) if "capture" in data else None
+    if capture is None and not isinstance(data.get("capture_note"), str):
+        raise CatalogError(f"{where}: field 'capture' (the command that records the agent's bodies) or "
+                           "'capture_note' (why none can) is required")
+    return AgentProfile(_text(data, "agent", where), tuple(formats), capture,
                         _text(data, "source", where), _date(data.get("checked"), where),
                         {k: _advice(k, v, where) for k, v in advice.items()},
-                        _lifetime(data.get("longer_lifetime"), where),
-                        diagnostics if isinstance(diagnostics, str) else None, where)
+                        _lifetime(data.get("longer_lifetime"), where), _optional(data, "diagnostics", where),
+                        _optional(data, "capture_note", where), where)
+
+
+def _optional(data: dict[str, Any], key: str, where: str) -> str | None:
+    if key in data and not isinstance(data[key], str):
+        raise CatalogError(f"{where}: field '{key}' must be a string")
+    return data.get(key)
 
 
 @lru_cache(maxsize=4)

@@ -197,11 +197,16 @@ def no_bodies_note(results: list[RequestResult]) -> str | None:
     some request has its body (the what-if then simulated what it could)."""
     if not results or any(r.sk.request is not None for r in results):
         return None
-    names = {}
+    found: dict[str, AgentProfile] = {}
     for r in results:
         profile = profile_for(r.sk.extra.get("source_format"))
         if profile is not None:
-            names.setdefault(profile.capture, profile.name)
-    how = " or ".join(f"`{cmd} …` ({name})" for cmd, name in names.items()) or "`kvprobe capture -- <agent> …`"
+            found.setdefault(profile.name, profile)
+    ways = [_capture_words(p) for p in found.values()] or ["`kvprobe capture -- <agent> …`"]
     return ("Fixes cannot be simulated: this log holds usage but no request bodies. Capture the bodies to price "
-            f"them: {how}")
+            f"them: {'; '.join(ways)}")
+
+
+def _capture_words(profile: AgentProfile) -> str:
+    command = f"`{profile.capture} …` ({profile.name})" if profile.capture else profile.name
+    return f"{command}: {profile.capture_note}" if profile.capture_note else command
