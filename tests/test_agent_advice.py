@@ -181,3 +181,15 @@ def test_two_profiles_claiming_one_log_format_are_refused(tmp_path):
     (copy / "agents" / "zz_other.toml").write_text((copy / "agents" / "codex.toml").read_text())
     with pytest.raises(CatalogError, match=r"zz_other\.toml: format 'codex' is already Codex's"):
         profiles(copy)
+
+
+def test_watch_advises_in_the_agents_knobs_as_the_log_grows(cli, tmp_path):
+    s = ClaudeTranscript("v")
+    s.turn(0, "v1", read=0, write=10_000)
+    s.turn(10, "v2", read=10_000, write=1_000)
+    s.command(15, "/mcp", "Reconnected to srv.")
+    s.turn(20, "v3", read=3_000, write=8_500)
+    res = cli("watch", s.write(tmp_path / "v.jsonl"), "--once")
+    assert res.exit_code == 0, res.output
+    shown = " ".join(res.stdout.split())  # (a line wraps at the terminal's width)
+    assert "miss v3" in shown and "what to do: connect MCP servers before the session starts (.mcp.json" in shown

@@ -100,6 +100,15 @@ def advise(results: list[RequestResult], prices: PriceBook) -> list[LifetimeTrad
     return trades
 
 
+def advise_one(r: RequestResult) -> None:
+    """One request's diagnoses in its agent's knobs, as `watch` sees them: the longer lifetime is named where
+    it spans the pause, but not priced (that takes the whole log: `advise`)."""
+    profile = profile_for(r.sk.extra.get("source_format"))
+    if profile is not None:
+        for d in r.diagnoses:
+            _advise_one(d, r, profile, None)
+
+
 def _scope(r: RequestResult) -> str:
     return MAIN if r.sk.agent == "main" else SUBAGENTS
 
