@@ -121,10 +121,14 @@ def overlay_rows(directory: Path | None = None) -> tuple[PriceRow, ...]:
     return _load(str(directory or providers_dir()))[0]
 
 
+def overlay_aliases(directory: Path | None = None) -> tuple[ModelAlias, ...]:
+    return _load(str(directory or providers_dir()))[1]
+
+
 def alias_of(provider: str | None, model: str) -> ModelAlias | None:
     """The alias that prices a logged model id under another one, where `providers/prices.toml` lists one."""
     name = canonical_model(model)
-    for alias in _load(str(providers_dir()))[1]:
+    for alias in overlay_aliases():
         if alias.logged == name and alias.provider == (provider or alias.provider):
             return alias
     return None

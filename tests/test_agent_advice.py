@@ -193,3 +193,18 @@ def test_watch_advises_in_the_agents_knobs_as_the_log_grows(cli, tmp_path):
     assert res.exit_code == 0, res.output
     shown = " ".join(res.stdout.split())  # (a line wraps at the terminal's width)
     assert "miss v3" in shown and "what to do: connect MCP servers before the session starts (.mcp.json" in shown
+
+
+def test_providers_check_names_agent_advice_checked_too_long_ago(cli, tmp_path, monkeypatch):
+    copy = _providers_copy(tmp_path)
+    profile = copy / "agents" / "claude_code.toml"
+    text = profile.read_text()
+    head, tail = text.split("[advice.ttl_expired]", 1)
+    profile.write_text(head + "[advice.ttl_expired]" + tail.replace('checked = "2026-12-01"', 'checked = "2025-01-01"', 1))
+    monkeypatch.setenv("KVPROBE_PROVIDERS_DIR", str(copy))
+    res = cli("providers", "--check", "--as-of", "2026-12-06", "--days", "400", "--json")
+    assert res.exit_code == 1
+    # 2025-01-01 -> 2026-12-06: 365 + 339 days; every other date in the copy is within 400 days
+    assert json.loads(res.stdout)["stale_rules"] == [
+        {"file": "agents/claude_code.toml", "scope": "agent / Claude Code", "rule": "advice.ttl_expired",
+         "checked": "2025-01-01", "age_days": 704}]
