@@ -42,9 +42,10 @@ def test_a_1h_lifetime_that_pays_on_the_log_is_advised_with_its_price(tmp_path):
     # 150,000 tokens written at 5m: at the 1h price +150,000 x $2.25/M = $0.3375; the two rebuilds (100,000
     # tokens) read instead: 100,000 x ($6.00 - $0.30)/M = $0.57 saved; net $0.2325
     assert d.advice.startswith("use ENABLE_PROMPT_CACHING_1H=1") and "promptCacheTtl" in d.advice
-    assert "long enough for this 10m00s pause" in d.advice and "predates" not in d.advice
-    assert "150,000 5m-written tokens" in d.advice and "adds $0.34" in d.advice
-    assert "2 rebuilds (100,000 tokens)" in d.advice and "saving $0.57" in d.advice and "saves $0.23 net" in d.advice
+    assert "entries then live 1 hour, long enough for this 10m00s pause" in d.advice and "predates" not in d.advice
+    assert "the 1 hour price on its 150,000 5m-written tokens adds $0.34" in d.advice
+    assert "spares 2 rebuilds (100,000 tokens, after pauses under 1 hour), saving $0.57" in d.advice
+    assert d.advice.endswith("it saves $0.23 net")
     assert "keep-alive" in d.api_advice  # the API's advice stays beside it, for SDK users
     [trade] = rep.to_json()["lifetime_trades"]
     assert (trade["agent"], trade["scope"], trade["written_tokens"], trade["rebuilds"], trade["rebuilt_tokens"]) == \
@@ -66,8 +67,9 @@ def test_a_1h_lifetime_that_does_not_pay_says_so_after_the_agents_own_advice(tmp
     [d] = by_id["s2"].diagnoses
     # 80,000 written at 5m: +80,000 x $2.25/M = $0.18; one rebuild of 10,000 saves 10,000 x $5.70/M = $0.057
     assert d.advice.startswith("the entry expired during the pause: /clear or /compact before a long break")
-    assert "adds $0.18" in d.advice and "saving $0.06" in d.advice
-    assert "it costs $0.12 more than it saves, so it does not pay here" in d.advice
+    assert "The 1 hour lifetime (ENABLE_PROMPT_CACHING_1H=1" in d.advice and "would span this 11m40s pause" in d.advice
+    assert "80,000 5m-written tokens adds $0.18" in d.advice and "spares 1 rebuild (10,000 tokens" in d.advice
+    assert "saving $0.06: it costs $0.12 more than it saves, so it does not pay here" in d.advice
     # promptCacheTtl came with Claude Code 2.1.243; this log's client is 2.1.39
     assert "this log's Claude Code 2.1.39 predates promptCacheTtl" in d.advice
 

@@ -58,10 +58,10 @@ class LifetimeTrade:
         saved = _amount(self.saved_usd, self.saved_ie, usd)
         net = self.net_usd if usd else self.net_ie
         who = "the main conversation" if self.scope == MAIN else "subagents"
-        head = (f"on this log ({who}), writing its {self.written_tokens:,} 5m-written tokens at the "
-                f"{duration(self.seconds)} price adds {extra}, and {self.rebuilds:,} rebuild"
-                f"{'' if self.rebuilds == 1 else 's'} ({self.rebuilt_tokens:,} tokens) after pauses under "
-                f"{duration(self.seconds)} would have been reads, saving {saved}: ")
+        span = lifetime_words(self.seconds)
+        head = (f"on this log ({who}) the {span} price on its {self.written_tokens:,} 5m-written tokens adds "
+                f"{extra}, and it spares {self.rebuilds:,} rebuild{'' if self.rebuilds == 1 else 's'} "
+                f"({self.rebuilt_tokens:,} tokens, after pauses under {span}), saving {saved}: ")
         if net > 0:
             return head + f"it saves {_amount(net, net, usd)} net"
         return head + f"it costs {_amount(-net, -net, usd)} more than it saves, so it does not pay here"
@@ -134,11 +134,21 @@ def _lifetime_words(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade
     missing = [name for name in profile.missing_settings(r.sk.extra.get("client_version")) if name in trade.setting]
     older = (f" (this log's {profile.name} {r.sk.extra.get('client_version')} predates "
              f"{', '.join(missing)}: upgrade for {'them' if len(missing) > 1 else 'it'})") if missing else ""
-    spans = f"{trade.setting}{older} makes entries live {duration(trade.seconds)}, long enough for this " \
-        f"{duration(gap)} pause"
+    span = lifetime_words(trade.seconds)
     if trade.net_ie > 0 and (trade.net_usd is None or trade.net_usd > 0):
-        return f"use {spans}; {trade.words()}"
-    return f"{text}. {spans[0].upper()}{spans[1:]}, but {trade.words()}"
+        return (f"use {trade.setting}{older}: entries then live {span}, long enough for this {duration(gap)} pause; "
+                f"{trade.words()}")
+    return (f"{text}. The {span} lifetime ({trade.setting}{older}) would span this {duration(gap)} pause, but "
+            f"{trade.words()}")
+
+
+def lifetime_words(seconds: float) -> str:
+    """A lifetime as a person says it: "1 hour", "30 minutes", else the short duration."""
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:.0f} hour" + ("s" if seconds > 3600 else "")
+    if seconds % 60 == 0 and seconds < 3600:
+        return f"{seconds / 60:.0f} minutes"
+    return duration(seconds)
 
 
 def _pause(d: Diagnosis, r: RequestResult) -> float | None:
