@@ -67,7 +67,7 @@ def test_a_1h_lifetime_that_does_not_pay_says_so_after_the_agents_own_advice(tmp
     [d] = by_id["s2"].diagnoses
     # 80,000 written at 5m: +80,000 x $2.25/M = $0.18; one rebuild of 10,000 saves 10,000 x $5.70/M = $0.057
     assert d.advice.startswith("the entry expired during the pause: /clear or /compact before a long break")
-    assert "The 1 hour lifetime (ENABLE_PROMPT_CACHING_1H=1" in d.advice and "would span this 11m40s pause" in d.advice
+    assert "Setting ENABLE_PROMPT_CACHING_1H=1" in d.advice and "long enough for this 11m40s pause" in d.advice
     assert "80,000 5m-written tokens adds $0.18" in d.advice and "spares 1 rebuild (10,000 tokens" in d.advice
     assert "saving $0.06: it costs $0.12 more than it saves, so it does not pay here" in d.advice
     # promptCacheTtl came with Claude Code 2.1.243; this log's client is 2.1.39

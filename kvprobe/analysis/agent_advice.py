@@ -138,8 +138,8 @@ def _lifetime_words(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade
     if trade.net_ie > 0 and (trade.net_usd is None or trade.net_usd > 0):
         return (f"use {trade.setting}{older}: entries then live {span}, long enough for this {duration(gap)} pause; "
                 f"{trade.words()}")
-    return (f"{text}. The {span} lifetime ({trade.setting}{older}) would span this {duration(gap)} pause, but "
-            f"{trade.words()}")
+    return (f"{text}. Setting {trade.setting}{older} would make entries live {span}, long enough for this "
+            f"{duration(gap)} pause, but {trade.words()}")
 
 
 def lifetime_words(seconds: float) -> str:
