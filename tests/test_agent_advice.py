@@ -210,3 +210,17 @@ def test_providers_check_names_agent_advice_checked_too_long_ago(cli, tmp_path, 
     assert json.loads(res.stdout)["stale_rules"] == [
         {"file": "agents/claude_code.toml", "scope": "agent / Claude Code", "rule": "advice.ttl_expired",
          "checked": "2025-01-01", "age_days": 704}]
+
+
+def test_a_cause_claude_code_logged_itself_is_advised_in_its_knobs(tmp_path):
+    s = ClaudeTranscript("d")
+    s.turn(0, "d1", read=0, write=20_000)
+    s.turn(10, "d2", read=4_000, write=16_500)
+    # the API's own diagnosis, as Claude Code writes it into the transcript's assistant line
+    s.lines[-1]["message"]["diagnostics"] = {"cache_miss_reason": {"type": "system_changed",
+                                                                   "cache_missed_input_tokens": 16_000}}
+    _, by_id = _report(s.write(tmp_path / "d.jsonl"))
+    d = by_id["d2"].diagnoses[0]
+    assert (d.kind, d.path, d.inferred, d.agent) == ("prefix_changed", "system", False, "Claude Code")
+    assert d.advice.startswith("the system prompt or project context changed: CLAUDE.md and output-style edits "
+                               "take effect after /clear or /compact")
