@@ -89,10 +89,13 @@ class Report:
 
     @property
     def fixes_note(self) -> str | None:
-        """Why no fix is listed where the log has no request bodies (None: the what-if ran, or was not asked)."""
+        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
+        simulated, and how to capture them; None when fixes were found or not computed."""
+        if self.what_if is None or self.fixes:
+            return None
         from kvprobe.analysis.agent_advice import no_bodies_note
 
-        return no_bodies_note(self.results) if self.what_if is not None and not self.fixes else None
+        return no_bodies_note(self.results) or "none pays for itself on this log"
 
     @property
     def failed_note(self) -> str | None:

@@ -138,10 +138,10 @@ def test_a_log_without_bodies_says_fixes_cannot_be_simulated_and_how_to_capture(
     log = s.write(tmp_path / "n.jsonl")
     text = cli("report", log, "--what-if")
     assert text.exit_code == 0, text.output
-    assert "Fixes cannot be simulated: this log holds usage but no request bodies" in text.stdout
-    assert "kvprobe capture -- claude …` (Claude Code)" in text.stdout and "none pays" not in text.stdout
+    assert "Fixes: no request bodies: fixes cannot be simulated; capture them to price fixes: `kvprobe capture -- " \
+        "claude …` (Claude Code)." in text.stdout and "none pays" not in text.stdout
     data = json.loads(cli("report", log, "--what-if", "--json").stdout)
-    assert data["fixes"] == [] and data["fixes_note"].startswith("Fixes cannot be simulated")
+    assert data["fixes"] == [] and data["fixes_note"].startswith("no request bodies: fixes cannot be simulated")
     schema = json.loads(cli("schema", "report").stdout)  # the new keys are described
     assert not list(Draft202012Validator(schema).iter_errors(data))
     assert data["lifetime_trades"][0]["rebuilds"] == 1 and data["misses"][0]["what_to_do"].startswith("use ")
@@ -151,7 +151,7 @@ def test_a_trace_with_bodies_keeps_the_apis_advice(cli):
     data = json.loads(cli("report", ROOT / "traces" / "sample_session.jsonl", "--json").stdout)
     diagnoses = [d for r in data["requests"] for d in r["diagnoses"]]
     assert diagnoses and all("agent" not in d and "api_advice" not in d for d in diagnoses)
-    assert data["fixes_note"] is None and data["lifetime_trades"] == []
+    assert data["lifetime_trades"] == []
 
 
 def test_every_agent_log_kvprobe_reads_has_a_profile():

@@ -71,5 +71,5 @@ def test_usage_totals_and_the_platform_is_named(cli, export):
 
 def test_a_report_on_the_export_says_fixes_need_bodies_capture_cannot_record(cli, export):
     text = cli("report", export, "--what-if").stdout
-    assert "Fixes cannot be simulated" in text
+    assert "Fixes: no request bodies: fixes cannot be simulated" in text
     assert "Copilot CLI: Copilot CLI sends its requests to GitHub's Copilot service" in text

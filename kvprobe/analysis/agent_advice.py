@@ -7,7 +7,8 @@ the price of choosing it is worked out on this log (`LifetimeTrade`): every 5m w
 lifetime's price instead, against the rebuilds after pauses it would have spanned, which become reads.
 
 Where the log holds no request bodies, fixes cannot be simulated: `no_bodies_note` says so and how to capture
-them, in place of "no fix pays for itself" (one sentence, used by every output).
+them (per agent: `capture` / `capture_note` of its profile), in place of "none pays for itself"; every output
+takes it from `Report.fixes_note`.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from kvprobe.usage import Usage
 from kvprobe.wording import duration
 
 MAIN, SUBAGENTS = "main", "subagents"
+NO_BODIES = "no request bodies: fixes cannot be simulated"
 
 
 @dataclass(slots=True)
@@ -222,8 +224,7 @@ def no_bodies_note(results: list[RequestResult]) -> str | None:
         if profile is not None:
             found.setdefault(profile.name, profile)
     ways = [_capture_words(p) for p in found.values()] or ["`kvprobe capture -- <agent> …`"]
-    return ("Fixes cannot be simulated: this log holds usage but no request bodies. Capture the bodies to price "
-            f"them: {'; '.join(ways)}")
+    return f"{NO_BODIES}; capture them to price fixes: {'; '.join(ways)}"
 
 
 def _capture_words(profile: AgentProfile) -> str:
