@@ -69,6 +69,8 @@ class Report:
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     fleet: list[Any] = field(default_factory=list)  # analysis.fleet.SharedPrefix: prefixes sessions share
+    # agent logs: what each agent's longer-lifetime setting costs and saves here (analysis.agent_advice)
+    lifetime_trades: list[Any] = field(default_factory=list)
     top: int = 10  # misses the terminal lists (the JSON has every one)
 
     @property
@@ -84,18 +86,6 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
     prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
-    # agent logs: what each agent's longer-lifetime setting costs and saves here (analysis.agent_advice)
-    lifetime_trades: list[Any] = field(default_factory=list)
-
-    @property
-    def fixes_note(self) -> str | None:
-        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
-        simulated, and how to capture them; None when fixes were found or not computed."""
-        if self.what_if is None or self.fixes:
-            return None
-        from kvprobe.analysis.agent_advice import no_bodies_note
-
-        return no_bodies_note(self.results) or "none pays for itself on this log"
 
     @property
     def failed_note(self) -> str | None:
@@ -137,8 +127,6 @@ class Report:
             "fixes": self.fixes,
             "alternatives": self.alternatives,
             "with_all_fixes": self.with_all_fixes,
-            "fixes_note": self.fixes_note,
-            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
             "inputs": [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
                        for name, s in self.stats],
             "unknown_models": self.unknown_models,
@@ -151,7 +139,19 @@ class Report:
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
             "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
+            "fixes_note": self.fixes_note,
+            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
         }
+
+    @property
+    def fixes_note(self) -> str | None:
+        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
+        simulated, and how to capture them; None when fixes were found or not computed."""
+        if self.what_if is None or self.fixes:
+            return None
+        from kvprobe.analysis.agent_advice import no_bodies_note
+
+        return no_bodies_note(self.results) or "none pays for itself on this log"
 
 
 def failed_line(failed: list[tuple[str, str]]) -> str | None:
@@ -403,8 +403,9 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
+    rep.lifetime_trades = trades
     rep.tasks = summarize_tasks(results, outcomes)
-    rep.inputs, rep.prices, rep.lifetime_trades = [str(p) for p in paths], prices, trades
+    rep.inputs, rep.prices = [str(p) for p in paths], prices
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep
