@@ -12,16 +12,14 @@ takes it from `Report.fixes_note`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kvprobe.agents import AgentProfile, advice_keys, profile_for
-from kvprobe.analysis.costing import input_equivalent
 from kvprobe.analysis.diagnosis import ADVICE, Diagnosis
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.economics.keep_alive import entry_lifetime_s
-from kvprobe.pricing import PriceBook
-from kvprobe.usage import Usage
+from kvprobe.pricing import PriceBook, multipliers
 from kvprobe.wording import duration
 
 MAIN, SUBAGENTS = "main", "subagents"
@@ -185,32 +183,29 @@ def _has_longer(r: RequestResult) -> bool:
 
 
 def _add(t: LifetimeTrade, r: RequestResult, prices: PriceBook) -> None:
-    """One request's share: its 5m writes at the 1h price, less what an avoided rebuild reads instead."""
+    """One request's share: its 5m writes at the longer lifetime's write price, and the rebuild it spares read
+    instead (cost is linear in each token class, so both are differences of unit prices)."""
     u = r.usage
     d = r.diagnoses[0] if r.diagnoses else None
     gap = _pause(d, r) if d is not None and d.kind == "ttl_expired" else None
-    avoided = min(r.missed_tokens, u.cache_write_5m_tokens) if gap is not None and gap <= t.seconds else 0
-    dearer = replace(u, cache_write_5m_tokens=0, cache_write_1h_tokens=u.cache_write_1h_tokens
-                     + u.cache_write_5m_tokens)
-    spanned = replace(dearer, cache_read_tokens=u.cache_read_tokens + avoided,
-                      cache_write_1h_tokens=dearer.cache_write_1h_tokens - avoided)
-    t.written_tokens += u.cache_write_5m_tokens
+    written = u.cache_write_5m_tokens
+    avoided = min(r.missed_tokens, written) if gap is not None and gap <= t.seconds else 0
+    t.written_tokens += written
     if avoided:
         t.rebuilds += 1
         t.rebuilt_tokens += avoided
-    base, mid, end = (input_equivalent(x, r.rules) for x in (u, dearer, spanned))
-    t.extra_ie += mid - base
-    t.saved_ie += mid - end
-    costs = [_cost(prices, r, x) for x in (u, dearer, spanned)]
-    if None in costs or t.extra_usd is None or t.saved_usd is None:
+    w5m, w1h, read = multipliers(r.rules)
+    t.extra_ie += written * (w1h - w5m)
+    t.saved_ie += avoided * (w1h - read)
+    if t.extra_usd is None or t.saved_usd is None:
+        return
+    unit = prices.unit_prices(r.sk.provider, r.sk.model, r.sk.started_at, u.input_tokens,
+                              r.sk.extra.get("platform"))
+    if unit is None:  # a request of the scope has no price: the dollars are unknown, not $0
         t.extra_usd = t.saved_usd = None
         return
-    t.extra_usd += costs[1] - costs[0]
-    t.saved_usd += costs[1] - costs[2]
-
-
-def _cost(prices: PriceBook, r: RequestResult, usage: Usage) -> float | None:
-    return prices.cost(r.sk.provider, r.sk.model, usage, r.sk.started_at, r.sk.extra.get("platform")).usd
+    t.extra_usd += written * (unit["write_1h"] - unit["write_5m"])
+    t.saved_usd += avoided * (unit["write_1h"] - unit["read"])
 
 
 def no_bodies_note(results: list[RequestResult]) -> str | None:
