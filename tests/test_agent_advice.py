@@ -13,7 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from agent_logs import ClaudeTranscript, CodexRollout
-from kvprobe.agents import profiles
+from kvprobe.agents import advice_keys, profiles
 from kvprobe.errors import CatalogError
 from kvprobe.report import build_report
 
@@ -161,6 +161,13 @@ def test_every_agent_log_kvprobe_reads_has_a_profile():
         assert (profile.capture or "").startswith("kvprobe capture ") or profile.capture_note, profile.path
         assert profile.advice, profile.path
         assert all(a.source and a.checked for a in profile.advice.values()), profile.path
+
+
+@pytest.mark.parametrize("kind", ["prefix_changed", "params_changed", "ttl_expired", "unexplained", "routing",
+                                  "stale_read"])
+def test_every_cause_a_usage_only_log_can_carry_is_advised_in_each_agents_words(kind):
+    for profile in profiles().values():
+        assert profile.advise(advice_keys(kind)) is not None, (profile.name, kind)
 
 
 def _providers_copy(tmp_path: Path) -> Path:
