@@ -84,6 +84,18 @@ def test_usage_adds_up_the_steps(cli, kimi_share):
     assert t["unpriced_requests"] == 4  # the wire names no model: nothing is priced by guess
 
 
+def test_steps_without_a_message_id_are_told_apart_across_sessions(tmp_path):
+    for session in ("s-a", "s-b"):  # the same line number in two sessions: two requests, not a duplicate
+        folder = tmp_path / "sessions" / "h" / session
+        folder.mkdir(parents=True)
+        usage = _usage(3, "", other=100, read=0, output=1)
+        usage["message"]["payload"].pop("message_id")
+        (folder / "wire.jsonl").write_text(json.dumps(_msg(0, "StepBegin", {"n": 1})) + "\n" + json.dumps(usage) + "\n")
+    report = ImportReport()
+    records = list(load_any(tmp_path / "sessions", report=report))
+    assert sorted(r.id for r in records) == ["s-a:main:2", "s-b:main:2"] and report.duplicates == 0
+
+
 def test_the_side_files_alone_are_known_as_kimi_files(kimi_share):
     folder = next(kimi_share.glob("*/*"))
     assert detect_format(folder / "context.jsonl") == "kimi_cli" and detect_format(folder / "wire.jsonl") == "kimi_cli"

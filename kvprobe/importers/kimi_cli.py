@@ -79,6 +79,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         if record is None:
             continue
         rid, agent, usage, sent, extra = record
+        rid = rid or f"{session}:{agent}:{lineno}"  # a step the wire gave no message id
         if not stats.first_time(rid, seen):
             continue
         extra.update(source_format=NAME, project_hash=project)
@@ -88,8 +89,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
 
 
 def _message(message: dict[str, Any], stamp: float | None, agent: str, streams: dict[str, _Stream],
-             stats: SourceStats, lineno: int) -> tuple[str, str, dict[str, Any], float | None, dict] | None:
-    """(id, agent, usage, sent at, extra) of a message that is a model call's usage; None otherwise."""
+             stats: SourceStats, lineno: int) -> tuple[str | None, str, dict[str, Any], float | None, dict] | None:
+    """(response id, agent, usage, sent at, extra) of a message that is a model call's usage; None otherwise."""
     kind, payload = message.get("type"), message.get("payload")
     payload = payload if isinstance(payload, dict) else {}
     if kind == "SubagentEvent":
@@ -118,7 +119,7 @@ def _message(message: dict[str, Any], stamp: float | None, agent: str, streams: 
     except BadCount as exc:
         stats.skip("invalid usage", lineno, str(exc))
         return None
-    rid = as_str(payload.get("message_id")) or f"{agent}:{lineno}"
+    rid = as_str(payload.get("message_id"))
     extra: dict[str, Any] = {}
     stream.events.attach(extra)
     sent, stream.sent = stream.sent, None
