@@ -55,9 +55,17 @@ def detect_format(path: str | Path) -> str | None:
     path = Path(path)
     if path.name == opencode.DATABASE:
         return opencode.NAME
-    if kimi_cli.side_file(path):
-        return kimi_cli.NAME
-    return _format_of(sniff(path))
+    side = _side_format(path)
+    return side if side is not None else _format_of(sniff(path))
+
+
+def _side_format(path: Path) -> str | None:
+    """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
+    context.jsonl, Copilot's config.json): read as that format, so a named folder skips none of them."""
+    for module in (kimi_cli, copilot_cli):
+        if module.side_file(path):
+            return module.NAME
+    return None
 
 
 def _format_of(sniffed: Sniffed) -> str | None:
@@ -272,8 +280,9 @@ def _detect(path: Path, fmt: str | None) -> tuple[str | None, Sniffed | None]:
     """The file's format (`fmt` when forced) and what its bounded prefix showed (None: a database)."""
     if path.name == opencode.DATABASE and fmt in (None, opencode.NAME):
         return opencode.NAME, None
-    if fmt in (None, kimi_cli.NAME) and kimi_cli.side_file(path):
-        return kimi_cli.NAME, None
+    side = _side_format(path)
+    if side is not None and fmt in (None, side):
+        return side, None
     sniffed = sniff(path)
     return fmt or _format_of(sniffed), sniffed
 
