@@ -45,6 +45,7 @@ class LongerLifetime:
 class AgentProfile:
     name: str
     formats: tuple[str, ...]
+    commands: tuple[str, ...]  # the program names `kvprobe capture -- COMMAND` runs it as (`claude`)
     capture: str | None  # the command that records the agent's request bodies (None: capture cannot)
     source: str
     checked: dt.date
@@ -138,11 +139,14 @@ def load_profile(path: Path) -> AgentProfile:
     advice = data.get("advice", {})
     if not isinstance(advice, dict):
         raise CatalogError(f"{where}: [advice] must be a table of causes")
+    commands = data.get("commands", [])
+    if not isinstance(commands, list) or not all(isinstance(c, str) and c for c in commands):
+        raise CatalogError(f"{where}: field 'commands' must list the program names the agent runs as")
     capture = _text(data, "capture", where) if "capture" in data else None
     if capture is None and not isinstance(data.get("capture_note"), str):
         raise CatalogError(f"{where}: field 'capture' (the command that records the agent's bodies) or "
                            "'capture_note' (why none can) is required")
-    return AgentProfile(_text(data, "agent", where), tuple(formats), capture,
+    return AgentProfile(_text(data, "agent", where), tuple(formats), tuple(commands), capture,
                         _text(data, "source", where), _date(data.get("checked"), where),
                         {k: _advice(k, v, where) for k, v in advice.items()},
                         _lifetime(data.get("longer_lifetime"), where), _optional(data, "diagnostics", where),
@@ -156,23 +160,29 @@ def _optional(data: dict[str, Any], key: str, where: str) -> str | None:
 
 
 @lru_cache(maxsize=4)
-def _profiles(directory: str) -> dict[str, AgentProfile]:
+def _profiles(directory: str) -> tuple[dict[str, AgentProfile], dict[str, AgentProfile]]:
+    """(profiles by importer format, by command name), each key claimed by one profile only."""
     by_format: dict[str, AgentProfile] = {}
+    by_command: dict[str, AgentProfile] = {}
     for path in sorted((Path(directory) / AGENTS_DIR).glob("*.toml")):
         profile = load_profile(path)
-        for fmt in profile.formats:
-            if fmt in by_format:
-                raise CatalogError(f"{path}: format '{fmt}' is already {by_format[fmt].name}'s "
-                                   f"({by_format[fmt].path})")
-            by_format[fmt] = profile
-    return by_format
+        for table, keys, what in ((by_format, profile.formats, "format"), (by_command, profile.commands, "command")):
+            for key in keys:
+                if key in table:
+                    raise CatalogError(f"{path}: {what} '{key}' is already {table[key].name}'s ({table[key].path})")
+                table[key] = profile
+    return by_format, by_command
 
 
 def profiles(directory: Path | None = None) -> dict[str, AgentProfile]:
     """Every agent profile, by the importer format its logs are read with."""
-    return _profiles(str(directory or providers_dir()))
+    return _profiles(str(directory or providers_dir()))[0]
 
 
-def profile_for(source_format: object) -> AgentProfile | None:
-    """The profile of the agent whose log a record was imported from (None: an SDK, a capture, a HAR)."""
-    return profiles().get(source_format) if isinstance(source_format, str) else None
+def profile_for(extra: dict[str, Any]) -> AgentProfile | None:
+    """The profile of the agent that wrote a record: the importer format of its log (`source_format`), else the
+    program `kvprobe capture` ran (`client`). None: an SDK, a HAR, a trace of unknown origin."""
+    by_format, by_command = _profiles(str(providers_dir()))
+    fmt, client = extra.get("source_format"), extra.get("client")
+    found = by_format.get(fmt) if isinstance(fmt, str) else None
+    return found or (by_command.get(client) if isinstance(client, str) else None)

@@ -231,3 +231,46 @@ def test_a_cause_claude_code_logged_itself_is_advised_in_its_knobs(tmp_path):
     assert (d.kind, d.path, d.inferred, d.agent) == ("prefix_changed", "system", False, "Claude Code")
     assert d.advice.startswith("the system prompt or project context changed: CLAUDE.md and output-style edits "
                                "take effect after /clear or /compact")
+
+
+def _captured(path: Path, client: str | None) -> Path:
+    """Two captured requests whose system prompt changed (a CLAUDE.md edit), as `kvprobe capture` records them
+    (bodies, no usage: the simulation predicts the reads)."""
+    from conftest import anthropic_body
+
+    first = anthropic_body()
+    second = anthropic_body()
+    second["system"][0]["text"] = "# CLAUDE.md: use tabs.\n" + second["system"][0]["text"]
+    lines = []
+    for i, (t, body) in enumerate((("2026-12-01T10:00:00Z", first), ("2026-12-01T10:00:30Z", second))):
+        record = {"kvprobe": 1, "id": f"c{i + 1}", "session": "s", "provider": "anthropic",
+                  "endpoint": "/v1/messages", "started_at": t, "request": body}
+        if client:
+            record["client"] = client
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_captured_claude_code_trace_is_advised_in_claude_codes_knobs(tmp_path):
+    rep, by_id = _report(_captured(tmp_path / "claude.jsonl", "claude"))
+    d = by_id["c2"].diagnoses[0]
+    assert (d.kind, d.path, d.agent) == ("prefix_changed", "system[0]", "Claude Code")
+    assert "CLAUDE.md and output-style edits take effect after /clear or /compact" in d.advice
+    sdk, by_id = _report(_captured(tmp_path / "sdk.jsonl", None))  # the same calls from an SDK: the API's words
+    from kvprobe.analysis.diagnosis import advice_for
+    assert by_id["c2"].diagnoses[0].agent is None and "/clear" not in advice_for(by_id["c2"].diagnoses[0])
+
+
+def test_capture_records_the_program_it_ran(fake, tmp_path):
+    import sys
+
+    from test_capture_cli import CHILD, _kvprobe
+    from kvprobe.trace import read_trace
+
+    out, script = tmp_path / "trace.jsonl", tmp_path / "agent.py"
+    script.write_text(CHILD)
+    done = _kvprobe("capture", "-o", str(out), "--anthropic-upstream", fake.url, "--openai-upstream",
+                    fake.url + "/v1", "--", sys.executable, str(script), "0")
+    assert done.returncode == 0, done.stderr
+    assert {r.extra.get("client") for r in read_trace(out)} == {Path(sys.executable).name}

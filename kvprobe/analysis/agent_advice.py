@@ -87,7 +87,7 @@ def advise(results: list[RequestResult], prices: PriceBook) -> list[LifetimeTrad
     """Put each agent-log diagnosis's advice in its agent's knobs; the lifetime trades priced on the way."""
     by_agent: dict[str, tuple[AgentProfile, list[RequestResult]]] = {}
     for r in results:
-        profile = profile_for(r.sk.extra.get("source_format"))
+        profile = profile_for(r.sk.extra)
         if profile is not None:
             by_agent.setdefault(profile.name, (profile, []))[1].append(r)
     trades: list[LifetimeTrade] = []
@@ -103,7 +103,7 @@ def advise(results: list[RequestResult], prices: PriceBook) -> list[LifetimeTrad
 def advise_one(r: RequestResult) -> None:
     """One request's diagnoses in its agent's knobs, as `watch` sees them: the longer lifetime is named where
     it spans the pause, but not priced (that takes the whole log: `advise`)."""
-    profile = profile_for(r.sk.extra.get("source_format"))
+    profile = profile_for(r.sk.extra)
     if profile is not None:
         for d in r.diagnoses:
             _advise_one(d, r, profile, None)
@@ -215,7 +215,7 @@ def no_bodies_note(results: list[RequestResult]) -> str | None:
         return None
     found: dict[str, AgentProfile] = {}
     for r in results:
-        profile = profile_for(r.sk.extra.get("source_format"))
+        profile = profile_for(r.sk.extra)
         if profile is not None:
             found.setdefault(profile.name, profile)
     ways = [_capture_words(p) for p in found.values()] or ["`kvprobe capture -- <agent> …`"]
