@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis import split_parse
-from kvprobe.analysis.agent_advice import advise as advise_agents
+from kvprobe.analysis.agent_advice import advise as advise_agents, uncached_notes
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
@@ -387,6 +387,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
         results = [r for r in results if filters.keep(r)]
         failed = [sk for sk in failed if filters.keeps(sk)]
     trades = advise_agents(results, prices)  # advice in the knobs of the agent that wrote the log
+    notes += uncached_notes(results)  # agent logs whose long prompts cached nothing at all
     misses = []
     for r in results:
         if r.diagnoses and r.missed_tokens > 0:

@@ -274,3 +274,19 @@ def test_capture_records_the_program_it_ran(fake, tmp_path):
                     fake.url + "/v1", "--", sys.executable, str(script), "0")
     assert done.returncode == 0, done.stderr
     assert {r.extra.get("client") for r in read_trace(out)} == {Path(sys.executable).name}
+
+
+def test_a_claude_code_log_that_caches_nothing_is_told_which_setting_does_that(tmp_path):
+    s = ClaudeTranscript("u")
+    for i in range(4):  # 20,000-token prompts, far over Sonnet 4.5's 1,024 minimum, neither read nor written
+        s.turn(10 * i, f"u{i}", read=0, write=0, fresh=20_000 + 500 * i)
+    rep, by_id = _report(s.write(tmp_path / "u.jsonl"))
+    assert all(not r.diagnoses for r in by_id.values())  # nothing was cached, so nothing was missed
+    # 20,000 + 20,500 + 21,000 + 21,500 input tokens
+    assert ("4 of 4 Claude Code requests to claude-sonnet-4-5 (83,000 input tokens), each long enough to cache, "
+            "read and wrote no cache: prompt caching looks switched off: DISABLE_PROMPT_CACHING") in " ".join(rep.notes)
+    ok = ClaudeTranscript("k")
+    ok.turn(0, "k1", read=0, write=20_000)
+    ok.turn(10, "k2", read=20_000, write=500)
+    rep, _ = _report(ok.write(tmp_path / "k.jsonl"))
+    assert not any("switched off" in n for n in rep.notes)

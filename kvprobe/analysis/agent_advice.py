@@ -208,6 +208,34 @@ def _add(t: LifetimeTrade, r: RequestResult, prices: PriceBook) -> None:
     t.saved_usd += avoided * (unit["write_1h"] - unit["read"])
 
 
+UNCACHED_SHARE = 0.5  # of a model's requests over its minimum that cached nothing: caching looks switched off
+UNCACHED_MIN_REQUESTS = 3  # fewer say nothing: a cold start or two is no pattern
+
+
+def uncached_notes(results: list[RequestResult]) -> list[str]:
+    """Agent logs whose requests, long enough to cache, read and wrote nothing: no miss (nothing was cached to
+    miss), but a bill paid at the full input price; the agent's `uncached` advice says which setting does it."""
+    counts: dict[tuple[str, str | None], list] = {}  # (agent, model) -> [profile, over the minimum, uncached, tokens]
+    for r in results:
+        profile = profile_for(r.sk.extra)
+        minimum = r.rules.get("min_cacheable_tokens")
+        if profile is None or "uncached" not in profile.advice or not isinstance(minimum, int) \
+                or r.usage.input_tokens < minimum:
+            continue
+        entry = counts.setdefault((profile.name, r.sk.model), [profile, 0, 0, 0])
+        entry[1] += 1
+        if not r.usage.cache_read_tokens and not r.usage.cache_write_tokens:
+            entry[2] += 1
+            entry[3] += r.usage.input_tokens
+    notes = []
+    for (name, model), (profile, over, uncached, tokens) in counts.items():
+        if uncached >= UNCACHED_MIN_REQUESTS and uncached >= UNCACHED_SHARE * over:
+            notes.append(f"{uncached:,} of {over:,} {name} requests to {model or 'an unnamed model'} "
+                         f"({tokens:,} input tokens), each long enough to cache, read and wrote no cache: "
+                         f"{profile.advice['uncached'].text}")
+    return notes
+
+
 def no_bodies_note(results: list[RequestResult]) -> str | None:
     """Why no fix is priced on a log with usage but no request bodies, and how to capture them; None when
     some request has its body (the what-if then simulated what it could)."""
