@@ -51,7 +51,6 @@ class AgentProfile:
     checked: dt.date
     advice: dict[str, Advice] = field(default_factory=dict)
     longer_lifetime: LongerLifetime | None = None
-    diagnostics: str | None = None  # the agent's own cache diagnostics, where it has them
     capture_note: str | None = None  # what capturing this agent takes beyond the command (or why it cannot)
     path: str = ""
 
@@ -149,8 +148,7 @@ def load_profile(path: Path) -> AgentProfile:
     return AgentProfile(_text(data, "agent", where), tuple(formats), tuple(commands), capture,
                         _text(data, "source", where), _date(data.get("checked"), where),
                         {k: _advice(k, v, where) for k, v in advice.items()},
-                        _lifetime(data.get("longer_lifetime"), where), _optional(data, "diagnostics", where),
-                        _optional(data, "capture_note", where), where)
+                        _lifetime(data.get("longer_lifetime"), where), _optional(data, "capture_note", where), where)
 
 
 def _optional(data: dict[str, Any], key: str, where: str) -> str | None:
