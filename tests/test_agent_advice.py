@@ -202,6 +202,13 @@ def test_watch_advises_in_the_agents_knobs_as_the_log_grows(cli, tmp_path):
     assert res.exit_code == 0, res.output
     shown = " ".join(res.stdout.split())  # (a line wraps at the terminal's width)
     assert "miss v3" in shown and "what to do: connect MCP servers before the session starts (.mcp.json" in shown
+    from kvprobe.schemas import load_schema
+
+    lines = [json.loads(line) for line in cli("watch", tmp_path / "v.jsonl", "--once", "--json").stdout.splitlines()]
+    diagnoses = [d for line in lines for d in (line.get("diagnoses") or [])]
+    assert [d["agent"] for d in diagnoses] == ["Claude Code"] and diagnoses[0]["api_advice"]
+    for line in lines:
+        Draft202012Validator(load_schema("watch")).validate(line)
 
 
 def test_providers_check_names_agent_advice_checked_too_long_ago(cli, tmp_path, monkeypatch):
