@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis import split_parse
+from kvprobe.analysis.agent_advice import advise as advise_agents, uncached_notes
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
@@ -68,6 +69,8 @@ class Report:
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     fleet: list[Any] = field(default_factory=list)  # analysis.fleet.SharedPrefix: prefixes sessions share
+    # agent logs: what each agent's longer-lifetime setting costs and saves here (analysis.agent_advice)
+    lifetime_trades: list[Any] = field(default_factory=list)
     top: int = 10  # misses the terminal lists (the JSON has every one)
 
     @property
@@ -136,7 +139,19 @@ class Report:
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
             "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
+            "fixes_note": self.fixes_note,
+            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
         }
+
+    @property
+    def fixes_note(self) -> str | None:
+        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
+        simulated, and how to capture them; None when fixes were found or not computed."""
+        if self.what_if is None or self.fixes:
+            return None
+        from kvprobe.analysis.agent_advice import no_bodies_note
+
+        return no_bodies_note(self.results) or "none pays for itself on this log"
 
 
 def failed_line(failed: list[tuple[str, str]]) -> str | None:
@@ -371,6 +386,8 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     if filters:
         results = [r for r in results if filters.keep(r)]
         failed = [sk for sk in failed if filters.keeps(sk)]
+    trades = advise_agents(results, prices)  # advice in the knobs of the agent that wrote the log
+    notes += uncached_notes(results)  # agent logs whose long prompts cached nothing at all
     misses = []
     for r in results:
         if r.diagnoses and r.missed_tokens > 0:
@@ -387,6 +404,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
+    rep.lifetime_trades = trades
     rep.tasks = summarize_tasks(results, outcomes)
     rep.inputs, rep.prices = [str(p) for p in paths], prices
     if what_if is not None:

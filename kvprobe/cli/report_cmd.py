@@ -258,7 +258,7 @@ def render_fixes(rep: Report) -> None:
     if rep.what_if is None:
         return
     if not rep.fixes:
-        out.print(Text("Fixes: none pays for itself on this log.", style="dim"))
+        out.print(Text(f"Fixes: {rep.fixes_note}.", style="dim"))
         return
     out.print(Text("Fixes, most valuable first (each priced by one simulation of the whole log with it applied)",
                    style="bold"))

@@ -45,7 +45,7 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
 
 def usage(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects and ~/.local/share/opencode where present]")] = None,
+        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]")] = None,
     by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)} "
                                     "(week: from Monday; project: working directory)")] = "day",
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this day (in --tz) or "
@@ -94,7 +94,8 @@ def usage(
 
 DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_CONFIG_DIR), ~/.codex/sessions "
                   "(or $CODEX_HOME), ~/.gemini/tmp (or $GEMINI_DATA_DIR), ~/.qwen/projects (or $QWEN_DATA_DIR), "
-                  "~/.local/share/opencode (or $OPENCODE_DATA_DIR)")
+                  "~/.local/share/opencode (or $OPENCODE_DATA_DIR), ~/.kimi/sessions (or $KIMI_SHARE_DIR), "
+                  "~/.copilot/otel (or $COPILOT_OTEL_FILE_EXPORTER_PATH)")
 
 
 def _require_records(report: ImportReport, sources: list[str]) -> None:
@@ -174,3 +175,5 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)
+    for note in summary.price_notes:
+        out.print(f"* {note}", markup=False)

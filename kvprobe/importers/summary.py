@@ -134,6 +134,7 @@ class UsageSummary:
     last_at: float | None = None
     unknown_models: set[str] = field(default_factory=set)
     without_usage: int = 0  # records with no usage at all (failed calls): counted, not summed
+    price_notes: list[str] = field(default_factory=list)  # how prices were found (an alias used: PriceBook.notes)
 
     def rows(self, grouping: str) -> list[tuple[str, Totals]]:
         items = self.by[grouping].items()
@@ -148,6 +149,7 @@ class UsageSummary:
                               for k, t in self.rows(g)]
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
+        out["price_notes"] = self.price_notes
         return out
 
 
@@ -288,7 +290,7 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
         acc[7] += row.error
     summary.first_at, summary.last_at = first, last
     _price(cells, pricer, summary)
-    summary.unknown_models = set(book.unknown_models)
+    summary.unknown_models, summary.price_notes = set(book.unknown_models), list(book.notes)
     return summary
 
 

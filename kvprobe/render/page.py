@@ -46,8 +46,7 @@ def _chips(kinds: list[str]) -> str:
 
 def _fixes(rep: Report) -> str:
     if not rep.fixes:
-        why = "no fix pays for itself on this trace" if rep.what_if is not None else \
-            "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
         return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
     total = rep.totals["input_equivalent_tokens"] or 1
     rows = []
