@@ -83,6 +83,7 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
     prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
+    bill: Any = None  # economics.bill.Bill: the spend by token class, in total and by model/project/session/agent
 
     @property
     def failed_note(self) -> str | None:
@@ -136,7 +137,19 @@ class Report:
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
             "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
+            "bill": self.bill.to_json() if self.bill is not None else None,
+            "fixes_note": self.fixes_note,
         }
+
+    @property
+    def fixes_note(self) -> str | None:
+        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
+        simulated; None when fixes were found or not computed."""
+        if self.what_if is None or self.fixes:
+            return None
+        from kvprobe.economics.bill_words import fixes_unavailable
+
+        return fixes_unavailable(sum(r.sk.request is not None for r in self.results))
 
 
 def failed_line(failed: list[tuple[str, str]]) -> str | None:
@@ -389,9 +402,28 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.fleet = fleet
     rep.tasks = summarize_tasks(results, outcomes)
     rep.inputs, rep.prices = [str(p) for p in paths], prices
+    rep.bill = _bill(results, misses, prices)
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep
+
+
+def _bill(results: list[RequestResult], misses: list[Miss], prices: PriceBook) -> Any:
+    from kvprobe.economics.bill import build_bill
+    from kvprobe.importers.titles import main_transcript, session_title
+
+    wasted = None if any(m.usd is None for m in misses) else sum(m.usd or 0.0 for m in misses)
+    sources: dict[str, dict[str, None]] = {}
+    for r in results:
+        if r.sk.source is not None:
+            sources.setdefault(r.sk.session, {})[r.sk.source] = None
+    titles = {}
+    for session, files in sources.items():
+        source = main_transcript(files)
+        title = session_title(Path(source)) if source is not None else None
+        if title:
+            titles[session] = title
+    return build_bill(results, prices, wasted, titles)
 
 
 def _diagnose_beside(results: list[RequestResult], what_if: Callable[[], Any] | None) -> Any:

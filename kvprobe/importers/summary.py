@@ -180,11 +180,16 @@ def model_label(model: str | None, platform: str | None) -> str:
 
 def project_of(record: TraceRecord) -> str:
     """The project a request belongs to: its working directory, else the Claude Code project folder."""
-    cwd = record.extra.get("cwd")
+    return project_from(record.extra.get("cwd"), record.source)
+
+
+def project_from(cwd: object, source: str | None) -> str:
+    """A working directory logged with a request, else the Claude Code project folder its log sits in
+    (`usage --by project` and `report`'s bill read the same)."""
     if isinstance(cwd, str) and cwd:
         return cwd
-    if record.source:
-        parts = Path(record.source).parts
+    if source:
+        parts = Path(source).parts
         if "projects" in parts[:-1]:
             return parts[parts.index("projects") + 1]
     return "(none)"
