@@ -17,6 +17,7 @@ from kvprobe import __version__
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.pricing import PriceBook
+from kvprobe.render.bill import bill_section, headline
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.money import (blocks_table, cost_cards, fleet_section, grade, instances, reach,
                                   request_ids)
@@ -46,8 +47,7 @@ def _chips(kinds: list[str]) -> str:
 
 def _fixes(rep: Report) -> str:
     if not rep.fixes:
-        why = "no fix pays for itself on this trace" if rep.what_if is not None else \
-            "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
         return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
     total = rep.totals["input_equivalent_tokens"] or 1
     rows = []
@@ -225,8 +225,8 @@ def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | No
         '<meta name="referrer" content="no-referrer"><meta name="viewport" content="width=device-width">'
         f"<title>{esc(title)}</title><style>{style}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"sub\">{tl.requests:,} requests · {plural(len(tl.lane_of_agent), 'agent')}"
-        f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p></header>"
-        f"{cost_cards(rep)}{_timeline(tl, tokens_svg, usd_svg)}"
+        f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p>{headline(rep)}</header>"
+        f"{cost_cards(rep)}{bill_section(rep)}{_timeline(tl, tokens_svg, usd_svg)}"
         f"{_fixes(rep)}{fleet_section(rep)}{blocks_table(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
         "<footer>Self-contained report: no network access, no external files.</footer>"
         f'<div id="kv-tip" hidden></div><script>{script}</script></body></html>\n')
