@@ -97,11 +97,12 @@ class Bill:
         total = self.total.cost_usd
         if total is None:
             return "The bill is unknown: none of the requests could be priced (use --price-file)."
+        digits = 2 if total >= 1 else 4  # cents on a real bill; a small test log keeps its figures
         if self.wasted_usd is None:
-            wasted = f"Misses wasted an unknown amount (some are unpriced) of {usd(total, 2)}"
+            wasted = f"Misses wasted an unknown amount (some are unpriced) of {usd(total, digits)}"
         else:
             share = f" ({100 * self.wasted_usd / total:.1f}%)" if total else ""
-            wasted = f"Misses wasted {usd(self.wasted_usd, 2)} of {usd(total, 2)}{share}"
+            wasted = f"Misses wasted {usd(self.wasted_usd, digits)} of {usd(total, digits)}{share}"
         largest = self.largest
         if largest is None:
             return wasted + "."
