@@ -410,20 +410,14 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
 
 def _bill(results: list[RequestResult], misses: list[Miss], prices: PriceBook) -> Any:
     from kvprobe.economics.bill import build_bill
-    from kvprobe.importers.titles import main_transcript, session_title
+    from kvprobe.importers.titles import SessionTitles
 
     wasted = None if any(m.usd is None for m in misses) else sum(m.usd or 0.0 for m in misses)
     sources: dict[str, dict[str, None]] = {}
     for r in results:
         if r.sk.source is not None:
             sources.setdefault(r.sk.session, {})[r.sk.source] = None
-    titles = {}
-    for session, files in sources.items():
-        source = main_transcript(files)
-        title = session_title(Path(source)) if source is not None else None
-        if title:
-            titles[session] = title
-    return build_bill(results, prices, wasted, titles)
+    return build_bill(results, prices, wasted, SessionTitles({k: list(v) for k, v in sources.items()}))
 
 
 def _diagnose_beside(results: list[RequestResult], what_if: Callable[[], Any] | None) -> Any:

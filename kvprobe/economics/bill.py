@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.economics.bill_words import SPEND_WORDS
 from kvprobe.economics.token_costs import CLASSES, token_class_usd
 from kvprobe.importers.summary import model_label, project_from
+from kvprobe.importers.titles import SessionTitles
 from kvprobe.wording import usd
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class Bill:
     total: Split
     wasted_usd: float | None  # what the diagnosed misses cost above an ideal prefix cache (None: unpriced)
     groups: dict[str, list[tuple[str, Split]]]  # grouping -> rows, costliest first
-    titles: dict[str, str] = field(default_factory=dict)  # session -> its title in the agent's log
+    titles: SessionTitles = field(default_factory=SessionTitles)  # session -> its title in the agent's log
 
     @property
     def largest(self) -> tuple[str, float] | None:
@@ -126,7 +127,7 @@ class Bill:
 
 
 def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, wasted_usd: float | None,
-               titles: dict[str, str] | None = None) -> Bill:
+               titles: SessionTitles | None = None) -> Bill:
     """The bill of priced results; `wasted_usd` is what their misses cost (the report's misses added)."""
     total = Split()
     groups: dict[str, dict[str, Split]] = {g: {} for g in GROUPINGS}
@@ -140,4 +141,4 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
                 row = groups[g][key] = Split()
             row.add(classes)
     ranked = {g: sorted(rows.items(), key=lambda kv: (-(kv[1].cost_usd or 0.0), kv[0])) for g, rows in groups.items()}
-    return Bill(total, wasted_usd, ranked, dict(titles or {}))
+    return Bill(total, wasted_usd, ranked, titles or SessionTitles())

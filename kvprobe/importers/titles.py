@@ -6,19 +6,28 @@ Claude Code (and Qwen Code, which writes the same lines): the latest `/rename` (
 `user_message` event (the prompt as typed; the `response_item` user messages start with the environment and
 AGENTS.md text). Other logs have none: callers show the session id.
 
-Only the lines that can hold a title are parsed (a substring test first), so a long transcript is read at
-the speed of a byte scan.
+Only the lines that can hold a title are parsed, found by one search of the memory-mapped file (about
+1 GB/s; the first prompt is near the start), and only for the sessions an output names: the terminal
+shows a few, the JSON all.
 """
 from __future__ import annotations
 
+import mmap
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 TITLE_CHARS = 40  # a title in a table cell: the rest is in --json
-_NAMED = ((b'"custom-title"', "customTitle"), (b'"ai-title"', "aiTitle"), (b'"summary"', "summary"))
+# line types that name a session, most authoritative first: type -> its field
+_NAMED = {"custom-title": "customTitle", "ai-title": "aiTitle", "summary": "summary"}
+# the lines that may name a session or hold the first prompt (Claude Code writes them compactly; a JSON
+# writer may put a space after the colon); inside a message's text the quotes are escaped and never match
+_NAMED_LINE = re.compile(rb'"type": ?"(custom-title|ai-title|summary)"')
+_USER_LINE = re.compile(rb'"type": ?"user"')
+_CODEX_PROMPT = re.compile(rb'"user_message"')
 _COMMAND = re.compile(r"<command-name>\s*(/?[^<]*?)\s*</command-name>")
 _ARGS = re.compile(r"<command-args>\s*([^<]*?)\s*</command-args>")
 _NOT_A_PROMPT = ("<local-command", "Caveat:", "[Request interrupted", "<bash-", "<system-reminder>",
@@ -50,45 +59,59 @@ def _prompt_text(content: object) -> str | None:
     return None if text.startswith(_NOT_A_PROMPT) else text
 
 
-def _claude_title(lines: Iterable[bytes]) -> str | None:
-    named: dict[str, str] = {}
-    first: str | None = None
-    for raw in lines:
-        wanted = [(key, field) for key, field in _NAMED if key in raw]
-        user = first is None and b'"user"' in raw
-        if not wanted and not user:
-            continue
-        try:
-            line = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(line, dict):
-            continue
-        for _, field in wanted:
-            value = line.get(field)
-            if isinstance(value, str) and value.strip() and line.get("type") in ("custom-title", "ai-title", "summary"):
-                named[field] = value  # the latest of each kind wins
-        if user and line.get("type") == "user" and not line.get("isMeta") and not line.get("isSidechain"):
-            message = line.get("message")
-            # Claude Code: content; Qwen Code: Gemini-style parts
-            first = _prompt_text(message.get("content", message.get("parts"))) if isinstance(message, dict) else None
-    return next((named[f] for _, f in _NAMED if f in named), first)
+def _line_at(data: mmap.mmap, pos: int) -> tuple[Any, int]:
+    """The JSON line holding byte `pos` (None when it does not parse) and where that line starts."""
+    start = data.rfind(b"\n", 0, pos) + 1
+    end = data.find(b"\n", pos)
+    try:
+        return orjson.loads(data[start:end if end != -1 else len(data)]), start
+    except orjson.JSONDecodeError:
+        return None, start
 
 
-def _codex_title(lines: Iterable[bytes]) -> str | None:
-    for raw in lines:
-        if b'"user_message"' not in raw:
-            continue
-        try:
-            line = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        payload = line.get("payload") if isinstance(line, dict) else None
-        if isinstance(payload, dict) and payload.get("type") == "user_message":
-            text = payload.get("message")
-            if isinstance(text, str) and text.strip():
-                return text
+def _first(data: mmap.mmap, pattern: re.Pattern[bytes], pick: Callable[[Any], str | None]) -> str | None:
+    """The first line matching `pattern` that `pick` takes a text from (only those lines are parsed)."""
+    found = pattern.search(data)
+    while found is not None:
+        line, _ = _line_at(data, found.start())
+        text = pick(line) if isinstance(line, dict) else None
+        if text:
+            return text
+        end = data.find(b"\n", found.end())
+        found = pattern.search(data, end) if end != -1 else None
     return None
+
+
+def _claude_prompt(line: dict) -> str | None:
+    if line.get("type") != "user" or line.get("isMeta") or line.get("isSidechain"):
+        return None
+    message = line.get("message")
+    # Claude Code: content; Qwen Code: Gemini-style parts
+    return _prompt_text(message.get("content", message.get("parts"))) if isinstance(message, dict) else None
+
+
+def _claude_title(data: mmap.mmap) -> str | None:
+    latest: dict[str, str] = {}
+    for found in _NAMED_LINE.finditer(data):  # one pass: the latest line of each kind wins
+        kind = found.group(1).decode()
+        line, _ = _line_at(data, found.start())
+        value = line.get(_NAMED[kind]) if isinstance(line, dict) and line.get("type") == kind else None
+        if isinstance(value, str) and value.strip():
+            latest[kind] = value
+    named = next((latest[kind] for kind in _NAMED if kind in latest), None)
+    return named or _first(data, _USER_LINE, _claude_prompt)
+
+
+def _codex_prompt(line: dict) -> str | None:
+    payload = line.get("payload")
+    if isinstance(payload, dict) and payload.get("type") == "user_message":
+        text = payload.get("message")
+        return text if isinstance(text, str) and text.strip() else None
+    return None
+
+
+def _codex_title(data: mmap.mmap) -> str | None:
+    return _first(data, _CODEX_PROMPT, _codex_prompt)
 
 
 def session_title(path: Path) -> str | None:
@@ -98,15 +121,31 @@ def session_title(path: Path) -> str | None:
 
     try:
         read = _READERS.get(detect_format(path) or "")
-        if read is None or path.suffix == ".json":  # (a hook's JSON copy of a transcript: one line)
+        if read is None or path.suffix == ".json" or not path.stat().st_size:  # (a hook's JSON copy: one line)
             return None
-        with open(path, "rb") as fh:
-            return read(fh)
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return read(data)
     except (OSError, ValueError):
         return None
 
 
 _READERS = {"claude_code": _claude_title, "qwen_code": _claude_title, "codex": _codex_title}
+
+
+class SessionTitles:
+    """Sessions' titles, each read from its log the first time it is asked for (a report shows a few; its
+    JSON names them all): session -> the files its requests came from."""
+
+    def __init__(self, sources: dict[str, list[str]] | None = None) -> None:
+        self._sources = sources or {}
+        self._found: dict[str, str | None] = {}
+
+    def get(self, session: str, default: str | None = None) -> str | None:
+        if session not in self._found:
+            source = main_transcript(self._sources.get(session, ()))
+            self._found[session] = session_title(Path(source)) if source is not None else None
+        found = self._found[session]
+        return found if found is not None else default
 
 
 def main_transcript(sources: Iterable[str]) -> str | None:
