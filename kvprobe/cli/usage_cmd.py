@@ -154,8 +154,8 @@ _USD_INDEX = {"read": 1, "write_5m": 2, "write_1h": 3, "fresh": 0, "output": 4}
 _USD_DROP = {"read": None, "write_5m": 5, "write_1h": 6, "fresh": 2, "output": 3}
 
 
-def _usd_cells(t: Totals) -> list[str]:
-    return [f"{t.requests:,}"] + [usd(t.class_usd[_USD_INDEX[cls]], 2) for cls, _ in COLUMN_NAMES] + \
+def _usd_cells(t: Totals, digits: int) -> list[str]:
+    return [f"{t.requests:,}"] + [usd(t.class_usd[_USD_INDEX[cls]], digits) for cls, _ in COLUMN_NAMES] + \
         [_ratio(t), _cost(t)]
 
 
@@ -175,7 +175,8 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool
     # fresh input, output, the request count; what the cache did and cost (read, write, hit, cost) stays
     names = [("reqs", 4), ("input", 5), ("read", None), ("write", 6), ("fresh", 2), ("output", 3)] + \
         ([("reasoning", 1)] if reasoning else []) + [("hit", None), ("cost", None)]
-    cells = (lambda t: _cells(t, reasoning)) if not in_usd else _usd_cells
+    digits = 2 if total.cost_usd >= 1 else 4  # cents on a real bill (report's bill does the same)
+    cells = (lambda t: _cells(t, reasoning)) if not in_usd else (lambda t: _usd_cells(t, digits))
     if in_usd:
         names = [("reqs", 4)] + [(name, _USD_DROP[cls]) for cls, name in COLUMN_NAMES] + [("hit", None),
                                                                                             ("cost", None)]
