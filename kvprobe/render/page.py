@@ -22,6 +22,7 @@ from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.money import (blocks_table, cost_cards, fleet_section, grade, instances, reach,
                                   request_ids)
 from kvprobe.render.svg import AGENT_COLOURS, MIN_SLOT, PLOT_WIDTH, esc, legend_items, render_svg
+from kvprobe.importers.titles import shorten
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
 from kvprobe.wording import percent, plural, short_id, sources, usd
@@ -126,7 +127,17 @@ def _shown(ordered: list[RequestResult], limit: int) -> list[int]:
     return sorted(rank[:limit])
 
 
-def _row(i: int, r: RequestResult, tl: Timeline) -> str:
+def _session(session: str, title: str | None) -> str:
+    """A session cell: its title in the agent's log (shortened) when it has one, the id and title on hover."""
+    if not title:
+        return _id(session)
+    return f'<span title="{esc(session)}: {esc(title)}">{esc(shorten(title, SESSION_CHARS))}</span>'
+
+
+SESSION_CHARS = 24
+
+
+def _row(i: int, r: RequestResult, tl: Timeline, title: str | None = None) -> str:
     u, sk = r.usage, r.sk
     fresh = max(u.fresh_input_tokens, 0)
     hit = u.cache_read_tokens / u.input_tokens if u.input_tokens else None
@@ -140,7 +151,7 @@ def _row(i: int, r: RequestResult, tl: Timeline) -> str:
         f'{" class=missed" if kinds else ""}>{_num(i + 1, str(i + 1))}'
         f'<td data-v="{sk.started_at}">{esc(format_time(sk.started_at)[11:23])}</td>'
         f'<td data-v="{esc(sk.id)}">{_id(sk.id)}</td>'
-        f'<td class="name opt" data-v="{esc(sk.session)}">{_id(sk.session)}</td>'
+        f'<td class="name opt" data-v="{esc(sk.session)}">{_session(sk.session, title)}</td>'
         f'<td class="name" data-v="{esc(sk.agent)}"><span class="agent" style="background:{colour}"></span>'
         f'<span title="{esc(sk.agent)}">{esc(short_id(sk.agent, 16))}</span></td>'
         f'<td class="name opt" data-v="{esc(sk.model or "")}" title="{esc(sk.model or "")}">{esc(sk.model or "")}</td>'
@@ -155,7 +166,8 @@ def _row(i: int, r: RequestResult, tl: Timeline) -> str:
 def _requests(tl: Timeline, rep: Report, limit: int = MAX_TABLE_ROWS) -> str:
     ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
     shown = _shown(ordered, limit)
-    rows = "".join(_row(i, ordered[i], tl) for i in shown)
+    titles = rep.bill.titles if rep.bill is not None else {}
+    rows = "".join(_row(i, ordered[i], tl, titles.get(ordered[i].sk.session)) for i in shown)
     note = ""
     if len(shown) < len(ordered):
         note = (f'<p class="hint">Showing {len(shown):,} of {len(ordered):,} requests: those with the largest '
