@@ -7,7 +7,7 @@ output shows), so every row adds up to the cost `report` prints for its requests
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,12 @@ class Split:
         for cls in CLASSES:
             self.usd[cls] += classes[cls]
 
+    def merge(self, other: Split) -> None:
+        self.requests += other.requests
+        self.unpriced_requests += other.unpriced_requests
+        for cls in CLASSES:
+            self.usd[cls] += other.usd[cls]
+
     @property
     def cost_usd(self) -> float | None:
         """The classes added; None when none of its requests could be priced (an unknown cost is not $0)."""
@@ -67,14 +73,6 @@ class Split:
 def project_of(r: RequestResult) -> str:
     """The request's project: its logged working directory, else its Claude Code project folder."""
     return project_from(r.sk.extra.get("cwd"), r.sk.source)
-
-
-_KEYS: dict[str, Callable[[Any], str]] = {
-    "model": lambda r: model_label(r.sk.model, r.sk.extra.get("platform")),
-    "project": project_of,
-    "session": lambda r: r.sk.session,
-    "agent": lambda r: r.sk.agent,
-}
 
 
 @dataclass(slots=True)
@@ -129,16 +127,26 @@ class Bill:
 def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, wasted_usd: float | None,
                titles: SessionTitles | None = None) -> Bill:
     """The bill of priced results; `wasted_usd` is what their misses cost (the report's misses added)."""
+    # one split per (model, project, session, agent) first, then each grouping sums those: a large log adds
+    # each request once, not once per grouping
+    cells: dict[tuple[str, ...], Split] = {}
+    projects: dict[tuple[Any, str | None], str] = {}
+    for r in results:
+        sk = r.sk
+        where = (sk.extra.get("cwd"), sk.source)
+        project = projects.get(where)
+        if project is None:
+            project = projects[where] = project_from(*where)
+        key = (model_label(sk.model, sk.extra.get("platform")), project, sk.session, sk.agent)
+        cell = cells.get(key)
+        if cell is None:
+            cell = cells[key] = Split()
+        cell.add(token_class_usd(r, prices))
     total = Split()
     groups: dict[str, dict[str, Split]] = {g: {} for g in GROUPINGS}
-    for r in results:
-        classes = token_class_usd(r, prices)
-        total.add(classes)
-        for g in GROUPINGS:
-            key = _KEYS[g](r)
-            row = groups[g].get(key)
-            if row is None:
-                row = groups[g][key] = Split()
-            row.add(classes)
+    for key, cell in cells.items():
+        total.merge(cell)
+        for g, k in zip(GROUPINGS, key):
+            groups[g].setdefault(k, Split()).merge(cell)
     ranked = {g: sorted(rows.items(), key=lambda kv: (-(kv[1].cost_usd or 0.0), kv[0])) for g, rows in groups.items()}
     return Bill(total, wasted_usd, ranked, titles or SessionTitles())
