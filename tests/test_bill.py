@@ -175,3 +175,21 @@ def test_titles_name_a_slash_command_and_a_codex_prompt(tmp_path):
     assert session_title(c.write(tmp_path / "codex")) == "do it"
     assert shorten("Work on bead spotter-fum. Run bd show spotter-fum to see the issue") == \
         "Work on bead spotter-fum. Run bd show…"
+
+
+def test_a_hostile_title_is_shown_as_text(cli, tmp_path):
+    from agent_logs import ClaudeTranscript
+
+    title = "[bold red]rm[/] \x1b[2J<script>alert(1)</script>"
+    for sid in ("h1", "h2"):  # two sessions: the bill's session table and the rows' session column
+        s = ClaudeTranscript(sid)
+        s.user(0, "go")
+        s.assistant(2, f"r-{sid}", read=0, write=5_000)
+        s.lines.append({"type": "custom-title", "customTitle": title, "sessionId": sid})
+        s.write(tmp_path / "projects" / "-home-me-app" / f"{sid}.jsonl")
+    text = _run("report", tmp_path / "projects", columns=160)
+    assert "[bold red]rm[/]" in text and "\x1b[2J" not in text  # markup printed as typed, the escape made visible
+    out = tmp_path / "page.html"
+    assert cli("html", str(tmp_path / "projects"), "-o", str(out)).exit_code == 0
+    html = out.read_text()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
