@@ -27,7 +27,8 @@ BLANK_WHY = ("a blank why: the request read all that an ideal prefix cache would
 # what the cache did (read, write, hit %), what it cost, why and when stay longest. `why` wraps between
 # words. project and session are columns only when the rows shown have more than one of them.
 _COLUMNS = {"time": Col("time", drop=8), "project": Col("project", drop=3, cut="start"),
-            "session": Col("session", drop=6, wrap=True, least=12), "id": Col("id", drop=5, cut="start"), "agent": Col("agent", drop=4),
+            "session": Col("session", drop=6, wrap=True, least=12), "id": Col("id", drop=5, cut="start"),
+            "agent": Col("agent", drop=4),
             "input": Col("input", "right", drop=2), "read": Col("read", "right", wrap=True),
             "write": Col("write", "right", drop=7), "fresh": Col("fresh", "right", drop=1),
             "hit %": Col("hit %", "right"), "cost": Col("cost", "right"), "why": Col("why", wrap=True, least=16)}

@@ -24,8 +24,9 @@ def headline(rep: Report) -> str:
 
 def _money(split: Split, tag: str = "td") -> str:
     priced = split.cost_usd is not None
-    cells = "".join(f'<{tag} class="num{" opt" if cls in _OPTIONAL else ""}" data-v="{split.usd[cls] if priced else ""}">'
-                    f'{esc(usd(split.usd[cls] if priced else None))}</{tag}>' for cls, _ in COLUMN_NAMES)
+    cells = "".join(f'<{tag} class="num{" opt" if cls in _OPTIONAL else ""}" '
+                    f'data-v="{split.usd[cls] if priced else ""}">{esc(usd(split.usd[cls] if priced else None))}</{tag}>'
+                    for cls, _ in COLUMN_NAMES)
     total = split.cost_usd
     return (f'<{tag} class="num opt" data-v="{split.requests}">{split.requests:,}</{tag}>{cells}'
             f'<{tag} class="num total" data-v="{"" if total is None else total}">{esc(usd(total))}</{tag}>')
