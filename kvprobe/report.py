@@ -235,7 +235,8 @@ def fallback_lines(rep: "Report") -> list[str]:
 def request_json(r: RequestResult) -> dict[str, Any]:
     u, p = r.usage, r.predicted
     return {
-        "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "started_at": format_time(r.sk.started_at),
+        "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "project": _project(r),
+        "started_at": format_time(r.sk.started_at),
         "provider": r.sk.provider, "model": r.sk.model, "model_known": r.rules.known_model,
         "platform": r.rules.platform, "rules_family": r.rules.family, "rules_fallback": r.rules.fallback,
         "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
@@ -253,6 +254,12 @@ def request_json(r: RequestResult) -> dict[str, Any]:
                                              "fresh_input_tokens": p.fresh_input_tokens},
         "diagnoses": [d.to_json() for d in r.diagnoses],
     }
+
+
+def _project(r: RequestResult) -> str:
+    from kvprobe.economics.bill import project_of
+
+    return project_of(r)
 
 
 def _reread_factory() -> Callable[[Skeleton], RenderedRequest | None]:

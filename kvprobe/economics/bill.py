@@ -130,14 +130,9 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
     # one split per (model, project, session, agent) first, then each grouping sums those: a large log adds
     # each request once, not once per grouping
     cells: dict[tuple[str, ...], Split] = {}
-    projects: dict[tuple[Any, str | None], str] = {}
     for r in results:
         sk = r.sk
-        where = (sk.extra.get("cwd"), sk.source)
-        project = projects.get(where)
-        if project is None:
-            project = projects[where] = project_from(*where)
-        key = (model_label(sk.model, sk.extra.get("platform")), project, sk.session, sk.agent)
+        key = (model_label(sk.model, sk.extra.get("platform")), project_of(r), sk.session, sk.agent)
         cell = cells.get(key)
         if cell is None:
             cell = cells[key] = Split()

@@ -13,6 +13,7 @@ import datetime as dt
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -200,6 +201,11 @@ def project_from(cwd: object, source: str | None) -> str:
     (`usage --by project` and `report`'s bill read the same)."""
     if isinstance(cwd, str) and cwd:
         return cwd
+    return _project_folder(source)
+
+
+@lru_cache(maxsize=4096)  # a log's requests share their file: its path is split once
+def _project_folder(source: str | None) -> str:
     if source:
         parts = Path(source).parts
         if "projects" in parts[:-1]:
