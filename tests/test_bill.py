@@ -193,3 +193,25 @@ def test_a_hostile_title_is_shown_as_text(cli, tmp_path):
     assert cli("html", str(tmp_path / "projects"), "-o", str(out)).exit_code == 0
     html = out.read_text()
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+
+
+def test_past_50_requests_the_20_costliest_are_listed_by_cost_with_their_time_at_80_columns(tmp_path):
+    from agent_logs import ClaudeTranscript
+
+    # 60 requests 50 minutes apart (three days), Claude Code's long request ids; request k writes
+    # 1,000 + 100 x (37k mod 60) tokens: the costs all differ and are not in time order
+    s = ClaudeTranscript("long")
+    for k in range(60):
+        s.turn(k * 3000, f"req_011CY2wdZ9Q4EUkpEG{k:06d}", read=0, write=1_000 + (37 * k) % 60 * 100)
+    s.write(tmp_path / "projects" / "-home-me-app" / "long.jsonl")
+    text = _run("report", tmp_path / "projects", "--tz", "UTC", columns=80)
+    assert "Requests: the 20 costliest of 60, by cost (--requests all: every row)" in " ".join(text.split())
+    assert _header(text, None, "time")[0] == "time"
+    rows = [line for line in text.split("Requests: the 20 costliest", 1)[1].splitlines()
+            if re.match(r"\d\d-\d\d \d\d:\d\d ", line)]
+    costs = [float(re.search(r"\$([0-9.]+)", line).group(1)) for line in rows]
+    assert len(rows) == 20 and costs == sorted(costs, reverse=True) and len(set(costs)) == 20
+    # the days show as month-day: the costliest is k = 47 (37 x 47 = 1,739, 59 mod 60: 6,900 tokens written
+    # at $3.75 per million, 3 fresh at $3, 50 output at $15: $0.026634), sent 47 x 3,000 s = 39 h 10 min
+    # after 2026-02-11 20:00 UTC: 02-13 11:10
+    assert rows[0].startswith("02-13 11:10") and costs[0] == pytest.approx(0.0266, abs=1e-4)
