@@ -148,7 +148,7 @@ def test_the_html_page_leads_with_the_bill(cli, folder, tmp_path):
     from test_html_report import Dom
 
     out = tmp_path / "bill.html"
-    assert cli("html", str(folder), "-o", str(out)).exit_code == 0
+    assert cli("html", str(folder), "-o", str(out), "--tz", "Asia/Tokyo").exit_code == 0
     html = out.read_text()
     dom = Dom(html)
     assert dom.text_by_id["kv-headline"].strip() == HEADLINE
@@ -158,6 +158,9 @@ def test_the_html_page_leads_with_the_bill(cli, folder, tmp_path):
     assert values == pytest.approx([2, 0.0, 0.05, 0.0, 0.0, 0.005, 0.055])  # requests, classes, total
     assert "add rate limits to the API" in row
     assert "no request bodies: fixes cannot be simulated" in dom.text_by_id["fixes"]
+    # the requests table in --tz: rA1, sent 2026-02-11 20:00:00 UTC, is 05:00 the next morning in Tokyo
+    assert "<th data-type=\"text\" class=\"\">time (Asia/Tokyo)</th>" in html
+    assert re.search(r'data-id="rA1">.*?<td data-v="[0-9.]+">05:00:00\.000</td>', html)
 
 
 def test_titles_name_a_slash_command_and_a_codex_prompt(tmp_path):

@@ -15,7 +15,7 @@ from kvprobe.errors import InputError
 from kvprobe.importers.summary import resolve_tz
 from kvprobe.importers.titles import shorten
 from kvprobe.report import Report
-from kvprobe.wording import show
+from kvprobe.wording import show, zone_name
 
 AUTO_ALL_ROWS, AUTO_ROWS = 50, 20  # --requests auto: every row up to 50 requests, else the 20 costliest
 SESSION_CHARS = 24  # a session's title in a row (the bill's session table has 40)
@@ -41,11 +41,6 @@ def time_zone(name: str) -> dt.tzinfo:
     except Exception:
         raise InputError(f"unknown time zone {show(name)}: expected local, UTC or an IANA name such as "
                          "Europe/Paris", field="--tz") from None
-
-
-def zone_name(zone: dt.tzinfo, when: float) -> str:
-    """The zone as the legend names it: its IANA key when it has one, else its abbreviation (UTC, CET)."""
-    return getattr(zone, "key", None) or dt.datetime.fromtimestamp(when, zone).tzname() or "local time"
 
 
 def _diag_words(r: RequestResult) -> str:
