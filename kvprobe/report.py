@@ -149,7 +149,7 @@ class Report:
             return None
         from kvprobe.economics.bill_words import fixes_unavailable
 
-        return fixes_unavailable(sum(r.sk.request is not None for r in self.results))
+        return fixes_unavailable(sum(r.tokens_source != "usage-only" for r in self.results))  # had a body
 
 
 def failed_line(failed: list[tuple[str, str]]) -> str | None:
