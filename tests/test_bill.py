@@ -218,3 +218,17 @@ def test_past_50_requests_the_20_costliest_are_listed_by_cost_with_their_time_at
     # at $3.75 per million, 3 fresh at $3, 50 output at $15: $0.026634), sent 47 x 3,000 s = 39 h 10 min
     # after 2026-02-11 20:00 UTC: 02-13 11:10
     assert rows[0].startswith("02-13 11:10") and costs[0] == pytest.approx(0.0266, abs=1e-4)
+
+
+def test_with_request_bodies_and_nothing_to_fix_the_fixes_line_says_none_pays(cli, tmp_path):
+    from conftest import anthropic_body
+
+    # one captured request, a cold start: its body is there, so fixes were simulated, and none pays
+    record = {"kvprobe": 1, "id": "r1", "provider": "anthropic", "started_at": "2026-02-11T20:00:00.000Z",
+              "request": anthropic_body(), "response": {"usage": {"input_tokens": 20, "output_tokens": 10,
+                                                                  "cache_creation_input_tokens": 1_500,
+                                                                  "cache_read_input_tokens": 0}}}
+    trace = tmp_path / "one.jsonl"
+    trace.write_text(json.dumps(record) + "\n")
+    assert "Fixes: none pays for itself on this log." in _run("report", trace, columns=120)
+    assert json.loads(cli("report", str(trace), "--json").stdout)["fixes_note"] == "none pays for itself on this log"
