@@ -2,8 +2,9 @@
 in total and by model, project, session and agent, with a first line that says what the misses wasted
 against the total and what most of the spend is.
 
-Pure: priced results in, figures out. Each request's split is economics.token_costs (the one split every
-output shows), so every row adds up to the cost `report` prints for its requests.
+Priced results in, figures out (the sessions' titles are read from their logs only when an output asks,
+importers.titles). Each request's split is economics.token_costs (the one split every output shows), so
+every row adds up to the cost `report` prints for its requests.
 """
 from __future__ import annotations
 
