@@ -138,13 +138,15 @@ class SessionTitles:
 
     def __init__(self, sources: dict[str, list[str]] | None = None) -> None:
         self._sources = sources or {}
-        self._found: dict[str, str | None] = {}
+        self._by_file: dict[str, str | None] = {}  # a trace of many sessions is one file: sniffed once
 
     def get(self, session: str, default: str | None = None) -> str | None:
-        if session not in self._found:
-            source = main_transcript(self._sources.get(session, ()))
-            self._found[session] = session_title(Path(source)) if source is not None else None
-        found = self._found[session]
+        source = main_transcript(self._sources.get(session, ()))
+        if source is None:
+            return default
+        if source not in self._by_file:
+            self._by_file[source] = session_title(Path(source))
+        found = self._by_file[source]
         return found if found is not None else default
 
 
