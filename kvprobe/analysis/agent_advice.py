@@ -18,12 +18,12 @@ from typing import Any
 from kvprobe.agents import AgentProfile, advice_keys, profile_for
 from kvprobe.analysis.diagnosis import ADVICE, Diagnosis
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.bill_words import NO_BODIES
 from kvprobe.economics.keep_alive import entry_lifetime_s
 from kvprobe.pricing import PriceBook, multipliers
 from kvprobe.wording import duration
 
 MAIN, SUBAGENTS = "main", "subagents"
-NO_BODIES = "no request bodies: fixes cannot be simulated"
 
 
 @dataclass(slots=True)
