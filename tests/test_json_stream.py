@@ -33,4 +33,4 @@ def test_report_json_lists_every_request_and_miss(cli):
     assert [r["id"] for r in data["requests"]] == ["req_1", "req_2", "req_3", "req_4", "req_5", "req_6"]
     assert len(data["misses"]) == 4
     assert list(data)[:5] == ["totals", "requests", "sessions", "agents", "misses"]
-    assert list(data)[-1] == "failed_requests"
+    assert data["failed_requests"] == [] and data["blocks"]  # the keys after the rows are all there
