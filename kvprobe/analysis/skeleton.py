@@ -145,8 +145,10 @@ def _miss_reason(response: dict | None) -> Reported | None:
 # Record keys a skeleton keeps: task outcome, keep-alive pings, and what a written (fixed) trace carries in
 # place of logged usage: the block sizes it was priced on and the output tokens of the original request
 # (and, inside the what-if only, the sizes of the parts of a block a fix split, by path); what a usage-only
-# log showed before the request (`events`, analysis.usage_only) and the platform that served it.
-_CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform")
+# log showed before the request (`events`, analysis.usage_only), the platform that served it and its rebuilt
+# message list (`history`, analysis.rebuilt).
+_CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform",
+            "history")
 
 
 def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:
