@@ -174,6 +174,10 @@ def test_alternating_replica_reads_name_the_request_whose_entry_they_read(tmp_pa
                      "r6": ("stale_read", "r4", 2_600, 200)}
     assert all(d[rid]["evidence"] == "read_level" for rid in stale)
     assert "history only grew" in d["r4"]["detail"]
+    # where the read ended: r3's entry (2,400) covers its 500 message tokens, so 1,900 are tools and system;
+    # r4's 2,200 read covers 300 of those 500
+    assert "tools and system (about 1,900 tokens) and about 300 of the 500 message tokens r3 was sent" \
+        in d["r4"]["detail"]
 
 
 def test_no_charged_miss_of_the_replica_session_stays_unexplained(tmp_path: Path) -> None:

@@ -70,6 +70,20 @@ def change_position(r: "RequestResult", base: "RequestResult | None") -> int | N
     return max(level(base) - max(before["tokens"] - history["change"]["tokens_before"], 0), 0)
 
 
+def where_read_ends(r: "RequestResult", base: "RequestResult") -> str:
+    """Where the read stopped in the previous request's rebuilt messages: its entry ends at a level the log
+    knows and covers its estimated message tokens, so the rest is tools and system (estimated)."""
+    before = history_of(base)
+    if before is None or not before["tokens"]:
+        return ""
+    overhead = max(level(base) - before["tokens"], 0)
+    read = r.usage.cache_read_tokens
+    if read <= overhead:
+        return f"; the read ends within the tools and system (about {overhead:,} tokens, estimated)"
+    return (f"; the read covers the tools and system (about {overhead:,} tokens) and about {read - overhead:,} of the "
+            f"{before['tokens']:,} message tokens {base.sk.id} was sent (estimated)")
+
+
 def content_change(r: "RequestResult", base: "RequestResult", noise: int,
                    earlier: dict[int, "RequestResult"]) -> Diagnosis | None:
     """`prefix_changed` at the message the transcript shows changed, when the read ends at or before it; a read
@@ -115,6 +129,7 @@ def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "Re
               "since served it (another region or replica)")
     if history is not None and change is None:
         detail += "; the transcript shows the history only grew, so the content did not change"
+        detail += where_read_ends(r, base)
     return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level")
 
 

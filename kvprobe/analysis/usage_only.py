@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
 from kvprobe.analysis.rebuilt import (append_only, change_position, content_change, earlier_levels, routing,
-                                     stale_read)
+                                     stale_read, where_read_ends)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -263,7 +263,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
         if append_only(r):
             return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime; the transcript shows the "
                              "history only grew, so the content did not change: the entry was evicted or served "
-                             f"elsewhere{idle}", token_position=read, evidence="transcript")
+                             f"elsewhere{where_read_ends(r, base)}{idle}", token_position=read, evidence="transcript")
         return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime, and nothing in the log "
                          "says why: the prefix changed in a way the log does not show, or the entry was evicted or "
                          f"served elsewhere{idle}", token_position=read)
