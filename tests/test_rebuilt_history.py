@@ -288,3 +288,25 @@ def test_a_gemini_cli_rewind_is_a_branch_at_the_rewound_turn(tmp_path: Path) -> 
     assert history["g-1:m6"]["change"]["kind"] == "branched"
     assert history["g-1:m6"]["change"]["index"] == 2
     assert history["g-1:m4"].get("change") is None
+
+
+def test_parallel_inline_subagents_are_streams_of_their_own(tmp_path: Path) -> None:
+    """Older transcripts write subagents inline without an agentId; two running at once interleave their
+    lines. Each chains back to its own first line: two streams, each append-only, no miss (before, one
+    'sidechain' stream had each read the other's entry and every request looked like a branch)."""
+    s = Transcript("s-inline")
+    for line in (("sa-root-1", None, "u"), ("sb-root-1", None, "u")):
+        s.user(line[0], line[1], 0, user_text(1))
+    s.answer("sa-a1", "sa-root-1", 2, "r1", read=0, write=2_000)
+    s.answer("sb-a1", "sb-root-1", 2.1, "r2", read=0, write=2_000)
+    s.user("sa-t1", "sa-a1", 5, tool_result(1))
+    s.user("sb-t1", "sb-a1", 5.1, tool_result(1))
+    s.answer("sa-a2", "sa-t1", 7, "r3", read=2_000, write=200)
+    s.answer("sb-a2", "sb-t1", 7.1, "r4", read=2_000, write=200)
+    for line in s.lines:
+        line["isSidechain"] = True
+    path = s.write(tmp_path)
+    agents = {r.id: r.agent for r in load_any([path])}
+    assert agents == {"r1": "sidechain-sa-root-", "r3": "sidechain-sa-root-",
+                      "r2": "sidechain-sb-root-", "r4": "sidechain-sb-root-"}
+    assert kvprobe.analyse([str(path)]).to_json()["misses"] == []

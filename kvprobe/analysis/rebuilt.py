@@ -31,7 +31,11 @@ if TYPE_CHECKING:
 ESTIMATE_SLACK = 0.25
 _WORDS = {"edited": "a message already sent was rewritten", "cleared": "the provider cleared old tool results "
           "(context editing)", "branched": "the conversation went back and branched (a rewind or an edited "
-          "prompt)", "compacted": "the history was replaced by a compaction summary"}
+          "prompt)", "compacted": "the history was replaced by a compaction summary", "restarted": "a new "
+          "conversation began (nothing in common with the previous request's messages: /clear or another task)"}
+# changes after which only the tools and system are reusable: the estimate of where they end is the whole
+# previous history's, too rough to price a miss on (the levels the log shows say it better)
+WHOLE_HISTORY = ("compacted", "restarted")
 
 
 def history_of(r: "RequestResult") -> dict[str, Any] | None:
@@ -70,6 +74,12 @@ def change_position(r: "RequestResult", base: "RequestResult | None") -> int | N
     return max(level(base) - max(before["tokens"] - history["change"]["tokens_before"], 0), 0)
 
 
+def whole_history_changed(r: "RequestResult") -> bool:
+    """The transcript shows the history replaced or begun again: only the tools and system were reusable."""
+    history = history_of(r)
+    return history is not None and (history.get("change") or {}).get("kind") in WHOLE_HISTORY
+
+
 def where_read_ends(r: "RequestResult", base: "RequestResult") -> str:
     """Where the read stopped in the previous request's rebuilt messages: its entry ends at a level the log
     knows and covers its estimated message tokens, so the rest is tools and system (estimated)."""
@@ -89,8 +99,8 @@ def content_change(r: "RequestResult", base: "RequestResult", noise: int,
     """`prefix_changed` at the message the transcript shows changed, when the read ends at or before it; a read
     that equals an earlier request's level names that request (a branch read: the entry before the branch)."""
     history, before = history_of(r), history_of(base)
-    if history is None or before is None or history.get("change") is None:
-        return None
+    if history is None or before is None or history.get("change") is None or whole_history_changed(r):
+        return None  # a history replaced or begun again leaves the tools and system: the levels say more
     change = history["change"]
     kind, index = str(change.get("kind")), change["index"]
     after = max(before["tokens"] - change["tokens_before"], 0)  # estimated: the previous entry past the change

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
 from kvprobe.analysis.rebuilt import (append_only, change_position, content_change, earlier_levels, routing,
-                                     stale_read, where_read_ends)
+                                     stale_read, where_read_ends, whole_history_changed)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -127,7 +127,7 @@ class UsageOnly:
             stream = self.streams[(sk.session, sk.agent)] = _Stream()
         first = stream.last is None
         events = events_of(sk.extra)
-        compacted = any(e["kind"] == "compaction" for e in events)
+        compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
         dropped = _explain(r, stream, events, self.levels)
         r.write_kind = _write_kind(r)
         self.drops += dropped
@@ -162,7 +162,7 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], 
             r.diagnoses = [_model_switch(r, switched, own)]
         return False
     ideal = min(_extent(base), usage.input_tokens)
-    compacted = any(e["kind"] == "compaction" for e in events)
+    compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
     shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
     changed_at = change_position(r, base)
     if changed_at is not None and not compacted:  # the transcript shows where: the prefix before it is reusable

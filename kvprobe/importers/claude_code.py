@@ -7,6 +7,8 @@ Quirks:
 * `<synthetic>` model lines are written by Claude Code itself (interruptions, errors): no API call, skipped.
 * Subagents: `<sessionId>/subagents/agent-<id>.jsonl` (older: `agent-*.jsonl` beside the sessions, or
   `isSidechain` lines inline); their records carry `agent = "agent-<id>"`, the main thread `agent = "main"`.
+  Inline lines without an agentId (parallel subagents interleave there) are told apart by the first line of
+  their chain: `agent = "sidechain-<its uuid's first 8 characters>"`.
 * Only one timestamp per line. `started_at` is the timestamp of the line the response answers
   (`parentUuid`: the user turn or tool result, written when the request was sent), `first_token_at` the first
   line of the response and `finished_at` its last line.
@@ -85,8 +87,11 @@ class _Origin:
         agent_id = as_str(line.get("agentId"))
         if self.stem.startswith("agent-"):
             return f"agent-{agent_id or self.stem[6:]}"
-        if line.get("isSidechain") is True:
-            return f"agent-{agent_id}" if agent_id else "sidechain"
+        if line.get("isSidechain") is True:  # inline: each subagent's lines chain back to its own first line
+            if agent_id:
+                return f"agent-{agent_id}"
+            root = line.get(_ROOT)
+            return f"sidechain-{root[:8]}" if root.__class__ is str else "sidechain"
         return "main"
 
     def session(self, line: dict[str, Any]) -> str:
@@ -108,6 +113,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     origin = _Origin(path)
     streams = _Streams()
     chains = Chains()  # each request's message list, rebuilt (kvprobe.importers.history)
+    roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
     lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
     try:
@@ -115,6 +121,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             uuid = line.get("uuid")
             if uuid.__class__ is str:
                 times[uuid] = line.get("timestamp")
+                if line.get("isSidechain") is True and not line.get("agentId"):
+                    _sidechain_root(roots, uuid, line)
             kind = line.get("type")
             if kind == "assistant":
                 _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains)
@@ -270,6 +278,17 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
                          None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
     pending[key] = _Pending(record, lineno)
+
+
+_ROOT = "_sidechain_root"  # set on an inline sidechain line without agentId: its subagent's first line
+
+
+def _sidechain_root(roots: dict[str, str], uuid: str, line: dict[str, Any]) -> None:
+    """Older transcripts write subagents inline (isSidechain, no agentId), several at once when they run in
+    parallel: each one's lines chain back to its own first line, which tells them apart."""
+    parent = line.get("parentUuid")
+    root = roots.get(parent, uuid) if parent.__class__ is str else uuid
+    roots[uuid] = line[_ROOT] = root
 
 
 def _chain(chains: Chains, uuid: str, line: dict[str, Any], kind: Any) -> None:

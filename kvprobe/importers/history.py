@@ -12,6 +12,7 @@ Diffing it against the stream's previous request tells what the cache saw:
 * `branched`: the list leaves the previous one at a message and goes on elsewhere (a rewind, an edited prompt,
   a branch of the conversation);
 * `compacted`: the history was replaced by a summary;
+* `restarted`: nothing in common with the previous list (`/clear`, a new conversation in the same stream);
 * `cleared`: the provider edited the prompt itself (Anthropic's context editing cleared old tool results; the
   response's `context_management.applied_edits` says so).
 
@@ -31,7 +32,7 @@ from typing import Any
 import orjson
 
 BYTES_PER_TOKEN = 4  # a rough size of English and code in JSON; only the difference of two estimates is used
-KINDS = ("edited", "branched", "compacted", "cleared")
+KINDS = ("edited", "branched", "compacted", "restarted", "cleared")
 
 
 def measure(content: Any) -> tuple[int, int]:
@@ -165,7 +166,7 @@ class Chains:
             return None  # the previous list is a prefix of this one
         if any(self.lines[u].boundary for u in walked if u in self.lines):
             return "compacted", keep
-        return "branched", keep
+        return ("branched" if keep else "restarted"), keep
 
 
 class Sequence:
