@@ -176,7 +176,7 @@ def test_alternating_replica_reads_name_the_request_whose_entry_they_read(tmp_pa
     assert "history only grew" in d["r4"]["detail"]
     # where the read ended: r3's entry (2,400) covers its 500 message tokens, so 1,900 are tools and system;
     # r4's 2,200 read covers 300 of those 500
-    assert "tools and system (about 1,900 tokens) and about 300 of the 500 message tokens r3 was sent" \
+    assert "(tools, system: about 1,900 tokens) and about 300 of the 500 message tokens r3 was sent" \
         in d["r4"]["detail"]
 
 

@@ -18,6 +18,7 @@ Three kinds of evidence, each named on the diagnosis (`Diagnosis.evidence`):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.diagnosis import Diagnosis
@@ -63,7 +64,29 @@ def level(r: "RequestResult") -> int:
     return u.cache_read_tokens + u.cache_write_tokens
 
 
-def change_position(r: "RequestResult", base: "RequestResult | None") -> int | None:
+@dataclass(slots=True)
+class Scale:
+    """Real tokens per estimated token of a stream's messages, anchored on its own usage: between two requests
+    whose history only grew, the level rose by the appended messages' real size (exactly, from the log) while
+    the estimate rose by their estimated size."""
+
+    real: int = 0
+    estimated: int = 0
+
+    def learn(self, r: "RequestResult", base: "RequestResult | None") -> None:
+        history, before = history_of(r), history_of(base) if base is not None else None
+        if history is None or before is None or history.get("change") is not None:
+            return
+        real, estimated = level(r) - level(base), history["tokens"] - before["tokens"]
+        if real > 0 and estimated > 0:
+            self.real += real
+            self.estimated += estimated
+
+    def __call__(self, estimated: int) -> int:
+        return round(estimated * self.real / self.estimated) if self.estimated else estimated
+
+
+def change_position(r: "RequestResult", base: "RequestResult | None", scale: Scale) -> int | None:
     """Where the transcript shows this request's messages changed, in tokens: the previous request's entry ends
     at a point the log knows exactly and covers its estimated message tokens; the change sits the estimated
     size of the messages after it before that end. None without a change (or a history to compare)."""
@@ -71,7 +94,7 @@ def change_position(r: "RequestResult", base: "RequestResult | None") -> int | N
     before = history_of(base) if base is not None else None
     if history is None or before is None or history.get("change") is None:
         return None
-    return max(level(base) - max(before["tokens"] - history["change"]["tokens_before"], 0), 0)
+    return max(level(base) - scale(max(before["tokens"] - history["change"]["tokens_before"], 0)), 0)
 
 
 def whole_history_changed(r: "RequestResult") -> bool:
@@ -80,22 +103,24 @@ def whole_history_changed(r: "RequestResult") -> bool:
     return history is not None and (history.get("change") or {}).get("kind") in WHOLE_HISTORY
 
 
-def where_read_ends(r: "RequestResult", base: "RequestResult") -> str:
+def where_read_ends(r: "RequestResult", base: "RequestResult", scale: Scale) -> str:
     """Where the read stopped in the previous request's rebuilt messages: its entry ends at a level the log
     knows and covers its estimated message tokens, so the rest is tools and system (estimated)."""
     before = history_of(base)
     if before is None or not before["tokens"]:
         return ""
-    overhead = max(level(base) - before["tokens"], 0)
+    messages = scale(before["tokens"])
+    overhead = max(level(base) - messages, 0)
     read = r.usage.cache_read_tokens
     if read <= overhead:
-        return f"; the read ends within the tools and system (about {overhead:,} tokens, estimated)"
-    return (f"; the read covers the tools and system (about {overhead:,} tokens) and about {read - overhead:,} of the "
-            f"{before['tokens']:,} message tokens {base.sk.id} was sent (estimated)")
+        return (f"; the read ends within what precedes the messages the log shows (tools, system and any context "
+                f"it does not show: about {overhead:,} tokens, estimated)")
+    return (f"; the read covers what precedes the messages the log shows (tools, system: about {overhead:,} tokens) "
+            f"and about {read - overhead:,} of the {messages:,} message tokens {base.sk.id} was sent (estimated)")
 
 
 def content_change(r: "RequestResult", base: "RequestResult", noise: int,
-                   earlier: dict[int, "RequestResult"]) -> Diagnosis | None:
+                   earlier: dict[int, "RequestResult"], scale: Scale) -> Diagnosis | None:
     """`prefix_changed` at the message the transcript shows changed, when the read ends at or before it; a read
     that equals an earlier request's level names that request (a branch read: the entry before the branch)."""
     history, before = history_of(r), history_of(base)
@@ -103,8 +128,8 @@ def content_change(r: "RequestResult", base: "RequestResult", noise: int,
         return None  # a history replaced or begun again leaves the tools and system: the levels say more
     change = history["change"]
     kind, index = str(change.get("kind")), change["index"]
-    after = max(before["tokens"] - change["tokens_before"], 0)  # estimated: the previous entry past the change
-    position = change_position(r, base) or 0
+    after = scale(max(before["tokens"] - change["tokens_before"], 0))  # the previous entry past the change
+    position = change_position(r, base, scale) or 0
     read = r.usage.cache_read_tokens
     if read > position + ESTIMATE_SLACK * after + noise:
         return None  # the read went on past the change: the estimate does not back it
@@ -121,7 +146,7 @@ def content_change(r: "RequestResult", base: "RequestResult", noise: int,
 
 
 def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "RequestResult"],
-               step: int) -> Diagnosis | None:
+               step: int, scale: Scale) -> Diagnosis | None:
     """`stale_read` when the read equals an earlier request's level, not the last one's."""
     read = r.usage.cache_read_tokens
     if read <= 0 or read == _stepped(level(base), step):
@@ -139,7 +164,7 @@ def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "Re
               "since served it (another region or replica)")
     if history is not None and change is None:
         detail += "; the transcript shows the history only grew, so the content did not change"
-        detail += where_read_ends(r, base)
+        detail += where_read_ends(r, base, scale)
     return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level")
 
 

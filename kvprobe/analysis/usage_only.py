@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
-from kvprobe.analysis.rebuilt import (append_only, change_position, content_change, earlier_levels, routing,
-                                     stale_read, where_read_ends, whole_history_changed)
+from kvprobe.analysis.rebuilt import (Scale, append_only, change_position, content_change, earlier_levels,
+                                     routing, stale_read, where_read_ends, whole_history_changed)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -99,9 +99,12 @@ class _Stream:
     by_model: dict[str | None, "RequestResult"] = field(default_factory=dict)
     ttl: dict[str | None, str] = field(default_factory=dict)  # model -> TTL key of its latest writes
     earlier: dict[tuple, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> request
+    scale: Scale = field(default_factory=Scale)  # real tokens per estimated token of its rebuilt messages
 
     def update(self, r: "RequestResult") -> None:
-        changed_at = change_position(r, self.by_model.get(r.sk.model))
+        base = self.by_model.get(r.sk.model)
+        changed_at = change_position(r, base, self.scale)
+        self.scale.learn(r, base)
         self.last = r
         self.by_model[r.sk.model] = r
         earlier_levels(self.earlier.setdefault((r.sk.model,), {}), r, _step(r), changed_at)
@@ -164,7 +167,7 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], 
     ideal = min(_extent(base), usage.input_tokens)
     compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
     shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
-    changed_at = change_position(r, base)
+    changed_at = change_position(r, base, stream.scale)
     if changed_at is not None and not compacted:  # the transcript shows where: the prefix before it is reusable
         ideal = min(max(changed_at, usage.cache_read_tokens), ideal)
     elif compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
@@ -242,7 +245,8 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     level = levels.name(r)
     shared = level is not None and level[0] == "system"  # a level every session reads: no entry of this stream's
     earlier = stream.earlier.get((base.sk.model,), {})
-    found = content_change(r, base, noise, earlier) or (None if shared else stale_read(r, base, earlier, _step(r)))
+    found = content_change(r, base, noise, earlier, stream.scale) or \
+        (None if shared else stale_read(r, base, earlier, _step(r), stream.scale))
     if found is not None:
         if triggers:
             found.detail += "; just before it (inferred from the log): " + " and ".join(triggers)
@@ -263,7 +267,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
         if append_only(r):
             return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime; the transcript shows the "
                              "history only grew, so the content did not change: the entry was evicted or served "
-                             f"elsewhere{where_read_ends(r, base)}{idle}", token_position=read, evidence="transcript")
+                             f"elsewhere{where_read_ends(r, base, stream.scale)}{idle}", token_position=read, evidence="transcript")
         return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime, and nothing in the log "
                          "says why: the prefix changed in a way the log does not show, or the entry was evicted or "
                          f"served elsewhere{idle}", token_position=read)
