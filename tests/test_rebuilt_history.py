@@ -173,6 +173,7 @@ def test_alternating_replica_reads_name_the_request_whose_entry_they_read(tmp_pa
     assert stale == {"r4": ("stale_read", "r2", 2_200, 200), "r5": ("stale_read", "r3", 2_400, 200),
                      "r6": ("stale_read", "r4", 2_600, 200)}
     assert all(d[rid]["evidence"] == "read_level" for rid in stale)
+    assert all("regional model id" in d[rid]["advice"] for rid in stale)  # Bedrock's own fix, from providers/
     assert "history only grew" in d["r4"]["detail"]
     # where the read ended: r3's entry (2,400) covers its 500 message tokens, so 1,900 are tools and system;
     # r4's 2,200 read covers 300 of those 500

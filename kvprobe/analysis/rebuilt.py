@@ -165,7 +165,12 @@ def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "Re
     if history is not None and change is None:
         detail += "; the transcript shows the history only grew, so the content did not change"
         detail += where_read_ends(r, base, scale)
-    return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level")
+    rule = r.rules.rules.get("cache_routing")
+    helps = rule.value.get("helps") if rule is not None and isinstance(rule.value, dict) else None
+    if helps:
+        detail += f"; {rule.value.get('name', 'the platform')} routes requests between caches (inferred; {rule.source})"
+    return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level",
+                     advice=helps)
 
 
 def routing(r: "RequestResult", base: "RequestResult", gap: float, noise: int, shared: bool) -> Diagnosis | None:
