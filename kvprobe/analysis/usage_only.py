@@ -9,7 +9,10 @@ Without request bodies nothing says which block changed, but the log says a good
 * the transcript's own events since the previous request, which importers carry on the next record as
   `extra["events"]` (kvprobe.importers.events): a compaction, a tool list that changed, a background task's
   notification, an interrupt, a changed setting; the model (caches are per model) and the idle time;
-* the lifetime in force, from the stream's own writes (`ephemeral_1h_input_tokens`: 1h entries).
+* the lifetime in force, from the stream's own writes (`ephemeral_1h_input_tokens`: 1h entries);
+* the messages the importer rebuilt (`extra["history"]`, `analysis.rebuilt`): a change inside the history at
+  its message, an append-only history that rules content out, reads of an earlier request's entry (another
+  replica, a branch) and reads of nothing on a platform that routes between caches (`cache_routing` rules).
 
 Every cause found this way is inferred, and says so. A shortfall within the estimate noise
 (`explain.estimate_noise`) is no miss. A pause longer than any lifetime the provider offers, that no
@@ -98,7 +101,7 @@ class _Stream:
     last: "RequestResult | None" = None
     by_model: dict[str | None, "RequestResult"] = field(default_factory=dict)
     ttl: dict[str | None, str] = field(default_factory=dict)  # model -> TTL key of its latest writes
-    earlier: dict[tuple, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> request
+    earlier: dict[str | None, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> request
     scale: Scale = field(default_factory=Scale)  # real tokens per estimated token of its rebuilt messages
 
     def update(self, r: "RequestResult") -> None:
@@ -107,7 +110,7 @@ class _Stream:
         self.scale.learn(r, base)
         self.last = r
         self.by_model[r.sk.model] = r
-        earlier_levels(self.earlier.setdefault((r.sk.model,), {}), r, _step(r), changed_at)
+        earlier_levels(self.earlier.setdefault(r.sk.model, {}), r, _step(r), changed_at)
         u = r.usage
         if u.cache_write_tokens:
             self.ttl[r.sk.model] = _LONG_TTL if u.cache_write_1h_tokens and not u.cache_write_5m_tokens else "5m"
@@ -244,7 +247,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     noise = estimate_noise(r)
     level = levels.name(r)
     shared = level is not None and level[0] == "system"  # a level every session reads: no entry of this stream's
-    earlier = stream.earlier.get((base.sk.model,), {})
+    earlier = stream.earlier.get(base.sk.model, {})
     found = content_change(r, base, noise, earlier, stream.scale) or \
         (None if shared else stale_read(r, base, earlier, _step(r), stream.scale))
     if found is not None:
@@ -265,9 +268,10 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     # cache also routes and evicts on its own, so there only an event names a cause
     if not triggers and (level is None or r.rules.get("matching") != "blocks"):
         if append_only(r):
+            ends = where_read_ends(r, base, stream.scale)
             return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime; the transcript shows the "
                              "history only grew, so the content did not change: the entry was evicted or served "
-                             f"elsewhere{where_read_ends(r, base, stream.scale)}{idle}", token_position=read, evidence="transcript")
+                             f"elsewhere{ends}{idle}", token_position=read, evidence="transcript")
         return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime, and nothing in the log "
                          "says why: the prefix changed in a way the log does not show, or the entry was evicted or "
                          f"served elsewhere{idle}", token_position=read)
