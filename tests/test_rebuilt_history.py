@@ -311,3 +311,14 @@ def test_parallel_inline_subagents_are_streams_of_their_own(tmp_path: Path) -> N
     assert agents == {"r1": "sidechain-sa-root-", "r3": "sidechain-sa-root-",
                       "r2": "sidechain-sb-root-", "r4": "sidechain-sb-root-"}
     assert kvprobe.analyse([str(path)]).to_json()["misses"] == []
+
+
+def test_a_vertex_served_read_of_nothing_is_vertex_routing(tmp_path: Path) -> None:
+    s = _replica_session()
+    for line in s.lines:
+        if line["type"] == "assistant":
+            line["message"]["id"] = line["message"]["id"].replace("msg_bdrk_01", "msg_vrtx_01")
+    d = _diagnoses(s.write(tmp_path))
+    assert (d["r3"]["kind"], d["r3"]["evidence"]) == ("routing", "platform_routing")
+    assert "Vertex AI's global endpoint" in d["r3"]["detail"] and "regional endpoint" in d["r3"]["advice"]
+    assert (d["r4"]["kind"], d["r4"]["writer_id"]) == ("stale_read", "r2")
