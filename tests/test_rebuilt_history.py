@@ -128,7 +128,7 @@ def test_a_branch_is_named_at_its_message_with_the_entry_it_read(tmp_path: Path)
     # them, 300 before that end: 2,100. An ideal cache reads those 2,100; r4 read r1's 2,000: 100 missed
     assert (r4["kind"], r4["path"], r4["token_position"], r4["writer_id"], r4["evidence"], r4["missed_tokens"]) == \
         ("prefix_changed", "messages[2]", 2_100, "r1", "transcript", 100)
-    assert "went back and branched" in r4["detail"]
+    assert "went back and branched" in r4["detail"] and r4["change"] == "branched"
 
 
 def test_a_cleared_and_an_edited_tool_result_are_named_where_they_sit(tmp_path: Path) -> None:
@@ -138,12 +138,12 @@ def test_a_cleared_and_an_edited_tool_result_are_named_where_they_sit(tmp_path: 
     r6 = d["r6"]
     assert (r6["kind"], r6["path"], r6["token_position"], r6["writer_id"], r6["missed_tokens"]) == \
         ("prefix_changed", "messages[4]", 2_300, "r4", 100)
-    assert "cleared old tool results" in r6["detail"]
+    assert "cleared old tool results" in r6["detail"] and r6["change"] == "cleared"
     # r7: r6's entry ends at 2,600 over 700 message tokens; t5 starts 400 in: 2,600 − 300 = 2,300
     r7 = d["r7"]
     assert (r7["kind"], r7["path"], r7["token_position"], r7["writer_id"], r7["missed_tokens"]) == \
         ("prefix_changed", "messages[4]", 2_300, "r4", 100)
-    assert "rewritten" in r7["detail"]
+    assert "rewritten" in r7["detail"] and r7["change"] == "edited"
     assert {r6["evidence"], r7["evidence"]} == {"transcript"}
 
 

@@ -43,6 +43,7 @@ class Diagnosis:
     triggers: list[str] | None = None  # events the log shows just before the miss (usage-only logs; inferred)
     advice: str | None = None  # what to do about this miss in particular (else ADVICE for its kind)
     evidence: str | None = None  # what in the log shows it (usage-only logs): one of EVIDENCE
+    change: str | None = None  # evidence "transcript": how the history changed (importers.history.KINDS)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}

@@ -141,7 +141,7 @@ def content_change(r: "RequestResult", base: "RequestResult", noise: int,
     if source is not None:
         detail += f"; it read the entry {source.sk.id} left ({read:,} tokens)"
     return Diagnosis("prefix_changed", detail, path=f"messages[{index}]", token_position=position,
-                     writer_id=source.sk.id if source is not None else None, evidence="transcript",
+                     writer_id=source.sk.id if source is not None else None, evidence="transcript", change=kind,
                      advice=_ADVICE.get(kind))
 
 
