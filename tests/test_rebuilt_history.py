@@ -322,3 +322,36 @@ def test_a_vertex_served_read_of_nothing_is_vertex_routing(tmp_path: Path) -> No
     assert (d["r3"]["kind"], d["r3"]["evidence"]) == ("routing", "platform_routing")
     assert "Vertex AI's global endpoint" in d["r3"]["detail"] and "regional endpoint" in d["r3"]["advice"]
     assert (d["r4"]["kind"], d["r4"]["writer_id"]) == ("stale_read", "r2")
+
+
+def test_qwen_code_chains_are_rebuilt_and_a_compression_replaces_them(tmp_path: Path) -> None:
+    """Qwen Code chains its records as Claude Code does (parts in Gemini's shape: `[{"text": …}]` is 13 bytes
+    of keys and quotes, so 387 characters make 400 bytes, 100 tokens); its compression record is a link of the
+    chain, after which the summary stands for the whole history."""
+    base = {"sessionId": "q-1", "cwd": "/work/app", "version": "0.15.0"}
+
+    def rec(uuid: str, parent: str | None, t: float, kind: str, text: str | None = None, **more: Any) -> dict:
+        out = {**base, "uuid": uuid, "parentUuid": parent, "timestamp": at(t), "type": kind, **more}
+        if text is not None:
+            role = "model" if kind == "assistant" else "user"
+            out["message"] = {"role": role, "parts": [{"text": text.ljust(387, "x")}]}
+        return out
+
+    def usage(prompt: int, cached: int) -> dict[str, int]:
+        return {"promptTokenCount": prompt, "candidatesTokenCount": 10, "cachedContentTokenCount": cached,
+                "totalTokenCount": prompt + 10}
+
+    lines = [rec("q1", None, 0, "user", "fix it"),
+             rec("q2", "q1", 2, "assistant", "looking", model="qwen3-coder-plus", usageMetadata=usage(12_000, 0)),
+             rec("q3", "q2", 3, "tool_result", "output"),
+             rec("q4", "q3", 5, "assistant", "done", model="qwen3-coder-plus", usageMetadata=usage(12_200, 11_904)),
+             rec("q5", "q4", 6, "system", subtype="chat_compression",
+                 systemPayload={"info": {"originalTokenCount": 12_210, "newTokenCount": 2_000}}),
+             rec("q6", "q5", 8, "assistant", "next", model="qwen3-coder-plus", usageMetadata=usage(2_300, 0))]
+    path = tmp_path / "projects" / "-work-app" / "chats" / "q-1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    history = {r.id: r.extra["history"] for r in load_any([path])}
+    assert history["q2"] == {"messages": 1, "tokens": 100}
+    assert history["q4"] == {"messages": 3, "tokens": 300}  # q1 q2 q3: user, model, tool result
+    assert history["q6"]["change"] == {"kind": "compacted", "index": 0, "tokens_before": 0}

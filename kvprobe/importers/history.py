@@ -160,12 +160,12 @@ class Chains:
         return fresh
 
     def _change(self, old_len: int, keep: int, edited: int | None, walked: list[str]) -> tuple[str, int] | None:
+        if any(self.lines[u].boundary for u in walked if u in self.lines):
+            return "compacted", 0  # a summary replaces the history from its start (Qwen's chain runs on past it)
         if edited is not None and edited < keep:
             return "edited", edited
         if keep == old_len:
             return None  # the previous list is a prefix of this one
-        if any(self.lines[u].boundary for u in walked if u in self.lines):
-            return "compacted", keep
         return ("branched" if keep else "restarted"), keep
 
 
