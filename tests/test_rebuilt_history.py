@@ -355,3 +355,45 @@ def test_qwen_code_chains_are_rebuilt_and_a_compression_replaces_them(tmp_path: 
     assert history["q2"] == {"messages": 1, "tokens": 100}
     assert history["q4"] == {"messages": 3, "tokens": 300}  # q1 q2 q3: user, model, tool result
     assert history["q6"]["change"] == {"kind": "compacted", "index": 0, "tokens_before": 0}
+
+
+def test_opencode_parts_rebuild_each_request_and_its_compaction(tmp_path: Path) -> None:
+    """OpenCode keeps each message's content as rows of its `part` table: every part here is 400 characters of
+    JSON (100 tokens). The compaction agent's summary stands for the history after it."""
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "opencode.db")
+    db.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
+               "time_updated INTEGER, data TEXT)")
+    db.execute("CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER, "
+               "time_updated INTEGER, data TEXT)")
+    t0 = 1_780_000_000_000
+
+    def message(n: int, role: str, agent: str = "build", read: int = 0) -> None:
+        data: dict[str, Any] = {"role": role, "time": {"created": t0 + 1000 * n, "completed": t0 + 1000 * n + 500}}
+        if role == "assistant":
+            data.update(agent=agent, providerID="anthropic", modelID="claude-sonnet-4-5",
+                        tokens={"input": 3, "output": 10, "reasoning": 0, "cache": {"read": read, "write": 100}})
+        db.execute("INSERT INTO message VALUES (?, 'ses_1', ?, ?, ?)", (f"msg_{n:02d}", t0 + 1000 * n,
+                                                                          t0 + 1000 * n, json.dumps(data)))
+        text = json.dumps({"type": "text", "text": ""})  # 26 characters: 374 more make 400
+        db.execute("INSERT INTO part VALUES (?, ?, 'ses_1', ?, ?, ?)",
+                   (f"prt_{n:02d}", f"msg_{n:02d}", t0 + 1000 * n + 1, t0 + 1000 * n + 1,
+                    json.dumps({"type": "text", "text": f"{n:02d}".ljust(400 - len(text), "x")})))
+
+    message(1, "user")
+    message(2, "assistant")
+    message(3, "user")
+    message(4, "assistant", read=2_000)
+    message(5, "assistant", agent="compaction")
+    message(6, "user")
+    message(7, "assistant")
+    db.commit()
+    db.close()
+    history = {r.id: r.extra["history"] for r in load_any([tmp_path / "opencode.db"])}
+    assert history["msg_02"] == {"messages": 1, "tokens": 100}
+    assert history["msg_04"] == {"messages": 3, "tokens": 300}
+    assert history["msg_05"] == {"messages": 4, "tokens": 400}  # the compaction agent is sent all of it
+    # build's next request: the summary (msg_05) and the new prompt, nothing of what msg_04 was sent
+    assert history["msg_07"] == {"messages": 2, "tokens": 200,
+                                 "change": {"kind": "compacted", "index": 0, "tokens_before": 0}}

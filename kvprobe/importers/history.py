@@ -72,6 +72,7 @@ class Sent:
     tokens: int = 0
     messages: int = 0
     role: str | None = None
+    replaced: str | None = None  # a list that replaced another (Sequence): why (compacted, branched)
 
     def append(self, key: Any, role: str | None, digest: int, tokens: int) -> None:
         self.at[key] = len(self.ids)
@@ -170,14 +171,15 @@ class Chains:
 
 
 class Sequence:
-    """Codex / Gemini CLI: the conversation as items in order; a request is sent with every item so far."""
+    """Codex, Gemini CLI, OpenCode: the conversation as items in order; a request is sent with every item so far.
+    Requests of several streams (OpenCode's agents) can share one conversation: each is diffed against the
+    last request of its own stream."""
 
-    __slots__ = ("items", "sent", "pending")
+    __slots__ = ("items", "sent")
 
     def __init__(self) -> None:
         self.items = Sent()  # the conversation now
-        self.sent: tuple[Sent, int] | None = None  # the items the last request was sent, and how many
-        self.pending: str | None = None  # why the items were replaced since the last request
+        self.sent: dict[str, tuple[Sent, int]] = {}  # stream -> the items its last request was sent, how many
 
     def add(self, role: str, content: Any) -> None:
         digest, tokens = measure(content)
@@ -185,24 +187,21 @@ class Sequence:
 
     def replace(self, items: list[tuple[str, Any]], kind: str) -> None:
         """The history replaced (`compacted`: a summary) or cut back (`branched`: a rewind). The old items stay
-        as they were (a new list), so the last request's can still be compared."""
-        self.items = Sent()
+        as they were (a new list), so the last requests' can still be compared."""
+        self.items = Sent(replaced=kind)
         for role, content in items:
             self.add(role, content)
-        self.pending = kind
 
     def cut(self, count: int) -> None:
         """The history rewound to its first `count` items."""
-        old, self.items = self.items, Sent()
+        old, self.items = self.items, Sent(replaced="branched")
         for i in range(min(count, len(old.ids))):
             self.items.append(i, old.roles[i], old.digests[i], old.sizes[i])
-        self.pending = "branched"
 
-    def request(self) -> dict[str, Any]:
-        items, sent = self.items, self.sent
-        pending, self.pending = self.pending, None
-        self.sent = (items, len(items.ids))
-        if sent is None or (pending is None and sent[0] is items):
+    def request(self, stream: str = "") -> dict[str, Any]:
+        items, sent = self.items, self.sent.get(stream)
+        self.sent[stream] = (items, len(items.ids))
+        if sent is None or sent[0] is items:
             return items.summary(None)  # only appended since: the last request's items are a prefix
         old = sent[0].digests[:sent[1]]
         keep = 0
@@ -210,4 +209,4 @@ class Sequence:
             if a != b:
                 break
             keep += 1
-        return items.summary((pending or "branched", keep) if keep < len(old) else None)
+        return items.summary((items.replaced or "branched", keep) if keep < len(old) else None)
