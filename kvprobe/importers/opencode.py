@@ -110,6 +110,8 @@ def _database_parts(path: Path) -> dict[str, tuple[int, int]] | None:
     """Each message's parts (its text, tool calls and their outputs) as one digest and an estimated size, for
     the rebuilt history (kvprobe.importers.history); None where the database has no readable part table (the
     usage is read all the same)."""
+    import sqlite3
+
     out: dict[str, tuple[int, int]] = {}
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
