@@ -4,7 +4,8 @@ not answers.
 
 Unit functions are top-level here, as a stage's are: the pool's workers are forked from this process and find
 them by name. Each worker that must fail leaves a file behind first, so that it fails once and the run again
-succeeds (or not at all, for the caller's own run of it).
+succeeds (or not at all, for the caller's own run of it). The unit that fails is the first: the caller takes
+units from the end of the list, and the first is always a worker's.
 """
 from __future__ import annotations
 
@@ -49,20 +50,20 @@ def _first_time(marks: Path, unit: int) -> bool:
     return True
 
 
-def dies_on_nine(shared: tuple[int, Path], unit: int) -> int:
-    if unit == 9 and _first_time(shared[1], unit):
+def dies_on_three(shared: tuple[int, Path], unit: int) -> int:
+    if unit == 3 and _first_time(shared[1], unit):
         os._exit(7)  # killed mid-run, as by the OOM killer
     return unit * unit + shared[0]
 
 
-def stops_on_five(shared: tuple[int, Path], unit: int) -> int:
-    if unit == 5 and _first_time(shared[1], unit):
+def stops_on_three(shared: tuple[int, Path], unit: int) -> int:
+    if unit == 3 and _first_time(shared[1], unit):
         os.kill(os.getpid(), signal.SIGSTOP)  # stopped, as by a debugger or ^Z: it never answers
     return unit * unit + shared[0]
 
 
 def dies_every_time_in_a_worker(shared: int, unit: int) -> int:
-    if unit == 2 and os.getpid() != PARENT:
+    if unit == 3 and os.getpid() != PARENT:
         os._exit(9)
     return unit * unit + shared
 
@@ -82,7 +83,8 @@ def deadline():
     signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.parametrize("executor", [InProcess(), LocalPool(2), LocalPool(3)], ids=lambda e: e.name)
+@pytest.mark.parametrize("executor", [InProcess(), LocalPool(1), LocalPool(2), LocalPool(3)],
+                         ids=["in-process", "pool of 1", "pool of 2", "pool of 3"])
 def test_results_come_back_in_unit_order(executor):
     assert executor.start(square_plus, UNITS, shared=SHARED).results() == EXPECTED
 
@@ -95,8 +97,8 @@ def test_a_unit_that_raises_raises_in_the_caller_naming_it(executor):
 
 
 def test_a_worker_that_dies_costs_time_not_answers(tmp_path):
-    assert LocalPool(2).start(dies_on_nine, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
-    assert (tmp_path / "9").exists(), "a worker did die on unit 9"
+    assert LocalPool(2).start(dies_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+    assert (tmp_path / "3").exists(), "a worker did die on unit 3"
 
 
 def test_a_unit_that_kills_every_worker_is_computed_in_the_caller():
@@ -105,7 +107,7 @@ def test_a_unit_that_kills_every_worker_is_computed_in_the_caller():
 
 def test_a_stopped_worker_costs_time_not_answers(tmp_path, deadline):
     before = {p.pid for p in multiprocessing.active_children()}
-    assert LocalPool(2).start(stops_on_five, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
-    assert (tmp_path / "5").exists(), "a worker did stop on unit 5"
+    assert LocalPool(2).start(stops_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+    assert (tmp_path / "3").exists(), "a worker did stop on unit 3"
     left = {p.pid for p in multiprocessing.active_children()} - before
     assert left == set(), "no stopped worker is left behind"

@@ -41,31 +41,53 @@ class DaskCluster:
         except (OSError, TimeoutError, ValueError) as exc:
             raise ClusterUnavailable(f"cannot reach the Dask scheduler at {address}: {exc}") from None
         self.address = address
+        self.stalled: set[str] = set()  # workers found stalled: later maps leave them out
 
     def start(self, fn: Unit, units: Sequence[Any], shared: Any = None) -> _ClusterRun:
-        return _ClusterRun(self.client, fn, units, shared)
+        return _ClusterRun(self, fn, units, shared)
 
     def close(self) -> None:
         self.client.close()
 
 
-def _call(fn: Unit, shared: Any, unit: Any) -> Any:
+def kvprobe_unit(fn: Unit, shared: Any, unit: Any) -> Any:
+    """One unit on a worker (the task's name on the scheduler's dashboard: kvprobe_unit-…)."""
     return fn(shared, unit)
 
 
 class _ClusterRun:
-    def __init__(self, client: Any, fn: Unit, units: Sequence[Any], shared: Any) -> None:
-        self._client, self._fn, self._units, self._shared = client, fn, units, shared
+    def __init__(self, cluster: DaskCluster, fn: Unit, units: Sequence[Any], shared: Any) -> None:
+        self._cluster, self._client = cluster, cluster.client
+        self._fn, self._units, self._shared = fn, units, shared
         self._out: list[Any] = [None] * len(units)
         self._futures: dict[Any, int] = {}
+        self._here: list[int] = []  # units the caller computes: no worker could be given them
         if units:
-            there = client.scatter(shared, broadcast=True, hash=False)
-            futures = client.map(_call, [fn] * len(units), [there] * len(units), list(units), pure=False)
-            self._futures = {f: i for i, f in enumerate(futures)}
+            self._submit()
+
+    def _submit(self) -> None:
+        """`shared` copied to every worker not known to be stalled (a copy each: no task waits for another
+        worker's), then a task per unit, on those workers only. A copy that does not arrive within the stall
+        window (a worker stopped since the last map) leaves the whole map to the caller."""
+        client, units = self._client, list(self._units)
+        workers = [w for w in client.scheduler_info(n_workers=-1).get("workers", {})
+                   if w not in self._cluster.stalled]
+        if not workers:
+            self._here = list(range(len(units)))
+            return
+        try:
+            there = client.scatter(self._shared, workers=workers, broadcast=True, hash=False,
+                                   timeout=stall_seconds())
+        except (OSError, TimeoutError):
+            self._here = list(range(len(units)))
+            return
+        futures = client.map(kvprobe_unit, [self._fn] * len(units), [there] * len(units), units, pure=False,
+                             workers=workers, allow_other_workers=False)
+        self._futures = {f: i for i, f in enumerate(futures)}
 
     def results(self) -> list[Any]:
         try:
-            run_here(self._fn, self._units, sorted(self._gather()), self._shared, self._out)
+            run_here(self._fn, self._units, sorted(self._here + self._gather()), self._shared, self._out)
         finally:
             self.close()
         return self._out
@@ -75,14 +97,15 @@ class _ClusterRun:
         from distributed.scheduler import KilledWorker
 
         lost: list[int] = []
-        heartbeats = _Heartbeats(self._client, stall_seconds())
+        heartbeats = _Heartbeats(self._client, stall_seconds(), self._cluster.stalled)
         arrived = threading.Event()
         for future in self._futures:
             future.add_done_callback(lambda _: arrived.set())
         while self._futures:
             arrived.wait(POLL_S)
             arrived.clear()
-            for future in [f for f in self._futures if f.done()]:
+            finished = [f for f in self._futures if f.done()]
+            for future in finished:
                 i = self._futures.pop(future)
                 try:
                     self._out[i] = future.result()
@@ -90,7 +113,7 @@ class _ClusterRun:
                     lost.append(i)
                 except Exception as exc:
                     raise named(exc, i, self._units)
-            stalled = heartbeats.stalled({f.key for f in self._futures})
+            stalled = heartbeats.stalled({f.key for f in self._futures}, bool(finished))
             for future in [f for f in self._futures if f.key in stalled]:
                 lost.append(self._futures.pop(future))
                 future.cancel()
@@ -103,31 +126,34 @@ class _ClusterRun:
 
 
 class _Heartbeats:
-    """Which of our tasks sit on a worker whose heartbeat has not moved for the window (or wait with no
-    worker at all for that long)."""
+    """Which of our tasks the caller should take over: those on a worker whose heartbeat has not moved for the
+    window, and all of them once no worker with a live heartbeat has held one for the window (the workers they
+    may run on are gone)."""
 
-    def __init__(self, client: Any, window: float) -> None:
-        self._client, self._window = client, window
+    def __init__(self, client: Any, window: float, found: set[str]) -> None:
+        self._client, self._window, self._found = client, window, found
         self._seen: dict[str, tuple[float, float]] = {}  # worker -> (its last heartbeat, when we saw it move)
-        self._workers_since = time.monotonic()
+        self._busy_since = time.monotonic()  # when a live worker last held one of our tasks
 
-    def stalled(self, keys: set) -> set:
+    def stalled(self, keys: set, progressed: bool) -> set:
+        now = time.monotonic()
         if not keys:
             return set()
-        now = time.monotonic()
+        if progressed:
+            self._busy_since = now
         workers = self._client.scheduler_info(n_workers=-1).get("workers", {})
-        if workers:
-            self._workers_since = now
-        elif now - self._workers_since > self._window:
-            return set(keys)
-        out: set = set()
         processing = self._client.processing()
+        out: set = set()
         for address, info in workers.items():
             beat = info.get("last_seen", 0.0)
             last, moved = self._seen.get(address, (None, now))
             if beat != last:
                 moved = now
             self._seen[address] = (beat, moved)
+            held = keys & set(processing.get(address, ()))
             if now - moved > self._window:
-                out |= keys & set(processing.get(address, ()))
-        return out
+                self._found.add(address)
+                out |= held
+            elif held:
+                self._busy_since = now
+        return set(keys) if now - self._busy_since > self._window else out
