@@ -170,3 +170,13 @@ def test_a_stopped_worker_costs_time_not_answers(cluster, fleet, local_fleet):
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
     assert stopped, "a worker was stopped while it priced a policy"
+
+
+def test_an_unreachable_scheduler_is_a_usage_error_naming_the_option(fleet, tmp_path):
+    """No scheduler listens there: exit 2, one line naming --cluster and the address, no report written."""
+    done = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(fleet), "--json", "--cluster",
+                           "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "--cluster" in done.stderr and "tcp://127.0.0.1:9" in done.stderr
+    assert "Traceback" not in done.stderr
