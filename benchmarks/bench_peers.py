@@ -6,14 +6,18 @@ platform). A peer that cannot be installed is skipped with the reason. Inputs ar
 committed: ~100 MB and ~1 GB agent traces (gen_trace), a fleet of 3,000 requests (gen_fleet: sessions of one
 product sharing tools + system, with breakers in each; reported with fixes on and off), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
 subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
-the standard library's `json.loads` over every line, in its own process.
+the standard library's `json.loads` over every line, in its own process. The start-up job times what users
+type most, where start-up is the whole cost: `diff` of two small requests (cachelint's `diff` beside it),
+`--help`, and `usage` of a 1.8 MB Claude Code folder (ccusage beside it); `usage` is also timed on 20 MB.
 
 Every job runs its commands round-robin `--repeat` times (kvprobe, each peer, the floor, then again), and
 reports medians: on a shared machine only ratios taken in the same run mean anything; the load average
 is printed before and after.
 
 Usage: uv run python benchmarks/bench_peers.py [--quick] [--repeat 3] [--work DIR] [--only report usage ...]
+                                              [--baseline DIR]
   --quick: 200 MB instead of 1 GB for the large trace and the Claude Code folder.
+  --baseline DIR: an earlier kvprobe's sources, timed next to this one in the start-up job.
   --work DIR: keep the generated inputs and installed peers there (reused by the next run).
 """
 from __future__ import annotations
@@ -66,6 +70,7 @@ class Tool:
     cmd: list[str]
     env: dict[str, str] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
+    versus: str | None = None  # the kvprobe tool its ratio is taken to (None: the job's first)
 
     def median(self, attr: str) -> float:
         return statistics.median(getattr(r, attr) for r in self.runs)
@@ -158,15 +163,17 @@ def bodies_file(trace: Path, out: Path) -> Path:
 def inputs(work: Path, quick: bool) -> dict[str, Path]:
     big = 200 if quick else 1000
     made = {"t100": work / "trace_100mb.jsonl", "tbig": work / f"trace_{big}mb.jsonl",
-            "t3000": work / "fleet_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects"}
+            "t3000": work / "fleet_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects",
+            "claude_1": work / "claude_1mb" / "projects", "claude_20": work / "claude_20mb" / "projects"}
     if not made["t100"].exists():
         generate(made["t100"], 100)
     if not made["tbig"].exists():
         generate(made["tbig"], big)
     if not made["t3000"].exists():  # a fleet: 200 sessions of one product sharing tools + system, with breakers
         generate_fleet(made["t3000"], 3000)
-    if not made["claude"].exists():
-        bench_usage.generate(made["claude"], big * 1_000_000)
+    for key, megabytes in (("claude", big), ("claude_1", 1), ("claude_20", 20)):
+        if not made[key].exists():
+            bench_usage.generate(made[key], megabytes * 1_000_000)
     return made
 
 
@@ -179,7 +186,7 @@ def kvprobe_cmd() -> list[str]:
 
 
 def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[str] | None,
-         skipped: dict[str, str]) -> dict[str, list[Tool]]:
+         skipped: dict[str, str], baseline: Path | None = None) -> dict[str, list[Tool]]:
     kv, floor = kvprobe_cmd(), [sys.executable, "-c", FLOOR]
     hmac = {"CACHEECONOMICS_HMAC_KEY": "kvprobe-benchmark-key-0123456789abcdef"}
     out: dict[str, list[Tool]] = {}
@@ -204,26 +211,43 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
                                                      "--from", "bodies", "--format", "json"], hmac))
     out[f"report with fixes, fleet of 3,000 requests ({size(t3000)})"] = fleet + [
         Tool("json parse floor", [*floor, str(t3000)])]
-    claude = made["claude"]
-    usage = [Tool("kvprobe usage --json", [*kv, "usage", str(claude), "--json"])]
-    if ccusage:
-        usage.append(Tool("ccusage daily --json", [*ccusage, "daily", "--json", "--offline"],
-                          {"CLAUDE_CONFIG_DIR": str(claude.parent)}))
-    out[f"usage, Claude Code folder ({sum(p.stat().st_size for p in claude.rglob('*.jsonl')) / 1e6:,.0f} MB)"] = \
-        usage + [Tool("json parse floor", [*floor, str(claude)])]
+    for claude in (made["claude_20"], made["claude"]):
+        out[f"usage, Claude Code folder ({folder_mb(claude):,.0f} MB)"] = usage_tools(kv, ccusage, claude) + [
+            Tool("json parse floor", [*floor, str(claude)])]
     a, b = ROOT / "examples" / "request_a.json", ROOT / "examples" / "request_b.json"
     small = [Tool("kvprobe diff", [*kv, "diff", str(a), str(b)]), Tool("kvprobe --help", [*kv, "--help"])]
     if py_bin:
         small.append(Tool("cachelint diff", [str(py_bin / "cachelint"), "diff", str(a), str(b)]))
-    out["start-up: diff of two small requests, --help"] = small
+    tiny = made["claude_1"]
+    if baseline is not None:  # the same commands from an earlier kvprobe's sources, in the same rounds
+        then = {"PYTHONPATH": str(baseline)}
+        base_kv = [sys.executable, "-P", "-m", "kvprobe"]  # -P: not the current folder's kvprobe
+        small += [Tool("baseline kvprobe diff", [*base_kv, "diff", str(a), str(b)], then, versus="kvprobe diff"),
+                  Tool("baseline kvprobe usage --json", [*base_kv, "usage", str(tiny), "--json"], then,
+                       versus="kvprobe usage --json")]
+    out[f"start-up: diff of two small requests, --help, usage of a {folder_mb(tiny):,.1f} MB folder"] = \
+        small + usage_tools(kv, ccusage, tiny)
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     return out
 
 
+def folder_mb(claude: Path) -> float:
+    return sum(p.stat().st_size for p in claude.rglob("*.jsonl")) / 1e6
+
+
+def usage_tools(kv: list[str], ccusage: list[str] | None, claude: Path) -> list[Tool]:
+    """`kvprobe usage` and ccusage's `daily` over one Claude Code projects folder."""
+    tools = [Tool("kvprobe usage --json", [*kv, "usage", str(claude), "--json"])]
+    if ccusage:
+        tools.append(Tool("ccusage daily --json", [*ccusage, "daily", "--json", "--offline"],
+                          {"CLAUDE_CONFIG_DIR": str(claude.parent)}, versus=tools[0].name))
+    return tools
+
+
 def same_usage_totals(tools: list[Tool]) -> str:
     """kvprobe usage and ccusage daily agree on every token class?"""
-    kv = next((t for t in tools if t.name.startswith("kvprobe")), None)
+    kv = next((t for t in tools if t.name.startswith("kvprobe usage")), None)
     cc = next((t for t in tools if t.name.startswith("ccusage")), None)
     if not kv or not cc or not kv.runs or not cc.runs or not kv.runs[-1].ok or not cc.runs[-1].ok:
         return ""
@@ -248,14 +272,26 @@ def print_job(title: str, tools: list[Tool]) -> None:
         if not t.runs:
             continue
         bad = "" if all(r.ok for r in t.runs) else "  (failed: " + t.runs[-1].out.strip()[-120:] + ")"
-        ratio = t.median("wall") / base.median("wall") if base.runs else float("nan")
-        print(f"  {t.name:36} {t.median('wall'):8.2f} {t.median('cpu'):8.2f} {t.median('rss_mb'):12.0f} "
-              f"{ratio:15.2f}x{bad}")
+        ref = next((r for r in tools if r.name == t.versus), base)
+        ratio = t.median("wall") / ref.median("wall") if ref.runs else float("nan")
+        versus = f" ({t.versus})" if t.versus and ref is not base else ""
+        print(f"  {t.name:36} {t.median('wall'):8.3f} {t.median('cpu'):8.3f} {t.median('rss_mb'):12.0f} "
+              f"{ratio:15.2f}x{versus}{bad}")
     if floor and floor.runs and base.runs:
         print(f"  kvprobe / parse floor: {base.median('wall') / floor.median('wall'):.2f}x wall, "
               f"{base.median('cpu') / floor.median('cpu'):.2f}x CPU")
     if note := same_usage_totals(tools):
         print(note)
+
+
+def cache_byte_code(folder: Path) -> None:
+    """Let every Python tool measured here (kvprobe, typer, rich, the Python peers) keep its byte code, as an
+    installed program does after its first run: this project's machines set PYTHONDONTWRITEBYTECODE, and uv
+    installs without byte code, so each start-up otherwise recompiled every module it imported (~0.1 s of
+    kvprobe's and typer's). The byte code goes to `folder` (PYTHONPYCACHEPREFIX), never into a checkout or a
+    virtual environment; each job's first round is then a warm-up, not timed."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
 
 
 def compile_kvprobe() -> None:
@@ -275,6 +311,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an earlier kvprobe's sources (a folder holding kvprobe/ and providers/, e.g. from "
+                             "`git archive REV kvprobe providers | tar -x -C DIR`), timed in the start-up job")
     args = parser.parse_args()
     keep = args.work is not None
     work = args.work or Path(tempfile.mkdtemp(prefix="kvprobe-bench-"))
@@ -287,14 +326,16 @@ def main() -> int:
         ccusage, why = install_ccusage(work / "peers")
         if why:
             skipped["ccusage"] = why
-        compile_kvprobe()
+        cache_byte_code(work / "pycache")
         t0 = time.perf_counter()
         made = inputs(work, args.quick)
         print(f"inputs ready in {time.perf_counter() - t0:.0f} s under {work}")
         print(f"machine: {os.cpu_count()} cores; load average before: {os.getloadavg()}")
-        for title, tools in jobs(made, work, py_bin, ccusage, skipped).items():
+        for title, tools in jobs(made, work, py_bin, ccusage, skipped, args.baseline).items():
             if args.only and not any(o in title for o in args.only):
                 continue
+            for tool in tools:  # the warm-up: byte code written, files in the page cache
+                measure(tool.cmd, tool.env)
             for _ in range(args.repeat):
                 for tool in tools:
                     tool.runs.append(measure(tool.cmd, tool.env))

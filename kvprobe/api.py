@@ -23,7 +23,10 @@ def analyse(paths: str | Path | Sequence[str | Path], *, session: str | None = N
            price_file: str | Path | None = None, fixes: bool | None = None, top: int = 10) -> Report:
     """Simulate each provider's cache over traces (or agent logs), diagnose every miss and price the task,
     exactly as `kvprobe report` does: `.to_json()` is its `--json` output, `.totals` its total line,
-    `.misses` the costliest misses, `.fixes` the fixes with their savings, `.blocks` the costliest blocks.
+    `.bill` the spend by token class (`.bill.headline` its first line, `.bill.total`, `.bill.groups["model"]`,
+    `["project"]`, `["session"]`, `["agent"]`: (key, Split) rows, costliest first; `.bill.titles` the sessions'
+    titles), `.misses` the costliest misses, `.fixes` the fixes with their savings, `.blocks` the costliest
+    blocks.
 
     All files are simulated together (ids made unique across them); `session`, `agent` and `since` (RFC
     3339, epoch seconds or a datetime) narrow the requests as the CLI flags do. `fixes`: True computes the

@@ -193,9 +193,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise CatalogError(f"{path}: cannot read provider rules: {exc}") from exc
 
 
-def load_provider_file(path: Path) -> ProviderCatalog:
+def load_provider_file(path: Path, data: dict[str, Any] | None = None) -> ProviderCatalog:
+    """`data`: the file's parsed TOML, when the caller has read it already."""
     where = str(path)
-    data = _read_toml(path)
+    data = _read_toml(path) if data is None else data
     provider = data.get("provider")
     if provider not in PROVIDERS:
         raise CatalogError(f"{where}: field 'provider' must be one of {', '.join(PROVIDERS)}")
@@ -209,9 +210,9 @@ def load_provider_file(path: Path) -> ProviderCatalog:
 _DETECT_KEYS = ("hosts", "endpoint_markers", "model_markers", "response_id_prefixes")
 
 
-def load_platform_file(path: Path) -> PlatformCatalog:
+def load_platform_file(path: Path, data: dict[str, Any] | None = None) -> PlatformCatalog:
     where = str(path)
-    data = _read_toml(path)
+    data = _read_toml(path) if data is None else data
     platform = data.get("platform")
     if not isinstance(platform, str) or not platform or platform in PROVIDERS:
         raise CatalogError(f"{where}: field 'platform' must name a platform other than a provider")
@@ -235,6 +236,11 @@ class Catalog:
     platforms: dict[str, PlatformCatalog]
 
 
+# the price overlay (kvprobe.price_overlay) and the credential shapes (kvprobe.secrets): their modules read them
+# by these names, and the rules never need them (key_shapes.toml alone was half the parse of providers/)
+_READ_BY_NAME = frozenset(("prices.toml", "key_shapes.toml"))
+
+
 @lru_cache(maxsize=8)
 def _load_all(directory: str) -> Catalog:
     root = Path(directory)
@@ -244,14 +250,16 @@ def _load_all(directory: str) -> Catalog:
     providers: dict[str, ProviderCatalog] = {}
     platforms: dict[str, PlatformCatalog] = {}
     for path in files:
-        head = _read_toml(path)
+        if path.name in _READ_BY_NAME:
+            continue
+        head = _read_toml(path)  # parsed once (tomllib is pure Python: ~10 ms for all of providers/)
         if "platform" in head:
-            plat = load_platform_file(path)
+            plat = load_platform_file(path, head)
             platforms[plat.platform] = plat
         elif "provider" in head or not {"prices", "key_shapes"} & head.keys():
             # prices.toml is the price overlay (kvprobe.pricing), key_shapes.toml the credential shapes
             # (kvprobe.secrets)
-            cat = load_provider_file(path)
+            cat = load_provider_file(path, head)
             providers[cat.provider] = cat
     return Catalog(providers, platforms)
 

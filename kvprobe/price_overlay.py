@@ -79,22 +79,59 @@ def _row(raw: Any, where: str) -> PriceRow:
                     str(raw["source"]), _date(raw["checked"], where, "checked"))
 
 
+@dataclass(frozen=True, slots=True)
+class ModelAlias:
+    """A model id an agent logs that no price list spells so, and the id it is priced as (sourced)."""
+
+    provider: str
+    logged: str
+    priced_as: str
+    source: str
+    checked: dt.date
+
+
+def _alias(raw: Any, where: str) -> ModelAlias:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: each [[aliases]] entry must be a table")
+    for key in ("provider", "logged", "priced_as", "source", "checked"):
+        if not isinstance(raw.get(key), (str, dt.date)) or not raw.get(key):
+            raise CatalogError(f"{where}: an [[aliases]] entry has no '{key}'")
+    if raw["provider"] not in PROVIDERS:
+        raise CatalogError(f"{where} [{raw['logged']}]: field 'provider' must be one of {', '.join(PROVIDERS)}")
+    return ModelAlias(str(raw["provider"]), canonical_model(str(raw["logged"])), str(raw["priced_as"]),
+                      str(raw["source"]), _date(raw["checked"], where, "checked"))
+
+
 @lru_cache(maxsize=4)
-def _load(directory: str) -> tuple[PriceRow, ...]:
+def _load(directory: str) -> tuple[tuple[PriceRow, ...], tuple[ModelAlias, ...]]:
     import tomllib
 
     path = Path(directory) / OVERLAY_FILE
     if not path.is_file():
-        return ()
+        return (), ()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: cannot read the price overlay: {exc}") from exc
-    return tuple(_row(raw, str(path)) for raw in data.get("models", []))
+    return (tuple(_row(raw, str(path)) for raw in data.get("models", [])),
+            tuple(_alias(raw, str(path)) for raw in data.get("aliases", [])))
 
 
 def overlay_rows(directory: Path | None = None) -> tuple[PriceRow, ...]:
-    return _load(str(directory or providers_dir()))
+    return _load(str(directory or providers_dir()))[0]
+
+
+def overlay_aliases(directory: Path | None = None) -> tuple[ModelAlias, ...]:
+    return _load(str(directory or providers_dir()))[1]
+
+
+def alias_of(provider: str | None, model: str) -> ModelAlias | None:
+    """The alias that prices a logged model id under another one, where `providers/prices.toml` lists one."""
+    name = canonical_model(model)
+    for alias in overlay_aliases():
+        if alias.logged == name and alias.provider == (provider or alias.provider):
+            return alias
+    return None
 
 
 def overlay_row(provider: str | None, model: str, day: int | None, override: bool) -> PriceRow | None:

@@ -38,7 +38,7 @@ from typing import Any
 from kvprobe.catalog import ModelRules, providers_dir, rules_for
 from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
-from kvprobe.price_overlay import PRICE_KEYS, overlay_row, per_token
+from kvprobe.price_overlay import PRICE_KEYS, alias_of, overlay_row, per_token
 from kvprobe.usage import Usage
 from kvprobe.wording import show
 
@@ -206,11 +206,22 @@ class PriceBook:
             return row.units(), OVERLAY_SOURCE
         for key, ref in _lookups(provider, model, platform):
             if self._unit_prices(key, ref, day, input_tokens, note_unknown=False) is not None:
+                self._note_alias(provider, model, ref)
                 return (key, ref), "genai-prices"
         row = overlay_row(provider, model, day, override=False)
         if row is not None:
             return row.units(), OVERLAY_SOURCE
         return None, "unknown"
+
+    def _note_alias(self, provider: str | None, model: str, ref: str) -> None:
+        """Say (once per model) that a logged id was priced as another through a sourced alias."""
+        alias = alias_of(provider, model)
+        if alias is None or ref != alias.priced_as:
+            return
+        note = (f"{model} priced as {alias.priced_as}: a sourced alias in providers/prices.toml (checked "
+                f"{alias.checked}); ids that no price list or alias names stay unpriced")
+        if note not in self.notes:
+            self.notes.append(note)
 
     def period_day(self, provider: str | None, model: str, day: int | None,
                    platform: str | None = None) -> int | None:
@@ -328,6 +339,9 @@ def _lookups(provider: str | None, model: str, platform: str | None) -> list[tup
     canonical = canonical_model(model)
     if canonical != model:
         out.append((provider, canonical))
+    alias = alias_of(provider, model)  # last: a sourced alias for an id no price list spells so
+    if alias is not None:
+        out.append((provider, alias.priced_as))
     return out
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.catalog import Catalog, load_registry, rules_for
-from kvprobe.price_overlay import OVERLAY_FILE, overlay_rows
+from kvprobe.agents import AGENTS_DIR, profiles
+from kvprobe.price_overlay import OVERLAY_FILE, overlay_aliases, overlay_rows
 from kvprobe.request import model_from_endpoint
 
 DEFAULT_MAX_AGE_DAYS = 90
@@ -77,6 +78,14 @@ def _dated(catalog: Catalog) -> Iterable[tuple[str, str, str, dt.date]]:
                 yield holder.path.name, f"{name} / {fam.family}", rule.name, rule.checked
     for row in overlay_rows():
         yield OVERLAY_FILE, f"price / {row.provider}", row.model, row.checked
+    for alias in overlay_aliases():
+        yield OVERLAY_FILE, f"alias / {alias.provider}", alias.logged, alias.checked
+    for profile in {p.path: p for p in profiles().values()}.values():  # the agents' knobs (kvprobe.agents)
+        name = f"{AGENTS_DIR}/{Path(profile.path).name}"
+        for key, advice in profile.advice.items():
+            yield name, f"agent / {profile.name}", f"advice.{key}", advice.checked
+        if profile.longer_lifetime is not None:
+            yield name, f"agent / {profile.name}", "longer_lifetime", profile.longer_lifetime.checked
 
 
 def stale_rules(max_age_days: int, as_of: dt.date, directory: Path | None = None) -> tuple[int, list[StaleRule]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis import split_parse
+from kvprobe.analysis.agent_advice import advise as advise_agents, uncached_notes
 from kvprobe.analysis.helper import worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
@@ -68,6 +69,8 @@ class Report:
     blocks: list[Any] = field(default_factory=list)  # economics.attribution.BlockCost: all, costliest first
     compactions: list[Any] = field(default_factory=list)
     fleet: list[Any] = field(default_factory=list)  # analysis.fleet.SharedPrefix: prefixes sessions share
+    # agent logs: what each agent's longer-lifetime setting costs and saves here (analysis.agent_advice)
+    lifetime_trades: list[Any] = field(default_factory=list)
     top: int = 10  # misses the terminal lists (the JSON has every one)
 
     @property
@@ -83,6 +86,7 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # the paths given (files or folders), in order
     prices: Any = None  # the PriceBook every cost was priced with (the per-class dollar split reads it)
+    bill: Any = None  # economics.bill.Bill: the spend by token class, in total and by model/project/session/agent
 
     @property
     def failed_note(self) -> str | None:
@@ -136,7 +140,21 @@ class Report:
             "tasks": [t.to_json() for t in self.tasks],
             "task_totals": task_overall(self.tasks),
             "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
+            "bill": self.bill.to_json() if self.bill is not None else None,
+            "fixes_note": self.fixes_note,
+            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
         }
+
+    @property
+    def fixes_note(self) -> str | None:
+        """What stands in for the fixes when there are none: none pays, or (no request bodies) none could be
+        simulated, and how to capture them; None when fixes were found or not computed."""
+        if self.what_if is None or self.fixes:
+            return None
+        from kvprobe.analysis.agent_advice import no_bodies_note
+        from kvprobe.economics.bill_words import NO_FIX_PAYS
+
+        return no_bodies_note(self.results) or NO_FIX_PAYS
 
 
 def failed_line(failed: list[tuple[str, str]]) -> str | None:
@@ -222,7 +240,8 @@ def fallback_lines(rep: "Report") -> list[str]:
 def request_json(r: RequestResult) -> dict[str, Any]:
     u, p = r.usage, r.predicted
     return {
-        "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "started_at": format_time(r.sk.started_at),
+        "id": r.sk.id, "session": r.sk.session, "agent": r.sk.agent, "project": _project(r),
+        "started_at": format_time(r.sk.started_at),
         "provider": r.sk.provider, "model": r.sk.model, "model_known": r.rules.known_model,
         "platform": r.rules.platform, "rules_family": r.rules.family, "rules_fallback": r.rules.fallback,
         "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
@@ -240,6 +259,12 @@ def request_json(r: RequestResult) -> dict[str, Any]:
                                              "fresh_input_tokens": p.fresh_input_tokens},
         "diagnoses": [d.to_json() for d in r.diagnoses],
     }
+
+
+def _project(r: RequestResult) -> str:
+    from kvprobe.economics.bill import project_of
+
+    return project_of(r)
 
 
 def _reread_factory() -> Callable[[Skeleton], RenderedRequest | None]:
@@ -371,6 +396,8 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     if filters:
         results = [r for r in results if filters.keep(r)]
         failed = [sk for sk in failed if filters.keeps(sk)]
+    trades = advise_agents(results, prices)  # advice in the knobs of the agent that wrote the log
+    notes += uncached_notes(results)  # agent logs whose long prompts cached nothing at all
     misses = []
     for r in results:
         if r.diagnoses and r.missed_tokens > 0:
@@ -387,11 +414,25 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     rep.blocks = top_blocks(attribute(results, prices), top_block_count)
     rep.compactions = find_compactions(results, prices)
     rep.fleet = fleet
+    rep.lifetime_trades = trades
     rep.tasks = summarize_tasks(results, outcomes)
     rep.inputs, rep.prices = [str(p) for p in paths], prices
+    rep.bill = _bill(results, misses, prices)
     if what_if is not None:
         _add_fixes(rep, what_if)
     return rep
+
+
+def _bill(results: list[RequestResult], misses: list[Miss], prices: PriceBook) -> Any:
+    from kvprobe.economics.bill import build_bill
+    from kvprobe.importers.titles import SessionTitles
+
+    wasted = None if any(m.usd is None for m in misses) else sum(m.usd or 0.0 for m in misses)
+    sources: dict[str, dict[str, None]] = {}
+    for r in results:
+        if r.sk.source is not None:
+            sources.setdefault(r.sk.session, {})[r.sk.source] = None
+    return build_bill(results, prices, wasted, SessionTitles({k: list(v) for k, v in sources.items()}))
 
 
 def _diagnose_beside(results: list[RequestResult], what_if: Callable[[], Any] | None) -> Any:

@@ -21,7 +21,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +53,17 @@ class _Shape:
 class _Scrubber:
     shapes: tuple[_Shape, ...]  # tried in order
     words: tuple[str, ...]  # a text whose lower-cased form holds none of these holds no credential
+    # texts `clean` was asked about, with its answer (the identity fields of one log repeat on every request)
+    _verdicts: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def clean(self, text: str) -> bool:
+        """`text` holds none of the words, so no credential (remembered for the last few thousand texts)."""
+        verdict = self._verdicts.get(text)
+        if verdict is None:
+            if len(self._verdicts) >= 4096:
+                self._verdicts.clear()
+            verdict = self._verdicts[text] = not self.suspects(text)
+        return verdict
 
     def suspects(self, text: str) -> list[_Shape]:
         """The shapes `text` may hold, by substring tests rather than one regular expression: Python's re
@@ -177,7 +188,9 @@ R = TypeVar("R")
 def scrub_identity(record: R) -> R:
     """The record with credentials scrubbed from its identity fields and `extra`; the record itself (not a
     copy) when none holds one, which one search over them all tells for most records."""
-    texts = [v for v in (getattr(record, name) for name in IDENTITY_FIELDS) if isinstance(v, str)]
+    # the id apart from the rest: every request has its own id, while its session, agent, endpoint and extra
+    # (cwd, branch, client version) repeat from request to request, so their verdict is remembered
+    texts = [v for v in (getattr(record, name) for name in IDENTITY_FIELDS[1:]) if isinstance(v, str)]
     extra = getattr(record, "extra")
     nested = False
     for key, value in extra.items():  # (an importer's extra is a few flat strings: searched with the rest)
@@ -186,7 +199,8 @@ def scrub_identity(record: R) -> R:
             texts.append(value)
         elif isinstance(value, (dict, list)):
             nested = True
-    if not nested and not _current().suspects("\0".join(texts)):
+    scrubber, rid = _current(), getattr(record, IDENTITY_FIELDS[0])
+    if not nested and scrubber.clean("\0".join(texts)) and not (isinstance(rid, str) and scrubber.suspects(rid)):
         return record
     changes: dict[str, Any] = {}
     for name in IDENTITY_FIELDS:

@@ -1,6 +1,7 @@
 """Values in sentences a user reads: JSON or words, never Python reprs (`None`, `{'type': 'any'}`)."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from typing import Any
@@ -88,3 +89,8 @@ def sources(names: list[str], shown: int = 3) -> str:
 def short_id(value: str, keep: int = 8) -> str:
     """A long id (a session UUID, a message id) cut to what tells it apart at a glance: `3f2b9c1e…`."""
     return value if len(value) <= keep + 2 else value[:keep] + "…"
+
+
+def zone_name(zone: dt.tzinfo, when: float) -> str:
+    """A time zone as a legend names it: its IANA key when it has one, else its abbreviation (UTC, CET)."""
+    return getattr(zone, "key", None) or dt.datetime.fromtimestamp(when, zone).tzname() or "local time"

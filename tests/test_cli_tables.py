@@ -114,7 +114,7 @@ def test_an_indented_line_keeps_its_indent_when_a_terminal_wraps_it():
 # (command, table title or None, first header, columns that must stay at 80, at 60)
 TABLES = [
     (["report", SAMPLE, "--no-fixes"], "Requests", "time",
-     ["time", "id", "read", "write", "hit %", "cost", "why"], ["id", "read", "hit %", "cost", "why"]),
+     ["time", "id", "read", "write", "hit %", "cost", "why"], ["time", "read", "hit %", "cost", "why"]),
     (["report", SAMPLE, "--no-fixes"], "Costliest blocks over the task", "block",
      ["block", "first", "write", "reads", "total"], ["block", "write", "reads", "total"]),
     (["report", SAMPLE, "--what-if"], "What if: predicted before → after all fixes", "id",

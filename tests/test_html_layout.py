@@ -63,9 +63,9 @@ def test_the_page_names_the_logs_and_gives_the_busiest_agents_a_lane(page):
     lanes = re.findall(r'<g class="lane" data-lane="\d+" data-agent="([^"]+)"', html.split('data-unit="usd"')[1].split('data-unit="tokens"')[0])
     assert lanes == ["main", "agent-a00", "agent-a01", "agent-a10", "3 other agents"]
     assert html.count('<g class="axis">') == 2  # one time axis per chart (dollars, tokens), shared by every lane
-    # ids: the session UUID shortened, the whole of it on hover
+    # sessions: by their first prompt (ClaudeTranscript's "go on"), the whole UUID on hover
     row = re.search(r'<tr id="row-0".*?</tr>', html).group(0)
-    assert f'<code title="{SESSIONS[0]}">3f2b9c1e-7d4…</code>' in row
+    assert f'<span title="{SESSIONS[0]}: go on">go on</span>' in row
     assert "sessions with cause" not in dom.text_by_id.get("totals", "")
 
 

@@ -37,6 +37,20 @@ EXTRA_LINES = {
                    b'{"$rewindTo":"g1"}',
                    b'{"id":"g1","timestamp":"2026-02-11T09:00:04.000Z","type":"gemini","model":"gemini-2.5-flash",'
                    b'"tokens":{"input":20000,"output":100,"cached":0,"thoughts":5,"tool":0,"total":20105}}'],
+    "kimi_cli": [b'{"type":"metadata","protocol_version":"1.3"}',
+                 b'{"timestamp":1770800000.5,"message":{"type":"StepBegin","payload":{"n":1}}}',
+                 b'{"timestamp":1770800003.0,"message":{"type":"StatusUpdate","payload":{"message_id":"m1",'
+                 b'"token_usage":{"input_other":1200,"output":50,"input_cache_read":9000,"input_cache_creation":0}}}}',
+                 b'{"timestamp":1770800004.0,"message":{"type":"SubagentEvent","payload":{"agent_id":"a1","event":'
+                 b'{"type":"StatusUpdate","payload":{"token_usage":{"input_other":5,"output":1,"input_cache_read":0,'
+                 b'"input_cache_creation":0}}}}}}',
+                 b'{"timestamp":1770800005.0,"message":{"type":"CompactionBegin","payload":{}}}'],
+    "copilot_cli": [b'{"type":"metric","name":"gen_ai.client.token.usage"}',
+                    b'{"type":"span","traceId":"t1","spanId":"s1","name":"chat gpt-5.4","startTime":[1775934000,0],'
+                    b'"endTime":[1775934004,500],"attributes":{"gen_ai.operation.name":"chat","gen_ai.response.model":'
+                    b'"gpt-5.4","gen_ai.conversation.id":"c1","gen_ai.response.id":"r1","gen_ai.usage.input_tokens":'
+                    b'12000,"gen_ai.usage.output_tokens":10,"gen_ai.usage.cache_read.input_tokens":10240}}',
+                    b'{"hrTime":[1775934004,0],"_body":"GenAI inference","attributes":{"gen_ai.usage.input_tokens":5}}'],
 }
 DOCUMENT_FORMATS = ("har", "otel", "claude_chat")
 FORMAT_OF = {"claude_chat": "claude_code"}  # a hook's logs/chat.json: the transcript's lines as one JSON array
@@ -134,7 +148,8 @@ def _check(fmt: str, content: bytes) -> None:
         os.unlink(name)
 
 
-FORMATS = ["claude_code", "claude_chat", "codex", "gemini_cli", "litellm", "otel", "har", "kvprobe"]
+FORMATS = ["claude_code", "claude_chat", "codex", "gemini_cli", "litellm", "otel", "har", "kvprobe", "kimi_cli",
+           "copilot_cli"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

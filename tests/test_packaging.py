@@ -62,8 +62,9 @@ def test_wheel_carries_schemas_providers_engine_and_the_script(wheel):
         names = set(zf.namelist())
         entry_points = zf.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert {f"kvprobe/schemas/{s}.json" for s in SCHEMAS} <= names
-    assert {f"kvprobe/_providers/{p.name}" for p in (ROOT / "providers").glob("*.toml")} <= names
+    assert {f"kvprobe/_providers/{p.relative_to(ROOT / 'providers')}" for p in (ROOT / "providers").rglob("*.toml")} <= names
     assert "localengine/loader/__init__.py" in names and not any(n.startswith("tests/") for n in names)
+    assert {"kvprobe/data/cl100k_base.kvtt", "kvprobe/data/o200k_base.kvtt"} <= names  # diff's token tables
     assert "kvprobe = kvprobe.cli:main" in entry_points
 
 

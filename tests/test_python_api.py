@@ -39,7 +39,8 @@ def test_dir_shows_the_public_api_each_with_a_docstring():
 
 
 def test_every_table_of_the_report_json_is_a_dataframe(data, report_json):
-    assert set(data.tables) == {"traces", "requests", "sessions", "blocks", "block_costs", "diagnoses", "fixes"}
+    assert set(data.tables) == {"traces", "requests", "sessions", "blocks", "block_costs", "diagnoses", "fixes",
+                                "bill"}
     # the sample's misses, by hand from its logged usage: req_3 loses req_2's read + write (3,265 + 329);
     # req_4 the 3,923 req_3 wrote; req_5 reads 2,268 of req_4's 4,252; req_6 reads 4,252 of req_5's 4,581
     diagnoses = data.to_pandas("diagnoses")

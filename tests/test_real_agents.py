@@ -10,8 +10,8 @@ fails a seeded regression (Claude Code's tool list changed every turn).
 Marked `real_agents` (not in the default suite: `.ci/run` runs them in their own step, `uv run pytest -m
 real_agents`); a CLI that is not installed is skipped, saying so. The CLIs never reach the internet:
 telemetry, update checks and auth flows are off (the env and settings files below), and every base URL
-points at the local proxy or server. Gemini CLI talks to serve directly (the capture proxy does not mount
-Gemini yet), and its requests are read from serve's own trace (`-o`).
+points at the capture proxy (`capture --upstream`: one server, serve, behind each of its mounts, Gemini's
+included), which sets the variables each CLI reads.
 """
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ class Agent:
     binary: str
     turns: list[list[str]]  # each turn's arguments after the binary
     env: dict[str, str] = field(default_factory=dict)
-    captured: bool = True  # through `kvprobe capture` (else straight at serve, recorded by serve -o)
     settings: dict[str, str] = field(default_factory=dict)  # settings file (under HOME) -> auth type
 
 
@@ -79,7 +78,7 @@ AGENT_LIST = [
           env={"OPENAI_API_KEY": "sk-kvprobe-local"}),
     Agent("gemini-cli", "gemini", [["-p", PROMPTS[0]], ["--resume", "latest", "-p", PROMPTS[1]],
                                    ["--resume", "latest", "-m", "gemini-3.5-flash", "-p", PROMPTS[2]]],
-          env={"GEMINI_API_KEY": "kvprobe-local"}, captured=False,
+          env={"GEMINI_API_KEY": "kvprobe-local"},
           settings={".gemini/settings.json": "gemini-api-key"}),
     Agent("qwen-code", "qwen", [["-p", PROMPTS[0]], ["--continue", "-p", PROMPTS[1]],
                                 ["--continue", "-m", "qwen3-max", "-p", PROMPTS[2]]],
@@ -129,20 +128,13 @@ def run_agent(agent: Agent, serve_url: str, serve_trace: Path, tmp: Path, sessio
         if agent.binary == "codex":  # Codex takes its base URL from its config: the proxy's, from the env
             argv = ["bash", "-c", 'a=(); for x in "$@"; do a+=("${x//' + BASE_URL + '/$OPENAI_BASE_URL}"); done; '
                     'exec "${a[@]}"', "bash", *argv]
-        if agent.captured:
-            argv = [sys.executable, "-m", "kvprobe", "capture", "-o", str(trace), "--append", "--session", session,
-                    "--agent", agent.name, "--anthropic-upstream", serve_url, "--openai-upstream",
-                    serve_url + "/v1", "--", *argv]
-        else:
-            env["GOOGLE_GEMINI_BASE_URL"] = serve_url
+        argv = [sys.executable, "-m", "kvprobe", "capture", "-o", str(trace), "--append", "--session", session,
+                "--agent", agent.name, "--upstream", serve_url, "--", *argv]
         start = time.monotonic()
         done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True, timeout=TURN_TIMEOUT,
                               stdin=subprocess.DEVNULL)
         seconds.append(round(time.monotonic() - start, 1))
         assert done.returncode == 0, f"{agent.name} turn {len(seconds)}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
-    if not agent.captured:  # its requests, from serve's own trace
-        lines = [line for line in serve_trace.read_text().splitlines() if '"agent":"GeminiCLI' in line]
-        trace.write_text("".join(line + "\n" for line in lines))
     return Run(trace, seconds, serve_trace)
 
 

@@ -43,6 +43,7 @@ CASSETTE = [
     _anthropic("r2", _turn2("a.txt"), [{"type": "text", "text": "There is a.txt."}], "end_turn", 6),
     _record("r3", "/v1/responses", "openai", {"model": "gpt-5", "input": "hi"}, {
         "id": "resp_r3", "object": "response", "status": "completed", "model": "gpt-5",
+        "error": None, "incomplete_details": None,  # as the Responses API sends them (Codex's cassette was refused)
         "output": [{"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1",
                     "name": "ls", "arguments": "{\"path\":\".\"}"}],
         "usage": {"input_tokens": 10, "output_tokens": 12, "output_tokens_details": {"reasoning_tokens": 4}}}),

@@ -17,7 +17,9 @@ def _gemini_body(system: str, tools: list | None, turns: int) -> dict:
         contents += [{"role": "user", "parts": [{"text": f"fix bug {i}"}]},
                      {"role": "model", "parts": [{"text": f"fixed bug {i}"}]}]
     contents.append({"role": "user", "parts": [{"text": f"fix bug {turns}"}]})
-    body = {"contents": contents, "systemInstruction": {"parts": [{"text": system + FILLER}]}}
+    # The router's instruction is its own short prompt; the main call's system prompt and tools dwarf it (Gemini
+    # CLI 0.61.0 through serve: 876 prompt tokens for the flash-lite router call, 9,030 for the pro main call)
+    body = {"contents": contents, "systemInstruction": {"parts": [{"text": system + (FILLER if tools else "")}]}}
     return {**body, "tools": tools} if tools else body
 
 
@@ -49,8 +51,7 @@ def test_gemini_cli_router_and_main_calls_are_separate_streams(cli, tmp_path):
     records = []
     for turn in range(3):
         router, main = 2 * turn + 1, 2 * turn + 2
-        records.append(_record(router, "gemini-2.5-flash-lite", _gemini_body(ROUTER, None, turn), 5200 + turn,
-                               5000 if turn else 0))
+        records.append(_record(router, "gemini-2.5-flash-lite", _gemini_body(ROUTER, None, turn), 880 + turn, 0))
         records.append(_record(main, "gemini-2.5-pro", _gemini_body(MAIN, TOOLS, turn), 5300 + 10 * turn,
                                5200 if turn == 2 else 0))
     found = _report(cli, tmp_path, records)
@@ -96,3 +97,34 @@ def test_a_model_switch_in_a_usage_only_log_is_still_one(cli, tmp_path):
                _claude(3, sonnet, (10, 40600, 0))]
     found = _report(cli, tmp_path, records)
     assert [d["kind"] for d in found["c3"]] == ["params_changed"] and found["c3"][0]["param"] == "model"
+
+
+def _chat(i: int, model: str, messages: list[dict], prompt: int, cached: int) -> dict:
+    usage = {"prompt_tokens": prompt, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": cached}}
+    return {"kvprobe": 1, "id": f"q{i}", "session": "qs", "provider": "qwen", "endpoint": "/v1/chat/completions",
+            "started_at": f"2026-11-30T12:00:{2 * i:02d}Z",
+            "request": {"model": model, "messages": messages, "tools": QWEN_TOOLS},
+            "response": {"model": model, "usage": usage}}
+
+
+QWEN_TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file." + FILLER[:400]}}]
+
+
+def _qwen_system(model: str) -> dict:
+    return {"role": "system", "content": f"You are Qwen Code, running as {model}." + FILLER}
+
+
+def test_a_switch_whose_agent_rewrites_its_instructions_for_the_new_model_is_diagnosed(cli, tmp_path):
+    """Qwen Code names the model in its system prompt (Codex sends per-model instructions): after `-m qwen3-max`
+    nothing of the prompt's start is sent again, but the conversation is, at about the same length. The first
+    qwen3-max request reads nothing: the switch is its cause (before: no cause, a new stream)."""
+    talk = [{"role": "user", "content": "fix bug 0"}, {"role": "assistant", "content": "fixed bug 0"}]
+    records = [_chat(1, "qwen3-coder-plus", [_qwen_system("qwen3-coder-plus"), talk[0]], 5300, 0),
+               _chat(2, "qwen3-coder-plus", [_qwen_system("qwen3-coder-plus"), *talk,
+                                             {"role": "user", "content": "fix bug 1"}], 5320, 5280),
+               _chat(3, "qwen3-max", [_qwen_system("qwen3-max"), *talk, {"role": "user", "content": "fix bug 1"},
+                                      {"role": "assistant", "content": "fixed bug 1"},
+                                      {"role": "user", "content": "fix bug 2"}], 5340, 0)]
+    found = _report(cli, tmp_path, records)
+    (switch,) = [d for d in found["q3"] if d.get("param") == "model"]
+    assert switch["kind"] == "params_changed" and "qwen3-coder-plus" in switch["detail"]

@@ -103,10 +103,13 @@ def test_default_locations_are_claude_code_and_codex(cli, monkeypatch):
 def test_json_keys_are_stable(cli):
     data = _usage_json(cli, FIX / "codex")
     assert set(data) == {"totals", "by_day", "by_week", "by_month", "by_project", "by_session", "by_agent",
-                         "by_model", "unknown_models", "records_without_usage", "import"}
+                         "by_model", "unknown_models", "records_without_usage", "price_notes", "import"}
     row_keys = {"requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
                 "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "reasoning_output_tokens", "token_hit_ratio",
-                "cost_usd", "unpriced_requests", "errors"}
+                "cost_usd", "unpriced_requests", "errors",
+                # the cost by token class (the bill's names, report --json `bill`)
+                "cache_read_usd", "cache_write_5m_usd", "cache_write_1h_usd", "cache_write_usd", "fresh_input_usd",
+                "output_usd"}
     assert set(data["totals"]) == row_keys | {"models"}
     assert set(data["by_model"][0]) == row_keys | {"model", "platform"}
     assert set(data["by_day"][0]) == row_keys | {"day", "models"}

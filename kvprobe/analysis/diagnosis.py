@@ -42,6 +42,8 @@ class Diagnosis:
     wrote: dict[str, int] | None = None  # cache writes of each sibling
     triggers: list[str] | None = None  # events the log shows just before the miss (usage-only logs; inferred)
     advice: str | None = None  # what to do about this miss in particular (else ADVICE for its kind)
+    api_advice: str | None = None  # on an agent's log: the API's advice, where `advice` is the agent's knobs
+    agent: str | None = None  # on an agent's log: whose knobs `advice` names (kvprobe.agents)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}

@@ -146,7 +146,10 @@ def _miss_reason(response: dict | None) -> Reported | None:
 # place of logged usage: the block sizes it was priced on and the output tokens of the original request
 # (and, inside the what-if only, the sizes of the parts of a block a fix split, by path); what a usage-only
 # log showed before the request (`events`, analysis.usage_only) and the platform that served it.
-_CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform")
+_CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform",
+            "source_format", "client_version", "client", "cwd")  # (source_format, client_version, client: whose
+# knobs the advice names, kvprobe.agents: the importer's format, the logged version, or the program `kvprobe
+# capture` ran; cwd: the project a request belongs to, for the bill and the request rows)
 
 
 def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:

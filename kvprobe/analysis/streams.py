@@ -14,8 +14,11 @@ prompt of its own. So a request continues:
 3. else the latest request of its own model (a router/side call and the main call interleaving), or none.
 
 "Sends the prompt again" (`resends`): its leading content (content hashes, the model left out) covers at
-least half of the earlier prompt's tokens. Without bodies (usage-only logs), the two prompts' sizes are
-within a factor of two of each other: a history resent is about as long, a side call's prompt is not.
+least half of the earlier prompt's tokens; or, where the agent rewrites its instructions for the new model
+(Codex's per-model instructions, Qwen Code's system prompt naming the model), it carries one of the earlier
+prompt's user messages and is about as long (sizes within a factor of two). Without bodies (usage-only logs),
+the two prompts' sizes are within a factor of two of each other: a history resent is about as long, a side
+call's prompt is not.
 """
 from __future__ import annotations
 
@@ -49,10 +52,23 @@ def resends(new: Seen, old: Seen) -> bool:
             if a.content_hash != b.content_hash:
                 break
             shared += b.tokens if total else 1
-        return shared >= RESENT_SHARE * (total or len(blocks)) > 0
+        return shared >= RESENT_SHARE * (total or len(blocks)) > 0 or _carries_conversation(new.request,
+                                                                                              old.request)
     if new.request is None and old.request is None:
-        return min(new.size, old.size) >= RESENT_SHARE * max(new.size, old.size) > 0
+        return _about_as_long(new.size, old.size)
     return False  # one with a body, one without: nothing to compare
+
+
+def _about_as_long(a: int, b: int) -> bool:
+    return min(a, b) >= RESENT_SHARE * max(a, b) > 0
+
+
+def _carries_conversation(new: RenderedRequest, old: RenderedRequest) -> bool:
+    """About as long as `old` and holding one of its user messages, wherever (body hashes: not chained)."""
+    if not _about_as_long(sum(b.tokens for b in new.blocks), sum(b.tokens for b in old.blocks)):
+        return False
+    users = {b.body_hash for b in old.blocks if b.level == "messages" and b.role == "user"}
+    return any(b.body_hash in users for b in new.blocks if b.level == "messages" and b.role == "user")
 
 
 class Streams(Generic[T]):

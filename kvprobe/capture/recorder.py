@@ -73,8 +73,10 @@ class Recorder:
     """Appends one record per model request to a JSONL trace; thread-safe."""
 
     def __init__(self, out: str | Path, *, session: str | None = None, agent: str | None = None,
-                 redact: bool = False, hash_only: bool = False, replace: bool = False) -> None:
+                 redact: bool = False, hash_only: bool = False, replace: bool = False,
+                 client: str | None = None) -> None:
         self.path = Path(out)
+        self.client = client  # the program capture runs (`claude`): whose knobs a miss is advised in
         self.session = session if session is not None else os.environ.get(SESSION_ENV) or None
         self.agent = agent if agent is not None else os.environ.get(AGENT_ENV) or None
         self.redact, self.hash_only = redact, hash_only
@@ -207,6 +209,8 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
         return None
     response, upstream_error, stream = _response_part(ex)
     extra: dict[str, Any] = {"http_status": ex.status, "stream": stream}
+    if rec.client:
+        extra["client"] = rec.client
     usage_error = _checked_usage(response, extra)
     endpoint = ex.path.split("?")[0]
     model = request.get("model") if isinstance(request.get("model"), str) else model_from_endpoint(endpoint)

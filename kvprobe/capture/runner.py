@@ -136,7 +136,8 @@ def serve(proxy: CaptureProxy, on_ready: Callable[[CaptureProxy], None], grace: 
 def make_proxy(out: str, *, session: str | None, agent: str | None, redact: bool, hash_only: bool,
                upstreams: dict[str, str | None], host: str, port: int, timeout: float,
                replace: bool = False, limits: ClientLimits | None = None,
-               everything: str | None = None) -> CaptureProxy:
+               everything: str | None = None, client: str | None = None) -> CaptureProxy:
     chosen = default_upstreams(upstreams, everything=everything)  # checked before the trace file is opened
-    recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace)
+    recorder = Recorder(out, session=session, agent=agent, redact=redact, hash_only=hash_only, replace=replace,
+                        client=client)
     return CaptureProxy(recorder, chosen, host=host, port=port, upstream_timeout=timeout, limits=limits)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import orjson
@@ -118,7 +119,7 @@ def capture(
                                upstreams=upstreams, host=host, port=port, timeout=upstream_timeout,
                                replace=force and not append,
                                limits=ClientLimits(read=client_timeout, max_body=int(max_request_mb * 1e6)),
-                               everything=upstream)
+                               everything=upstream, client=Path(args[0]).name if args != ["serve"] else None)
         except ValueError as exc:
             fail(f"field '--*-upstream': {exc}")
         if args == ["serve"]:

@@ -9,6 +9,7 @@ import typer
 from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.pricing import PriceBook
 from kvprobe.cli.report_cmd import require_requests
+from kvprobe.cli.request_rows import time_zone
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import parse_since
 
@@ -40,6 +41,8 @@ def html(
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
     json_out: JsonOut = False,
     force: Force = False,
+    tz: Annotated[str, typer.Option("--tz", help="Time zone of the requests table: local, UTC or an IANA name "
+                                    "(Europe/Paris); the chart's axis stays in UTC")] = "local",
 ) -> None:
     """Write the report as one self-contained HTML page (no network needed to view it).
 
@@ -57,8 +60,9 @@ def html(
         output = output_path(output, [*traces, *([price_file] if price_file else [])], force=force)
         fixes = False if no_fixes else (True if what_if else None)
         prices = PriceBook.from_file(price_file)
+        zone = time_zone(tz)
         rep = load_report(traces, session, agent, since, prices, fixes)
-        size = write_html(rep, output, title, prices)
+        size = write_html(rep, output, title, prices, zone)
     info = {"output": str(output), "bytes": size, "requests": len(rep.results), "fixes": len(rep.fixes)}
     if json_out:
         print_json(info)

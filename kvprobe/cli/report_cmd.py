@@ -10,13 +10,15 @@ import typer
 from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
+from kvprobe.cli.bill_view import render_bill
 from kvprobe.cli.common import err, money, out, print_json, user_errors
+from kvprobe.cli.request_rows import render_requests, time_zone
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report, fallback_lines
-from kvprobe.trace.record import format_time, parse_since
+from kvprobe.trace.record import parse_since
 from kvprobe.wording import show
 
 PROGRESS_MIN_BYTES = 20_000_000
@@ -40,6 +42,8 @@ def report(
     predicted: Annotated[bool, typer.Option("--predicted", help="Ignore logged usage; report the simulation")] = False,
     outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL "
                                                   "({task, passed, duration_s?})")] = None,
+    tz: Annotated[str, typer.Option("--tz", help="Time zone of the request rows' times: local, UTC or an IANA "
+                                    "name (Europe/Paris); --json stays in UTC")] = "local",
     cluster: Annotated[str | None, typer.Option("--cluster", envvar="KVPROBE_CLUSTER", help="Price the fixes on "
                                                 "this Dask scheduler (tcp://HOST:8786; the `cluster` extra)")] = None,
 ) -> None:
@@ -50,6 +54,7 @@ def report(
     """
     with user_errors():
         rows = _row_limit(requests)
+        zone = time_zone(tz)
         filters = Filters(session, agent, parse_since(since, "--since"))
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)
@@ -61,12 +66,15 @@ def report(
         print_json(rep.to_json())
     elif markdown:
         out.print(to_markdown(rep), markup=False, highlight=False, soft_wrap=True)
-    else:  # the answer first: totals, what the misses cost by cause, the fixes; then the detail
+    else:  # the answer first: the bill's first line, totals, what the misses cost by cause, the fixes; then
+        render_headline(rep)  # the detail
         render_totals(rep)
+        if rep.bill is not None:
+            render_bill(rep.bill)
         render_causes(rep)
         render_fixes(rep)
         render_fleet(rep)
-        render_requests(rep, rows)
+        render_requests(rep, rows, zone)
         render_blocks(rep)
         render_compactions(rep)
         render_tasks(rep)
@@ -111,9 +119,6 @@ def on_cluster(address: str | None) -> Iterator[None]:
         executor.close()
 
 
-AUTO_ALL_ROWS, AUTO_ROWS = 50, 20
-
-
 def _row_limit(value: str) -> int | None:
     """None: every row; else how many of the costliest."""
     if value == "all":
@@ -140,15 +145,10 @@ def _build(traces: list[Path], filters: Filters, prices: PriceBook, top: int, sh
         return build_report(traces, progress=lambda n: bar.advance(task, n), **kwargs)
 
 
-def _diag_words(r) -> str:
-    return "; ".join(d.short for d in r.diagnoses)
-
-
-# Narrow, the columns a row can do without go first: agent, fresh and input (read + write + fresh), then
-# time; what the cache did (read, write, hit %), what it cost and why stay. `why` wraps between words.
-REQUEST_COLUMNS = (Col("time", drop=4), Col("id"), Col("agent", drop=1), Col("input", "right", drop=3),
-                   Col("read", "right", wrap=True), Col("write", "right", drop=5), Col("fresh", "right", drop=2),
-                   Col("hit %", "right"), Col("cost", "right"), Col("why", wrap=True, least=16))
+def render_headline(rep: Report) -> None:
+    """The bill's first line: what the misses wasted against the total, and what most of the spend is."""
+    if rep.bill is not None:
+        out.print(Text(rep.bill.headline, style="bold"))
 
 
 def render_totals(rep: Report) -> None:
@@ -193,34 +193,6 @@ def render_causes(rep: Report) -> None:
         out.print(Text(f"    what to do: {advice_for(c.example)}", style="cyan"))
     if len(causes) > rep.top:
         out.print(Text(f"  ({len(causes) - rep.top} more causes in --json)", style="dim"))
-
-
-def render_requests(rep: Report, limit: int | None) -> None:
-    results = rep.results
-    if limit == -1:
-        limit = None if len(results) <= AUTO_ALL_ROWS else AUTO_ROWS
-    shown = results
-    if limit is not None and len(results) > limit:
-        cost = {id(m.result): m.input_equivalent for m in rep.misses}
-        ranked = sorted(results, key=lambda r: (-cost.get(id(r), 0.0), -(r.cost_usd or 0.0)))[:limit]
-        keep = {id(r) for r in ranked}
-        shown = [r for r in results if id(r) in keep]  # in time order
-    days = {format_time(r.sk.started_at)[:10] for r in rep.results}
-    stamp = slice(5, 19) if len(days) > 1 else slice(11, 19)
-    rows = []
-    for r in shown:
-        u, p = r.usage, r.predicted
-        read = f"{u.cache_read_tokens:,}"
-        if r.observed and p is not None and p.cache_read_tokens != u.cache_read_tokens:
-            read += f" (pred {p.cache_read_tokens:,})"
-        hit = f"{100 * u.cache_read_tokens / u.input_tokens:.0f}" if u.input_tokens else "-"
-        why = _diag_words(r) or ("cold start" if r.write_kind == "cold_start" else "")
-        rows.append([format_time(r.sk.started_at)[stamp].replace("T", " "), r.sk.id, r.sk.agent,
-                     f"{u.input_tokens:,}", read, f"{u.cache_write_tokens:,}", f"{u.fresh_input_tokens:,}", hit,
-                     money(r.cost_usd), Text(why, style="yellow" if r.diagnoses else "dim")])
-    title = "Requests" if shown is results else \
-        f"Requests: the {len(shown):,} costliest of {len(results):,} (--requests all for every row)"
-    print_table(title, REQUEST_COLUMNS, rows)
 
 
 def _total_cost(t: dict) -> str:
@@ -283,7 +255,7 @@ def render_fixes(rep: Report) -> None:
     if rep.what_if is None:
         return
     if not rep.fixes:
-        out.print(Text("Fixes: none pays for itself on this log.", style="dim"))
+        out.print(Text(f"Fixes: {rep.fixes_note}.", style="dim"))
         return
     out.print(Text("Fixes, most valuable first (each priced by one simulation of the whole log with it applied)",
                    style="bold"))
@@ -356,7 +328,7 @@ def _render_notes(rep: Report) -> None:  # on stderr, after everything
 
 def to_markdown(rep: Report) -> str:
     t = rep.totals
-    lines = ["### kvprobe report", "",
+    lines = ["### kvprobe report", "", *([rep.bill.headline, ""] if rep.bill is not None else []),
              "| requests | input tokens | hit ratio | input-equivalents | cost |", "|---:|---:|---:|---:|---:|",
              f"| {t['requests']} | {t['input_tokens']:,} | {100 * t['token_hit_ratio']:.1f}% | "
              f"{t['input_equivalent_tokens']:,.0f} | {money(t['cost_usd'])} |", ""]

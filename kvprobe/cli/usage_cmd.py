@@ -12,6 +12,7 @@ from rich.text import Text
 from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
 from kvprobe.cli.tables import Col, print_table, sub_row
+from kvprobe.economics.bill_words import COLUMN_NAMES
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, default_sources, load_any
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize, usage_row
@@ -45,7 +46,7 @@ def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = Fals
 
 def usage(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects and ~/.local/share/opencode where present]")] = None,
+        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]")] = None,
     by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)} "
                                     "(week: from Monday; project: working directory)")] = "day",
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this day (in --tz) or "
@@ -54,6 +55,8 @@ def usage(
                                               "before this RFC 3339 time")] = None,
     tz: Annotated[str, typer.Option("--tz", help="Time zone for days: UTC, local or an IANA name")] = "UTC",
     breakdown: Annotated[bool, typer.Option("--breakdown", help="A sub-row per model under each row")] = False,
+    in_usd: Annotated[bool, typer.Option("--usd", help="The token classes in dollars: what cache reads, 5m and "
+                                         "1h cache writes, fresh input and output cost (report's bill)")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help=f"Force one format: {', '.join(FORMATS)}")] = None,
     price_file: Annotated[str | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     workers: Annotated[int, typer.Option("--workers", help="Processes parsing files in parallel (0: one per "
@@ -88,13 +91,16 @@ def usage(
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
-    render(summary, by, breakdown)
+    render(summary, by, breakdown, in_usd)
+    out.print(Text(f"Why it cost this: kvprobe report {' '.join(sources) if paths else '~/.claude/projects/PROJECT'}"
+                   " names each cache miss's cause, what it cost and what to do.", style="dim"))
     report_skips(report)
 
 
 DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_CONFIG_DIR), ~/.codex/sessions "
                   "(or $CODEX_HOME), ~/.gemini/tmp (or $GEMINI_DATA_DIR), ~/.qwen/projects (or $QWEN_DATA_DIR), "
-                  "~/.local/share/opencode (or $OPENCODE_DATA_DIR)")
+                  "~/.local/share/opencode (or $OPENCODE_DATA_DIR), ~/.kimi/sessions (or $KIMI_SHARE_DIR), "
+                  "~/.copilot/otel (or $COPILOT_OTEL_FILE_EXPORTER_PATH)")
 
 
 def _require_records(report: ImportReport, sources: list[str]) -> None:
@@ -144,6 +150,16 @@ def _cost(t: Totals) -> str:
     return text + "*" if t.unpriced_requests else text
 
 
+# the --usd columns: report's bill classes (COLUMN_NAMES) as indices of Totals.class_usd; narrow, fresh goes first
+_USD_INDEX = {"read": 1, "write_5m": 2, "write_1h": 3, "fresh": 0, "output": 4}
+_USD_DROP = {"read": None, "write_5m": 5, "write_1h": 6, "fresh": 2, "output": 3}
+
+
+def _usd_cells(t: Totals, digits: int) -> list[str]:
+    return [f"{t.requests:,}"] + [usd(t.class_usd[_USD_INDEX[cls]], digits) for cls, _ in COLUMN_NAMES] + \
+        [_ratio(t), _cost(t)]
+
+
 def _cells(t: Totals, reasoning: bool) -> list[str]:
     u = t.usage
     cells = [f"{t.requests:,}", _n(u.input_tokens), _n(u.cache_read_tokens), _n(u.cache_write_tokens),
@@ -153,24 +169,31 @@ def _cells(t: Totals, reasoning: bool) -> list[str]:
     return cells + [_ratio(t), _cost(t)]
 
 
-def render(summary: UsageSummary, by: str, breakdown: bool = False) -> None:
+def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool = False) -> None:
     total = summary.totals
-    reasoning = total.reasoning_output_tokens > 0  # a column only when some log reports them (Codex)
+    reasoning = total.reasoning_output_tokens > 0 and not in_usd  # a column only when some log reports them
     # (header, drop order: None = always shown). Narrow, the detail goes first: reasoning (a part of output),
     # fresh input, output, the request count; what the cache did and cost (read, write, hit, cost) stays
     names = [("reqs", 4), ("input", 5), ("read", None), ("write", 6), ("fresh", 2), ("output", 3)] + \
         ([("reasoning", 1)] if reasoning else []) + [("hit", None), ("cost", None)]
+    digits = 2 if total.cost_usd >= 1 else 4  # cents on a real bill (report's bill does the same)
+    cells = (lambda t: _cells(t, reasoning)) if not in_usd else (lambda t: _usd_cells(t, digits))
+    if in_usd:
+        names = [("reqs", 4)] + [(name, _USD_DROP[cls]) for cls, name in COLUMN_NAMES] + [("hit", None),
+                                                                                            ("cost", None)]
     # row labels stay on one line; a path (project) too long for any layout keeps its end
     cols = [Col(by, footer="Total", cut="start" if by == "project" else "end")] + [Col(name, "right", footer=footer, drop=drop)
-                                                    for (name, drop), footer in zip(names, _cells(total, reasoning))]
+                                                    for (name, drop), footer in zip(names, cells(total))]
     rows: list[list[str | Text]] = []
     for key, t in summary.rows(by):
-        rows.append([key, *_cells(t, reasoning)])
+        rows.append([key, *cells(t)])
         if breakdown and by != "model":
             for model, m in t.ranked_models():
                 rows.append([Text(sub_row(model), style="dim"),
-                             *(Text(cell, style="dim") for cell in _cells(m, reasoning))])
+                             *(Text(cell, style="dim") for cell in cells(m))])
     print_table(f"Usage by {by}", cols, rows)
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)
+    for note in summary.price_notes:
+        out.print(f"* {note}", markup=False)

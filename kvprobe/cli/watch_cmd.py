@@ -26,7 +26,7 @@ RECENT_MISSES = 8
 
 def watch(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Traces or transcript folders [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects and ~/.local/share/opencode where present]")] = None,
+        help="Traces or transcript folders [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line per request on stdout (flushed)")] = False,
     once: Annotated[bool, typer.Option("--once", help="Analyse what is there now and exit")] = False,
     exit_after: Annotated[int | None, typer.Option("--exit-after", min=1, help="Exit after N requests")] = None,
@@ -55,7 +55,8 @@ def watch(
         named = bool(paths)
         sources = list(paths or [str(p) for p in default_sources()])
         if not sources:
-            fail("no logs found in ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp, ~/.qwen/projects or ~/.local/share/opencode: name a trace or a folder")
+            fail("no logs found in ~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp, ~/.qwen/projects, "
+                 "~/.local/share/opencode, ~/.kimi/sessions or ~/.copilot/otel: name a trace or a folder")
         w = Watch(sources, from_end=not (named if from_start is None else from_start), settle_s=settle,
                   prices=PriceBook.from_file(price_file))
         steps = w.run(interval=interval, once=once, exit_after=exit_after, idle_timeout=idle_timeout)

@@ -6,10 +6,12 @@
     data.to_pandas()                          # one row per request (columns: `kvprobe db schema`)
     data.to_pandas("diagnoses")               # any table by name; data.diagnoses() is the same
     data.records("fixes")                     # the same rows as frozen dataclasses
+    data.bill()                               # the spend by token class, by model, project, session, agent
     data.reports[trace_id].totals             # the Report each trace's rows came from
 
 The frames have exactly the columns and types of the DuckDB tables of the same names (`kvprobe db load`),
-plus `fleet` (shared-prefix findings across sessions) when the report has them.
+plus `bill` (the report's bill, not stored in DuckDB: there, group `requests` by model, project, session or
+agent) and `fleet` (shared-prefix findings across sessions) when the report has them.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from kvprobe.db.frames import frame
-from kvprobe.db.rows import Rows, report_rows
+from kvprobe.db.rows import Rows, bill_rows, report_rows
 from kvprobe.db.schema import BY_NAME, TABLES, row_type
 from kvprobe.db.store import TraceFile, analyse, assign_ids, connect, identify
 from kvprobe.pricing import PriceBook
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 
 _DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 FLEET = "fleet"  # findings across sessions that share a prefix: a table only when the report has them
+BILL = "bill"  # the report's bill by grouping: a table only when loaded from reports (not from a database)
+_FROM_REPORTS = (BILL, FLEET)  # tables outside the DuckDB schema, their columns the rows' own keys
 
 
 class Loaded:
@@ -46,14 +50,14 @@ class Loaded:
     @property
     def tables(self) -> tuple[str, ...]:
         """The names of the tables held: `kvprobe db schema` describes each (fleet only when present)."""
-        return tuple(name for name in self._rows if name != FLEET or self._rows[name])
+        return tuple(name for name in self._rows if name not in _FROM_REPORTS or self._rows[name])
 
     def to_pandas(self, table: str = "requests") -> pd.DataFrame:
         """One table as a DataFrame: `requests` (the default: one row per request, in start order within
-        each trace), `sessions`, `blocks`, `block_costs`, `diagnoses`, `fixes`, `traces`, `fleet`."""
+        each trace), `sessions`, `blocks`, `block_costs`, `diagnoses`, `fixes`, `traces`, `bill`, `fleet`."""
         if table not in self._rows:
             raise KeyError(f"no table {table!r}; tables: {', '.join(self.tables)}")
-        if table not in BY_NAME:  # fleet: its columns are the findings' own keys
+        if table not in BY_NAME:  # bill, fleet: their columns are the rows' own keys
             import pandas as pd
 
             return pd.DataFrame(self._rows[table])
@@ -94,6 +98,13 @@ class Loaded:
         """The fixes `kvprobe fix` writes (chosen) and their alternatives, each with its saving."""
         return self.to_pandas("fixes")
 
+    def bill(self) -> pd.DataFrame:
+        """The spend by token class: one row per `grouping` (model, project, session, agent) and `key`, with
+        the session's `title`, `requests`, `cache_read_usd`, `cache_write_5m_usd`, `cache_write_1h_usd`,
+        `cache_write_usd`, `fresh_input_usd`, `output_usd`, `cost_usd`, `unpriced_requests` (empty when
+        read from a database)."""
+        return self.to_pandas(BILL)
+
     def fleet(self) -> pd.DataFrame:
         """Findings across sessions that share a prefix (empty when the report has none)."""
         return self.to_pandas(FLEET)
@@ -132,7 +143,7 @@ def _from_database(path: Path) -> Loaded:
                     if isinstance(v, dt.datetime):
                         rec[k] = v.timestamp()
             rows[t.name] = recs
-    return Loaded(rows | {FLEET: []})
+    return Loaded(rows | {BILL: [], FLEET: []})
 
 
 def _fleet_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
@@ -157,6 +168,7 @@ def _from_report(rep: Report) -> Loaded:
     rows.update(report_rows(trace_id, rep))
     stats = dict(rep.stats)
     rows["traces"] = [_trace_row(tf, *_read_counts(tf, stats, rep, len(files))) for tf in files]
+    rows[BILL] = bill_rows(trace_id, rep)
     rows[FLEET] = _fleet_rows(trace_id, rep)
     return Loaded(rows, {trace_id: rep})
 
@@ -186,7 +198,7 @@ def load(path: str | Path | Sequence[str | Path] | Report, *, prices: PriceBook 
         return _from_database(paths[0])
     files = [identify(p) for p in paths]
     assign_ids(files, [])
-    rows: Rows = {t.name: [] for t in TABLES} | {FLEET: []}
+    rows: Rows = {t.name: [] for t in TABLES} | {BILL: [], FLEET: []}
     reports: dict[str, Report] = {}
     for tf in files:
         a = analyse(tf, prices, fixes, keep_report=True)
@@ -194,6 +206,7 @@ def load(path: str | Path | Sequence[str | Path] | Report, *, prices: PriceBook 
             rows[name] += table_rows
         rows["traces"].append(_trace_row(tf, a.records, a.skipped))
         rep = cast(Report, a.report)  # kept: keep_report
+        rows[BILL] += bill_rows(tf.trace_id, rep)
         rows[FLEET] += _fleet_rows(tf.trace_id, rep)
         reports[tf.trace_id] = rep
     return Loaded(rows, reports)

@@ -7,6 +7,7 @@ import orjson
 
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.economics.bill import project_of
 from kvprobe.economics.token_costs import token_class_usd
 from kvprobe.report import Report
 
@@ -21,8 +22,10 @@ def _class_usd(r: RequestResult, prices: Any) -> dict[str, float | None]:
     """The request's cost by token class (economics.token_costs), NULL each when it is unpriced."""
     usd = token_class_usd(r, prices)
     if usd is None:
-        return {"cache_read_usd": None, "cache_write_usd": None, "fresh_input_usd": None, "output_usd": None}
+        return {"cache_read_usd": None, "cache_write_usd": None, "cache_write_5m_usd": None,
+                "cache_write_1h_usd": None, "fresh_input_usd": None, "output_usd": None}
     return {"cache_read_usd": usd["read"], "cache_write_usd": usd["write_5m"] + usd["write_1h"],
+            "cache_write_5m_usd": usd["write_5m"], "cache_write_1h_usd": usd["write_1h"],
             "fresh_input_usd": usd["fresh"], "output_usd": usd["output"]}
 
 
@@ -31,7 +34,8 @@ def request_row(trace_id: str, seq: int, r: RequestResult, prices: Any = None) -
     req = sk.request
     return {
         "trace_id": trace_id, "request_id": sk.id, "seq": seq, "line": sk.line, "session": sk.session,
-        "agent": sk.agent, "provider": sk.provider, "model": sk.model, "model_known": r.rules.known_model,
+        "agent": sk.agent, "project": project_of(r), "provider": sk.provider, "model": sk.model,
+        "model_known": r.rules.known_model,
         "started_at": sk.started_at, "readable_at": sk.readable_at, "finished_at": sk.finished_at,
         "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
         "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
@@ -101,6 +105,16 @@ def session_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
     """The report's per-session totals (the same computation as its JSON `sessions`)."""
     return [{"trace_id": trace_id, "session": name, **totals}
             for name, totals in rep.groups(lambda r: r.sk.session).items()]
+
+
+def bill_rows(trace_id: str, rep: Report) -> list[dict[str, Any]]:
+    """The report's bill (economics.bill) as rows: one per grouping (model, project, session, agent) and key,
+    costliest first within each, with the bill's JSON fields (`report --json` `bill.by_*`)."""
+    if rep.bill is None:
+        return []
+    return [{"trace_id": trace_id, "grouping": grouping, "key": key,
+             "title": rep.bill.titles.get(key) if grouping == "session" else None, **split.to_json()}
+            for grouping, rows in rep.bill.groups.items() for key, split in rows]
 
 
 def report_rows(trace_id: str, rep: Report) -> Rows:

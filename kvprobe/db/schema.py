@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-SCHEMA_VERSION = 4  # 2: fixes.chosen (alternatives stored too); 3: sessions; 4: one naming (token_hit_ratio,
+SCHEMA_VERSION = 5  # 2: fixes.chosen (alternatives stored too); 3: sessions; 4: one naming (token_hit_ratio,
 # missed_read_tokens, cache_read_usd/cache_write_usd/fresh_input_usd/cost_usd in block_costs) and the requests'
-# dollars by token class
+# dollars by token class; 5: the requests' project and their cache writes' dollars by lifetime (the bill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,8 @@ TABLES: tuple[Table, ...] = (
         _c("line", "INTEGER", "line of the record in the trace file"),
         _c("session", "VARCHAR", "session ('-' when the record has none)"),
         _c("agent", "VARCHAR", "agent ('main' when the record has none)"),
+        _c("project", "VARCHAR", "the working directory logged with the request, else its Claude Code project "
+                                 "folder ('(none)')"),
         _c("provider", "VARCHAR", "anthropic | openai | deepseek | gemini | local"),
         _c("model", "VARCHAR", "model name from the request"),
         _c("model_known", "BOOLEAN", "the model is in kvprobe's provider catalog"),
@@ -93,6 +95,8 @@ TABLES: tuple[Table, ...] = (
         _c("cost_usd", "DOUBLE", "price of the request (NULL when the model has no price): the four below added"),
         _c("cache_read_usd", "DOUBLE", "USD of its cache reads (NULL when unpriced)"),
         _c("cache_write_usd", "DOUBLE", "USD of its cache writes, 5m and 1h"),
+        _c("cache_write_5m_usd", "DOUBLE", "USD of its 5-minute cache writes"),
+        _c("cache_write_1h_usd", "DOUBLE", "USD of its 1-hour cache writes"),
         _c("fresh_input_usd", "DOUBLE", "USD of its input neither read nor written"),
         _c("output_usd", "DOUBLE", "USD of its output"),
         _c("cost_source", "VARCHAR", "where the price came from"),

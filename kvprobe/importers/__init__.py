@@ -22,7 +22,8 @@ from typing import Any
 
 from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError, not_a_file
-from kvprobe.importers import claude_code, codex, gemini_cli, har, litellm, opencode, otel, qwen_code
+from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode, otel,
+                               qwen_code)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.secrets import scrub_identity
@@ -31,7 +32,7 @@ from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
 
 IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, gemini_cli, qwen_code, opencode, otel,
-                                                         litellm)}
+                                                         litellm, kimi_cli, copilot_cli)}
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
 _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever their first line looks like
@@ -54,7 +55,17 @@ def detect_format(path: str | Path) -> str | None:
     path = Path(path)
     if path.name == opencode.DATABASE:
         return opencode.NAME
-    return _format_of(sniff(path))
+    side = _side_format(path)
+    return side if side is not None else _format_of(sniff(path))
+
+
+def _side_format(path: Path) -> str | None:
+    """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
+    context.jsonl, Copilot's config.json): read as that format, so a named folder skips none of them."""
+    for module in (kimi_cli, copilot_cli):
+        if module.side_file(path):
+            return module.NAME
+    return None
 
 
 def _format_of(sniffed: Sniffed) -> str | None:
@@ -65,7 +76,8 @@ def _format_of(sniffed: Sniffed) -> str | None:
         return har.NAME
     if otel.sniff(first):
         return otel.NAME
-    for module in (gemini_cli, qwen_code, opencode, claude_code, codex, litellm):  # Qwen's lines look like Claude's
+    for module in (gemini_cli, qwen_code, opencode, claude_code, codex, litellm, kimi_cli,
+                   copilot_cli):  # Qwen's lines look like Claude's
         if module.sniff(first):
             return module.NAME
     if _is_kvprobe(first):
@@ -75,7 +87,8 @@ def _format_of(sniffed: Sniffed) -> str | None:
 
 FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
                 "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
-                "opencode": "an OpenCode session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log"}
+                "opencode": "an OpenCode session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
+                "kimi_cli": "a Kimi CLI session", "copilot_cli": "a Copilot CLI OpenTelemetry export"}
 
 
 def agent_log(path: str | Path) -> str | None:
@@ -103,7 +116,8 @@ def default_sources() -> list[Path]:
     """Where agents keep their logs on this machine: Claude Code projects, Codex sessions (and Gemini CLI,
     Qwen Code and OpenCode data where they exist)."""
     return (claude_code.default_paths() + codex.default_paths() + gemini_cli.default_paths()
-            + qwen_code.default_paths() + opencode.default_paths())
+            + qwen_code.default_paths() + opencode.default_paths() + kimi_cli.default_paths()
+            + copilot_cli.default_paths())
 
 
 def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | None = None) -> list[Path]:
@@ -266,6 +280,9 @@ def _detect(path: Path, fmt: str | None) -> tuple[str | None, Sniffed | None]:
     """The file's format (`fmt` when forced) and what its bounded prefix showed (None: a database)."""
     if path.name == opencode.DATABASE and fmt in (None, opencode.NAME):
         return opencode.NAME, None
+    side = _side_format(path)
+    if side is not None and fmt in (None, side):
+        return side, None
     sniffed = sniff(path)
     return fmt or _format_of(sniffed), sniffed
 

@@ -38,6 +38,7 @@ class SourceStats:
     platforms: Counter = field(default_factory=Counter)  # records served through a cloud platform (bedrock, vertex)
     sessionless: int = 0  # spans with no conversation or session id (OpenTelemetry): each trace its own session
     replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
+    totals: int = 0  # records (in `records`) that sum a process's calls, not one request (Copilot CLI sessions)
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -61,7 +62,7 @@ class SourceStats:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
-                "replayed_from_parent": self.replayed, "skipped": self.skipped_total,
+                "replayed_from_parent": self.replayed, "process_totals": self.totals, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -123,6 +124,11 @@ class ImportReport:
         for s in self.sources:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
+        totals = sum(s.totals for s in self.sources)
+        if totals:
+            lines.append(f"{totals:,} records are a Copilot CLI process's token totals (its session files keep no "
+                         "per-call usage): costs and hit ratios hold, causes cannot be found; its OpenTelemetry "
+                         "export (COPILOT_OTEL_FILE_EXPORTER_PATH) has each call")
         sessionless = sum(s.sessionless for s in self.sources)
         if sessionless:
             lines.append(f"{sessionless:,} spans carry no gen_ai.conversation.id (nor session.id): each trace is its "
@@ -132,7 +138,7 @@ class ImportReport:
 
 
 PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI", "ollama": "Ollama",
-                  "lmstudio": "LM Studio"}
+                  "lmstudio": "LM Studio", "github-copilot": "GitHub Copilot"}
 
 
 def platform_note(platform: str, count: int) -> str:

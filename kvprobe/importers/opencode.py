@@ -18,10 +18,9 @@ Quirks:
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,6 +29,9 @@ from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, loc
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:  # imported where a database is read: every `usage` and `import` run imports this module
+    import sqlite3
 
 NAME = "opencode"
 DATABASE = "opencode.db"
@@ -78,6 +80,8 @@ def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
     """Every message of the database, in the order they were written. A database that cannot be read
     (corrupt, cut short, locked past LOCK_WAIT_S, another program's schema) is one counted skip saying why,
     as an unreadable JSON Lines file is: nothing of it is read, the other logs are."""
+    import sqlite3
+
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:

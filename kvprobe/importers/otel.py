@@ -61,8 +61,9 @@ def _attrs(raw: Any) -> dict[str, Any]:
     return out
 
 
-def _usage(provider: str | None, a: dict[str, Any]) -> dict[str, Any]:
-    """The span's usage in the provider's own shape; BadCount for a count that is none."""
+def genai_usage(provider: str | None, a: dict[str, Any]) -> dict[str, Any]:
+    """A GenAI span's usage attributes in the provider's own shape (also Copilot CLI's export); BadCount for a
+    count that is none."""
     total = first_count(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
     read = first_count(a, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
     write = first_count(a, "gen_ai.usage.cache_write.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
@@ -126,7 +127,7 @@ def _record(resource: dict[str, Any], span: Any, stats: SourceStats, where: str)
         stats.sessionless += 1
         session = as_str(span.get("traceId") or span.get("trace_id"))
     try:
-        response: dict[str, Any] = {"model": model, "usage": _usage(provider, a)}
+        response: dict[str, Any] = {"model": model, "usage": genai_usage(provider, a)}
     except BadCount as exc:
         stats.skip("invalid usage", where, str(exc))
         return None

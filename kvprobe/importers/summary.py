@@ -13,6 +13,7 @@ import datetime as dt
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -37,13 +38,16 @@ class Totals:
     output_tokens: int = 0
     reasoning_output_tokens: int = 0
     cost_usd: float = 0.0
+    # cost_usd by token class, in _FRESH, _READ, _W5M, _W1H, _OUT order (what `--usd` and the JSON's *_usd show)
+    class_usd: list[float] = field(default_factory=lambda: [0.0] * 5)
     unpriced_requests: int = 0  # model not in the price dataset
     errors: int = 0
     models: dict[str, "Totals"] = field(default_factory=dict)  # per-model breakdown of this row (by model_label)
     model_id: str | None = None  # a model's row: its id and the platform that served it (model_label's parts)
     platform: str | None = None
 
-    def add_cell(self, acc: list[int], cost: float | None) -> None:
+    def add_cell(self, acc: list[int], costs: tuple[float, ...] | None) -> None:
+        """Add a priced cell: its sums (acc) and its cost per token class (None: unpriced)."""
         self.requests += acc[_REQS]
         self.errors += acc[_ERRS]
         self.cache_read_tokens += acc[_READ]
@@ -52,10 +56,12 @@ class Totals:
         self.input_tokens += acc[_FRESH] + acc[_READ] + acc[_W5M] + acc[_W1H]
         self.output_tokens += acc[_OUT]
         self.reasoning_output_tokens += acc[_REASON]
-        if cost is None:
+        if costs is None:
             self.unpriced_requests += acc[_REQS]
         else:
-            self.cost_usd += cost
+            self.cost_usd += sum(costs)
+            for i, usd in enumerate(costs):
+                self.class_usd[i] += usd
 
     @property
     def usage(self) -> Usage:
@@ -80,11 +86,18 @@ class Totals:
                "fresh_input_tokens": u.fresh_input_tokens, "output_tokens": u.output_tokens,
                "reasoning_output_tokens": self.reasoning_output_tokens,
                "token_hit_ratio": round(ratio, 4) if ratio is not None else None,
-               "cost_usd": round(self.cost_usd, 6), "unpriced_requests": self.unpriced_requests,
-               "errors": self.errors}
+               "cost_usd": round(self.cost_usd, 6), **self.usd_json(),
+               "unpriced_requests": self.unpriced_requests, "errors": self.errors}
         if with_models:
             out["models"] = [t.model_json(m) for m, t in self.ranked_models()]
         return out
+
+    def usd_json(self) -> dict[str, float]:
+        """The cost by token class (the names of `report`'s bill: docs/contracts.md §6)."""
+        fresh, read, w5m, w1h, out = self.class_usd
+        return {"cache_read_usd": round(read, 6), "cache_write_5m_usd": round(w5m, 6),
+                "cache_write_1h_usd": round(w1h, 6), "cache_write_usd": round(w5m + w1h, 6),
+                "fresh_input_usd": round(fresh, 6), "output_usd": round(out, 6)}
 
     def model_json(self, label: str) -> dict[str, Any]:
         """A model's row: the model id and its platform (null: the provider's own API), then the figures."""
@@ -134,6 +147,7 @@ class UsageSummary:
     last_at: float | None = None
     unknown_models: set[str] = field(default_factory=set)
     without_usage: int = 0  # records with no usage at all (failed calls): counted, not summed
+    price_notes: list[str] = field(default_factory=list)  # how prices were found (an alias used: PriceBook.notes)
 
     def rows(self, grouping: str) -> list[tuple[str, Totals]]:
         items = self.by[grouping].items()
@@ -148,6 +162,7 @@ class UsageSummary:
                               for k, t in self.rows(g)]
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
+        out["price_notes"] = self.price_notes
         return out
 
 
@@ -180,11 +195,21 @@ def model_label(model: str | None, platform: str | None) -> str:
 
 def project_of(record: TraceRecord) -> str:
     """The project a request belongs to: its working directory, else the Claude Code project folder."""
-    cwd = record.extra.get("cwd")
+    return project_from(record.extra.get("cwd"), record.source)
+
+
+def project_from(cwd: object, source: str | None) -> str:
+    """A working directory logged with a request, else the Claude Code project folder its log sits in
+    (`usage --by project` and `report`'s bill read the same)."""
     if isinstance(cwd, str) and cwd:
         return cwd
-    if record.source:
-        parts = Path(record.source).parts
+    return _project_folder(source)
+
+
+@lru_cache(maxsize=4096)  # a log's requests share their file: its path is split once
+def _project_folder(source: str | None) -> str:
+    if source:
+        parts = Path(source).parts
         if "projects" in parts[:-1]:
             return parts[parts.index("projects") + 1]
     return "(none)"
@@ -288,7 +313,7 @@ def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | No
         acc[7] += row.error
     summary.first_at, summary.last_at = first, last
     _price(cells, pricer, summary)
-    summary.unknown_models = set(book.unknown_models)
+    summary.unknown_models, summary.price_notes = set(book.unknown_models), list(book.notes)
     return summary
 
 
@@ -296,7 +321,7 @@ def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSum
     for key, acc in cells.items():
         provider, model, platform, day, tier = key[-5:]
         rates = pricer.rates(provider, model, day, tier, platform)
-        cost = sum(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
+        cost = tuple(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
         model_key = key[len(GROUPINGS) - 1]
         summary.totals.add_cell(acc, cost)
         _model_row(summary.totals.models, model_key, model, platform).add_cell(acc, cost)

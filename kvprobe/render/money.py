@@ -109,8 +109,7 @@ def _wasted(rep: Report) -> str:
 
 def _saved(rep: Report) -> str:
     if not rep.fixes:
-        why = "no fix pays for itself on this trace" if rep.what_if is not None else \
-            "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
         return _group("Saved by each fix", why, [])
     fixes = sorted(rep.fixes, key=lambda f: -(f.get("saving_usd") or 0))
     cards = []

@@ -17,13 +17,15 @@ from kvprobe import __version__
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.pricing import PriceBook
+from kvprobe.render.bill import bill_section, headline
 from kvprobe.render.chart import MISS_KINDS, Timeline, build_timeline
 from kvprobe.render.money import (blocks_table, cost_cards, fleet_section, grade, instances, reach,
                                   request_ids)
 from kvprobe.render.svg import AGENT_COLOURS, MIN_SLOT, PLOT_WIDTH, esc, legend_items, render_svg
+from kvprobe.importers.titles import shorten
 from kvprobe.report import Report, fallback_lines
 from kvprobe.trace.record import format_time
-from kvprobe.wording import percent, plural, short_id, sources, usd
+from kvprobe.wording import percent, plural, short_id, sources, usd, zone_name
 
 
 def _asset(name: str) -> str:
@@ -46,8 +48,7 @@ def _chips(kinds: list[str]) -> str:
 
 def _fixes(rep: Report) -> str:
     if not rep.fixes:
-        why = "no fix pays for itself on this trace" if rep.what_if is not None else \
-            "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
         return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
     total = rep.totals["input_equivalent_tokens"] or 1
     rows = []
@@ -99,7 +100,7 @@ def _misses(rep: Report) -> str:
 
 
 # (heading, sort type, shown on narrow screens): the optional columns give way below 1,000 px (report.css)
-_COLUMNS = (("#", "num", True), ("time (UTC)", "text", True), ("id", "text", True), ("session", "text", False),
+_COLUMNS = (("#", "num", True), ("time", "text", True), ("id", "text", True), ("session", "text", False),
             ("agent", "text", True), ("model", "text", False), ("input", "num", True), ("read", "num", True),
             ("write", "num", True), ("fresh", "num", False), ("hit %", "num", True), ("missed", "num", False),
             ("cost", "num", True), ("why", "text", True))
@@ -126,7 +127,17 @@ def _shown(ordered: list[RequestResult], limit: int) -> list[int]:
     return sorted(rank[:limit])
 
 
-def _row(i: int, r: RequestResult, tl: Timeline) -> str:
+def _session(session: str, title: str | None) -> str:
+    """A session cell: its title in the agent's log (shortened) when it has one, the id and title on hover."""
+    if not title:
+        return _id(session)
+    return f'<span title="{esc(session)}: {esc(title)}">{esc(shorten(title, SESSION_CHARS))}</span>'
+
+
+SESSION_CHARS = 24
+
+
+def _row(i: int, r: RequestResult, tl: Timeline, zone: dt.tzinfo, title: str | None = None) -> str:
     u, sk = r.usage, r.sk
     fresh = max(u.fresh_input_tokens, 0)
     hit = u.cache_read_tokens / u.input_tokens if u.input_tokens else None
@@ -138,9 +149,9 @@ def _row(i: int, r: RequestResult, tl: Timeline) -> str:
     return (
         f'<tr id="row-{i}" data-i="{i}" data-bar="bar-{i // tl.per_slot}-{lane}" data-id="{esc(sk.id)}"'
         f'{" class=missed" if kinds else ""}>{_num(i + 1, str(i + 1))}'
-        f'<td data-v="{sk.started_at}">{esc(format_time(sk.started_at)[11:23])}</td>'
+        f'<td data-v="{sk.started_at}">{dt.datetime.fromtimestamp(sk.started_at, zone).strftime("%H:%M:%S.%f")[:12]}</td>'
         f'<td data-v="{esc(sk.id)}">{_id(sk.id)}</td>'
-        f'<td class="name opt" data-v="{esc(sk.session)}">{_id(sk.session)}</td>'
+        f'<td class="name opt" data-v="{esc(sk.session)}">{_session(sk.session, title)}</td>'
         f'<td class="name" data-v="{esc(sk.agent)}"><span class="agent" style="background:{colour}"></span>'
         f'<span title="{esc(sk.agent)}">{esc(short_id(sk.agent, 16))}</span></td>'
         f'<td class="name opt" data-v="{esc(sk.model or "")}" title="{esc(sk.model or "")}">{esc(sk.model or "")}</td>'
@@ -152,16 +163,18 @@ def _row(i: int, r: RequestResult, tl: Timeline) -> str:
         f'<td class="why" data-v="{esc(" ".join(kinds))}">{_chips(kinds)}{esc(why)}</td></tr>')
 
 
-def _requests(tl: Timeline, rep: Report, limit: int = MAX_TABLE_ROWS) -> str:
+def _requests(tl: Timeline, rep: Report, limit: int = MAX_TABLE_ROWS, zone: dt.tzinfo = dt.timezone.utc) -> str:
     ordered = sorted(rep.results, key=lambda r: (r.sk.started_at, r.sk.order))
     shown = _shown(ordered, limit)
-    rows = "".join(_row(i, ordered[i], tl) for i in shown)
+    titles = rep.bill.titles if rep.bill is not None else {}
+    rows = "".join(_row(i, ordered[i], tl, zone, titles.get(ordered[i].sk.session)) for i in shown)
     note = ""
     if len(shown) < len(ordered):
         note = (f'<p class="hint">Showing {len(shown):,} of {len(ordered):,} requests: those with the largest '
                 "missed reads, then the costliest. For all of them: kvprobe db load, then kvprobe sql.</p>")
+    when = f"time ({zone_name(zone, ordered[0].sk.started_at)})" if ordered else "time"
     head = "".join(f'<th data-type="{t}" class="{"num" if t == "num" else ""}{"" if narrow else " opt"}">'
-                   f'{esc(c)}</th>' for c, t, narrow in _COLUMNS)
+                   f'{esc(when if c == "time" else c)}</th>' for c, t, narrow in _COLUMNS)
     return ('<section id="requests"><h2>Requests</h2>'
             '<input id="kv-filter" type="search" placeholder="filter: id, agent, session, cause…" '
             f'aria-label="filter requests">{note}'
@@ -206,9 +219,11 @@ def _timeline(tl: Timeline, tokens_svg: str, usd_svg: str | None) -> str:
             '<p class="hint" id="kv-js-summary">Hover a bar for details.</p></section>')
 
 
-def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | None = None) -> str:
+def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | None = None,
+                zone: dt.tzinfo = dt.timezone.utc) -> str:
     """The whole report page as one string. `prices`: those the report was priced with, for the dollars of
-    the chart and of the waste (default: kvprobe's offline prices, as `build_report` uses)."""
+    the chart and of the waste (default: kvprobe's offline prices, as `build_report` uses); `zone`: the
+    requests table's times (the chart's axis stays in UTC)."""
     prices = prices or PriceBook()
     # as many bars as the page's width holds (consecutive requests share one beyond): it never scrolls sideways
     tl = build_timeline(rep.results, max_slots=PAGE_SLOTS, prices=prices, misses=rep.misses)
@@ -225,9 +240,9 @@ def render_html(rep: Report, *, title: str | None = None, prices: PriceBook | No
         '<meta name="referrer" content="no-referrer"><meta name="viewport" content="width=device-width">'
         f"<title>{esc(title)}</title><style>{style}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"sub\">{tl.requests:,} requests · {plural(len(tl.lane_of_agent), 'agent')}"
-        f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p></header>"
-        f"{cost_cards(rep)}{_timeline(tl, tokens_svg, usd_svg)}"
-        f"{_fixes(rep)}{fleet_section(rep)}{blocks_table(rep)}{_misses(rep)}{_requests(tl, rep)}{_notes(rep)}"
+        f"{esc(span)} · generated {esc(generated)} by kvprobe {esc(__version__)}</p>{headline(rep)}</header>"
+        f"{cost_cards(rep)}{bill_section(rep)}{_timeline(tl, tokens_svg, usd_svg)}"
+        f"{_fixes(rep)}{fleet_section(rep)}{blocks_table(rep)}{_misses(rep)}{_requests(tl, rep, zone=zone)}{_notes(rep)}"
         "<footer>Self-contained report: no network access, no external files.</footer>"
         f'<div id="kv-tip" hidden></div><script>{script}</script></body></html>\n')
 

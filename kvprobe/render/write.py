@@ -1,6 +1,7 @@
 """Write reports to disk atomically: a temp file in the target folder, renamed over the target when complete."""
 from __future__ import annotations
 
+import datetime as dt
 import tempfile
 from pathlib import Path
 
@@ -27,10 +28,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     write_bytes_atomic(path, data, 0o644)
 
 
-def write_html(rep: Report, path: Path, title: str | None = None, prices: PriceBook | None = None) -> int:
+def write_html(rep: Report, path: Path, title: str | None = None, prices: PriceBook | None = None,
+               zone: dt.tzinfo = dt.timezone.utc) -> int:
     """Write the self-contained HTML report; returns its size in bytes. `prices`: those the report used."""
     _check_target(path, "--output")
-    data = render_html(rep, title=title, prices=prices).encode("utf-8")
+    data = render_html(rep, title=title, prices=prices, zone=zone).encode("utf-8")
     atomic_write(path, data)
     return len(data)
 

@@ -121,7 +121,7 @@ class Cassette:
 
     def _add(self, record: TraceRecord) -> None:
         body, response = record.request, record.response
-        if not isinstance(body, dict) or not isinstance(response, dict) or record.error or "error" in response:
+        if not isinstance(body, dict) or not isinstance(response, dict) or record.error or response.get("error"):
             self.stats.skipped += 1
             return
         provider = record.provider or infer_provider(body, record.endpoint, response)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.analysis.costing import miss_cost, price_results
+from kvprobe.analysis.agent_advice import advise_one
 from kvprobe.analysis.diagnose import Diagnoser
 from kvprobe.analysis.simulate import RequestResult, Simulator
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
@@ -108,6 +109,7 @@ class LiveAnalysis:
             return None
         result = self.diagnoser.step(self.sim.step(sk))
         price_results([result], self.prices)
+        advise_one(result)  # on an agent's log, in that agent's knobs
         event = Event(result, record.source)
         if event.is_miss:
             event.miss_input_equivalent, event.miss_usd = miss_cost(result, self.prices)

@@ -1,0 +1,24 @@
+"""The bill's sentences, in one place: what each part of the spend is in words, what to do when a part is
+most of it, and what the fixes line says when a log cannot be simulated. Every output (text, Markdown,
+HTML, JSON) takes its words from here, so refining one (per agent, say) changes them all."""
+from __future__ import annotations
+
+# token class (economics.token_costs.CLASSES) -> (what that spend is, what to do when it is most of the bill)
+SPEND_WORDS: dict[str, tuple[str, str]] = {
+    "read": ("re-reading long contexts from the cache", "compact or clear between tasks"),
+    "write_5m": ("writing contexts to the cache (5-minute lifetime)",
+                 "the causes below say which writes rebuilt what was cached"),
+    "write_1h": ("writing contexts to the cache (1-hour lifetime, at twice the input price)",
+                 "keep the 1-hour lifetime for pauses past 5 minutes"),
+    "fresh": ("input sent without the cache", "mark a cache breakpoint where the prompt stops changing"),
+    "output": ("output (answers, tool calls and reasoning)", "caching does not change it"),
+}
+
+# the bill's columns, in every output: (class, short header)
+COLUMN_NAMES: tuple[tuple[str, str], ...] = (("read", "reads"), ("write_5m", "5m writes"),
+                                             ("write_1h", "1h writes"), ("fresh", "fresh"), ("output", "output"))
+
+# where fixes were to be priced but no request carried its body: nothing to re-simulate
+NO_BODIES = "no request bodies: fixes cannot be simulated"
+NO_FIX_PAYS = "none pays for itself on this log"
+

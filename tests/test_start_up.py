@@ -1,0 +1,42 @@
+"""What the commands users type most load before they answer: `diff` of two requests and `usage` of a small
+folder start in about a tenth of a second because they import nothing they do not use (issue #41: `diff`
+went from 0.37 to ~0.12 s once the tokenizer stayed unloaded). A heavy dependency that creeps onto their
+import path (a tokenizer, a database, an HTTP or server stack, a process pool) shows here as a failure, not
+only as a slower benchmark."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+CLAUDE = ROOT / "tests" / "fixtures" / "importers" / "claude"
+# each of these costs tens to hundreds of milliseconds to import (quicktok's cl100k map ~0.1 s to load)
+HEAVY = ("quicktok", "sqlite3", "duckdb", "pandas", "numpy", "httpx", "anthropic", "openai", "starlette",
+         "uvicorn", "multiprocessing", "asyncio")
+
+_RUN = ("import sys; from kvprobe.cli import main\n"
+        "sys.argv = ['kvprobe', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    code = done.code\nelse:\n    code = 0\n"
+        f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+
+
+@pytest.mark.parametrize("args", [
+    ("diff", EXAMPLES / "request_a.json", EXAMPLES / "request_b.json"),
+    ("diff", EXAMPLES / "request_a.json", EXAMPLES / "request_b.json", "--json"),
+    ("usage", CLAUDE, "--json"),
+    ("usage", CLAUDE),
+], ids=["diff", "diff --json", "usage --json", "usage"])
+def test_the_commands_typed_most_import_no_heavy_dependency(args, tmp_path):
+    """Measured on the second run: the first one writes the price cache (kvprobe.pricing), as a user's first
+    run does, and that reads the genai-prices package (asyncio with it)."""
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT, env=env)
+        assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "0 []"
