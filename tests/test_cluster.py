@@ -180,3 +180,27 @@ def test_an_unreachable_scheduler_is_a_usage_error_naming_the_option(fleet, tmp_
     assert done.stdout == ""
     assert "--cluster" in done.stderr and "tcp://127.0.0.1:9" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_scheduler_killed_mid_run_costs_time_not_answers(fleet, local_fleet, tmp_path):
+    """The scheduler itself dies while the policies are priced (a cluster of its own: it does not come back):
+    the report computes what is left here and is the same."""
+    own = Cluster(tmp_path)
+    killed: list[int] = []
+
+    def kill_scheduler_once_busy() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(str(k).startswith("kvprobe_unit") for keys in own.client.processing().values() for k in keys):
+                own.procs[0].kill()
+                killed.append(own.procs[0].pid)
+                return
+            time.sleep(0.01)
+    watcher = threading.Thread(target=kill_scheduler_once_busy)
+    watcher.start()
+    try:
+        assert _report(str(fleet), "--cluster", own.address, env={"KVPROBE_STALL_S": "3"}) == local_fleet
+    finally:
+        watcher.join()
+        own.close()
+    assert killed, "the scheduler was killed while a policy was priced"

@@ -1,13 +1,15 @@
 """The cluster backend: Dask `distributed` (`report --cluster tcp://HOST:8786`, the `cluster` extra).
 
 `shared` is scattered to every worker once; each unit is one task (`Client.map`), its result gathered by unit
-index. The workers import kvprobe themselves: they need the same version installed.
+index. The workers, and the scheduler (it unpickles the task graph), import kvprobe: they need the same
+version installed.
 
 Failure costs time, not answers: the scheduler reruns on another worker a task whose worker died (up to its
 `allowed-failures`; past that, or with no worker left, the caller computes the unit). A stopped or hung worker
 still holds its connection, and the scheduler would wait minutes (`worker-ttl`) before giving its tasks away:
 a worker holding one of these units whose heartbeat has not moved for the stall window is taken as stalled,
-and the caller computes its units.
+and the caller computes its units. A scheduler that cannot be reached mid-run leaves what is left to the
+caller too.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 from kvprobe.run.base import Unit, named, run_here
 from kvprobe.run.stall import stall_seconds
 
-POLL_S = 0.2
+POLL_S = 0.2  # how often a wait asks the scheduler how the tasks stand
 CONNECT_TIMEOUT_S = 10
 
 
@@ -70,19 +72,19 @@ class _ClusterRun:
         worker's), then a task per unit, on those workers only. A copy that does not arrive within the stall
         window (a worker stopped since the last map) leaves the whole map to the caller."""
         client, units = self._client, list(self._units)
-        workers = [w for w in client.scheduler_info(n_workers=-1).get("workers", {})
-                   if w not in self._cluster.stalled]
-        if not workers:
-            self._here = list(range(len(units)))
-            return
         try:
+            workers = [w for w in client.scheduler_info(n_workers=-1).get("workers", {})
+                       if w not in self._cluster.stalled]
+            if not workers:
+                self._here = list(range(len(units)))
+                return
             there = client.scatter(self._shared, workers=workers, broadcast=True, hash=False,
                                    timeout=stall_seconds())
+            futures = client.map(kvprobe_unit, [self._fn] * len(units), [there] * len(units), units, pure=False,
+                                 workers=workers, allow_other_workers=False)
         except (OSError, TimeoutError):
             self._here = list(range(len(units)))
             return
-        futures = client.map(kvprobe_unit, [self._fn] * len(units), [there] * len(units), units, pure=False,
-                             workers=workers, allow_other_workers=False)
         self._futures = {f: i for i, f in enumerate(futures)}
 
     def results(self) -> list[Any]:
@@ -94,6 +96,7 @@ class _ClusterRun:
 
     def _gather(self) -> list[int]:
         """Results into place; the indices of the units the caller must compute."""
+        from distributed.client import FutureCancelledError
         from distributed.scheduler import KilledWorker
 
         lost: list[int] = []
@@ -109,11 +112,14 @@ class _ClusterRun:
                 i = self._futures.pop(future)
                 try:
                     self._out[i] = future.result()
-                except KilledWorker:  # it killed every worker it was given: computed here
-                    lost.append(i)
+                except (KilledWorker, FutureCancelledError):  # it killed every worker it was given, or the
+                    lost.append(i)  # scheduler's connection was lost: computed here
                 except Exception as exc:
                     raise named(exc, i, self._units)
-            stalled = heartbeats.stalled({f.key for f in self._futures}, bool(finished))
+            try:
+                stalled = heartbeats.stalled({f.key for f in self._futures}, bool(finished))
+            except (OSError, TimeoutError):  # the scheduler is gone: what is left is computed here
+                stalled = {f.key for f in self._futures}
             for future in [f for f in self._futures if f.key in stalled]:
                 lost.append(self._futures.pop(future))
                 future.cancel()
