@@ -77,11 +77,14 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 
 def advice_keys(kind: str, param: str | None = None, path: str | None = None,
-                triggers: list[str] | None = None) -> list[str]:
-    """The keys a cause's advice is looked up by, most specific first: `<kind>:<param>` (the parameter that
-    changed), each event the log shows just before the miss (`trigger:<event kind>`), `<kind>:<path>` (its top
-    level), then `<kind>`. A new cause kind plugs in by adding `[advice.<kind>]` to the profiles."""
-    keys = [f"{kind}:{param}"] if param else []
+                triggers: list[str] | None = None, platform: str | None = None) -> list[str]:
+    """The keys a cause's advice is looked up by, most specific first: `<kind>@<platform>` (the platform that
+    served the request: Bedrock and Vertex route and are configured differently), `<kind>:<param>` (the
+    parameter that changed), each event the log shows just before the miss (`trigger:<event kind>`),
+    `<kind>:<path>` (its top level), then `<kind>`. A new cause kind plugs in by adding `[advice.<kind>]` to
+    the profiles."""
+    keys = [f"{kind}@{platform}"] if platform else []
+    keys += [f"{kind}:{param}"] if param else []
     keys += [f"trigger:{t}" for t in triggers or ()]
     if path:
         keys.append(f"{kind}:{path.split('[', 1)[0].split('.', 1)[0]}")

@@ -83,7 +83,9 @@ def test_the_text_report_starts_with_the_bill_and_says_fixes_cannot_be_simulated
                                              "$0.0050", "$0.0455", "$0.1030"]
     assert lines[by_session + 4].split()[0] == "Total" and lines[by_session + 4].endswith("$0.1580")
     # Claude Code logs carry no request bodies: nothing to re-simulate, and the report says so
-    assert "Fixes: no request bodies: fixes cannot be simulated." in lines
+    (fixes,) = [line for line in lines if line.startswith("Fixes:")]
+    assert fixes.startswith("Fixes: no request bodies: fixes cannot be simulated; capture them to price fixes: ")
+    assert "`kvprobe capture -- claude …` (Claude Code)" in " ".join(text.split())  # (the line may wrap)
     assert "none pays" not in text
 
 

@@ -169,7 +169,9 @@ def test_an_unexplained_drop_says_nothing_in_the_log_explains_it(tmp_path):
     e.turn(20, "e3", read=4_000, write=8_500)
     _, by_id = _report(e.write(tmp_path / "e.jsonl"))
     [d] = by_id["e3"].diagnoses
-    assert d.kind == "unexplained" and "nothing in the log says why" in d.detail
+    # the transcript's messages only grew (issue #38): content is ruled out, eviction or routing is left
+    assert d.kind == "unexplained" and d.evidence == "transcript"
+    assert "history only grew, so the content did not change: the entry was evicted or served elsewhere" in d.detail
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ def _scope(r: RequestResult) -> str:
 
 
 def _advise_one(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade | None) -> None:
-    found = profile.advise(advice_keys(d.kind, d.param, d.path, d.triggers))
+    found = profile.advise(advice_keys(d.kind, d.param, d.path, d.triggers, r.sk.extra.get("platform")))
     if found is None:
         return
     d.api_advice = d.advice or ADVICE.get(d.kind)

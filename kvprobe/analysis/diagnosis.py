@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 KINDS = ("prefix_changed", "params_changed", "ttl_expired", "lookback_exceeded", "below_minimum",
-         "not_yet_readable", "missing_breakpoint", "unexplained")
+         "not_yet_readable", "missing_breakpoint", "stale_read", "routing", "unexplained")
 
 # Provider-reported miss reasons (Anthropic cache diagnostics) mapped onto our kinds: (kind, path, param).
 # `previous_message_not_found` and `unavailable` name no cause and never become a diagnosis.
@@ -44,6 +44,8 @@ class Diagnosis:
     advice: str | None = None  # what to do about this miss in particular (else ADVICE for its kind)
     api_advice: str | None = None  # on an agent's log: the API's advice, where `advice` is the agent's knobs
     agent: str | None = None  # on an agent's log: whose knobs `advice` names (kvprobe.agents)
+    evidence: str | None = None  # what in the log shows it (usage-only logs): one of EVIDENCE
+    change: str | None = None  # evidence "transcript": how the history changed (importers.history.KINDS)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -71,6 +73,8 @@ class Diagnosis:
             return f"started before {self.writer_id} could be read" if self.writer_id else "not yet readable"
         if self.kind == "lookback_exceeded":
             return f"lookback {self.positions_back} > {self.limit}" if self.positions_back else "lookback exceeded"
+        if self.kind == "stale_read":
+            return f"read {self.writer_id}'s entry (stale)" if self.writer_id else "read an older entry"
         if self.kind == "below_minimum" and self.prefix_tokens is not None:
             return f"below minimum ({self.prefix_tokens:,} < {self.minimum_tokens:,})"
         return self.kind.replace("_", " ")
@@ -95,8 +99,18 @@ ADVICE = {
     "below_minimum": "the prefix is shorter than the model's minimum: nothing is cached until it grows",
     "not_yet_readable": "start parallel requests after the first one's response has begun",
     "missing_breakpoint": "add a cache_control breakpoint at the end of the shared prefix",
+    "stale_read": "a read of an older request's entry came from a cache that had not seen the requests since (another "
+                  "region or replica): keep one conversation on one region and its requests one at a time",
+    "routing": "the request reached a cache that held nothing of this prompt: keep one conversation on one region "
+               "or cache key, and its requests one at a time",
     "unexplained": "compare with the provider's cache diagnostics; eviction and routing are not predictable",
 }
+
+
+# What a usage-only cause rests on (`Diagnosis.evidence`): the transcript's rebuilt messages, the read falling
+# to a level the log shows, the pause against the entry's lifetime, events the log shows, the model, and a
+# platform's routing rule in providers/
+EVIDENCE = ("transcript", "read_level", "pause", "log_events", "model", "platform_routing")
 
 
 def advice_for(d: Diagnosis) -> str:

@@ -145,11 +145,12 @@ def _miss_reason(response: dict | None) -> Reported | None:
 # Record keys a skeleton keeps: task outcome, keep-alive pings, and what a written (fixed) trace carries in
 # place of logged usage: the block sizes it was priced on and the output tokens of the original request
 # (and, inside the what-if only, the sizes of the parts of a block a fix split, by path); what a usage-only
-# log showed before the request (`events`, analysis.usage_only) and the platform that served it.
+# log showed before the request (`events`, analysis.usage_only), the platform that served it, its rebuilt
+# message list (`history`, analysis.rebuilt), whose knobs the advice names (source_format, client_version,
+# client: kvprobe.agents — the importer's format, the logged version, or the program `kvprobe capture` ran)
+# and the project a request belongs to (cwd: the bill and the request rows).
 _CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform",
-            "source_format", "client_version", "client", "cwd")  # (source_format, client_version, client: whose
-# knobs the advice names, kvprobe.agents: the importer's format, the logged version, or the program `kvprobe
-# capture` ran; cwd: the project a request belongs to, for the bill and the request rows)
+            "history", "source_format", "client_version", "client", "cwd")
 
 
 def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:

@@ -9,7 +9,10 @@ Without request bodies nothing says which block changed, but the log says a good
 * the transcript's own events since the previous request, which importers carry on the next record as
   `extra["events"]` (kvprobe.importers.events): a compaction, a tool list that changed, a background task's
   notification, an interrupt, a changed setting; the model (caches are per model) and the idle time;
-* the lifetime in force, from the stream's own writes (`ephemeral_1h_input_tokens`: 1h entries).
+* the lifetime in force, from the stream's own writes (`ephemeral_1h_input_tokens`: 1h entries);
+* the messages the importer rebuilt (`extra["history"]`, `analysis.rebuilt`): a change inside the history at
+  its message, an append-only history that rules content out, reads of an earlier request's entry (another
+  replica, a branch) and reads of nothing on a platform that routes between caches (`cache_routing` rules).
 
 Every cause found this way is inferred, and says so. A shortfall within the estimate noise
 (`explain.estimate_noise`) is no miss. A pause longer than any lifetime the provider offers, that no
@@ -30,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
+from kvprobe.analysis.rebuilt import (Scale, append_only, change_position, content_change, earlier_levels,
+                                     routing, stale_read, where_read_ends, whole_history_changed)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -96,10 +101,16 @@ class _Stream:
     last: "RequestResult | None" = None
     by_model: dict[str | None, "RequestResult"] = field(default_factory=dict)
     ttl: dict[str | None, str] = field(default_factory=dict)  # model -> TTL key of its latest writes
+    earlier: dict[str | None, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> request
+    scale: Scale = field(default_factory=Scale)  # real tokens per estimated token of its rebuilt messages
 
     def update(self, r: "RequestResult") -> None:
+        base = self.by_model.get(r.sk.model)
+        changed_at = change_position(r, base, self.scale)
+        self.scale.learn(r, base)
         self.last = r
         self.by_model[r.sk.model] = r
+        earlier_levels(self.earlier.setdefault(r.sk.model, {}), r, _step(r), changed_at)
         u = r.usage
         if u.cache_write_tokens:
             self.ttl[r.sk.model] = _LONG_TTL if u.cache_write_1h_tokens and not u.cache_write_5m_tokens else "5m"
@@ -122,7 +133,7 @@ class UsageOnly:
             stream = self.streams[(sk.session, sk.agent)] = _Stream()
         first = stream.last is None
         events = events_of(sk.extra)
-        compacted = any(e["kind"] == "compaction" for e in events)
+        compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
         dropped = _explain(r, stream, events, self.levels)
         r.write_kind = _write_kind(r)
         self.drops += dropped
@@ -157,9 +168,12 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], 
             r.diagnoses = [_model_switch(r, switched, own)]
         return False
     ideal = min(_extent(base), usage.input_tokens)
-    compacted = any(e["kind"] == "compaction" for e in events)
+    compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
     shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
-    if compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
+    changed_at = change_position(r, base, stream.scale)
+    if changed_at is not None and not compacted:  # the transcript shows where: the prefix before it is reusable
+        ideal = min(max(changed_at, usage.cache_read_tokens), ideal)
+    elif compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
         ideal = min(levels.tools_system(r) or usage.cache_read_tokens, usage.input_tokens)
     r.ideal_read_tokens = ideal
     reported = sk.observed.miss_reason if sk.observed else None
@@ -230,7 +244,21 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
             expired.detail += "; also just before it (inferred from the log): " + " and ".join(triggers)
             expired.triggers = kinds
         return expired
+    noise = estimate_noise(r)
     level = levels.name(r)
+    shared = level is not None and level[0] == "system"  # a level every session reads: no entry of this stream's
+    earlier = stream.earlier.get(base.sk.model, {})
+    found = content_change(r, base, noise, earlier, stream.scale) or \
+        (None if shared else stale_read(r, base, earlier, _step(r), stream.scale))
+    if found is not None:
+        if triggers:
+            found.detail += "; just before it (inferred from the log): " + " and ".join(triggers)
+            found.triggers = kinds
+        return found
+    if not triggers and (level is None or shared):  # nothing read of this conversation's own
+        routed = routing(r, base, gap, noise, shared)
+        if routed is not None:
+            return routed
     idle = f"; it had been idle {duration(gap)} of its {duration(lifetime)} lifetime (idle entries are the first " \
         "evicted)" if lifetime and gap > IDLE_SHARE * lifetime else ""
     read = r.usage.cache_read_tokens
@@ -239,6 +267,11 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     # a level that broke is evidence of a change where entries are kept by breakpoint (Anthropic); an implicit
     # cache also routes and evicts on its own, so there only an event names a cause
     if not triggers and (level is None or r.rules.get("matching") != "blocks"):
+        if append_only(r):
+            ends = where_read_ends(r, base, stream.scale)
+            return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime; the transcript shows the "
+                             "history only grew, so the content did not change: the entry was evicted or served "
+                             f"elsewhere{ends}{idle}", token_position=read, evidence="transcript")
         return Diagnosis("unexplained", f"{words} ({when}), within the entry's lifetime, and nothing in the log "
                          "says why: the prefix changed in a way the log does not show, or the entry was evicted or "
                          f"served elsewhere{idle}", token_position=read)
@@ -250,7 +283,8 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kind, param = ("params_changed", "reasoning effort") if _effort_only(events) else ("prefix_changed", None)
     return Diagnosis(kind, detail, path=path if kind == "prefix_changed" else None, token_position=read,
                      param=param, triggers=kinds or None,
-                     advice=_TRIGGER_ADVICE.get(kinds[0], _LEVEL_ADVICE) if kinds else _LEVEL_ADVICE)
+                     advice=_TRIGGER_ADVICE.get(kinds[0], _LEVEL_ADVICE) if kinds else _LEVEL_ADVICE,
+                     evidence="log_events" if triggers else "read_level")
 
 
 def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: float, rules: ModelRules,
@@ -262,7 +296,7 @@ def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: fl
     if advice is None:
         r.ideal_read_tokens = 0  # a new start: no lifetime the provider offers, nor pings that pay, span it
         return None
-    return Diagnosis("ttl_expired", detail, seconds_past=gap - lifetime, advice=advice)
+    return Diagnosis("ttl_expired", detail, seconds_past=gap - lifetime, advice=advice, evidence="pause")
 
 
 def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None") -> Diagnosis:
@@ -273,7 +307,12 @@ def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None"
                      "switching back and forth is the choice being paid for)", param="model", a=previous,
                      b=r.sk.model, invalidates="all",
                      advice="switch models between tasks rather than within one: each switch writes the prompt "
-                     "again for the other model")
+                     "again for the other model", evidence="model")
+
+
+def _step(r: "RequestResult") -> int:
+    """The provider's rounding of reads (OpenAI's 128-token steps): an implicit entry's level is stepped."""
+    return int(r.rules.get("cached_token_step", 0) or 0)
 
 
 def _with_missed(r: "RequestResult", d: Diagnosis) -> Diagnosis:

@@ -165,7 +165,7 @@ TABLES: tuple[Table, ...] = (
         _TRACE, _REQ,
         _c("diagnosis_index", "INTEGER", "order among the request's diagnoses (0 = main cause)"),
         _c("kind", "VARCHAR", "prefix_changed | params_changed | ttl_expired | lookback_exceeded | below_minimum "
-                              "| not_yet_readable | missing_breakpoint | unexplained"),
+                              "| not_yet_readable | missing_breakpoint | stale_read | routing | unexplained"),
         _c("inferred", "BOOLEAN", "kvprobe's analysis (false: reported by the provider)"),
         _c("detail", "VARCHAR", "the cause in words"),
         _c("advice", "VARCHAR", "what to do about this kind"),

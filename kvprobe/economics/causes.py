@@ -32,6 +32,8 @@ def cause_label(key: tuple[str, str]) -> str:
     return {"ttl_expired": "TTL expired (a pause)", "not_yet_readable": "siblings started together",
             "lookback_exceeded": "lookback exceeded", "below_minimum": "below the minimum length",
             "missing_breakpoint": "no breakpoint at the end of reused content",
+            "stale_read": "read an older entry (another region or replica)",
+            "routing": "routed to a cache without the entry",
             "unexplained": "unexplained"}.get(kind, kind.replace("_", " "))
 
 

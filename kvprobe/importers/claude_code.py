@@ -7,6 +7,8 @@ Quirks:
 * `<synthetic>` model lines are written by Claude Code itself (interruptions, errors): no API call, skipped.
 * Subagents: `<sessionId>/subagents/agent-<id>.jsonl` (older: `agent-*.jsonl` beside the sessions, or
   `isSidechain` lines inline); their records carry `agent = "agent-<id>"`, the main thread `agent = "main"`.
+  Inline lines without an agentId (parallel subagents interleave there) are told apart by the first line of
+  their chain: `agent = "sidechain-<its uuid's first 8 characters>"`.
 * Only one timestamp per line. `started_at` is the timestamp of the line the response answers
   (`parentUuid`: the user turn or tool result, written when the request was sent), `first_token_at` the first
   line of the response and `finished_at` its last line.
@@ -41,6 +43,7 @@ import orjson
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
 from kvprobe.importers.events import Events, event
+from kvprobe.importers.history import Chains
 from kvprobe.trace import TraceRecord
 
 NAME = "claude_code"
@@ -84,8 +87,11 @@ class _Origin:
         agent_id = as_str(line.get("agentId"))
         if self.stem.startswith("agent-"):
             return f"agent-{agent_id or self.stem[6:]}"
-        if line.get("isSidechain") is True:
-            return f"agent-{agent_id}" if agent_id else "sidechain"
+        if line.get("isSidechain") is True:  # inline: each subagent's lines chain back to its own first line
+            if agent_id:
+                return f"agent-{agent_id}"
+            root = line.get(_ROOT)
+            return f"sidechain-{root[:8]}" if root.__class__ is str else "sidechain"
         return "main"
 
     def session(self, line: dict[str, Any]) -> str:
@@ -106,6 +112,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams()
+    chains = Chains()  # each request's message list, rebuilt (kvprobe.importers.history)
+    roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
     lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
     try:
@@ -113,15 +121,19 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             uuid = line.get("uuid")
             if uuid.__class__ is str:
                 times[uuid] = line.get("timestamp")
+                if line.get("isSidechain") is True and not line.get("agentId"):
+                    _sidechain_root(roots, uuid, line)
             kind = line.get("type")
             if kind == "assistant":
-                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams)
+                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains)
             elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             else:
                 ignored += 1
                 if kind == "user" or kind == "system":
                     streams.note(origin, line, kind)
+            if uuid.__class__ is str:
+                _chain(chains, uuid, line, kind)
     finally:
         stats.ignored += ignored
     for item in pending.values():
@@ -200,7 +212,8 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
                     pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
-                    provisional: bool = False, streams: "_Streams | None" = None) -> None:
+                    provisional: bool = False, streams: "_Streams | None" = None,
+                    chains: Chains | None = None) -> None:
     # Runs for every response line (several per request): the checks are written inline, not as helper calls.
     message = line.get("message")
     if not isinstance(message, dict):
@@ -258,11 +271,46 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     if streams is not None:
         streams.attach(origin, line, extra)
         streams.tools_used(origin, line, message, extra, stamp)
+    if chains is not None:
+        extra["history"] = chains.request(origin.agent(line), parent, _cleared(message))
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
                          None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
     pending[key] = _Pending(record, lineno)
+
+
+_ROOT = "_sidechain_root"  # set on an inline sidechain line without agentId: its subagent's first line
+
+
+def _sidechain_root(roots: dict[str, str], uuid: str, line: dict[str, Any]) -> None:
+    """Older transcripts write subagents inline (isSidechain, no agentId), several at once when they run in
+    parallel: each one's lines chain back to its own first line, which tells them apart."""
+    parent = line.get("parentUuid")
+    root = roots.get(parent, uuid) if parent.__class__ is str else uuid
+    roots[uuid] = line[_ROOT] = root
+
+
+def _chain(chains: Chains, uuid: str, line: dict[str, Any], kind: Any) -> None:
+    """Every line with a uuid is a link of the chain; user and assistant lines are what the API is sent."""
+    parent = line.get("parentUuid")
+    if kind == "user" or kind == "assistant":
+        message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        result = content.__class__ is list and bool(content) and isinstance(content[0], dict) and \
+            content[0].get("type") == "tool_result"
+        chains.add(uuid, parent, kind, content, tool_result=result)
+    else:
+        chains.add(uuid, parent, None, boundary=kind == "system" and line.get("subtype") == "compact_boundary")
+
+
+def _cleared(message: dict[str, Any]) -> bool:
+    """The API cleared old tool results of this request's prompt (context editing: `clear_tool_uses`)."""
+    managed = message.get("context_management")
+    edits = managed.get("applied_edits") if isinstance(managed, dict) else None
+    return isinstance(edits, list) and any(isinstance(e, dict) and "clear" in str(e.get("type", "")) and
+                                           (e.get("cleared_tool_uses") or e.get("cleared_input_tokens"))
+                                           for e in edits)
 
 
 # the line's fields copied into extra (source name, kvprobe name); Qwen Code's records carry the same ones

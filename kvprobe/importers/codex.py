@@ -39,6 +39,7 @@ from typing import Any
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
                                    local_server, served_locally, time_or_none)
 from kvprobe.importers.events import Events
+from kvprobe.importers.history import Sequence
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import content_key
@@ -70,6 +71,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
     events = Events()
+    conversation = Sequence()  # each request's items, rebuilt (kvprobe.importers.history)
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -81,6 +83,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         kind = line.get("type")
         stamp = time_or_none(line.get("timestamp"))
+        _converse(conversation, kind, payload)  # a fork's replayed history is its context too
         if state.fork is not None and state.fork.replayed(kind, payload, stamp):
             state.replay(kind, payload, stats)
             continue
@@ -97,11 +100,32 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         key = content_key(state.session, raw.strip())  # a turn number is local: the same event copied is the same turn
         if not stats.first_time(key, seen):
             continue
+        extra = state.extra(events)
+        extra["history"] = conversation.request()
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
-                          extra=state.extra(events), source=str(path), line=lineno, key=key)
+                          extra=extra, source=str(path), line=lineno, key=key)
         turn.start = None
+
+
+def _converse(conversation: Sequence, kind: Any, payload: dict[str, Any]) -> None:
+    """A response item joins the conversation; a compaction replaces it with its replacement history."""
+    if kind == "response_item":
+        conversation.add(_role(payload), payload)
+    elif kind == "compacted":
+        kept = payload.get("replacement_history")
+        items = [i for i in kept if isinstance(i, dict)] if isinstance(kept, list) else []
+        conversation.replace([(_role(i), i) for i in items], "compacted")
+
+
+def _role(item: dict[str, Any]) -> str:
+    """Who an item is from, as the API sees the conversation: the model's output items are the assistant's,
+    everything else (messages in, tool outputs) is input."""
+    kind = item.get("type")
+    if kind == "message":
+        return "assistant" if item.get("role") == "assistant" else "user"
+    return "user" if isinstance(kind, str) and kind.endswith("_output") else "assistant"
 
 
 def _counted_usage(payload: dict[str, Any], state: "_State", stats: SourceStats, lineno: int) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
+from kvprobe.importers.history import Sequence
 from kvprobe.trace import TraceRecord
 
 NAME = "gemini_cli"
@@ -60,12 +61,19 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     session = as_str(meta.get("sessionId")) or path.stem
     agent = f"subagent-{path.stem[:8]}" if meta.get("kind") == "subagent" else "main"
     previous: float | None = time_or_none(meta.get("startTime"))
+    conversation, places = Sequence(), {}  # each request's turns, rebuilt (kvprobe.importers.history)
     for message in messages:
+        if message.get("type") == _REWIND:
+            at = places.get(message.get("to"))
+            if at is not None:
+                conversation.cut(at)
+            continue
         stamp = time_or_none(message.get("timestamp"))
         tokens = message.get("tokens")
         if message.get("type") != "gemini" or not isinstance(tokens, dict):
             stats.ignored += 1
             previous = _last_time(message, stamp) or previous
+            _turn(conversation, places, message)
             continue
         rid = f"{session}:{message['id']}"
         try:
@@ -74,14 +82,30 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             stats.skip("invalid usage", message.get("_line"), str(exc))
             previous = _last_time(message, stamp) or previous
             continue
+        history = conversation.request()
+        _turn(conversation, places, message)
         if stats.first_time(rid, seen):
             model = as_str(message.get("model"))
             yield TraceRecord(id=rid, provider="gemini", started_at=previous if previous is not None else stamp,
                               response={"id": message["id"], "model": model, "usageMetadata": usage},
                               session=session, agent=agent, endpoint=ENDPOINT, finished_at=stamp,
-                              extra={"source_format": NAME, "project_hash": as_str(meta.get("projectHash"))},
+                              extra={"source_format": NAME, "project_hash": as_str(meta.get("projectHash")),
+                                     "history": history},
                               source=str(path), line=message.get("_line"))
         previous = _last_time(message, stamp) or previous
+
+
+_REWIND = "$rewind"  # a `{"$rewindTo": id}` mark, kept in order among the messages
+_SENT_TYPES = ("user", "gemini")  # info, error and warning lines are shown to the user only
+
+
+def _turn(conversation: Sequence, places: dict[str, int], message: dict[str, Any]) -> None:
+    """A user turn or a model turn (its tool calls and their results included) joins the conversation."""
+    kind = message.get("type")
+    if kind in _SENT_TYPES:
+        places[message["id"]] = len(conversation.items.ids)
+        conversation.add("user" if kind == "user" else "assistant",
+                         [message.get("content"), message.get("toolCalls")])
 
 
 def _last_time(message: dict[str, Any], stamp: float | None) -> float | None:
@@ -111,7 +135,10 @@ def _document(path: Path, stats: SourceStats, progress: Progress | None) -> tupl
         if "$set" in record:
             _update(record["$set"], meta, messages, lineno, stats)
         elif "$rewindTo" in record:
-            stats.ignored += 1  # the rewound calls were billed all the same
+            stats.ignored += 1  # the rewound calls were billed all the same; the history goes back
+            if isinstance(record["$rewindTo"], str):
+                messages[f"{_REWIND}:{lineno}"] = {"id": f"{_REWIND}:{lineno}", "type": _REWIND,
+                                                   "to": record["$rewindTo"], "_line": lineno}
         elif "id" in record:
             _keep(messages, record, lineno, stats)
         elif "sessionId" in record:

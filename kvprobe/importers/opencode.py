@@ -27,6 +27,7 @@ import orjson
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
                                    token_count)
 from kvprobe.importers.events import Events
+from kvprobe.importers.history import BYTES_PER_TOKEN, Sequence
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -58,7 +59,7 @@ def sniff(first: Any) -> bool:
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
     if path.name == DATABASE:
-        yield from _records(_database_messages(path, stats), str(path), stats, seen)
+        yield from _records(_database_messages(path, stats), str(path), stats, seen, _database_parts(path))
         return
     data = path.read_bytes()
     if progress is not None:
@@ -105,6 +106,27 @@ def _database_messages(path: Path, stats: SourceStats) -> list[dict[str, Any]]:
     return out
 
 
+def _database_parts(path: Path) -> dict[str, tuple[int, int]] | None:
+    """Each message's parts (its text, tool calls and their outputs) as one digest and an estimated size, for
+    the rebuilt history (kvprobe.importers.history); None where the database has no readable part table (the
+    usage is read all the same)."""
+    import sqlite3
+
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
+        try:
+            for message, data in db.execute("SELECT message_id, data FROM part ORDER BY time_created, id"):
+                digest, size = out.get(message, (0, 0))
+                raw = data if isinstance(data, (str, bytes)) else str(data)
+                out[message] = (hash((digest, raw)), size + len(raw) // BYTES_PER_TOKEN)
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return out
+
+
 def _why(exc: sqlite3.Error) -> str:
     text = str(exc)
     if "no such table" in text or "no such column" in text:
@@ -115,12 +137,16 @@ def _why(exc: sqlite3.Error) -> str:
 
 
 def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
-             seen: set[str]) -> Iterator[TraceRecord]:
+             seen: set[str], parts: dict[str, tuple[int, int]] | None = None) -> Iterator[TraceRecord]:
     events: dict[str, Events] = {}
+    conversations: dict[str, Sequence] = {}  # per session, when the parts were read
     for message in messages:
         tokens = message.get("tokens")
+        conversation = None if parts is None else \
+            conversations.setdefault(as_str(message.get("sessionID")) or "-", Sequence())
         if message.get("role") != "assistant" or not isinstance(tokens, dict):
             stats.ignored += 1
+            _said(conversation, parts, message)
             continue
         ident = as_str(message.get("id"))
         if ident is None:
@@ -135,11 +161,27 @@ def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
         except BadCount as exc:
             stats.skip("invalid usage", None, str(exc))
             continue
+        history = conversation.request(agent) if conversation is not None else None
+        if agent == SUMMARY_AGENT and conversation is not None:  # what follows starts from its summary
+            conversation.replace([], "compacted")
+        _said(conversation, parts, message)
         if not stats.first_time(ident, seen):
             continue
-        yield _record(message, provider, usage, ident, session, agent, stream, source)
+        record = _record(message, provider, usage, ident, session, agent, stream, source)
+        if history is not None:
+            record.extra["history"] = history
+        yield record
         if agent == SUMMARY_AGENT:
             stream.add("compaction", _time(message, "completed"))
+
+
+def _said(conversation: Sequence | None, parts: dict[str, tuple[int, int]] | None, message: dict[str, Any]) -> None:
+    """A message joins its session's conversation with its parts' digest and size."""
+    if conversation is None or parts is None:
+        return
+    digest, size = parts.get(as_str(message.get("id")) or "", (0, 0))
+    role = "assistant" if message.get("role") == "assistant" else "user"
+    conversation.items.append(len(conversation.items.ids), role, digest, size)
 
 
 def _provider(message: dict[str, Any]) -> str:

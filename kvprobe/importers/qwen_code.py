@@ -23,6 +23,7 @@ from typing import Any
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
 from kvprobe.importers.claude_code import EXTRA_FIELDS
 from kvprobe.importers.events import Events
+from kvprobe.importers.history import Chains
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -49,6 +50,7 @@ def sniff(first: Any) -> bool:
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
     times: dict[str, Any] = {}
     events: dict[str, Events] = {}
+    chains = Chains()  # each request's message list, rebuilt (kvprobe.importers.history)
     for lineno, line in iter_objects(path, stats, progress):
         uuid = as_str(line.get("uuid"))
         if uuid:
@@ -60,6 +62,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             stats.ignored += 1
             if line.get("type") == "system":
                 _event(line, stream)
+            if uuid:
+                _chain(chains, uuid, line)
             continue
         if not uuid:
             stats.skip("assistant record without a uuid", lineno)
@@ -75,11 +79,26 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             if as_str(line.get(src)):
                 extra[dst] = line[src]
         stream.attach(extra)
+        extra["history"] = chains.request(agent, parent)
+        _chain(chains, uuid, line)
         yield TraceRecord(id=uuid, provider=infer_provider({"model": model} if model else None) or "openai",
                           started_at=started if started is not None else stamp,
                           response={"model": model, "usageMetadata": dict(usage)},
                           session=as_str(line.get("sessionId")) or path.stem, agent=agent, finished_at=stamp,
                           extra=extra, source=str(path), line=lineno)
+
+
+def _chain(chains: Chains, uuid: str, line: dict[str, Any]) -> None:
+    """Qwen Code chains its records as Claude Code does; user, assistant and tool results are sent, a
+    compression's system record starts the history again from its summary."""
+    kind = line.get("type")
+    message = line.get("message")
+    content = message.get("parts") if isinstance(message, dict) else None
+    if kind in ("user", "assistant", "tool_result"):
+        chains.add(uuid, line.get("parentUuid"), "assistant" if kind == "assistant" else "user", content,
+                   tool_result=kind == "tool_result")
+    else:
+        chains.add(uuid, line.get("parentUuid"), None, boundary=line.get("subtype") == "chat_compression")
 
 
 def _event(line: dict[str, Any], events: Events) -> None:

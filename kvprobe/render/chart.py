@@ -32,6 +32,8 @@ MISS_KINDS: dict[str, tuple[str, str, str]] = {
     "below_minimum": ("M", "below minimum", "#4d7c0f"),
     "not_yet_readable": ("C", "concurrent start", "#db2777"),
     "missing_breakpoint": ("B", "missing breakpoint", "#0f766e"),
+    "stale_read": ("S", "stale replica", "#a16207"),
+    "routing": ("R", "routed elsewhere", "#6d28d9"),
     "unexplained": ("?", "unexplained", "#475569"),
 }
 

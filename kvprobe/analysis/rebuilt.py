@@ -1,0 +1,220 @@
+"""Causes a usage-only log shows through its rebuilt messages and the levels its reads fall to.
+
+Three kinds of evidence, each named on the diagnosis (`Diagnosis.evidence`):
+
+* `transcript`: the importer rebuilt each request's message list (`extra["history"]`,
+  kvprobe.importers.history). A change inside the history since the stream's last request — a message
+  edited or cleared, a rewind or branch, a compaction's summary — is where the prefix broke: `prefix_changed`
+  at `messages[i]`, its token position estimated from the previous request's entry (whose end the log knows
+  exactly) less the estimated size of the messages after the change. An append-only history rules content
+  out: what is left is routing, eviction or the lifetime.
+* `read_level`: a read that equals, to the token, the level an *earlier* request of the stream left cached
+  (not the last one's) read that request's entry: a cache that had not seen the requests since (another
+  region or replica: `stale_read`, named with that request), or a branch (with the transcript's change).
+* `platform_routing`: a read of nothing within the entry's lifetime, with an append-only history and no
+  event, on a platform whose rules in providers/ say it routes requests between caches (`cache_routing`:
+  Bedrock's cross-region inference, Vertex's global endpoint, OpenAI's prefix-hash routing and its overflow):
+  `routing`, inferred, with the rule's source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvprobe.analysis.diagnosis import Diagnosis
+from kvprobe.wording import duration
+
+if TYPE_CHECKING:
+    from kvprobe.analysis.simulate import RequestResult
+
+# how far past the estimated change a read may end and still be the change's: the estimate is bytes / 4 of
+# the messages after it, rough within about a quarter
+ESTIMATE_SLACK = 0.25
+_WORDS = {"edited": "a message already sent was rewritten", "cleared": "the provider cleared old tool results "
+          "(context editing)", "branched": "the conversation went back and branched (a rewind or an edited "
+          "prompt)", "compacted": "the history was replaced by a compaction summary", "restarted": "a new "
+          "conversation began (nothing in common with the previous request's messages: /clear or another task)"}
+# changes after which only the tools and system are reusable: the estimate of where they end is the whole
+# previous history's, too rough to price a miss on (the levels the log shows say it better)
+WHOLE_HISTORY = ("compacted", "restarted")
+
+
+def history_of(r: "RequestResult") -> dict[str, Any] | None:
+    """The rebuilt history a record carries, when it is well formed (a trace written by hand may hold anything)."""
+    value = r.sk.extra.get("history")
+    if not isinstance(value, dict) or not isinstance(value.get("tokens"), int):
+        return None
+    change = value.get("change")
+    if change is not None and not (isinstance(change, dict) and isinstance(change.get("index"), int)
+                                   and isinstance(change.get("tokens_before"), int)):
+        return None
+    return value
+
+
+def append_only(r: "RequestResult") -> bool:
+    """The transcript shows this request's messages extend its stream's last request's: content ruled out."""
+    history = history_of(r)
+    return history is not None and history.get("change") is None
+
+
+def level(r: "RequestResult") -> int:
+    """Tokens a request left cached: through its last breakpoint (read + written); an implicit cache reports
+    no writes, so what it read and (rounded to the provider's step) its whole prompt."""
+    u = r.usage
+    return u.cache_read_tokens + u.cache_write_tokens
+
+
+@dataclass(slots=True)
+class Scale:
+    """Real tokens per estimated token of a stream's messages, anchored on its own usage: between two requests
+    whose history only grew, the level rose by the appended messages' real size (exactly, from the log) while
+    the estimate rose by their estimated size."""
+
+    real: int = 0
+    estimated: int = 0
+
+    def learn(self, r: "RequestResult", base: "RequestResult | None") -> None:
+        history, before = history_of(r), history_of(base) if base is not None else None
+        if history is None or before is None or history.get("change") is not None:
+            return
+        real, estimated = level(r) - level(base), history["tokens"] - before["tokens"]
+        if real > 0 and estimated > 0:
+            self.real += real
+            self.estimated += estimated
+
+    def __call__(self, estimated: int) -> int:
+        return round(estimated * self.real / self.estimated) if self.estimated else estimated
+
+
+def change_position(r: "RequestResult", base: "RequestResult | None", scale: Scale) -> int | None:
+    """Where the transcript shows this request's messages changed, in tokens: the previous request's entry ends
+    at a point the log knows exactly and covers its estimated message tokens; the change sits the estimated
+    size of the messages after it before that end. None without a change (or a history to compare)."""
+    history = history_of(r)
+    before = history_of(base) if base is not None else None
+    if history is None or before is None or history.get("change") is None:
+        return None
+    return max(level(base) - scale(max(before["tokens"] - history["change"]["tokens_before"], 0)), 0)
+
+
+def whole_history_changed(r: "RequestResult") -> bool:
+    """The transcript shows the history replaced or begun again: only the tools and system were reusable."""
+    history = history_of(r)
+    return history is not None and (history.get("change") or {}).get("kind") in WHOLE_HISTORY
+
+
+def where_read_ends(r: "RequestResult", base: "RequestResult", scale: Scale) -> str:
+    """Where the read stopped in the previous request's rebuilt messages: its entry ends at a level the log
+    knows and covers its estimated message tokens, so the rest is tools and system (estimated)."""
+    before = history_of(base)
+    if before is None or not before["tokens"]:
+        return ""
+    messages = scale(before["tokens"])
+    overhead = max(level(base) - messages, 0)
+    read = r.usage.cache_read_tokens
+    if read <= overhead:
+        return (f"; the read ends within what precedes the messages the log shows (tools, system and any context "
+                f"it does not show: about {overhead:,} tokens, estimated)")
+    return (f"; the read covers what precedes the messages the log shows (tools, system: about {overhead:,} tokens) "
+            f"and about {read - overhead:,} of the {messages:,} message tokens {base.sk.id} was sent (estimated)")
+
+
+def content_change(r: "RequestResult", base: "RequestResult", noise: int,
+                   earlier: dict[int, "RequestResult"], scale: Scale) -> Diagnosis | None:
+    """`prefix_changed` at the message the transcript shows changed, when the read ends at or before it; a read
+    that equals an earlier request's level names that request (a branch read: the entry before the branch)."""
+    history, before = history_of(r), history_of(base)
+    if history is None or before is None or history.get("change") is None or whole_history_changed(r):
+        return None  # a history replaced or begun again leaves the tools and system: the levels say more
+    change = history["change"]
+    kind, index = str(change.get("kind")), change["index"]
+    after = scale(max(before["tokens"] - change["tokens_before"], 0))  # the previous entry past the change
+    position = change_position(r, base, scale) or 0
+    read = r.usage.cache_read_tokens
+    if read > position + ESTIMATE_SLACK * after + noise:
+        return None  # the read went on past the change: the estimate does not back it
+    where = "at" if read >= position - ESTIMATE_SLACK * after - noise else "before"
+    detail = (f"the transcript shows {_WORDS.get(kind, kind)} at messages[{index}], about {position:,} tokens into "
+              f"{base.sk.id}'s {level(base):,}-token entry (estimated from the rebuilt messages); the read "
+              f"({read:,} tokens) ends {where} it")
+    source = earlier.get(read) if read > 0 else None
+    if source is not None:
+        detail += f"; it read the entry {source.sk.id} left ({read:,} tokens)"
+    return Diagnosis("prefix_changed", detail, path=f"messages[{index}]", token_position=position,
+                     writer_id=source.sk.id if source is not None else None, evidence="transcript", change=kind,
+                     advice=_ADVICE.get(kind))
+
+
+def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "RequestResult"],
+               step: int, scale: Scale) -> Diagnosis | None:
+    """`stale_read` when the read equals an earlier request's level, not the last one's."""
+    read = r.usage.cache_read_tokens
+    if read <= 0 or read == _stepped(level(base), step):
+        return None
+    source = earlier.get(read)
+    if source is None or source is base:
+        return None
+    history = history_of(r)
+    change = history.get("change") if history else None
+    if change is not None and change.get("kind") == "branched":
+        return None  # the transcript's branch says why (content_change): the entry read is the branch point's
+    gap = r.sk.started_at - source.sk.started_at
+    detail = (f"the read ({read:,} tokens) equals, to the token, what {source.sk.id} left cached {duration(gap)} "
+              f"before, not the {level(base):,} tokens of {base.sk.id}: a cache that had not seen the requests "
+              "since served it (another region or replica)")
+    if history is not None and change is None:
+        detail += "; the transcript shows the history only grew, so the content did not change"
+        detail += where_read_ends(r, base, scale)
+    rule = r.rules.rules.get("cache_routing")
+    helps = rule.value.get("helps") if rule is not None and isinstance(rule.value, dict) else None
+    if helps:
+        detail += f"; {rule.value.get('name', 'the platform')} routes requests between caches (inferred; {rule.source})"
+    return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level",
+                     advice=helps)
+
+
+def routing(r: "RequestResult", base: "RequestResult", gap: float, noise: int, shared: bool) -> Diagnosis | None:
+    """`routing` for a read of (about) nothing, or of only the prefix every session shares (`shared`), within
+    the lifetime, where the platform routes requests between caches."""
+    rule = r.rules.rules.get("cache_routing")
+    if rule is None or not isinstance(rule.value, dict) or (r.usage.cache_read_tokens > noise and not shared):
+        return None
+    value = rule.value
+    shown = "the transcript shows the history only grew, so the content did not change; " if append_only(r) else ""
+    what = "only the prefix every session shares" if shared and r.usage.cache_read_tokens > noise else "nothing"
+    detail = (f"read {r.usage.cache_read_tokens:,} tokens ({what}) {duration(gap)} after {base.sk.id} left "
+              f"{level(base):,} cached, within the entry's lifetime; {shown}{value.get('name', 'the platform')} "
+              f"routes requests between caches: {value.get('how', '')} (inferred; {rule.source}, checked "
+              f"{rule.checked})")
+    return Diagnosis("routing", detail, token_position=0, evidence="platform_routing", advice=value.get("helps"))
+
+
+def earlier_levels(seen: dict[int, "RequestResult"], r: "RequestResult", step: int,
+                   changed_at: int | None = None) -> None:
+    """Remember the levels a request left (the first request to leave a level is the one whose entry is read
+    there): through its last breakpoint; an implicit cache (reads rounded to a step) also holds its whole
+    prompt, rounded to the step. A change at `changed_at` tokens leaves the levels past it on the old content:
+    no later request of this history can read them."""
+    if changed_at is not None:
+        for tokens in [t for t in seen if t > changed_at]:
+            del seen[tokens]
+    own = {level(r)} if r.usage.cache_write_tokens > 0 or not step else {level(r), _stepped(r.usage.input_tokens, step)}
+    for tokens in own:
+        if tokens > 0:
+            seen.setdefault(tokens, r)
+
+
+def _stepped(tokens: int, step: int) -> int:
+    return tokens - tokens % step if step > 1 else tokens
+
+
+_ADVICE = {
+    "edited": "leave messages already sent as they were: a rewritten tool result or prompt makes every later "
+              "request write the history after it again",
+    "cleared": "clearing old tool results rewrites the prompt from the first one cleared: clear less often and "
+               "more at a time (a larger clearing threshold), so the rebuild is paid once",
+    "branched": "a rewind or an edited earlier prompt writes the history after it again: that rebuild is the "
+                "price of going back",
+    "compacted": "compact or clear at task boundaries: after a compaction the conversation is written again "
+                 "from its summary",
+}
