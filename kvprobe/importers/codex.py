@@ -67,11 +67,13 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
             "total_tokens": first_count(last, "total_tokens", prefix=prefix)}
 
 
-def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
+         history: bool = True) -> Iterator[TraceRecord]:
+    """history=False: no `extra["history"]` (what `usage` reads needs none)."""
     state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
     events = Events()
-    conversation = Sequence()  # each request's items, rebuilt (kvprobe.importers.history)
+    conversation = Sequence() if history else None  # each request's items, rebuilt (kvprobe.importers.history)
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -83,7 +85,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         kind = line.get("type")
         stamp = time_or_none(line.get("timestamp"))
-        _converse(conversation, kind, payload)  # a fork's replayed history is its context too
+        if conversation is not None:
+            _converse(conversation, kind, payload)  # a fork's replayed history is its context too
         if state.fork is not None and state.fork.replayed(kind, payload, stamp):
             state.replay(kind, payload, stats)
             continue
@@ -101,7 +104,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         if not stats.first_time(key, seen):
             continue
         extra = state.extra(events)
-        extra["history"] = conversation.request()
+        if conversation is not None:
+            extra["history"] = conversation.request()
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
