@@ -17,6 +17,7 @@ from typing import Any
 
 from kvprobe.catalog import providers_dir
 from kvprobe.errors import CatalogError
+from kvprobe.price_overlay import parse_date
 
 AGENTS_DIR = "agents"
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
@@ -92,15 +93,6 @@ def advice_keys(kind: str, param: str | None = None, path: str | None = None,
     return keys
 
 
-def _date(raw: Any, where: str) -> dt.date:
-    if isinstance(raw, dt.date):
-        return raw
-    try:
-        return dt.date.fromisoformat(str(raw))
-    except ValueError:
-        raise CatalogError(f"{where} field 'checked': expected YYYY-MM-DD, got {raw!r}") from None
-
-
 def _text(data: dict[str, Any], key: str, where: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
@@ -112,7 +104,7 @@ def _advice(name: str, raw: Any, where: str) -> Advice:
     at = f"{where} [advice.{name}]"
     if not isinstance(raw, dict):
         raise CatalogError(f"{at}: expected a table with text, source and checked")
-    return Advice(_text(raw, "text", at), _text(raw, "source", at), _date(raw.get("checked"), at))
+    return Advice(_text(raw, "text", at), _text(raw, "source", at), parse_date(raw.get("checked"), at, "checked"))
 
 
 def _lifetime(raw: Any, where: str) -> LongerLifetime | None:
@@ -126,7 +118,7 @@ def _lifetime(raw: Any, where: str) -> LongerLifetime | None:
         raise CatalogError(f"{at}: field 'since' must map setting names to versions")
     sub = raw.get("subagents")
     return LongerLifetime(float(raw["seconds"]), _text(raw, "main", at), sub if isinstance(sub, str) else None,
-                          dict(since), _text(raw, "source", at), _date(raw.get("checked"), at))
+                          dict(since), _text(raw, "source", at), parse_date(raw.get("checked"), at, "checked"))
 
 
 def load_profile(path: Path) -> AgentProfile:
@@ -149,7 +141,7 @@ def load_profile(path: Path) -> AgentProfile:
         raise CatalogError(f"{where}: field 'capture' (the command that records the agent's bodies) or "
                            "'capture_note' (why none can) is required")
     return AgentProfile(_text(data, "agent", where), tuple(formats), tuple(commands), capture,
-                        _text(data, "source", where), _date(data.get("checked"), where),
+                        _text(data, "source", where), parse_date(data.get("checked"), where, "checked"),
                         {k: _advice(k, v, where) for k, v in advice.items()},
                         _lifetime(data.get("longer_lifetime"), where), _optional(data, "capture_note", where), where)
 

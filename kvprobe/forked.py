@@ -5,14 +5,15 @@ This module imports little at its top: the report's early helper process (`analy
 before the command line has imported anything else.
 
 A fork inherits everything this process holds (a parsed log, its simulation) without copying or pickling it,
-so a stage that reads that state and returns little (diagnoses, a few policies' prices) can run beside
-another. Whatever goes wrong in the child — an error, a kill, a short answer — `result` says so with None
-and the caller computes the value itself: the outcome is the same either way, only slower.
+so a stage that reads that state and returns little (the diagnoses) can run beside another. Whatever goes
+wrong in the child — an error, a kill, a short answer, a stop — `result` says so with None and the caller
+computes the value itself: the outcome is the same either way, only slower.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from kvprobe.cpus import usable_cpus
 # Below this many requests a stage takes milliseconds: the fork, and the child's first writes to the memory it
 # shares with this process (copied on write), cost about what running beside this process saves.
 MIN_REQUESTS = 1_000
+POLL_S = 0.2  # how often a wait for the child looks at its state
 
 
 def worth_forking(requests: int) -> bool:
@@ -55,13 +57,24 @@ class Forked:
         self.pid, self._fd = pid, read_end
 
     def result(self) -> tuple[bool, Any]:
-        """(True, the value) once the child has sent it; (False, None) when it failed or could not start."""
+        """(True, the value) once the child has sent it; (False, None) when it failed, could not start, or
+        stalled (stopped, or using no CPU for the stall window: `run.stall`), the child then ended."""
         if self._fd is None:
             return False, None
-        chunks = []
+        from kvprobe.run.stall import StallWatch
+
+        chunks, watch = [], StallWatch()
         try:
-            while chunk := os.read(self._fd, 1 << 20):
+            while True:
+                if not select.select([self._fd], [], [], POLL_S)[0]:
+                    if watch.stalled([self.pid] if self.pid is not None else []):
+                        return False, None
+                    continue
+                chunk = os.read(self._fd, 1 << 20)
+                if not chunk:
+                    break
                 chunks.append(chunk)
+                watch.progressed()
             ok, value = pickle.loads(b"".join(chunks))
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError):  # it died before the end
             ok, value = False, None

@@ -52,7 +52,8 @@ def per_token(p: dict[str, float]) -> dict[str, float]:
             "write_1h": p.get("cache_write_1h_mtok", write) / per, "output": p.get("output_mtok", 0.0) / per}
 
 
-def _date(raw: Any, where: str, name: str) -> dt.date:
+def parse_date(raw: Any, where: str, name: str) -> dt.date:
+    """A provider data file's date field (TOML date or YYYY-MM-DD text); CatalogError naming it."""
     if isinstance(raw, dt.date):
         return raw
     try:
@@ -73,10 +74,10 @@ def _row(raw: Any, where: str) -> PriceRow:
     bad = [k for k, v in prices.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0]
     if bad:
         raise CatalogError(f"{where} [{raw['model']}]: field '{bad[0]}': expected a price of 0 or more")
-    until = _date(raw["until"], where, "until") if "until" in raw else None
-    return PriceRow(str(raw["provider"]), canonical_model(str(raw["model"])), _date(raw["from"], where, "from"),
+    until = parse_date(raw["until"], where, "until") if "until" in raw else None
+    return PriceRow(str(raw["provider"]), canonical_model(str(raw["model"])), parse_date(raw["from"], where, "from"),
                     until, {k: float(v) for k, v in prices.items()}, bool(raw.get("override", False)),
-                    str(raw["source"]), _date(raw["checked"], where, "checked"))
+                    str(raw["source"]), parse_date(raw["checked"], where, "checked"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ def _alias(raw: Any, where: str) -> ModelAlias:
     if raw["provider"] not in PROVIDERS:
         raise CatalogError(f"{where} [{raw['logged']}]: field 'provider' must be one of {', '.join(PROVIDERS)}")
     return ModelAlias(str(raw["provider"]), canonical_model(str(raw["logged"])), str(raw["priced_as"]),
-                      str(raw["source"]), _date(raw["checked"], where, "checked"))
+                      str(raw["source"]), parse_date(raw["checked"], where, "checked"))
 
 
 @lru_cache(maxsize=4)

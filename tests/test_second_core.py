@@ -1,5 +1,6 @@
-"""The report on two cores: diagnoses and policy prices computed in forked children give the report one process
-computes alone, to the byte, and a child that dies or fails costs only time.
+"""The report on two cores: diagnoses computed in a forked child and policy prices on the local pool
+(`kvprobe.run`) give the report one process computes alone, to the byte, and a child or worker that dies,
+fails or stops costs only time.
 
 The fleet is test_fleet_policies' first (40 sessions, three breakers, hand figures there); the threshold that
 keeps small logs in one process is lowered so that this one forks.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 from test_fleet_policies import N1, fleet1_session
@@ -84,5 +86,40 @@ def test_a_child_that_dies_or_fails_changes_nothing(records, one_process, forks,
         return real_diagnosed(results)
     monkeypatch.setattr(parallel, "summarize", dies_in_child)
     monkeypatch.setattr(report_module, "_diagnosed", fails_in_child)
+    assert _report_json(records) == one_process
+    assert len(forks) >= 2 and all(_reaped(pid) for pid in forks)
+
+
+class Hung(BaseException):
+    """Past any `except Exception` or `except OSError` of the code that waits."""
+
+
+@pytest.fixture
+def deadline():
+    """A report that hangs fails the test after a minute instead of hanging the suite (the old code waited for
+    a stopped child forever)."""
+    def hung(signum, frame):
+        raise Hung("the report waited over a minute for a stopped process")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_stopped_child_costs_time_not_the_report(records, one_process, forks, monkeypatch, deadline):
+    """SIGSTOP on the child that diagnoses and on the workers that price: the report completes, computed here,
+    and equals the one-process one; no stopped process is left behind."""
+    parent = os.getpid()
+    real_summarize, real_diagnosed = parallel.summarize, report_module._diagnosed
+
+    def stops_in_child(real):
+        def stopped(*args):
+            if os.getpid() != parent:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return real(*args)
+        return stopped
+    monkeypatch.setattr(parallel, "summarize", stops_in_child(real_summarize))
+    monkeypatch.setattr(report_module, "_diagnosed", stops_in_child(real_diagnosed))
     assert _report_json(records) == one_process
     assert len(forks) >= 2 and all(_reaped(pid) for pid in forks)

@@ -1,6 +1,8 @@
 """`kvprobe report TRACE...`: every request's cache reads, writes, cost and the diagnosis of each miss."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -42,6 +44,8 @@ def report(
                                                   "({task, passed, duration_s?})")] = None,
     tz: Annotated[str, typer.Option("--tz", help="Time zone of the request rows' times: local, UTC or an IANA "
                                     "name (Europe/Paris); --json stays in UTC")] = "local",
+    cluster: Annotated[str | None, typer.Option("--cluster", envvar="KVPROBE_CLUSTER", help="Price the fixes on "
+                                                "this Dask scheduler (tcp://HOST:8786; the `cluster` extra)")] = None,
 ) -> None:
     """Simulate each provider's cache over a trace, compare with observed usage, explain every miss and
     price the task.
@@ -55,7 +59,8 @@ def report(
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)
         loaded = load_outcomes(outcomes) if outcomes else None
-        rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
+        with on_cluster(cluster):
+            rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
         require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
     if json_out:
         print_json(rep.to_json())
@@ -92,6 +97,26 @@ def require_requests(rep: Report, traces: list[Path], filters: dict[str, str | N
     why = f" ({skipped} malformed lines skipped)" if skipped else ""
     raise InputError(f"no requests found{why}: expected a kvprobe trace (JSONL) or agent logs kvprobe can "
                      "import", file=names)
+
+
+@contextmanager
+def on_cluster(address: str | None) -> Iterator[None]:
+    """The report's independent units run on this Dask scheduler (none: on this machine)."""
+    if not address:
+        yield
+        return
+    from kvprobe import run
+    from kvprobe.run.cluster import ClusterUnavailable
+
+    try:
+        executor = run.connect(address)
+    except ClusterUnavailable as exc:
+        raise InputError(str(exc), field="--cluster") from None
+    try:
+        with run.using(executor):
+            yield
+    finally:
+        executor.close()
 
 
 def _row_limit(value: str) -> int | None:

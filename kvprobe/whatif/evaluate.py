@@ -141,7 +141,8 @@ class Pricer:
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
         results = self.simulate(sub)
         ie, usd = _cost(results)
-        before = [self.base_sessions[s] for s in reached if s in self.base_sessions]
+        # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
+        before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
         base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
         saving_usd = None if usd is None or base_usd is None else base_usd - usd
         edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)

@@ -1,0 +1,113 @@
+"""The executor seam (`kvprobe.run`): the same results in unit order from the in-process backend and the local
+pool, a unit that raises raised in the caller with the unit named, and a worker that dies or stops costs time,
+not answers.
+
+Unit functions are top-level here, as a stage's are: the pool's workers are forked from this process and find
+them by name. Each worker that must fail leaves a file behind first, so that it fails once and the run again
+succeeds (or not at all, for the caller's own run of it). The unit that fails is the first: the caller takes
+units from the end of the list, and the first is always a worker's.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kvprobe.cpus import usable_cpus
+from kvprobe.run import InProcess
+from kvprobe.run.pool import LocalPool
+
+UNITS = [3, 1, 4, 1, 5, 9, 2, 6]
+SHARED = 10
+EXPECTED = [19, 11, 26, 11, 35, 91, 14, 46]  # unit * unit + SHARED, by hand
+PARENT = os.getpid()
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or usable_cpus() < 2,
+                                reason="needs a system that forks and two usable CPUs")
+
+
+def square_plus(shared: int, unit: int) -> int:
+    return unit * unit + shared
+
+
+def raises_on_four(shared: int, unit: int) -> int:
+    if unit == 4:
+        raise ValueError("four is not allowed")
+    return unit * unit + shared
+
+
+def _first_time(marks: Path, unit: int) -> bool:
+    """True for the first worker (never this process) to reach this unit."""
+    if os.getpid() == PARENT:
+        return False
+    try:
+        (marks / str(unit)).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def dies_on_three(shared: tuple[int, Path], unit: int) -> int:
+    if unit == 3 and _first_time(shared[1], unit):
+        os._exit(7)  # killed mid-run, as by the OOM killer
+    return unit * unit + shared[0]
+
+
+def stops_on_three(shared: tuple[int, Path], unit: int) -> int:
+    if unit == 3 and _first_time(shared[1], unit):
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped, as by a debugger or ^Z: it never answers
+    return unit * unit + shared[0]
+
+
+def dies_every_time_in_a_worker(shared: int, unit: int) -> int:
+    if unit == 3 and os.getpid() != PARENT:
+        os._exit(9)
+    return unit * unit + shared
+
+
+class Hung(BaseException):
+    """Past any `except Exception` or `except OSError` of the code that waits."""
+
+
+@pytest.fixture
+def deadline():
+    def hung(signum, frame):
+        raise Hung("the map waited over a minute for a stopped worker")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("executor", [InProcess(), LocalPool(1), LocalPool(2), LocalPool(3)],
+                         ids=["in-process", "pool of 1", "pool of 2", "pool of 3"])
+def test_results_come_back_in_unit_order(executor):
+    assert executor.start(square_plus, UNITS, shared=SHARED).results() == EXPECTED
+
+
+@pytest.mark.parametrize("executor", [InProcess(), LocalPool(2)], ids=lambda e: e.name)
+def test_a_unit_that_raises_raises_in_the_caller_naming_it(executor):
+    with pytest.raises(ValueError, match="four is not allowed") as caught:
+        executor.start(raises_on_four, UNITS, shared=SHARED).results()
+    assert "in unit 2 of 8 (4)" in caught.value.__notes__
+
+
+def test_a_worker_that_dies_costs_time_not_answers(tmp_path):
+    assert LocalPool(2).start(dies_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+    assert (tmp_path / "3").exists(), "a worker did die on unit 3"
+
+
+def test_a_unit_that_kills_every_worker_is_computed_in_the_caller():
+    assert LocalPool(2).start(dies_every_time_in_a_worker, UNITS, shared=SHARED).results() == EXPECTED
+
+
+def test_a_stopped_worker_costs_time_not_answers(tmp_path, deadline):
+    before = {p.pid for p in multiprocessing.active_children()}
+    assert LocalPool(2).start(stops_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+    assert (tmp_path / "3").exists(), "a worker did stop on unit 3"
+    left = {p.pid for p in multiprocessing.active_children()} - before
+    assert left == set(), "no stopped worker is left behind"
