@@ -49,8 +49,10 @@ def day_bound(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = 
 
 
 def zone_of(tz: str) -> dt.tzinfo:
-    """--tz of `usage`: UTC, local or an IANA name; an unknown one is a usage error naming the flag."""
+    """--tz (usage, report, html): local, UTC or an IANA name (zoneinfo); an unknown one is a usage error naming
+    the flag."""
     try:
         return resolve_tz(tz)
     except Exception:
-        raise InputError(f"unknown time zone {show(tz)}", field="--tz") from None
+        raise InputError(f"unknown time zone {show(tz)}: expected local, UTC or an IANA name such as "
+                         "Europe/Paris", field="--tz") from None
