@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import stat
 import threading
@@ -80,6 +79,8 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: 
 
 def temp_name(path: Path) -> Path:
     """Where `path`'s content is written until it is complete: beside it, named after it and this process."""
+    import secrets  # here: it loads hmac and hashlib (~2 ms of every start-up), and only a write needs it
+
     folder = path.parent if str(path.parent) else Path(".")
     return folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
 

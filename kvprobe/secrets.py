@@ -55,6 +55,7 @@ class _Scrubber:
     words: tuple[str, ...]  # a text whose lower-cased form holds none of these holds no credential
     # texts `clean` was asked about, with its answer (the identity fields of one log repeat on every request)
     _verdicts: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _unchanged: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def clean(self, text: str) -> bool:
         """`text` holds none of the words, so no credential (remembered for the last few thousand texts)."""
@@ -63,6 +64,16 @@ class _Scrubber:
             if len(self._verdicts) >= 4096:
                 self._verdicts.clear()
             verdict = self._verdicts[text] = not self.suspects(text)
+        return verdict
+
+    def unchanged(self, text: str) -> bool:
+        """Redacting `text` would leave it as it is (remembered like `clean`): a suspect word ("tokens", a
+        rebuilt history's key) is no credential, and the same few strings repeat on every request."""
+        verdict = self._unchanged.get(text)
+        if verdict is None:
+            if len(self._unchanged) >= 4096:
+                self._unchanged.clear()
+            verdict = self._unchanged[text] = self.clean(text) or redact_text(text) == text
         return verdict
 
     def suspects(self, text: str) -> list[_Shape]:
@@ -192,15 +203,10 @@ def scrub_identity(record: R) -> R:
     # (cwd, branch, client version) repeat from request to request, so their verdict is remembered
     texts = [v for v in (getattr(record, name) for name in IDENTITY_FIELDS[1:]) if isinstance(v, str)]
     extra = getattr(record, "extra")
-    nested = False
-    for key, value in extra.items():  # (an importer's extra is a few flat strings: searched with the rest)
-        texts.append(str(key))
-        if isinstance(value, str):
-            texts.append(value)
-        elif isinstance(value, (dict, list)):
-            nested = True
+    _strings_of(extra, texts)  # (keys and values, nested ones too: a rebuilt history's few keys repeat)
     scrubber, rid = _current(), getattr(record, IDENTITY_FIELDS[0])
-    if not nested and scrubber.clean("\0".join(texts)) and not (isinstance(rid, str) and scrubber.suspects(rid)):
+    if not (isinstance(rid, str) and redact_text(rid) != rid) and (
+            scrubber.clean("\0".join(texts)) or all(scrubber.unchanged(t) for t in texts)):
         return record
     changes: dict[str, Any] = {}
     for name in IDENTITY_FIELDS:
@@ -210,6 +216,21 @@ def scrub_identity(record: R) -> R:
     if extra and (clean_extra := redact_secrets(extra)) != extra:
         changes["extra"] = clean_extra
     return dataclasses.replace(record, **changes) if changes else record  # type: ignore[type-var]
+
+
+def _strings_of(value: Any, out: list[str]) -> None:
+    """Append every string of a JSON value (keys included) to `out`, iteratively (any depth)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                out.append(str(key))
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def redact_secrets(value: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvprobe.cli.common import print_json_items
+from kvprobe.cli.jsonout import print_json_items
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample_session.jsonl"
 

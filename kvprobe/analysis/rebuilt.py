@@ -11,6 +11,14 @@ Three kinds of evidence, each named on the diagnosis (`Diagnosis.evidence`):
 * `read_level`: a read that equals, to the token, the level an *earlier* request of the stream left cached
   (not the last one's) read that request's entry: a cache that had not seen the requests since (another
   region or replica: `stale_read`, named with that request), or a branch (with the transcript's change).
+  On an implicit cache that reads in steps (OpenAI's 128 tokens) and keeps the response with the prompt
+  (`entry_holds_response` in providers/), a later prompt that only grew shares all of the prompt and up to all of the response, so a read
+  served by a cache holding that entry lies between the two, on the step grid (`earlier_levels`).
+* `read_level` with change `reasoning_dropped`: models that use only the current turn's reasoning
+  (`reasoning_context` in providers/) are sent the turn before without its reasoning, so the prompt changes
+  at the first reasoning item of that turn: where the request whose response opened with it ended its
+  prompt (`history["reasoning_dropped"]`, exact from its usage). A read of exactly that, on the step grid, is
+  that change; the levels past it were of the old content.
 * `platform_routing`: a read of nothing within the entry's lifetime, with an append-only history and no
   event, on a platform whose rules in providers/ say it routes requests between caches (`cache_routing`:
   Bedrock's cross-region inference, Vertex's global endpoint, OpenAI's prefix-hash routing and its overflow):
@@ -147,7 +155,8 @@ def content_change(r: "RequestResult", base: "RequestResult", noise: int,
 
 def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "RequestResult"],
                step: int, scale: Scale) -> Diagnosis | None:
-    """`stale_read` when the read equals an earlier request's level, not the last one's."""
+    """`stale_read` when the read equals an earlier request's level, not the last one's (on a stepped implicit
+    cache: falls within what an earlier request's prompt and response left, `earlier_levels`)."""
     read = r.usage.cache_read_tokens
     if read <= 0 or read == _stepped(level(base), step):
         return None
@@ -159,9 +168,14 @@ def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "Re
     if change is not None and change.get("kind") == "branched":
         return None  # the transcript's branch says why (content_change): the entry read is the branch point's
     gap = r.sk.started_at - source.sk.started_at
-    detail = (f"the read ({read:,} tokens) equals, to the token, what {source.sk.id} left cached {duration(gap)} "
-              f"before, not the {level(base):,} tokens of {base.sk.id}: a cache that had not seen the requests "
-              "since served it (another region or replica)")
+    if read in (level(source), _stepped(source.usage.input_tokens, step)):
+        what = f"equals, to the token, what {source.sk.id} left cached {duration(gap)} before"
+    else:  # within the span of a stepped implicit entry (earlier_levels)
+        low, high = _span(source, step)
+        what = (f"falls within what {source.sk.id} left cached {duration(gap)} before (its prompt and its "
+                f"response: {low:,} to {high:,} tokens on the provider's {step}-token grid)")
+    detail = (f"the read ({read:,} tokens) {what}, not the {level(base):,} tokens of {base.sk.id}: a cache that "
+              "had not seen the requests since served it (another region or replica)")
     if history is not None and change is None:
         detail += "; the transcript shows the history only grew, so the content did not change"
         detail += where_read_ends(r, base, scale)
@@ -171,6 +185,39 @@ def stale_read(r: "RequestResult", base: "RequestResult", earlier: dict[int, "Re
         detail += f"; {rule.value.get('name', 'the platform')} routes requests between caches (inferred; {rule.source})"
     return Diagnosis("stale_read", detail, token_position=read, writer_id=source.sk.id, evidence="read_level",
                      advice=helps)
+
+
+def dropped_reasoning(r: "RequestResult") -> tuple[int, dict[str, Any]] | None:
+    """(tokens where the prompt changed, the importer's record) when this request starts a turn on a model that
+    uses only the current turn's reasoning, and the turn before's first reasoning item opened a response (so
+    the change sits exactly where that request's prompt ended, stepped to the provider's grid)."""
+    history = history_of(r)
+    drop = history.get("reasoning_dropped") if history is not None else None
+    if r.rules.get("reasoning_context") != "current_turn" or not isinstance(drop, dict) \
+            or not isinstance(drop.get("tokens"), int) or not isinstance(drop.get("index"), int) \
+            or drop.get("opened") is not True:
+        return None
+    return _stepped(drop["tokens"], int(r.rules.get("cached_token_step", 0) or 0)), drop
+
+
+def reasoning_change(r: "RequestResult", base: "RequestResult") -> Diagnosis | None:
+    """`prefix_changed` (change `reasoning_dropped`) when the read is exactly where the turn before's reasoning
+    began: the API sent that turn without its reasoning, so nothing past it could be read."""
+    found = dropped_reasoning(r)
+    if found is None or r.usage.cache_read_tokens != found[0]:
+        return None
+    at, drop = found
+    rule = r.rules.rules.get("reasoning_context")
+    detail = (f"a new turn: {r.sk.model} uses only the current turn's reasoning, so the turn before was sent "
+              f"without its reasoning items, the first of which opened {drop.get('request')}'s response at "
+              f"messages[{drop['index']}]; the read ({at:,} tokens) ends exactly where {drop.get('request')}'s "
+              f"prompt did ({drop['tokens']:,} tokens, on the provider's grid), not at the {level(base):,} tokens "
+              f"of {base.sk.id}: what followed was the old content (inferred; {rule.source if rule else ''})")
+    return Diagnosis("prefix_changed", detail, path=f"messages[{drop['index']}]", token_position=at,
+                     writer_id=drop.get("request") if isinstance(drop.get("request"), str) else None,
+                     evidence="read_level", change="reasoning_dropped", triggers=["new_turn"],
+                     advice="each new turn re-reads the turn before from its first reasoning item on: with models "
+                            "before GPT-5.6 that is the price of a turn; fewer, longer turns pay it less often")
 
 
 def routing(r: "RequestResult", base: "RequestResult", gap: float, noise: int, shared: bool) -> Diagnosis | None:
@@ -199,9 +246,33 @@ def earlier_levels(seen: dict[int, "RequestResult"], r: "RequestResult", step: i
         for tokens in [t for t in seen if t > changed_at]:
             del seen[tokens]
     own = {level(r)} if r.usage.cache_write_tokens > 0 or not step else {level(r), _stepped(r.usage.input_tokens, step)}
+    if step > 1 and r.usage.cache_write_tokens <= 0 and r.rules.get("entry_holds_response") is True:
+        # a stepped implicit entry that keeps the response too (the rule in providers/)
+        low, high = _span(r, step)
+        own.update(range(low, high + 1, step))
     for tokens in own:
         if tokens > 0:
             seen.setdefault(tokens, r)
+
+
+def after_reasoning_dropped(seen: dict[int, "RequestResult"], firsts: dict[int, "RequestResult"], at: int,
+                            source: "RequestResult | None") -> None:
+    """The levels still readable once a turn's reasoning is dropped at `at` tokens: an entry written since the
+    first turn's reasoning shares with the new prompt only up to its own turn's first reasoning item, so what
+    is left is each turn's start (`firsts`, this one's added) and what preceded any reasoning."""
+    if source is not None:
+        firsts[at] = source
+    floor = min(firsts) if firsts else at
+    for tokens in [t for t in seen if t > floor and t not in firsts]:
+        del seen[tokens]
+    seen.update(firsts)
+
+
+def _span(r: "RequestResult", step: int) -> tuple[int, int]:
+    """What a stepped implicit entry lets a later prompt that only grew read: all of the request's prompt, up to
+    all of its response, on the step grid."""
+    u = r.usage
+    return _stepped(u.input_tokens, step), _stepped(u.input_tokens + u.output_tokens, step)
 
 
 def _stepped(tokens: int, step: int) -> int:

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
-from kvprobe.analysis.rebuilt import (Scale, append_only, change_position, content_change, earlier_levels,
-                                     routing, stale_read, where_read_ends, whole_history_changed)
+from kvprobe.analysis.rebuilt import (Scale, after_reasoning_dropped, append_only, change_position, content_change,
+                                     dropped_reasoning, earlier_levels, reasoning_change, routing, stale_read,
+                                     where_read_ends, whole_history_changed)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -103,6 +104,8 @@ class _Stream:
     ttl: dict[str | None, str] = field(default_factory=dict)  # model -> TTL key of its latest writes
     earlier: dict[str | None, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> request
     scale: Scale = field(default_factory=Scale)  # real tokens per estimated token of its rebuilt messages
+    by_id: dict[str, "RequestResult"] = field(default_factory=dict)  # requests a later turn's change names
+    turn_starts: dict[str | None, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> req
 
     def update(self, r: "RequestResult") -> None:
         base = self.by_model.get(r.sk.model)
@@ -110,7 +113,13 @@ class _Stream:
         self.scale.learn(r, base)
         self.last = r
         self.by_model[r.sk.model] = r
-        earlier_levels(self.earlier.setdefault(r.sk.model, {}), r, _step(r), changed_at)
+        earlier = self.earlier.setdefault(r.sk.model, {})
+        dropped = dropped_reasoning(r)
+        if dropped is not None:
+            source = self.by_id.get(str(dropped[1].get("request")))
+            after_reasoning_dropped(earlier, self.turn_starts.setdefault(r.sk.model, {}), dropped[0], source)
+        self.by_id[r.sk.id] = r
+        earlier_levels(earlier, r, _step(r), changed_at)
         u = r.usage
         if u.cache_write_tokens:
             self.ttl[r.sk.model] = _LONG_TTL if u.cache_write_1h_tokens and not u.cache_write_5m_tokens else "5m"
@@ -248,7 +257,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     level = levels.name(r)
     shared = level is not None and level[0] == "system"  # a level every session reads: no entry of this stream's
     earlier = stream.earlier.get(base.sk.model, {})
-    found = content_change(r, base, noise, earlier, stream.scale) or \
+    found = reasoning_change(r, base) or content_change(r, base, noise, earlier, stream.scale) or \
         (None if shared else stale_read(r, base, earlier, _step(r), stream.scale))
     if found is not None:
         if triggers:

@@ -9,7 +9,7 @@ import typer
 from kvprobe.cli.common import Force, out, output_path, print_json, user_errors
 from kvprobe.pricing import PriceBook
 from kvprobe.cli.report_cmd import require_requests
-from kvprobe.cli.request_rows import time_zone
+from kvprobe.cli.usage_data import zone_of
 from kvprobe.report import Filters, Report, build_report
 from kvprobe.trace.record import parse_since
 
@@ -60,7 +60,7 @@ def html(
         output = output_path(output, [*traces, *([price_file] if price_file else [])], force=force)
         fixes = False if no_fixes else (True if what_if else None)
         prices = PriceBook.from_file(price_file)
-        zone = time_zone(tz)
+        zone = zone_of(tz)
         rep = load_report(traces, session, agent, since, prices, fixes)
         size = write_html(rep, output, title, prices, zone)
     info = {"output": str(output), "bytes": size, "requests": len(rep.results), "fixes": len(rep.fixes)}

@@ -11,8 +11,10 @@ from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.cli.bill_view import render_bill
-from kvprobe.cli.common import err, money, out, print_json_items, user_errors
-from kvprobe.cli.request_rows import render_requests, time_zone
+from kvprobe.cli.common import err, money, out, user_errors
+from kvprobe.cli.jsonout import print_json_items
+from kvprobe.cli.request_rows import render_requests
+from kvprobe.cli.usage_data import zone_of
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.tasks import load_outcomes, overall
 from kvprobe.errors import InputError
@@ -53,7 +55,7 @@ def report(
     """
     with user_errors():
         rows = _row_limit(requests)
-        zone = time_zone(tz)
+        zone = zone_of(tz)
         filters = Filters(session, agent, parse_since(since, "--since"))
         prices = PriceBook.from_file(price_file)
         fixes = False if no_fixes else (True if what_if else None)

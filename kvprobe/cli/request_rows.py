@@ -11,11 +11,9 @@ from kvprobe.analysis.simulate import RequestResult
 from kvprobe.cli.common import money, out
 from kvprobe.cli.tables import Col, print_table
 from kvprobe.economics.bill import project_of
-from kvprobe.errors import InputError
-from kvprobe.importers.summary import resolve_tz
 from kvprobe.importers.titles import shorten
 from kvprobe.report import Report
-from kvprobe.wording import show, zone_name
+from kvprobe.wording import zone_name
 
 AUTO_ALL_ROWS, AUTO_ROWS = 50, 20  # --requests auto: every row up to 50 requests, else the 20 costliest
 SESSION_CHARS = 24  # a session's title in a row (the bill's session table has 40)
@@ -32,15 +30,6 @@ _COLUMNS = {"time": Col("time", drop=8), "project": Col("project", drop=3, cut="
             "input": Col("input", "right", drop=2), "read": Col("read", "right", wrap=True),
             "write": Col("write", "right", drop=7), "fresh": Col("fresh", "right", drop=1),
             "hit %": Col("hit %", "right"), "cost": Col("cost", "right"), "why": Col("why", wrap=True, least=16)}
-
-
-def time_zone(name: str) -> dt.tzinfo:
-    """--tz: local, UTC or an IANA name (zoneinfo); an unknown one is a usage error naming the flag."""
-    try:
-        return resolve_tz(name)
-    except Exception:
-        raise InputError(f"unknown time zone {show(name)}: expected local, UTC or an IANA name such as "
-                         "Europe/Paris", field="--tz") from None
 
 
 def _diag_words(r: RequestResult) -> str:

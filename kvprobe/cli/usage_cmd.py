@@ -2,8 +2,6 @@
 project, session, agent or model, with a per-model breakdown of every row."""
 from __future__ import annotations
 
-import datetime as dt
-import math
 from typing import Annotated
 
 import typer
@@ -12,36 +10,12 @@ from rich.text import Text
 from kvprobe.cli.common import fail, out, print_json, user_errors
 from kvprobe.cli.import_cmd import byte_progress, report_skips
 from kvprobe.cli.tables import Col, print_table, sub_row
+from kvprobe.cli.usage_data import collect, day_bound, zone_of
 from kvprobe.economics.bill_words import COLUMN_NAMES
 from kvprobe.errors import InputError
-from kvprobe.importers import FORMATS, ImportReport, default_sources, load_any
-from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary, resolve_tz, summarize, usage_row
-from kvprobe.pricing import PriceBook
-from kvprobe.trace.record import parse_time
+from kvprobe.importers import FORMATS, ImportReport, default_sources
+from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary
 from kvprobe.wording import show, usd
-
-
-def _date(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
-    """A bound of --since/--until: an RFC 3339 time, or a day (2026-09-10 or 20260910) in the --tz zone.
-
-    A day given to --until includes that whole day, as a reader of "until the 10th" expects.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if len(text) == 8 and text.isdigit():
-        text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
-    try:
-        if "T" in text:
-            return parse_time(text)
-        day = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"expected a date (2026-09-10) or RFC 3339 time, got {show(value)}", field=name) from None
-    if end_of_day:
-        if day == dt.date.max:  # through the last day there is: no end
-            return math.inf
-        day += dt.timedelta(days=1)
-    return dt.datetime.combine(day, dt.time(), zone).timestamp()
 
 
 def usage(
@@ -76,16 +50,14 @@ def usage(
         fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {show(by)}")
     report = ImportReport()
     with user_errors():
-        zone = _zone(tz)
-        start, end = _date(since, "--since", zone), _date(until, "--until", zone, end_of_day=True)
+        zone = zone_of(tz)
+        start, end = day_bound(since, "--since", zone), day_bound(until, "--until", zone, end_of_day=True)
         sources = list(paths or [str(p) for p in default_sources()])
         if not sources:
             fail(f"no logs found: looked in {DEFAULT_PLACES}; name a file or directory")
-        book = PriceBook.from_file(price_file)
         with byte_progress(sources, "reading", not json_out) as progress:
-            rows = load_any(sources, fmt=fmt, report=report, progress=progress,
-                            workers=max(workers, 0), reduce=usage_row)
-            summary = summarize(rows, book=book, tz=zone, since=start, until=end)
+            summary = collect(sources, report, fmt=fmt, price_file=price_file, workers=workers, zone=zone,
+                              since=start, until=end, progress=progress)
         _require_records(report, sources)
         _require_requests(summary, report, {"--since": since, "--until": until})
     if json_out:
@@ -122,13 +94,6 @@ def _require_requests(summary, report: ImportReport, window: dict[str, str | Non
     if given and report.records and not summary.totals.requests:
         raise InputError(f"none of the {report.records:,} requests read is in {' and '.join(given)}",
                          field=given[0].split()[0] if len(given) == 1 else None)
-
-
-def _zone(tz: str):
-    try:
-        return resolve_tz(tz)
-    except Exception:
-        raise InputError(f"unknown time zone {show(tz)}", field="--tz") from None
 
 
 def _ratio(t: Totals) -> str:

@@ -39,6 +39,8 @@ _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever thei
 # a broken whole-file document is given to its importer only where that importer counts it as a skip (an
 # OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
 _COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
+# readers that can leave out each request's rebuilt message list (`history=False`: what `usage` reads)
+_HISTORY_OPTIONAL = (claude_code.NAME,)
 
 __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
 
@@ -195,10 +197,13 @@ def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Prog
 
 
 def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progress: Progress | None,
-              strict: bool) -> Iterator[TraceRecord]:
+              strict: bool, history: bool = True) -> Iterator[TraceRecord]:
     if kind == "kvprobe":
         return _read_kvprobe(path, stats, seen, progress, strict)  # read_trace checks usage itself
-    return _valid_usage(_platforms(IMPORTERS[kind].read(path, stats, seen, progress), stats), stats)
+    read = IMPORTERS[kind].read
+    records = read(path, stats, seen, progress) if history or kind not in _HISTORY_OPTIONAL else \
+        read(path, stats, seen, progress, history=False)
+    return _valid_usage(_platforms(records, stats), stats)
 
 
 def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
@@ -223,8 +228,8 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
         stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
 
 
-def _read_batch(batch: list[tuple[str, str]], strict: bool,
-                reduce: Callable[[TraceRecord], Any] | None = None) -> list[tuple[SourceStats, list[Any], type | None]]:
+def _read_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None = None,
+                history: bool = True) -> list[tuple[SourceStats, list[Any], type | None]]:
     """Worker side of a parallel load: every file of one batch, with its own stats; each record passed
     through `reduce` here, when given (what travels back is then only what the caller needs). Named tuples
     travel as plain tuples with their class beside them: pickle rebuilds a named tuple through a Python-level
@@ -233,7 +238,7 @@ def _read_batch(batch: list[tuple[str, str]], strict: bool,
     out = []
     for name, kind in batch:
         stats = SourceStats(name, kind)
-        records = _read_one(Path(name), kind, stats, seen, None, strict)
+        records = _read_one(Path(name), kind, stats, seen, None, strict, history)
         if reduce is None:
             out.append((stats, list(records), None))
             continue
@@ -404,7 +409,7 @@ def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Itera
 
 
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
-                   strict: bool, reduce: Callable[[TraceRecord], Any] | None = None
+                   strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True
                    ) -> Iterator[tuple[SourceStats, Any]]:
     """The first files are read here while `workers - 1` forked processes read the rest (a pool of as many
     processes as cores would leave this one idle but for its share of the CPU: one process too many)."""
@@ -420,12 +425,12 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     rest = batches[own:]
     pool = ProcessPoolExecutor(workers - 1, mp_context=context)
     try:
-        results = pool.map(_read_batch, rest, [strict] * len(rest), [reduce] * len(rest))
+        results = pool.map(_read_batch, rest, [strict] * len(rest), [reduce] * len(rest), [history] * len(rest))
         own_seen: set[str] = set()  # (the workers are at work from here on)
         for name, kind in (file for batch in batches[:own] for file in batch):
             stats = SourceStats(name, kind)
             report.sources.append(stats)
-            records = _read_one(Path(name), kind, stats, own_seen, progress, strict)
+            records = _read_one(Path(name), kind, stats, own_seen, progress, strict, history)
             yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
         for result in results:
             for stats, records, row_class in result:
@@ -440,7 +445,7 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
 def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
              report: ImportReport | None = None, progress: Progress | None = None,
              strict_traces: bool = False, workers: int = 1,
-             reduce: Callable[[TraceRecord], Any] | None = None) -> Iterator[Any]:
+             reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True) -> Iterator[Any]:
     """Yield trace records from traces and agent logs, whatever their format.
 
     `paths`: files and/or directories. `fmt` forces one format for every file. `report` collects per-file
@@ -449,7 +454,9 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
     many processes (same records, same order); worth it from a few tens of MB; 0 chooses: one per core (up
     to 4) from 64 MB of files on. `reduce` (a module-level function, with `id` and `via` on what it returns)
-    maps each record where it is read: the caller gets its results instead of records.
+    maps each record where it is read: the caller gets its results instead of records. `history=False`
+    leaves out each request's rebuilt message list (`extra["history"]`, Claude Code's): faster where
+    only usage is read.
     Records are deduplicated across all files: the same request logged twice (the same provider id, or the
     same local id with the same content) is read once; different requests that reuse a local id are both
     kept, the later one's id prefixed with its file's name (`b:req_1`).
@@ -467,20 +474,20 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
         workers = _auto_workers(found)
     files = _classify(found, named, fmt, report)
     if workers > 1 and len(files) > 1:
-        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce))
+        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce, history))
     else:
-        pairs = _load_sequential(files, report, progress, strict_traces)
+        pairs = _load_sequential(files, report, progress, strict_traces, history)
         settled = _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
     yield from settled if reduce is not None else _unique_ids(settled)
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,
-                     strict: bool) -> Iterator[tuple[SourceStats, TraceRecord]]:
+                     strict: bool, history: bool = True) -> Iterator[tuple[SourceStats, TraceRecord]]:
     seen: set[str] = set()
     for path, kind in files:
         stats = SourceStats(str(path), kind)
         report.sources.append(stats)
-        for record in _read_one(path, kind, stats, seen, progress, strict):
+        for record in _read_one(path, kind, stats, seen, progress, strict, history):
             yield stats, record
 
 

@@ -105,14 +105,16 @@ class _Pending:
         self.record, self.first_line = record, first_line
 
 
-def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
-    """Records of one transcript file, merged per request, in the order requests first appear."""
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
+         history: bool = True) -> Iterator[TraceRecord]:
+    """Records of one transcript file, merged per request, in the order requests first appear.
+    history=False: no `extra["history"]` (what `usage` reads needs none; rebuilding it is a third of reading)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
     pending: dict[str, _Pending] = {}
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams()
-    chains = Chains()  # each request's message list, rebuilt (kvprobe.importers.history)
+    chains = Chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
     lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
@@ -132,7 +134,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 ignored += 1
                 if kind == "user" or kind == "system":
                     streams.note(origin, line, kind)
-            if uuid.__class__ is str:
+            if uuid.__class__ is str and chains is not None:
                 _chain(chains, uuid, line, kind)
     finally:
         stats.ignored += ignored

@@ -27,6 +27,12 @@ Quirks:
   the fork's creation, the first `session_meta`'s `timestamp`; a turn start without `started_at` is the fork's
   own from a second after its creation on. A `token_count` stamped before the fork existed is replayed too.
   The fork's records keep its own session id and carry `extra["forked_from"]`.
+* Reasoning items and turns: models before GPT-5.6 use only the current turn's reasoning, so the API drops
+  the reasoning items sent before the latest user message (the rule is `reasoning_context` in providers/).
+  The first request of a turn carries `extra["history"]["reasoning_dropped"]`: the request whose response
+  held the previous turn's first reasoning item, its prompt's size (from its usage: exact), the message that
+  item sits at, and whether the item opened that response (then the prompt changes exactly where that
+  request's prompt ended). `analysis.rebuilt` compares the read with it.
 * Older rollouts (no {type, payload} wrapper) carry no token counts: counted as skipped lines.
 """
 from __future__ import annotations
@@ -72,6 +78,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     turn = _Turn()
     events = Events()
     conversation = Sequence()  # each request's items, rebuilt (kvprobe.importers.history)
+    turns = _Reasoning()
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         line = loads_line(raw, stats, lineno)
@@ -84,8 +91,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         kind = line.get("type")
         stamp = time_or_none(line.get("timestamp"))
         _converse(conversation, kind, payload)  # a fork's replayed history is its context too
+        turns.saw(kind, payload, conversation)
         if state.fork is not None and state.fork.replayed(kind, payload, stamp):
             state.replay(kind, payload, stats)
+            turns.replayed(kind, payload)
             continue
         if not (kind == "event_msg" and payload.get("type") == "token_count"):
             stats.ignored += 1
@@ -102,6 +111,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         extra = state.extra(events)
         extra["history"] = conversation.request()
+        turns.request(f"{state.session}#{state.count}", usage, extra["history"])
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
@@ -117,6 +127,53 @@ def _converse(conversation: Sequence, kind: Any, payload: dict[str, Any]) -> Non
         kept = payload.get("replacement_history")
         items = [i for i in kept if isinstance(i, dict)] if isinstance(kept, list) else []
         conversation.replace([(_role(i), i) for i in items], "compacted")
+
+
+class _Reasoning:
+    """Where each turn's reasoning starts: the first request of the turn whose response held a reasoning item
+    (its id, its prompt's input tokens, the message the item sits at, whether the item opened the response).
+    A user message ends the turn: the next request is sent without that turn's reasoning (models before
+    GPT-5.6), and carries where it was."""
+
+    __slots__ = ("window", "opened", "turn", "pending")
+
+    def __init__(self) -> None:
+        self.window: dict[str, Any] | None = None  # the response being written: its first reasoning item
+        self.opened: bool | None = None  # whether the response's first output item was reasoning
+        self.turn: dict[str, Any] | None = None  # the current turn's first reasoning, once a request held one
+        self.pending: dict[str, Any] | None = None  # the turn just ended: for the next request
+
+    def saw(self, kind: Any, payload: dict[str, Any], conversation: Sequence) -> None:
+        if kind == "compacted":  # the history was replaced: its own change says where
+            self.turn = self.pending = self.window = None
+            return
+        if kind != "response_item":
+            return
+        role = _role(payload)
+        if payload.get("type") == "message" and payload.get("role") == "user":  # a turn (not a developer note)
+            if self.turn is not None:
+                self.pending = self.turn
+            self.turn = None
+        elif role == "assistant":
+            reasoning = payload.get("type") == "reasoning"
+            if self.opened is None:
+                self.opened = reasoning
+            if reasoning and self.window is None:
+                self.window = {"index": conversation.items.message[-1] if conversation.items.message else 0}
+
+    def replayed(self, kind: Any, payload: dict[str, Any]) -> None:
+        """A fork's replayed request ends its response: its items are not a request of this rollout."""
+        if kind == "event_msg" and payload.get("type") == "token_count":
+            self.window, self.opened = None, None
+
+    def request(self, record_id: str, usage: dict[str, Any], history: dict[str, Any]) -> None:
+        if self.pending is not None:
+            history["reasoning_dropped"] = self.pending
+            self.pending = None
+        if self.window is not None and self.turn is None:
+            self.turn = {"request": record_id, "tokens": usage["input_tokens"], "index": self.window["index"],
+                         "opened": bool(self.opened)}
+        self.window, self.opened = None, None
 
 
 def _role(item: dict[str, Any]) -> str:

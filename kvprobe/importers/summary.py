@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
-from zoneinfo import ZoneInfo
 
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
@@ -226,6 +225,8 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
         return dt.timezone.utc
     if name == "local":
         return dt.datetime.now().astimezone().tzinfo or dt.timezone.utc
+    from zoneinfo import ZoneInfo  # here: it loads sysconfig (~3 ms of `usage`'s start-up), and UTC needs none
+
     return ZoneInfo(name)
 
 

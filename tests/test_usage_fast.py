@@ -1,0 +1,103 @@
+"""`kvprobe usage PATH --json` is answered before Typer and rich load (kvprobe.cli.fastusage: ~0.1 s of
+start-up, about what ccusage takes for a whole small folder, issue #41), with the full command's output byte
+for byte; anything else on its command line is left to the full command, which answers as it always has."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+FIX = ROOT / "tests" / "fixtures" / "importers"
+CLAUDE, CODEX = FIX / "claude", FIX / "codex"
+
+# runs the installed entry point's main() and says, after the output, which of these were imported
+_RUN = ("import sys; from kvprobe.cli import main\n"
+        "sys.argv = ['kvprobe', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    code = done.code\nelse:\n    code = 0\n"
+        "sys.stdout.flush()\n"
+        "sys.stderr.write(f'\\n{code} {sorted(m for m in (\"typer\", \"rich\", \"kvprobe.cli.usage_cmd\") "
+        "if m in sys.modules)}\\n')")
+
+
+def _kvprobe(tmp_path, *args):
+    """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process."""
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200"}
+    res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env=env)
+    *said, last = res.stderr.rstrip("\n").split("\n")
+    code, loaded = last.split(" ", 1)
+    return int(code), res.stdout, "\n".join(said), loaded
+
+
+@pytest.mark.parametrize("args", [
+    (CLAUDE,),
+    (CLAUDE, CODEX, "--by", "week"),
+    (FIX, "--tz=Europe/Paris", "--since", "2026-09-10", "--until", "20260910", "--breakdown", "--usd"),
+    (CLAUDE, "--workers", "2", "--format", "claude_code"),
+], ids=["claude", "claude and codex", "every format, a window", "forced format, two processes"])
+def test_usage_json_loads_neither_typer_nor_rich_and_prints_what_the_full_command_prints(args, cli, tmp_path):
+    full = cli("usage", *args, "--json")  # the full command (Typer's), in this process
+    assert full.exit_code == 0, full.output
+    code, out, said, loaded = _kvprobe(tmp_path, "usage", *args, "--json")
+    assert (code, said, loaded) == (0, "", "[]")
+    assert out == full.output
+    assert '"requests"' in out
+
+
+@pytest.mark.parametrize("args, message", [
+    ((CLAUDE, "--json", "--since", "10 Sept"), "field '--since': expected a date (2026-09-10) or RFC 3339 time"),
+    ((CLAUDE, "--json", "--by", "year"), "field '--by': expected one of day,"),
+    ((CLAUDE, "--json", "--since", "2031-01-01"), "none of the 5 requests read is in --since 2031-01-01"),
+    ((CLAUDE, "--json", "--tz", "Mars/Base"), "field '--tz': unknown time zone"),
+    ((ROOT / "docs", "--json"), "no requests found in"),
+    ((ROOT / "nowhere", "--json"), "nowhere: file or directory does not exist"),
+    ((CLAUDE, "--json", "--workers", "two"), "'--workers': 'two' is not a valid int"),
+], ids=["bad date", "bad grouping", "empty window", "bad zone", "no logs", "missing path", "bad number"])
+def test_a_usage_error_is_the_full_commands_own(args, message, tmp_path):
+    """Exit 2, one line naming what is wrong, nothing on stdout: as before there was a fast path."""
+    code, out, said, loaded = _kvprobe(tmp_path, "usage", *args)
+    assert (code, out) == (2, "")
+    assert message in said
+    assert "typer" in loaded
+
+
+def test_usage_help_and_tables_are_the_full_commands(tmp_path):
+    code, out, _, loaded = _kvprobe(tmp_path, "usage", "--help")
+    assert code == 0 and "--breakdown" in out and "typer" in loaded
+    code, out, _, loaded = _kvprobe(tmp_path, "usage", CLAUDE)
+    assert code == 0 and "Usage by day" in out and "rich" in loaded
+
+
+def test_the_fast_path_knows_every_option_usage_has():
+    """An option added to `usage` and not to the fast path would be refused there and left to Typer (slow,
+    not wrong); one the fast path knows that `usage` lacks would be accepted where Typer refuses it."""
+    import typer.main
+
+    from kvprobe.cli import build_app, fastusage
+
+    command = typer.main.get_command(build_app("usage")).commands["usage"]
+    options = {(name, p.is_flag) for p in command.params if p.param_type_name == "option" for name in p.opts}
+    options.discard(("--help", True))
+    assert options == {(n, False) for n in fastusage.VALUED} | {(n, True) for n in fastusage.FLAGS}
+
+
+def test_logs_read_without_history_are_the_same_requests_without_their_message_lists():
+    """`usage` reads without rebuilding each request's message list (load_any's history=False): the same
+    requests (5 Claude Code, 2 Codex), the same counts of what was read and skipped, no `history` on Claude
+    Code's (Codex's keep theirs: its reasoning-dropped change is read from it)."""
+    from kvprobe.importers import ImportReport, load_any
+
+    told, bare_told = ImportReport(), ImportReport()
+    full = list(load_any([CLAUDE, CODEX], report=told))
+    bare = list(load_any([CLAUDE, CODEX], report=bare_told, history=False))
+    assert [r.extra.get("source_format") for r in bare] == ["claude_code"] * 5 + ["codex"] * 2
+    assert all("history" in r.extra for r in full)
+    assert [("history" in r.extra) for r in bare] == [False] * 5 + [True] * 2
+    for record in full[:5]:
+        del record.extra["history"]
+    assert bare == full
+    assert bare_told.to_json() == told.to_json()
