@@ -29,8 +29,8 @@ def analyse(paths: str | Path | Sequence[str | Path], *, session: str | None = N
     blocks.
 
     All files are simulated together (ids made unique across them); `session`, `agent` and `since` (RFC
-    3339, epoch seconds or a datetime) narrow the requests as the CLI flags do. `fixes`: True computes the
-    what-if fixes, False skips them, None decides by input size. Pass the result to `kvprobe.load(...)` for
+    3339, epoch seconds or a datetime) narrow the requests as the CLI flags do. `fixes`: False skips the
+    what-if fixes; True or None (the default) computes them, at any size. Pass the result to `kvprobe.load(...)` for
     every table as DataFrames. (Not `kvprobe.report`: that name is the module `kvprobe/report.py`.) Raises kvprobe.InputError on bad input, naming file, line and field.
     """
     names = [paths] if isinstance(paths, (str, Path)) else list(paths)

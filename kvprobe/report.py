@@ -114,36 +114,39 @@ class Report:
         return {k: summarize(v) for k, v in grouped.items()}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "totals": self.totals,
-            "requests": [request_json(r) for r in self.results],
-            "sessions": self.groups(lambda r: r.sk.session),
-            "agents": self.groups(lambda r: r.sk.agent),
-            "misses": [{"id": m.result.sk.id, "input_equivalent_tokens": round(m.input_equivalent, 1),
-                        "usd": _usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
-                        "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
-                        "what_to_do": advice_for(m.result.diagnoses[0]) if m.result.diagnoses else ""}
-                       for m in self.misses],
-            "causes": [c.to_json() for c in self.causes],
-            "fixes": self.fixes,
-            "alternatives": self.alternatives,
-            "with_all_fixes": self.with_all_fixes,
-            "inputs": [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
-                       for name, s in self.stats],
-            "unknown_models": self.unknown_models,
-            "unpriced_models": self.unpriced_models,
-            "rule_fallbacks": self.rule_fallbacks,
-            "notes": self.notes,
-            "blocks": [b.to_json() for b in self.blocks],
-            "compactions": [c.to_json() for c in self.compactions],
-            "fleet": [f.to_json() for f in self.fleet],
-            "tasks": [t.to_json() for t in self.tasks],
-            "task_totals": task_overall(self.tasks),
-            "failed_requests": [{"id": rid, "error": error} for rid, error in self.failed],
-            "bill": self.bill.to_json() if self.bill is not None else None,
-            "fixes_note": self.fixes_note,
-            "lifetime_trades": [t.to_json() for t in self.lifetime_trades],
-        }
+        return {key: list(value) if isinstance(value, Iterator) else value for key, value in self.json_items()}
+
+    def json_items(self) -> Iterator[tuple[str, Any]]:
+        """`to_json`'s keys and values in order, the per-request and per-miss lists as iterators: a writer that
+        encodes them an element at a time (`cli.common.print_json_items`) never holds them whole."""
+        yield "totals", self.totals
+        yield "requests", (request_json(r) for r in self.results)
+        yield "sessions", self.groups(lambda r: r.sk.session)
+        yield "agents", self.groups(lambda r: r.sk.agent)
+        yield "misses", ({"id": m.result.sk.id, "input_equivalent_tokens": round(m.input_equivalent, 1),
+                          "usd": _usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
+                          "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
+                          "what_to_do": advice_for(m.result.diagnoses[0]) if m.result.diagnoses else ""}
+                         for m in self.misses)
+        yield "causes", [c.to_json() for c in self.causes]
+        yield "fixes", self.fixes
+        yield "alternatives", self.alternatives
+        yield "with_all_fixes", self.with_all_fixes
+        yield "inputs", [{"file": name, "records": s.records, "skipped_lines": s.skipped, "errors": s.errors}
+                         for name, s in self.stats]
+        yield "unknown_models", self.unknown_models
+        yield "unpriced_models", self.unpriced_models
+        yield "rule_fallbacks", self.rule_fallbacks
+        yield "notes", self.notes
+        yield "blocks", (b.to_json() for b in self.blocks)
+        yield "compactions", [c.to_json() for c in self.compactions]
+        yield "fleet", [f.to_json() for f in self.fleet]
+        yield "tasks", [t.to_json() for t in self.tasks]
+        yield "task_totals", task_overall(self.tasks)
+        yield "failed_requests", [{"id": rid, "error": error} for rid, error in self.failed]
+        yield "bill", self.bill.to_json() if self.bill is not None else None
+        yield "fixes_note", self.fixes_note
+        yield "lifetime_trades", [t.to_json() for t in self.lifetime_trades]
 
     @property
     def fixes_note(self) -> str | None:
@@ -325,9 +328,6 @@ def _traces(paths: list[Path], stats_out: list[tuple[str, ReadStats]],
             yield rec
 
 
-FIXES_AUTO_MAX_BYTES = 200_000_000  # what-if keeps whole records in memory: automatic only below this
-
-
 def build_report(paths: list[str | Path], *, filters: Filters | None = None, prices: PriceBook | None = None,
                  progress: Callable[[int], None] | None = None, top: int = 10,
                  records: Iterable[TraceRecord] | None = None, fixes: bool | None = None,
@@ -335,7 +335,8 @@ def build_report(paths: list[str | Path], *, filters: Filters | None = None, pri
                  top_block_count: int | None = None) -> Report:
     """Simulate, diagnose and price the traces at `paths` (or the given records).
 
-    fixes: True computes what-if fixes, False skips them, None decides by input size.
+    fixes: False skips the what-if fixes; True or None (the default) computes them, at any input size (they
+    cost a small constant factor of the report: docs/scale.md).
     predicted_only: ignore logged usage and report the simulation (compare with a `kvprobe fix` output).
     Failed requests (`skeleton.failed_call`) are left out of the simulation and every figure, as the gate
     leaves them out; `Report.failed` lists them.
@@ -361,13 +362,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     split = traces and worth_splitting(files)
     source = records if records is not None or split else \
         _traces(files, stats, progress) if traces else _imported(files, progress, notes)
-    if fixes is None:
-        size = sum(p.stat().st_size for p in files if p.is_file())
-        fixes = size <= FIXES_AUTO_MAX_BYTES
-        if not fixes:
-            notes.append(f"what-if fixes not computed: {size / 1e6:,.0f} MB of input is over the "
-                         f"{FIXES_AUTO_MAX_BYTES / 1e6:,.0f} MB up to which they are on by default (they add a few "
-                         "whole-log simulations; use --what-if to compute them)")
+    fixes = fixes is not False
     # the what-if reads a few texts: from a kvprobe trace's own lines, else from the records held here
     kept: list[TraceRecord] | None = None
     leading: LeadingSimulation | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from sys import intern
 from typing import Protocol
 
 from kvprobe.analysis.reported import Reported, read_reported
@@ -97,6 +98,7 @@ class BlockStore:
                     raw = count_block_text(block.text, block.meta, counter.encoding)
                     self.raw_by_body[block.body_hash] = raw
                 block.text = block.meta = ""  # the text is not needed again here; memory stays flat
+                block.path = intern(block.path)  # every session has a `messages[3].content[0]`: one string
                 self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw
                 known = block
             shared.append(known)
@@ -172,6 +174,11 @@ def without_usage(sk: Skeleton) -> Skeleton:
     return replace(sk, observed=None, extra=extra)
 
 
+def _name(value: str | None) -> str | None:
+    """One string object for a session, agent or model name, however many requests repeat it."""
+    return intern(value) if type(value) is str else value
+
+
 def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
     """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
     last_start = 0.0
@@ -198,8 +205,8 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
         if observed is not None and reported and not observed.miss_reason:
             observed = replace(observed, miss_reason=reported.reason)
         task = rec.extra.get("task")
-        yield Skeleton(rec.id, order, rec.session or "-", rec.agent or "main", provider,
-                       req.model if req else rec.model, start, readable, rec.finished_at,
+        yield Skeleton(rec.id, order, _name(rec.session or "-"), _name(rec.agent or "main"), provider,
+                       _name(req.model if req else rec.model), start, readable, rec.finished_at,
                        observed, req, rec.source, rec.line, rec.offset, rec.error,
                        str(task) if task is not None else None,
                        kept | _context_cache_facts(rec, req)

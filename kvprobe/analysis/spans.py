@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from kvprobe.request.model import digest
+
 MAX_VOLATILE_FRACTION = 0.2  # more of a text than this changing: another text, not a volatile span
 LABEL_CHARS = 40  # a line whose text besides its spans is at most this long (a label) moves whole
 _WORDS = re.compile(r"\S+|\s+")
@@ -139,10 +141,12 @@ class Template:
 
     reference: str
     spans: list[tuple[int, int]]  # in the reference
-    holes: dict[str, list[Hole]]  # per version
+    # per version, by `_version_id`: a policy lives as long as the what-if, and a fleet's versions of a system
+    # prompt (one or two per session) held by their texts cost kilobytes a request
+    holes: dict[str, list[Hole]]
 
     def split(self, text: str) -> Split | None:
-        holes = self.holes.get(text)
+        holes = self.holes.get(_version_id(text))
         if holes is None:
             return None
         cuts = [(self._at(lo, holes), self._at(hi, holes)) for lo, hi in self.spans]
@@ -180,9 +184,15 @@ def find_template(versions: list[str], counts: Counter | None = None) -> Templat
         return None
     counts = counts or Counter(versions)
     ref = max(distinct, key=lambda t: (counts[t], distinct.index(t)))  # ties: the newest version
-    holes = {t: _holes(ref, t) for t in distinct}
+    holes = {_version_id(t): _holes(ref, t) for t in distinct}
     spans = _merge([(h[0], h[1]) for hs in holes.values() for h in hs])
     changed = sum(hi - lo for lo, hi in spans)
     if not spans or changed > MAX_VOLATILE_FRACTION * len(ref):
         return None
     return Template(ref, _line_units(ref, spans), holes)
+
+
+
+def _version_id(text: str) -> str:
+    """A version's identity without its text (128-bit: versions of one block do not collide)."""
+    return digest(text.encode("utf-8", "surrogatepass"))

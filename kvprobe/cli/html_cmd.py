@@ -37,7 +37,7 @@ def html(
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write")] = Path("report.html"),
     session: Session = None, agent: Agent = None, since: Since = None, price_file: PriceFile = None,
     title: Title = None,
-    what_if: Annotated[bool, typer.Option("--what-if", help="Compute fixes even on large inputs")] = False,
+    what_if: Annotated[bool, typer.Option("--what-if", help="Compute fixes (the default at every size; kept for scripts)")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
     json_out: JsonOut = False,
     force: Force = False,

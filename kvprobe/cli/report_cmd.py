@@ -11,7 +11,8 @@ from rich.text import Text
 
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.cli.bill_view import render_bill
-from kvprobe.cli.common import err, money, out, print_json, user_errors
+from kvprobe.cli.common import err, money, out, user_errors
+from kvprobe.cli.jsonout import print_json_items
 from kvprobe.cli.request_rows import render_requests
 from kvprobe.cli.usage_data import zone_of
 from kvprobe.cli.tables import Col, print_table
@@ -37,8 +38,7 @@ def report(
     top: Annotated[int, typer.Option("--top", help="How many causes and costliest misses to list")] = 10,
     requests: Annotated[str, typer.Option("--requests", help="Request rows to show: all, or the N costliest "
                                           "(default: all up to 50 requests, else the 20 costliest)")] = "auto",
-    what_if: Annotated[bool, typer.Option("--what-if", help="Show before/after with every fix applied "
-                                          "(forces fixes on large inputs)")] = False,
+    what_if: Annotated[bool, typer.Option("--what-if", help="Show before/after with every fix applied")] = False,
     no_fixes: Annotated[bool, typer.Option("--no-fixes", help="Skip the what-if fixes")] = False,
     predicted: Annotated[bool, typer.Option("--predicted", help="Ignore logged usage; report the simulation")] = False,
     outcomes: Annotated[Path | None, typer.Option("--outcomes", help="Task outcomes JSONL "
@@ -64,7 +64,7 @@ def report(
             rep = _build(traces, filters, prices, top, not json_out, fixes, predicted, loaded)
         require_requests(rep, traces, {"--session": session, "--agent": agent, "--since": since})
     if json_out:
-        print_json(rep.to_json())
+        print_json_items(rep.json_items())
     elif markdown:
         out.print(to_markdown(rep), markup=False, highlight=False, soft_wrap=True)
     else:  # the answer first: the bill's first line, totals, what the misses cost by cause, the fixes; then

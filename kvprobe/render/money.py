@@ -109,7 +109,7 @@ def _wasted(rep: Report) -> str:
 
 def _saved(rep: Report) -> str:
     if not rep.fixes:
-        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (--no-fixes)"
         return _group("Saved by each fix", why, [])
     fixes = sorted(rep.fixes, key=lambda f: -(f.get("saving_usd") or 0))
     cards = []

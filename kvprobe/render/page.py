@@ -48,7 +48,7 @@ def _chips(kinds: list[str]) -> str:
 
 def _fixes(rep: Report) -> str:
     if not rep.fixes:
-        why = rep.fixes_note or "fixes were not computed (use --what-if to force them on large inputs)"
+        why = rep.fixes_note or "fixes were not computed (--no-fixes)"
         return f'<section id="fixes"><h2>Fixes</h2><p class="hint">{esc(why)}</p></section>'
     total = rep.totals["input_equivalent_tokens"] or 1
     rows = []

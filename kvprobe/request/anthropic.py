@@ -173,6 +173,9 @@ def extend_anthropic(body: dict[str, Any], rules: ModelRules, reused: list[Block
     params = _params(body, blocks, rules, (len(reused), first_new) if clean else (0, 0), betas)
     if params != params_before:
         return None
+    if len(params) == len(params_before) and all(
+            k == k0 and p is p0 for (k, p), (k0, p0) in zip(params.items(), params_before.items())):
+        params = params_before  # the same (interned) parameters: one dict for the stream, not one a request
     chain_hashes(blocks, params, start=len(reused))
     marks = reused_breakpoints + [(len(reused) + j, b.breakpoint) for j, b in enumerate(tail) if b.breakpoint]
     req = RenderedRequest("anthropic", "anthropic_messages", body.get("model"), blocks, params, False,

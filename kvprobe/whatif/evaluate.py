@@ -347,4 +347,5 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     pricer.kept.clear()
     pricer.keep_reshaped = set()
     fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
+    pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
     return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)

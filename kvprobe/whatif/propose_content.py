@@ -15,7 +15,7 @@ from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_re
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
 from kvprobe.wording import plural
 from kvprobe.whatif.reshape import Chainer, body_hash_of, index_of, salt_at, with_blocks, with_request
-from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Split, Template, common_prefix, common_suffix, find_template
+from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Template, common_prefix, common_suffix, find_template
 from kvprobe.wording import show
 
 STABLE_PARAMS = ("tool_choice", "thinking")  # request fields a fix may hold constant
@@ -78,13 +78,20 @@ def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> 
     return _Versions(path, carriers, index, texts)
 
 
-def _split_tokens(orig: int, split: Split, counts: dict[str, int]) -> int:
-    """Tokens of the moved part: the block's own size shared by the estimates of its two parts."""
-    for text in (split.stable, split.moved):
-        if text not in counts:
-            counts[text] = count_text(text)
-    share = counts[split.moved] / max(counts[split.moved] + counts[split.stable], 1)
+def _split_tokens(orig: int, stable: int, moved: int) -> int:
+    """Tokens of the moved part: the block's own size shared by the estimates of its two parts (their counts)."""
+    share = moved / max(moved + stable, 1)
     return round(orig * share)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What a version of the block becomes, without its texts: body hashes and token counts of its parts."""
+
+    stable_hash: int
+    moved_hash: int
+    stable_count: int
+    moved_count: int
 
 
 def _tail_path(sk: Skeleton) -> tuple[str, bool]:
@@ -101,21 +108,31 @@ def _tail_path(sk: Skeleton) -> tuple[str, bool]:
 
 
 class _SpanMove:
-    """One template's edit, in both forms."""
+    """One template's edit, in both forms. The skeleton edit keeps no text (a version's parts are known by
+    their hashes and counts); the record edit (`fix`) splits each record's text as it comes."""
 
     def __init__(self, v: _Versions, template: Template, bodies: list[int]) -> None:
         self.path, self.template = v.path, template
-        self.splits = {b: template.split(v.texts[b]) for b in bodies}
-        self.by_text = {v.texts[b]: self.splits[b] for b in bodies}
         self.index = v.index
         self.sizes: dict[str, int] = {}  # request id -> the baseline size of the block (for record edits)
-        self.counts: dict[str, int] = {}
-        self.hashes: dict[int, tuple[int, int]] = {}  # body hash -> (its stable part's, its moved part's)
+        self.counts: dict[str, int] = {}  # texts of the record edit's parts -> their counts
+        blocks: dict[int, Block] = {}
+        for sk in v.carriers:
+            block = sk.request.blocks[v.index[sk.order]]  # type: ignore[union-attr]
+            blocks.setdefault(block.body_hash, block)
+        self.parts: dict[int, _Parts] = {}  # body hash -> its parts
+        for body in bodies:
+            split = template.split(v.texts[body])
+            if split is not None:
+                old = blocks[body]
+                self.parts[body] = _Parts(body_hash_of(split.stable, old.kind, old.role, old.meta),
+                                          body_hash_of(split.moved, "text", "user"),
+                                          count_text(split.stable), count_text(split.moved))
         self.chainer = Chainer()
         self.variant = ("span", v.path, id(self))
 
     def reshape(self, sks: Skeletons) -> Skeletons:
-        return map_skeletons(sks, self._skeleton)
+        return self.chainer.scoped(lambda: map_skeletons(sks, self._skeleton))
 
     def _skeleton(self, sk: Skeleton) -> Skeleton | None:
         i = self.index.get(sk.order)
@@ -127,30 +144,31 @@ class _SpanMove:
             if i is None:
                 return None
         old = req.blocks[i]
-        split = self.splits.get(old.body_hash)
-        if split is None:
+        parts = self.parts.get(old.body_hash)
+        if parts is None:
             return None
-        moved = _split_tokens(old.tokens, split, self.counts)
-        hashes = self.hashes.get(old.body_hash)
-        if hashes is None:  # a body's two parts hash alike in every request that repeats it
-            hashes = self.hashes[old.body_hash] = (body_hash_of(split.stable, old.kind, old.role, old.meta),
-                                                   body_hash_of(split.moved, "text", "user"))
+        moved = _split_tokens(old.tokens, parts.stable_count, parts.moved_count)
         ch = self.chainer
         stable = ch.chain(old, req.blocks[i - 1] if i else None, salt_at(req, i), self.variant,
-                          body_hash=hashes[0], tokens=old.tokens - moved)
+                          body_hash=parts.stable_hash, tokens=old.tokens - moved)
         blocks = ch.rechain(req.blocks[:i] + [stable] + req.blocks[i + 1:], i + 1, req.params, self.variant)
         path, new_message = _tail_path(sk)
         template = Block(path, "messages", "text", "", role="user", first_in_message=new_message,
                          message_index=int(path[9:path.index("]")]))
-        blocks.append(ch.fresh(template, blocks[-1], hashes[1], moved, path, self.variant))
+        blocks.append(ch.fresh(template, blocks[-1], parts.moved_hash, moved, path, self.variant))
         return with_request(sk, with_blocks(req, blocks))
 
     def rewrite(self, records: Records) -> Records:
         return map_records(records, None, self._record)
 
+    def _count(self, text: str) -> int:
+        if text not in self.counts:
+            self.counts[text] = count_text(text)
+        return self.counts[text]
+
     def _record(self, rec: TraceRecord) -> TraceRecord | None:
         text = text_at(rec, self.path)
-        split = self.by_text.get(text) if text is not None else None
+        split = self.template.split(text) if text is not None else None
         if split is None:
             return None
         new = copy_record(rec)
@@ -161,7 +179,7 @@ class _SpanMove:
         if orig:
             msgs = new.request["messages"]
             moved_path = f"messages[{len(msgs) - 1}].content[{len(msgs[-1]['content']) - 1}]"
-            moved = _split_tokens(orig, split, self.counts)
+            moved = _split_tokens(orig, self._count(split.stable), self._count(split.moved))
             new.extra["size_hints"] = {**new.extra.get("size_hints", {}), self.path: orig - moved,
                                        moved_path: moved}
         return new
@@ -268,7 +286,7 @@ class _ToolLists:
         self.chainer = Chainer()
 
     def reshape(self, sks: Skeletons) -> Skeletons:
-        return map_skeletons(sks, self._skeleton)
+        return self.chainer.scoped(lambda: map_skeletons(sks, self._skeleton))
 
     def _skeleton(self, sk: Skeleton) -> Skeleton | None:
         target = self.blocks.get(sk.session)
@@ -377,7 +395,7 @@ class _HeldParam:
         self.chainer = Chainer()
 
     def reshape(self, sks: Skeletons) -> Skeletons:
-        return map_skeletons(sks, self._skeleton)
+        return self.chainer.scoped(lambda: map_skeletons(sks, self._skeleton))
 
     def _skeleton(self, sk: Skeleton) -> Skeleton | None:
         stream = (sk.session, sk.agent)

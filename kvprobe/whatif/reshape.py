@@ -12,13 +12,14 @@ Chaining uses each block's body hash (content alone, computed when the text was 
 after an edit gives equal keys, whatever it was before. Every skeleton is chained that way first (`canonical`), so
 edited and untouched requests compare. An edit is a function of the prefix it edits, and a block's old cache
 key names that whole prefix, so new blocks are memoized by (edit variant, old key): every
-unique block of the log is chained once per policy, however many requests repeat it.
+unique block of the log is chained once per application of a policy, however many requests repeat it.
 """
 from __future__ import annotations
 
 from operator import attrgetter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import xxhash
 
@@ -26,6 +27,7 @@ from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest, level_salts
 
 _ZERO = b"\0" * 16
+T = TypeVar("T")
 _SLOTS: dict[type, attrgetter] = {}
 _RANK = {"all": 0, "tools": 0, "system": 1, "messages": 2}  # request.model.level_rank, as a table
 
@@ -49,6 +51,15 @@ class Chainer:
     """New blocks for old ones, chained on new parents; one per policy (its memo is the policy's)."""
 
     memo: dict[tuple[Hashable, int], Block] = field(default_factory=dict)
+
+    def scoped(self, edit: Callable[[], T]) -> T:
+        """`edit()` with the memo emptied after it: a memo kept from one application of a policy to the next
+        held a new block per block of the log for as long as the policy lived (3.5 KB a request on a fleet);
+        the edited log holds the blocks it needs."""
+        try:
+            return edit()
+        finally:
+            self.memo.clear()
 
     def chain(self, block: Block, parent: Block | None, salt: bytes, variant: Hashable,
               body_hash: int | None = None, tokens: int | None = None, path: str | None = None) -> Block:
@@ -154,12 +165,15 @@ def with_request(sk: Skeleton, req: RenderedRequest, **changes) -> Skeleton:
 
 def with_blocks(req: RenderedRequest, blocks: list[Block], breakpoints: list[tuple[int, str]] | None = None,
                 params: dict[str, IdentityParam] | None = None) -> RenderedRequest:
-    """A copy of the request with new blocks (and breakpoints, parameters); nothing is shared with the stream
-    any more, so the simulator's ideal cache walks it whole."""
+    """A copy of the request with new blocks (and breakpoints, parameters); no block is shared with the stream
+    any more, so the simulator's ideal cache walks it whole. Breakpoints and parameters not given are the
+    request's own lists and dicts (nothing edits them in place: an edit passes new ones), not copies of them."""
     new = clone(req)
     new.blocks, new.shared_prefix, new.warnings = blocks, 0, []
-    new.breakpoints = list(req.breakpoints if breakpoints is None else breakpoints)
-    new.params = dict(req.params if params is None else params)
+    if breakpoints is not None:
+        new.breakpoints = list(breakpoints)
+    if params is not None:
+        new.params = dict(params)
     return new
 
 
