@@ -96,8 +96,11 @@ def _installed(agent: Agent) -> Path:
 
 
 def _home(tmp: Path, agent: Agent) -> tuple[Path, Path]:
-    home, work = tmp / "home", tmp / "work"
-    work.mkdir(parents=True)
+    # one work folder for a test's runs: a cassette is replayed where it was recorded, as a CI job re-runs in
+    # the same checkout (the agents put their working directory in the prompt)
+    home, work = tmp / "home", tmp.parent / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(exist_ok=True)
     for name, auth in agent.settings.items():
         settings = json.loads(json.dumps(SETTINGS))
         settings["security"]["auth"]["selectedType"] = auth
