@@ -346,3 +346,20 @@ def test_texts_counted_after_the_parse_are_counted_by_the_helper(tmp_path):
     assert two["changes"] == one["changes"] and two["fixes"] == one["fixes"]
     assert one["loaded"] == ["cl100k_base"] and two["loaded"] == []  # counted there, not loaded here
     assert two["lent"] == 0  # ended with the report
+
+
+def test_a_stopped_helper_is_named_not_waited_for(monkeypatch):
+    """A helper stopped mid-count (SIGSTOP: a debugger, job control) is ended and named at once, where the
+    parse waited for it for ever; the few texts counted after the parse are then counted here (None)."""
+    h = helper.Helper([])
+    try:
+        h.start([], counting=True)
+        h.send_texts(pickle.dumps([(1, "cl100k_base", " hello" * 3, "")]))
+        os.kill(h.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"second process counting tokens ended .*it was stopped"):
+            h.counts()
+        assert time.monotonic() - started < 10
+        assert h.count(" hello", "cl100k_base") is None  # ended: the caller counts it itself
+    finally:
+        h.close()

@@ -160,10 +160,10 @@ class Helper:
         """One text's raw tokens, counted there after `counts`; None when the helper has ended."""
         try:
             self._conn.send_bytes(pickle.dumps(("count", text, encoding), protocol=_PROTOCOL))
-            kind, payload = pickle.loads(self._conn.recv_bytes())
-        except (OSError, EOFError):
+            counted = self._receive("counting a text", None)
+        except (OSError, EOFError, RuntimeError):  # ended or stuck: the caller counts it itself
             return None
-        return payload if kind == "counted" else None
+        return counted if isinstance(counted, int) else None
 
     def _notify(self, message: tuple, what: str) -> None:
         try:
@@ -173,11 +173,18 @@ class Helper:
             raise RuntimeError(self._ended(what)) from None
 
     def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
+        from kvprobe.run.stall import StallWatch
+
+        watch = StallWatch()  # while this process waits, the helper works: stopped or idle, it is stuck
         while not self._conn.poll(0.1):
             if progress is not None:
                 self.report(progress)
             if not self._proc.is_alive() and not self._conn.poll(0):
                 raise RuntimeError(self._ended(what))
+            if watch.stalled([self._proc.pid]):
+                self._proc.kill()
+                raise RuntimeError(f"{self._ended(what)}: it was stopped, or used no CPU for {watch.window:.0f} s "
+                                   "($KVPROBE_STALL_S)")
         try:
             kind, payload = pickle.loads(self._conn.recv_bytes())
         except (EOFError, OSError):  # its end closed: it ended without a word (killed)
