@@ -28,6 +28,7 @@ from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import read_record_at
 from kvprobe.trace.record import format_time
+from kvprobe.wording import round_usd
 
 
 @dataclass(slots=True)
@@ -124,7 +125,7 @@ class Report:
         yield "sessions", self.groups(lambda r: r.sk.session)
         yield "agents", self.groups(lambda r: r.sk.agent)
         yield "misses", ({"id": m.result.sk.id, "input_equivalent_tokens": round(m.input_equivalent, 1),
-                          "usd": _usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
+                          "usd": round_usd(m.usd), "kinds": [d.kind for d in m.result.diagnoses],
                           "why": m.result.diagnoses[0].detail if m.result.diagnoses else "",
                           "what_to_do": advice_for(m.result.diagnoses[0]) if m.result.diagnoses else ""}
                          for m in self.misses)
@@ -172,8 +173,6 @@ def failed_line(failed: list[tuple[str, str]]) -> str | None:
             "usage or was refused (4xx) wrote no cache")
 
 
-def _usd(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
 
 
 def summarize(results: list[RequestResult]) -> dict[str, Any]:
@@ -209,7 +208,7 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
         "token_hit_ratio": round(read / inp, 4) if inp else 0.0,
         "input_equivalent_tokens": round(ie, 1),
         # None (shown as n/a) when no request could be priced: an unknown cost is not $0
-        "cost_usd": _usd(cost if priced else 0) if priced or not results else None,
+        "cost_usd": round_usd(cost if priced else 0) if priced or not results else None,
         "unpriced_requests": unpriced,
         "cold_start_write_tokens": cold,
         "rebuild_write_tokens": rebuild,
@@ -250,8 +249,8 @@ def request_json(r: RequestResult) -> dict[str, Any]:
         "input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
         "cache_write_tokens": u.cache_write_tokens, "cache_write_5m_tokens": u.cache_write_5m_tokens,
         "cache_write_1h_tokens": u.cache_write_1h_tokens, "fresh_input_tokens": u.fresh_input_tokens,
-        "output_tokens": u.output_tokens, "cost_usd": _usd(r.cost_usd), "cost_source": r.cost_source,
-        "storage_usd": _usd(r.sk.extra.get("storage_usd")),
+        "output_tokens": u.output_tokens, "cost_usd": round_usd(r.cost_usd), "cost_source": r.cost_source,
+        "storage_usd": round_usd(r.sk.extra.get("storage_usd")),
         "input_equivalent_tokens": round(r.input_equivalent, 1), "observed": r.observed,
         "tokens_source": r.tokens_source, "ideal_read_tokens": r.ideal_read_tokens,
         "ideal_content_read_tokens": r.ideal_content_tokens, "stream_reusable_tokens": r.stream_tokens,

@@ -59,22 +59,12 @@ class _Scrubber:
 
     def clean(self, text: str) -> bool:
         """`text` holds none of the words, so no credential (remembered for the last few thousand texts)."""
-        verdict = self._verdicts.get(text)
-        if verdict is None:
-            if len(self._verdicts) >= 4096:
-                self._verdicts.clear()
-            verdict = self._verdicts[text] = not self.suspects(text)
-        return verdict
+        return _remembered(self._verdicts, text, lambda: not self.suspects(text))
 
     def unchanged(self, text: str) -> bool:
         """Redacting `text` would leave it as it is (remembered like `clean`): a suspect word ("tokens", a
         rebuilt history's key) is no credential, and the same few strings repeat on every request."""
-        verdict = self._unchanged.get(text)
-        if verdict is None:
-            if len(self._unchanged) >= 4096:
-                self._unchanged.clear()
-            verdict = self._unchanged[text] = self.clean(text) or redact_text(text) == text
-        return verdict
+        return _remembered(self._unchanged, text, lambda: self.clean(text) or redact_text(text) == text)
 
     def suspects(self, text: str) -> list[_Shape]:
         """The shapes `text` may hold, by substring tests rather than one regular expression: Python's re
@@ -86,6 +76,16 @@ class _Scrubber:
             if word in low:
                 return [s for s in self.shapes if any(w in low for w in s.words)]
         return []
+
+
+def _remembered(memo: dict[str, bool], text: str, verdict: Callable[[], bool]) -> bool:
+    """`verdict()` for `text`, kept in `memo` (emptied past a few thousand texts: bounded memory)."""
+    found = memo.get(text)
+    if found is None:
+        if len(memo) >= 4096:
+            memo.clear()
+        found = memo[text] = verdict()
+    return found
 
 
 def shapes_path() -> Path:

@@ -41,6 +41,11 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.1f}%"
 
 
+def round_usd(value: float | None) -> float | None:
+    """A dollar figure as JSON carries it: to the millionth, None (unknown) kept."""
+    return None if value is None else round(value, 6)
+
+
 def plural(n: int, word: str) -> str:
     """A count with its noun: 1 request, 3,150 requests."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"

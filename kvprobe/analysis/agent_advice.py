@@ -21,7 +21,7 @@ from kvprobe.analysis.simulate import RequestResult
 from kvprobe.economics.bill_words import NO_BODIES
 from kvprobe.economics.keep_alive import entry_lifetime_s
 from kvprobe.pricing import PriceBook, multipliers
-from kvprobe.wording import duration
+from kvprobe.wording import duration, plural, round_usd
 
 MAIN, SUBAGENTS = "main", "subagents"
 
@@ -60,7 +60,7 @@ class LifetimeTrade:
         who = "the main conversation" if self.scope == MAIN else "subagents"
         span = lifetime_words(self.seconds)
         head = (f"on this log ({who}) the {span} price on its {self.written_tokens:,} 5m-written tokens adds "
-                f"{extra}, and it spares {self.rebuilds:,} rebuild{'' if self.rebuilds == 1 else 's'} "
+                f"{extra}, and it spares {plural(self.rebuilds, 'rebuild')} "
                 f"({self.rebuilt_tokens:,} tokens, after pauses under {span}), saving {saved}: ")
         if net > 0:
             return head + f"it saves {_amount(net, net, usd)} net"
@@ -72,11 +72,7 @@ class LifetimeTrade:
                 "rebuilt_tokens": self.rebuilt_tokens, "extra_input_equivalent_tokens": round(self.extra_ie, 1),
                 "saved_input_equivalent_tokens": round(self.saved_ie, 1),
                 "net_input_equivalent_tokens": round(self.net_ie, 1),
-                "extra_usd": _usd(self.extra_usd), "saved_usd": _usd(self.saved_usd), "net_usd": _usd(self.net_usd)}
-
-
-def _usd(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+                "extra_usd": round_usd(self.extra_usd), "saved_usd": round_usd(self.saved_usd), "net_usd": round_usd(self.net_usd)}
 
 
 def _amount(usd_value: float | None, ie: float, usd: bool) -> str:

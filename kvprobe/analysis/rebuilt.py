@@ -197,7 +197,9 @@ def dropped_reasoning(r: "RequestResult") -> tuple[int, dict[str, Any]] | None:
             or not isinstance(drop.get("tokens"), int) or not isinstance(drop.get("index"), int) \
             or drop.get("opened") is not True:
         return None
-    return _stepped(drop["tokens"], int(r.rules.get("cached_token_step", 0) or 0)), drop
+    from kvprobe.analysis.simulate import tolerance  # simulate imports this module (through usage_only)
+
+    return _stepped(drop["tokens"], tolerance(r.rules)), drop
 
 
 def reasoning_change(r: "RequestResult", base: "RequestResult") -> Diagnosis | None:

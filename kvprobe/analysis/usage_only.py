@@ -320,8 +320,10 @@ def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None"
 
 
 def _step(r: "RequestResult") -> int:
-    """The provider's rounding of reads (OpenAI's 128-token steps): an implicit entry's level is stepped."""
-    return int(r.rules.get("cached_token_step", 0) or 0)
+    """The provider's rounding of reads (OpenAI's 128-token steps, DeepSeek's units): a level is stepped."""
+    from kvprobe.analysis.simulate import tolerance  # simulate imports this module
+
+    return tolerance(r.rules)
 
 
 def _with_missed(r: "RequestResult", d: Diagnosis) -> Diagnosis:

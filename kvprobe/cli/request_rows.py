@@ -57,7 +57,7 @@ def _stamps(shown: list[RequestResult], zone: dt.tzinfo) -> list[str]:
 def render_requests(rep: Report, limit: int | None, zone: dt.tzinfo) -> None:
     shown, costliest = _chosen(rep, limit)
     titles = rep.bill.titles if rep.bill is not None else {}
-    projects = [Path(project_of(r)).name or project_of(r) for r in shown]
+    projects = [Path(p).name or p for p in map(project_of, shown)]
     sessions = [shorten(titles.get(r.sk.session) or r.sk.session, SESSION_CHARS) for r in shown]
     # a project or session shared by every row is no column: the bill's tables above name it
     names = ["time", *(["project"] if len(set(projects)) > 1 else []),

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvprobe.analysis.diagnosis import advice_for
-from kvprobe.report import Miss, Report, _usd
+from kvprobe.report import Miss, Report
+from kvprobe.wording import round_usd
 
 # The diagnosis kind each what-if fix kind repairs (kvprobe/whatif/proposals.py makes them).
 FIX_ADDRESSES = {"stabilize_prefix": "prefix_changed", "stable_params": "params_changed",
@@ -54,7 +55,7 @@ class Cause:
 
     def to_json(self, content: bool = True) -> dict[str, Any]:
         return {"request": self.requests[0], "requests": self.requests, "task": self.task, "kind": self.kind,
-                "where": self.where, "why": self.why, "cost_usd": _usd(self.cost_usd),
+                "where": self.where, "why": self.why, "cost_usd": round_usd(self.cost_usd),
                 "input_equivalent_tokens": round(self.input_equivalent, 1),
                 "fix": self.fix if content else without_content(self.fix), "fix_saving_usd": self.fix_saving_usd,
                 "new": self.new, "baseline_cost_usd": self.baseline_cost_usd, "added_usd": self.added_usd,
@@ -165,7 +166,7 @@ def baseline_causes(report: Report) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for cause in group(report.misses):
         out.setdefault(cause.task, []).append({"kind": cause.kind, "where": cause.where,
-                                               "requests": len(cause.requests), "cost_usd": _usd(cause.cost_usd)})
+                                               "requests": len(cause.requests), "cost_usd": round_usd(cause.cost_usd)})
     return out
 
 
