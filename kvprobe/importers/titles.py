@@ -119,9 +119,11 @@ def session_title(path: Path) -> str | None:
     full; None for any other log, one without a title, or one that cannot be read."""
     from kvprobe.importers import detect_format
 
+    if path.suffix == ".json":  # a hook's JSON copy: one line, no title to find (and no sniff needed)
+        return None
     try:
         read = _READERS.get(detect_format(path) or "")
-        if read is None or path.suffix == ".json" or not path.stat().st_size:  # (a hook's JSON copy: one line)
+        if read is None or not path.stat().st_size:
             return None
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return read(data)
@@ -139,14 +141,15 @@ class SessionTitles:
     def __init__(self, sources: dict[str, list[str]] | None = None) -> None:
         self._sources = sources or {}
         self._by_file: dict[str, str | None] = {}  # a trace of many sessions is one file: sniffed once
+        self._by_session: dict[str, str | None] = {}  # each output asks for each row: found once
 
     def get(self, session: str, default: str | None = None) -> str | None:
-        source = main_transcript(self._sources.get(session, ()))
-        if source is None:
-            return default
-        if source not in self._by_file:
-            self._by_file[source] = session_title(Path(source))
-        found = self._by_file[source]
+        if session not in self._by_session:
+            source = main_transcript(self._sources.get(session, ()))
+            if source is not None and source not in self._by_file:
+                self._by_file[source] = session_title(Path(source))
+            self._by_session[session] = None if source is None else self._by_file[source]
+        found = self._by_session[session]
         return found if found is not None else default
 
 
