@@ -377,7 +377,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     else:
         sizer = BlockSizer()
         results = simulate(sks, store, sizer)
-    book = sizer.book_of(store) if fixes or predicted_only else None
+    book = sizer.book_of(store) if predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
     price_results(results, prices)
@@ -451,6 +451,7 @@ def _diagnose_beside(results: list[RequestResult], what_if: Callable[[Callable[[
 
 def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,
              book: Any, texts: TextSource, fleet: list, beside: Callable[[], None]) -> Any:
+    """The fixes, priced on the report's sized skeletons (`book`: None unless the report is a prediction)."""
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
     return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet, beside=beside)

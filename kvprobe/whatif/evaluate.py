@@ -53,7 +53,9 @@ class Prepared:
 
     store: BlockStore
     skeletons: list[Skeleton]
-    book: SizeBook
+    # the sizes by key and by body, for records rendered again (`simulate_records`); None where none will be
+    # (the report's what-if prices sized skeletons: a second table of every block's size is ~0.3 KB a request)
+    book: SizeBook | None
     results: list[RequestResult] | None = None  # its simulation, when no report holds it (fleet findings)
 
 
@@ -189,6 +191,7 @@ class Pricer:
 
     def simulate_records(self, records: list[TraceRecord]) -> list[RequestResult]:
         """A whole trace rendered again and simulated on the baseline's sizes."""
+        assert self.book is not None, "prepared without its sizes by key: `prepare` keeps them"
         results = simulate(list(skeletons(records, self.store, use_observed=False)), self.store,
                            BlockSizer(self.book), ideal=False)
         price_results(results, self.prices)
