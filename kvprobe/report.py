@@ -380,6 +380,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     book = sizer.book_of(store) if predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
+    store.forget_blocks()  # every block is sized: nothing after this looks a block up by key
     price_results(results, prices)
     texts = TextSource(kept)
     fleet = find_shared_prefixes(results, texts, prices)  # reads no diagnosis
