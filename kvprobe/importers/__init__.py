@@ -203,23 +203,19 @@ def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progres
     read = IMPORTERS[kind].read
     records = read(path, stats, seen, progress) if history or kind not in _HISTORY_OPTIONAL else \
         read(path, stats, seen, progress, history=False)
-    return _valid_usage(_platforms(records, stats), stats)
-
-
-def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
-    """Count the records a cloud platform served (importers label them `extra["platform"]`)."""
-    for record in records:
-        platform = record.extra.get("platform")
-        if isinstance(platform, str):
-            stats.platforms[platform] += 1
-        yield record
+    return _valid_usage(records, stats)
 
 
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
     """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
     texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
-    cwd, project_hash, ...) are scrubbed of credentials."""
+    cwd, project_hash, ...) are scrubbed of credentials. The records a cloud platform served (importers label
+    them `extra["platform"]`) are counted, valid or not. (One loop: it runs for every record read.)"""
+    platforms = stats.platforms
     for record in records:
+        platform = record.extra.get("platform")
+        if isinstance(platform, str):
+            platforms[platform] += 1
         problem = response_usage_problem(record.response)
         if problem is None:
             yield scrub_identity(record)
