@@ -76,18 +76,20 @@ def sniff(first: Any) -> bool:
 class _Origin:
     """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
-    __slots__ = ("source", "stem", "default_session")
+    __slots__ = ("source", "stem", "default_session", "agent_file")
 
     def __init__(self, path: Path) -> None:
         self.source = str(path)
         self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
         self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
+        # a subagent's own transcript (agent-<id>.jsonl): the id its name gives, else None
+        self.agent_file = self.stem[6:] if self.stem.startswith("agent-") else None
 
     def agent(self, line: dict[str, Any]) -> str:
-        agent_id = as_str(line.get("agentId"))
-        if self.stem.startswith("agent-"):
-            return f"agent-{agent_id or self.stem[6:]}"
+        if self.agent_file is not None:
+            return f"agent-{as_str(line.get('agentId')) or self.agent_file}"
         if line.get("isSidechain") is True:  # inline: each subagent's lines chain back to its own first line
+            agent_id = as_str(line.get("agentId"))
             if agent_id:
                 return f"agent-{agent_id}"
             root = line.get(_ROOT)
@@ -270,14 +272,15 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     platform = _platform(message_id)
     if platform:
         extra["platform"] = platform
+    agent = origin.agent(line)
     if streams is not None:
-        streams.attach(origin, line, extra)
+        streams.attach(agent, extra)
         streams.tools_used(origin, line, message, extra, stamp)
     if chains is not None:
-        extra["history"] = chains.request(origin.agent(line), parent, _cleared(message))
+        extra["history"] = chains.request(agent, parent, _cleared(message))
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
-                         None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
+                         None, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
     pending[key] = _Pending(record, lineno)
 
@@ -410,8 +413,9 @@ class _Streams:
                 else:
                     last["detail"] = f"{last.get('detail', '')}: {said[:120]}"
 
-    def attach(self, origin: _Origin, line: dict[str, Any], extra: dict[str, Any]) -> None:
-        events = self.events.get(origin.agent(line))
+    def attach(self, agent: str, extra: dict[str, Any]) -> None:
+        """The events waiting for this stream (`agent`, as _Origin.agent names it) go on its request."""
+        events = self.events.get(agent)
         if events is not None:
             events.attach(extra)
 
