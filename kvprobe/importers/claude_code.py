@@ -110,12 +110,13 @@ class _Pending:
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
          history: bool = True) -> Iterator[TraceRecord]:
     """Records of one transcript file, merged per request, in the order requests first appear.
-    history=False: no `extra["history"]` (what `usage` reads needs none; rebuilding it is a third of reading)."""
+    history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads needs neither; rebuilding
+    the history is a third of reading, the events a twentieth)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
     pending: dict[str, _Pending] = {}
     provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
-    streams = _Streams()
+    streams = _Streams() if history else None  # the events between each stream's requests
     chains = Chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
@@ -134,7 +135,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             else:
                 ignored += 1
-                if kind == "user" or kind == "system":
+                if streams is not None and (kind == "user" or kind == "system"):
                     streams.note(origin, line, kind)
             if uuid.__class__ is str and chains is not None:
                 _chain(chains, uuid, line, kind)
