@@ -100,21 +100,14 @@ class _Origin:
         return as_str(line.get("sessionId")) or self.default_session
 
 
-class _Pending:
-    __slots__ = ("record", "first_line")
-
-    def __init__(self, record: TraceRecord, first_line: int) -> None:
-        self.record, self.first_line = record, first_line
-
-
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
          history: bool = True) -> Iterator[TraceRecord]:
     """Records of one transcript file, merged per request, in the order requests first appear.
     history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads needs neither; rebuilding
     the history is a third of reading, the events a twentieth)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
-    pending: dict[str, _Pending] = {}
-    provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
+    pending: dict[str, TraceRecord] = {}  # each request read, by message id and request id, in first-line order
+    provisional: dict[str, TraceRecord] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams() if history else None  # the events between each stream's requests
     chains = Chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
@@ -141,11 +134,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 _chain(chains, uuid, line, kind)
     finally:
         stats.ignored += ignored
-    for item in pending.values():
+    for record in pending.values():
         stats.records += 1
-        yield item.record
-    for item in provisional.values():  # counted by load_any once it knows whether a transcript had them
-        yield item.record
+        yield record
+    yield from provisional.values()  # counted by load_any once it knows whether a transcript had them
 
 
 def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -216,7 +208,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
-                    pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
+                    pending: dict[str, TraceRecord], stats: SourceStats, seen: set[str],
                     provisional: bool = False, streams: "_Streams | None" = None,
                     chains: Chains | None = None) -> None:
     # Runs for every response line (several per request): the checks are written inline, not as helper calls.
@@ -244,9 +236,9 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     stamp = time_or_none(line.get("timestamp"))
     held = pending.get(key)
     if held is not None:
-        _merge(held.record, message, usage, stamp)
+        _merge(held, message, usage, stamp)
         if streams is not None:
-            streams.tools_used(origin, line, message, held.record.extra, stamp)
+            streams.tools_used(origin, line, message, held.extra, stamp)
         stats.duplicates += 1
         return
     if key in seen:
@@ -283,7 +275,7 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
                          None, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
-    pending[key] = _Pending(record, lineno)
+    pending[key] = record
 
 
 _ROOT = "_sidechain_root"  # set on an inline sidechain line without agentId: its subagent's first line
