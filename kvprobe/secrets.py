@@ -23,6 +23,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -193,6 +194,7 @@ def redact_text(text: str) -> str:
 # of whose strings are scrubbed. The request and response bodies follow their source's policy instead
 # (capture --redact; responses are always pattern-scrubbed by capture and import).
 IDENTITY_FIELDS = ("id", "session", "agent", "endpoint", "error")
+_OTHER_IDENTITY_FIELDS = attrgetter(*IDENTITY_FIELDS[1:])  # all but the id, as one tuple
 R = TypeVar("R")
 
 
@@ -201,11 +203,13 @@ def scrub_identity(record: R) -> R:
     copy) when none holds one, which one search over them all tells for most records."""
     # the id apart from the rest: every request has its own id, while its session, agent, endpoint and extra
     # (cwd, branch, client version) repeat from request to request, so their verdict is remembered
-    texts = [v for v in (getattr(record, name) for name in IDENTITY_FIELDS[1:]) if isinstance(v, str)]
+    # (this runs for every record read: the fields in one call, the table looked up once)
+    texts = [v for v in _OTHER_IDENTITY_FIELDS(record) if isinstance(v, str)]
     extra = getattr(record, "extra")
     _strings_of(extra, texts)  # (keys and values, nested ones too: a rebuilt history's few keys repeat)
     scrubber, rid = _current(), getattr(record, IDENTITY_FIELDS[0])
-    if not (isinstance(rid, str) and redact_text(rid) != rid) and (
+    # an id holding none of the shapes' words is left as it is by redact_text: asked of the table in hand
+    if not (isinstance(rid, str) and scrubber.suspects(rid) and redact_text(rid) != rid) and (
             scrubber.clean("\0".join(texts)) or all(scrubber.unchanged(t) for t in texts)):
         return record
     changes: dict[str, Any] = {}
@@ -226,9 +230,12 @@ def _strings_of(value: Any, out: list[str]) -> None:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, dict):
-            for key, inner in item.items():
-                out.append(str(key))
-                stack.append(inner)
+            for key, inner in item.items():  # (a string value, the usual case, appended without the stack)
+                out.append(key if key.__class__ is str else str(key))
+                if inner.__class__ is str:
+                    out.append(inner)
+                else:
+                    stack.append(inner)
         elif isinstance(item, list):
             stack.extend(item)
 

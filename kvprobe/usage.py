@@ -63,7 +63,11 @@ def _anthropic(u: dict[str, Any]) -> Usage:
         output = _int(u, "output_tokens")
     split = get("cache_creation")
     if isinstance(split, dict):
-        w1h, w5m = _int(split, "ephemeral_1h_input_tokens"), _int(split, "ephemeral_5m_input_tokens")
+        w1h, w5m = split.get("ephemeral_1h_input_tokens"), split.get("ephemeral_5m_input_tokens")
+        if w1h.__class__ is not int:  # (plain counts as they are, as above)
+            w1h = _int(split, "ephemeral_1h_input_tokens")
+        if w5m.__class__ is not int:
+            w5m = _int(split, "ephemeral_5m_input_tokens")
         if w5m + w1h != created:  # trust the total; attribute the rest to 5m
             w5m = max(created - w1h, 0)
     else:

@@ -8,6 +8,8 @@ import resource
 import subprocess
 import sys
 
+import pytest
+
 from agent_logs import ClaudeTranscript, CodexRollout
 from kvprobe.importers import ImportReport, detect_format, load_any
 from kvprobe.usage import normalize_usage
@@ -79,9 +81,10 @@ def test_a_teleported_from_stub_is_a_known_line_with_no_usage(cli, tmp_path):
     assert alone.exit_code == 2 and "no requests found" in alone.output and "not a recognised" not in alone.output
 
 
-def test_a_first_line_longer_than_the_sniffed_prefix_is_still_known(tmp_path):
+@pytest.mark.parametrize("size", [100 << 10, 3 << 20])  # past the first read (64 KiB), past the whole prefix
+def test_a_first_line_longer_than_the_sniffed_prefix_is_still_known(tmp_path, size):
     s = _transcript()
-    s.lines[1]["message"]["content"] = [{"type": "text", "text": "x" * (3 << 20)}]  # a 3 MB pasted log
+    s.lines[1]["message"]["content"] = [{"type": "text", "text": "x" * size}]  # a 100 KB or 3 MB pasted log
     path = s.write(tmp_path / "big-first.jsonl")
     s.lines.insert(0, s.lines.pop(1))  # the long line first
     path.write_text("".join(json.dumps(line) + "\n" for line in s.lines))

@@ -3,6 +3,7 @@ start-up, about what ccusage takes for a whole small folder, issue #41), with th
 for byte; anything else on its command line is left to the full command, which answers as it always has."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,9 +87,10 @@ def test_the_fast_path_knows_every_option_usage_has():
 
 
 def test_logs_read_without_history_are_the_same_requests_without_their_message_lists():
-    """`usage` reads without rebuilding each request's message list (load_any's history=False): the same
-    requests (5 Claude Code, 2 Codex), the same counts of what was read and skipped, no `history` on Claude
-    Code's (Codex's keep theirs: its reasoning-dropped change is read from it)."""
+    """`usage` reads without rebuilding each request's message list or the events between requests
+    (load_any's history=False): the same requests (5 Claude Code, 2 Codex), the same counts of what was read
+    and skipped, no `history` and no `events` on Claude Code's (Codex's keep theirs: its reasoning-dropped
+    change is read from the history)."""
     from kvprobe.importers import ImportReport, load_any
 
     told, bare_told = ImportReport(), ImportReport()
@@ -97,7 +99,42 @@ def test_logs_read_without_history_are_the_same_requests_without_their_message_l
     assert [r.extra.get("source_format") for r in bare] == ["claude_code"] * 5 + ["codex"] * 2
     assert all("history" in r.extra for r in full)
     assert [("history" in r.extra) for r in bare] == [False] * 5 + [True] * 2
+    assert not any("events" in r.extra for r in bare[:5])
     for record in full[:5]:
         del record.extra["history"]
+        record.extra.pop("events", None)
     assert bare == full
     assert bare_told.to_json() == told.to_json()
+
+
+def test_usage_reads_no_events_and_counts_the_same(tmp_path):
+    """The events between requests (a compaction, an interrupt, a /mcp reconnect) are what `report` names as a
+    miss's trigger; `usage` reads without them (history=False) and adds up the same requests and tokens."""
+    from agent_logs import ClaudeTranscript
+
+    from kvprobe.importers import ImportReport, load_any
+
+    s = ClaudeTranscript("ev")
+    s.turn(0, "r1", read=0, write=4000)
+    s.compact_boundary(60, pre_tokens=150_000)
+    s.assistant(62, "r2", read=0, write=3000)
+    s.interrupt(70)
+    s.command(80, "/mcp", "Reconnected to github.")
+    s.turn(90, "r3", read=3000, write=500)
+    folder = tmp_path / "projects" / "-home-me-app"
+    s.write(folder / "ev.jsonl")
+    told, bare_told = ImportReport(), ImportReport()
+    full = list(load_any([folder], report=told))
+    bare = list(load_any([folder], report=bare_told, history=False))
+    assert [[e["kind"] for e in r.extra.get("events", [])] for r in full] == \
+        [[], ["compaction"], ["interrupt", "tools_changed"]]
+    assert [r.extra.get("events") for r in bare] == [None, None, None]
+    for record in full:
+        del record.extra["history"]
+        record.extra.pop("events", None)
+    assert bare == full
+    assert bare_told.to_json() == told.to_json()
+    code, out, _, _ = _kvprobe(tmp_path, "usage", tmp_path / "projects", "--json")
+    totals = json.loads(out)["totals"]
+    assert (code, totals["requests"], totals["cache_write_tokens"], totals["cache_read_tokens"]) == \
+        (0, 3, 7500, 3000)

@@ -39,7 +39,7 @@ _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever thei
 # a broken whole-file document is given to its importer only where that importer counts it as a skip (an
 # OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
 _COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
-# readers that can leave out each request's rebuilt message list (`history=False`: what `usage` reads)
+# readers that can leave out each request's rebuilt message list and events (`history=False`: what `usage` reads)
 _HISTORY_OPTIONAL = (claude_code.NAME,)
 
 __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
@@ -203,23 +203,19 @@ def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progres
     read = IMPORTERS[kind].read
     records = read(path, stats, seen, progress) if history or kind not in _HISTORY_OPTIONAL else \
         read(path, stats, seen, progress, history=False)
-    return _valid_usage(_platforms(records, stats), stats)
-
-
-def _platforms(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
-    """Count the records a cloud platform served (importers label them `extra["platform"]`)."""
-    for record in records:
-        platform = record.extra.get("platform")
-        if isinstance(platform, str):
-            stats.platforms[platform] += 1
-        yield record
+    return _valid_usage(records, stats)
 
 
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
     """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
     texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
-    cwd, project_hash, ...) are scrubbed of credentials."""
+    cwd, project_hash, ...) are scrubbed of credentials. The records a cloud platform served (importers label
+    them `extra["platform"]`) are counted, valid or not. (One loop: it runs for every record read.)"""
+    platforms = stats.platforms
     for record in records:
+        platform = record.extra.get("platform")
+        if isinstance(platform, str):
+            platforms[platform] += 1
         problem = response_usage_problem(record.response)
         if problem is None:
             yield scrub_identity(record)
@@ -455,8 +451,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     many processes (same records, same order); worth it from a few tens of MB; 0 chooses: one per core (up
     to 4) from 64 MB of files on. `reduce` (a module-level function, with `id` and `via` on what it returns)
     maps each record where it is read: the caller gets its results instead of records. `history=False`
-    leaves out each request's rebuilt message list (`extra["history"]`, Claude Code's): faster where
-    only usage is read.
+    leaves out each request's rebuilt message list and the events before it (`extra["history"]` and
+    `extra["events"]`, Claude Code's): faster where only usage is read.
     Records are deduplicated across all files: the same request logged twice (the same provider id, or the
     same local id with the same content) is read once; different requests that reuse a local id are both
     kept, the later one's id prefixed with its file's name (`b:req_1`).

@@ -76,18 +76,20 @@ def sniff(first: Any) -> bool:
 class _Origin:
     """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
-    __slots__ = ("source", "stem", "default_session")
+    __slots__ = ("source", "stem", "default_session", "agent_file")
 
     def __init__(self, path: Path) -> None:
         self.source = str(path)
         self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
         self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
+        # a subagent's own transcript (agent-<id>.jsonl): the id its name gives, else None
+        self.agent_file = self.stem[6:] if self.stem.startswith("agent-") else None
 
     def agent(self, line: dict[str, Any]) -> str:
-        agent_id = as_str(line.get("agentId"))
-        if self.stem.startswith("agent-"):
-            return f"agent-{agent_id or self.stem[6:]}"
+        if self.agent_file is not None:
+            return f"agent-{as_str(line.get('agentId')) or self.agent_file}"
         if line.get("isSidechain") is True:  # inline: each subagent's lines chain back to its own first line
+            agent_id = as_str(line.get("agentId"))
             if agent_id:
                 return f"agent-{agent_id}"
             root = line.get(_ROOT)
@@ -98,22 +100,16 @@ class _Origin:
         return as_str(line.get("sessionId")) or self.default_session
 
 
-class _Pending:
-    __slots__ = ("record", "first_line")
-
-    def __init__(self, record: TraceRecord, first_line: int) -> None:
-        self.record, self.first_line = record, first_line
-
-
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
          history: bool = True) -> Iterator[TraceRecord]:
     """Records of one transcript file, merged per request, in the order requests first appear.
-    history=False: no `extra["history"]` (what `usage` reads needs none; rebuilding it is a third of reading)."""
+    history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads needs neither; rebuilding
+    the history is a third of reading, the events a twentieth)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
-    pending: dict[str, _Pending] = {}
-    provisional: dict[str, _Pending] = {}  # from progress lines: kept only if no transcript has the request
+    pending: dict[str, TraceRecord] = {}  # each request read, by message id and request id, in first-line order
+    provisional: dict[str, TraceRecord] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
-    streams = _Streams()
+    streams = _Streams() if history else None  # the events between each stream's requests
     chains = Chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
@@ -132,17 +128,16 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             else:
                 ignored += 1
-                if kind == "user" or kind == "system":
+                if streams is not None and (kind == "user" or kind == "system"):
                     streams.note(origin, line, kind)
             if uuid.__class__ is str and chains is not None:
                 _chain(chains, uuid, line, kind)
     finally:
         stats.ignored += ignored
-    for item in pending.values():
+    for record in pending.values():
         stats.records += 1
-        yield item.record
-    for item in provisional.values():  # counted by load_any once it knows whether a transcript had them
-        yield item.record
+        yield record
+    yield from provisional.values()  # counted by load_any once it knows whether a transcript had them
 
 
 def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -213,7 +208,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
-                    pending: dict[str, _Pending], stats: SourceStats, seen: set[str],
+                    pending: dict[str, TraceRecord], stats: SourceStats, seen: set[str],
                     provisional: bool = False, streams: "_Streams | None" = None,
                     chains: Chains | None = None) -> None:
     # Runs for every response line (several per request): the checks are written inline, not as helper calls.
@@ -241,9 +236,9 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     stamp = time_or_none(line.get("timestamp"))
     held = pending.get(key)
     if held is not None:
-        _merge(held.record, message, usage, stamp)
+        _merge(held, message, usage, stamp)
         if streams is not None:
-            streams.tools_used(origin, line, message, held.record.extra, stamp)
+            streams.tools_used(origin, line, message, held.extra, stamp)
         stats.duplicates += 1
         return
     if key in seen:
@@ -270,16 +265,17 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     platform = _platform(message_id)
     if platform:
         extra["platform"] = platform
+    agent = origin.agent(line)
     if streams is not None:
-        streams.attach(origin, line, extra)
+        streams.attach(agent, extra)
         streams.tools_used(origin, line, message, extra, stamp)
     if chains is not None:
-        extra["history"] = chains.request(origin.agent(line), parent, _cleared(message))
+        extra["history"] = chains.request(agent, parent, _cleared(message))
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
-                         None, response, origin.session(line), origin.agent(line), "/v1/messages", stamp, stamp,
+                         None, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
-    pending[key] = _Pending(record, lineno)
+    pending[key] = record
 
 
 _ROOT = "_sidechain_root"  # set on an inline sidechain line without agentId: its subagent's first line
@@ -410,8 +406,9 @@ class _Streams:
                 else:
                     last["detail"] = f"{last.get('detail', '')}: {said[:120]}"
 
-    def attach(self, origin: _Origin, line: dict[str, Any], extra: dict[str, Any]) -> None:
-        events = self.events.get(origin.agent(line))
+    def attach(self, agent: str, extra: dict[str, Any]) -> None:
+        """The events waiting for this stream (`agent`, as _Origin.agent names it) go on its request."""
+        events = self.events.get(agent)
         if events is not None:
             events.attach(extra)
 

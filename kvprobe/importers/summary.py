@@ -251,8 +251,11 @@ class UsageRow(NamedTuple):
 
 def usage_row(record: TraceRecord) -> UsageRow:
     u = normalize_usage(record.provider, record.usage)
-    figures = None if u is None else (u.fresh_input_tokens, u.cache_read_tokens, u.cache_write_5m_tokens,
-                                      u.cache_write_1h_tokens, u.output_tokens, u.reasoning_output_tokens)
+    # (fresh input spelled out, not through Usage's two properties: this runs for every request read)
+    figures = None if u is None else (
+        u.input_tokens - u.cache_read_tokens - u.cache_write_5m_tokens - u.cache_write_1h_tokens,
+        u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens, u.output_tokens,
+        u.reasoning_output_tokens)
     # _make: a named tuple's own __new__ is a Python function, one more call per request read
     return UsageRow._make((record.identity, record.via,
                            record.started_at if record.started_at is not None else record.finished_at,

@@ -109,11 +109,18 @@ def _parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
         return _more_than([cached], whole) if cached else None
     if "inputTokens" in usage or "cacheReadInputTokens" in usage:
         return None  # Bedrock Converse: inputTokens counts neither cache reads nor writes, it bounds nothing
-    if isinstance(usage.get("cache_creation"), dict):  # Anthropic: the 5m/1h split of the cache writes
-        split = usage["cache_creation"]
-        parts = [(f"cache_creation.{k}", _count(split, k)) for k in ("ephemeral_5m_input_tokens",
-                                                                     "ephemeral_1h_input_tokens")]
-        found = _more_than(parts, ("cache_creation_input_tokens", _count(usage, "cache_creation_input_tokens") or 0))
+    split = usage.get("cache_creation")
+    if isinstance(split, dict):  # Anthropic: the 5m/1h split of the cache writes
+        w5m, w1h = split.get("ephemeral_5m_input_tokens"), split.get("ephemeral_1h_input_tokens")
+        written = usage.get("cache_creation_input_tokens")
+        # plain counts (what logs hold, _problem has passed them) are added inline: this runs for every request
+        if w5m.__class__ is int and w1h.__class__ is int and written.__class__ is int and w5m + w1h <= written:
+            found = None
+        else:
+            parts = [(f"cache_creation.{k}", _count(split, k)) for k in ("ephemeral_5m_input_tokens",
+                                                                         "ephemeral_1h_input_tokens")]
+            found = _more_than(parts, ("cache_creation_input_tokens", _count(usage, "cache_creation_input_tokens")
+                                       or 0))
         if found:
             return found
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
