@@ -80,7 +80,7 @@ class AnthropicCache:
         if hit is not None:
             entry = self.entries[blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + ttl_seconds.get(entry.ttl, 300))
-        pred.hit_block, pred.cache_read_tokens = hit, read
+        pred.cache_read_tokens = read
         self._write(req, settings, bps, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = total - pred.cache_read_tokens - pred.cache_write_tokens
         return pred

@@ -83,7 +83,7 @@ class BreakpointCache:
         if hit is not None:
             entry = self.entries[req.blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + life)
-        pred.hit_block, pred.cache_read_tokens = hit, read
+        pred.cache_read_tokens = read
         self._write(req, rules, settings, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens - pred.cache_write_tokens
         if self.explain:  # `seen` serves only the missing_breakpoint evidence
