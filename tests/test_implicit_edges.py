@@ -51,10 +51,11 @@ def evidence(pred) -> list[tuple]:
 
 # --- the minimum and the step -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("system, first_fresh, read, fresh", [(2_047, 2_057, 0, 2_059), (2_048, 2_058, 2_048, 12),
-                                                              (2_049, 2_059, 2_049, 12)])
+@pytest.mark.parametrize("system, first_fresh, read, fresh", [(1, 11, 0, 13), (2_047, 2_057, 0, 2_059),
+                                                              (2_048, 2_058, 2_048, 12), (2_049, 2_059, 2_049, 12)])
 def test_a_shared_prefix_is_read_from_the_minimum_token_by_token(system, first_fresh, read, fresh):
-    """Gemini 2.5 Flash: minimum 2,048, no rounding. The second request shares the system instruction only."""
+    """Gemini 2.5 Flash: minimum 2,048, no rounding. The second request shares the system instruction only:
+    below the minimum the evidence says how long it was."""
     cache = Cache()
     first = cache.send(gemini("Review PR 1.", system), 0, "g1")
     second = cache.send(gemini("Review PR 2.", system, asked=12), 60, "g2")
@@ -64,22 +65,23 @@ def test_a_shared_prefix_is_read_from_the_minimum_token_by_token(system, first_f
         assert second.evidence == []
     else:
         [ev] = second.evidence
-        assert (ev.kind, ev.block_index, ev.prefix_tokens, ev.minimum_tokens) == ("below_minimum", 0, 2_047, 2_048)
-        assert ev.detail == ("the prefix through systemInstruction.parts[0] is 2047 tokens; the minimum for this "
+        assert (ev.kind, ev.block_index, ev.prefix_tokens, ev.minimum_tokens) == ("below_minimum", 0, system, 2_048)
+        assert ev.detail == (f"the prefix through systemInstruction.parts[0] is {system} tokens; the minimum for this "
                              "model is 2048")
 
 
-@pytest.mark.parametrize("req, read", [
-    (gemini("Review PR 1.", 4_990), 4_999),  # 5,000 tokens, step 1: all but the last
-    (sized(chat("deepseek-v4-pro", "Q1"), [2_000, 48]), 1_984),  # 2,048 tokens: 2,047 down to 64-token units
-    (sized(chat("kimi-k3", "Hi"), [0, 1]), 0),  # a one-token request: its only token is computed
-    (sized(chat("kimi-k3", "Hi"), [700, 300]), 999),
+@pytest.mark.parametrize("req, read, fresh", [
+    (gemini("Review PR 1.", 4_990), 4_999, 1),  # 5,000 tokens, step 1: all but the last
+    (sized(chat("deepseek-v4-pro", "Q1"), [2_000, 48]), 1_984, 64),  # 2,048: 2,047 down to 64-token units
+    (sized(chat("kimi-k3", "Hi"), [0, 1]), 0, 1),  # a one-token request: its only token is computed
+    (sized(chat("kimi-k3", "Hi"), [700, 300]), 999, 1),
 ], ids=["gemini", "deepseek", "moonshot-one-token", "moonshot"])
-def test_the_same_request_again_reads_all_but_its_last_token(req, read):
+def test_the_same_request_again_reads_all_but_its_last_token(req, read, fresh):
     cache = Cache()
     cache.send(req, 0, "r1")
     again = cache.send(req, 60, "r2")
-    assert (again.cache_read_tokens, again.fresh_input_tokens) == (read, req.total_tokens - read)
+    assert (again.cache_read_tokens, again.fresh_input_tokens) == (read, fresh)
+    assert again.evidence == []  # the last token is no shortfall below a minimum
 
 
 # --- the retention -----------------------------------------------------------------------------------------
@@ -169,8 +171,9 @@ def test_rules_naming_no_retention_minimum_or_step_keep_a_whole_prefix_10_minute
     assert cache.send(sized(chat("grok-4", "Q2"), [1_001, 6]), at, "x2").cache_read_tokens == read
 
 
-@pytest.mark.parametrize("named, kept", [({"default_retention": "24h"}, 86_400), ({"default_retention": "in_memory"}, 600),
-                                         ({}, 600), ({"default_retention": "extended"}, 600)],
+@pytest.mark.parametrize("named, kept", [({"default_retention": "24h"}, 86_400),
+                                         ({"default_retention": "in_memory"}, 600), ({}, 600),
+                                         ({"default_retention": "extended"}, 600)],
                          ids=["24h", "in_memory", "none-named", "not-in-the-table"])
 def test_a_retention_table_is_read_at_the_named_retention_else_its_shortest(tmp_path, monkeypatch, named, kept):
     own_rules(tmp_path, monkeypatch, "openai", "gpt-", retention_seconds={"in_memory": 600, "24h": 86_400},

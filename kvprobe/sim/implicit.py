@@ -72,9 +72,10 @@ class PrefixCache:
         matched_block = self._longest_live(req, start, pred)
         matched = cum[matched_block] if matched_block is not None else 0
         pred.cache_read_tokens = round_cached(matched, rules, cum[-1])
-        if matched and not pred.cache_read_tokens:
+        minimum = int(rules.get("min_cacheable_tokens", 0))
+        if 0 < matched < minimum:  # a stored prefix, too short to be read
             path = req.blocks[matched_block].path  # type: ignore[index]  # something matched: a block did
-            pred.evidence.append(below_minimum(path, matched_block, matched, int(rules.get("min_cacheable_tokens", 0))))
+            pred.evidence.append(below_minimum(path, matched_block, matched, minimum))
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens
         keep = retention_seconds(rules)
         for block in req.blocks:
