@@ -78,3 +78,61 @@ def test_reading_a_later_entry_renews_the_earlier_ones_the_request_marks():
     body = responses("question r1", dev_marker=True)
     assert sim.send(sized(body, [2_000, 10]), 1_000, "r2").cache_read_tokens == 2_010
     assert ask(sim, 2_500, "r3").cache_read_tokens == 2_000
+
+
+# --- which breakpoints a request writes, and how far back a read looks ---------------------------------------
+
+def marked_developer(parts: list[str], question: str, mode: str | None = None) -> dict:
+    """A developer message of several parts, each with a breakpoint, then a question."""
+    body = {"model": "gpt-5.6-sol", "input": [
+        {"role": "developer", "content": [{"type": "input_text", "text": text, "prompt_cache_breakpoint": {}}
+                                          for text in parts]},
+        {"role": "user", "content": [{"type": "input_text", "text": question}]}]}
+    if mode:
+        body["prompt_cache_options"] = {"mode": mode}
+    return body
+
+
+PARTS = ["rules", "style", "repo map", "api notes", "examples"]  # 1,100 tokens each: 1,100 ... 5,500 through them
+
+
+@pytest.mark.parametrize("mode, shared, read", [
+    (None, 1, 0), (None, 2, 0), (None, 3, 3_300), (None, 5, 5_500),  # managed + the latest 3 markers (3, 4, 5)
+    ("explicit", 1, 0), ("explicit", 2, 2_200), ("explicit", 5, 5_500)])  # the latest 4 markers (2 to 5)
+def test_a_request_writes_the_managed_breakpoint_and_the_latest_three_markers_or_the_latest_four(mode, shared, read):
+    """r1 marks five developer parts; r2, a minute later, asks another question and shares r1's first `shared`
+    parts (the rest changed)."""
+    sim = Sim()
+    first = sim.send(sized(marked_developer(PARTS, "Fix the bug.", mode), [1_100] * 5 + [10]), 0, "r1")
+    assert first.cache_write_tokens == (5_510 if mode is None else 5_500)  # the managed one ends the question
+    changed = PARTS[:shared] + [f"{p} (edited)" for p in PARTS[shared:]]
+    second = sim.send(sized(marked_developer(changed, "Add a test.", mode), [1_100] * 5 + [10]), 60, "r2")
+    assert second.cache_read_tokens == read
+
+
+def conversation(turns: int) -> dict:
+    """The developer prompt and `turns` questions with an answer between each two."""
+    items = [{"role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent."}]}]
+    for i in range(1, turns + 1):
+        if i > 1:
+            items.append({"role": "assistant", "content": [{"type": "output_text", "text": f"Done {i - 1}."}]})
+        items.append({"role": "user", "content": [{"type": "input_text", "text": f"Task {i}."}]})
+    return {"model": "gpt-5.6-sol", "input": items}
+
+
+def turn(n: int):
+    """Turn n: 2,000 developer tokens, then 20 for each message (n questions, n - 1 answers)."""
+    return sized(conversation(n), [2_000] + [20] * (2 * n - 1))
+
+
+@pytest.mark.parametrize("renewed, read", [(2, 2_060), (1, 0)])
+def test_a_read_looks_back_over_the_latest_80_entries_only(renewed, read):
+    """Turns 1 to 81, a second apart, each write the managed entry at their question (and renew the one before);
+    all have expired by 2,500 s but the one turn `renewed` resent at 1,000 s renews. Turn 82 at 2,500 s looks
+    back from its end: entries of turns 81 down to 2 are the latest 80; turn 2's, renewed, is the 80th and is
+    read (2,000 + 3 x 20 tokens); turn 1's is the 81st and is not looked at."""
+    sim = Sim()
+    for n in range(1, 82):
+        sim.send(turn(n), n, f"t{n}")
+    assert sim.send(turn(renewed), 1_000, "again").cache_read_tokens == 2_000 + 20 * (2 * renewed - 1)
+    assert sim.send(turn(82), 2_500, "t82").cache_read_tokens == read

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.request.openai_cache import MANAGED
-from kvprobe.sim.implicit import routing_capped, ttl_table
+from kvprobe.sim.implicit import ttl_table
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
@@ -161,5 +161,6 @@ class BreakpointCache:
 
 
 def _life(rules: ModelRules) -> float:
-    found = ttl_table(rules).get(str(rules.get("default_ttl", "explicit")))
-    return found if found is not None else routing_capped(1800.0, rules)
+    """Every rule set that gives a request a managed or explicit mode names the lifetime (providers/openai.toml:
+    ttl_seconds and default_ttl, on every platform); ttl_table caps it by the platform's sticky routing."""
+    return ttl_table(rules)[str(rules.get("default_ttl"))]
