@@ -43,7 +43,6 @@ class Settings:
 
 @dataclass(slots=True)
 class Entry:
-    tokens: int
     ttl: str
     expires_at: float
     readable_at: float
@@ -154,4 +153,4 @@ class AnthropicCache:
                 prev = cum[bp]
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id  # the first writer of a live entry
-            self.entries[block.cache_key] = Entry(cum[bp], ttl, start + ttl_seconds[ttl], readable, writer)
+            self.entries[block.cache_key] = Entry(ttl, start + ttl_seconds[ttl], readable, writer)

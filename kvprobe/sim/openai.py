@@ -27,7 +27,6 @@ from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 @dataclass(slots=True)
 class Entry:
-    tokens: int
     expires_at: float
     readable_at: float
     writer_id: str
@@ -135,7 +134,7 @@ class BreakpointCache:
             prev = cum[bp]
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id
-            self.entries[block.cache_key] = Entry(cum[bp], start + life, readable, writer)
+            self.entries[block.cache_key] = Entry(start + life, readable, writer)
 
     def _note_unmarked_prefix(self, req: RenderedRequest, settings: Settings, cum: list[int], read: int,
                               pred: Prediction) -> None:
