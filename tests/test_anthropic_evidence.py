@@ -12,6 +12,8 @@ prompt and a 50-token question, each with or without a breakpoint.
 """
 from __future__ import annotations
 
+import pytest
+
 from kvprobe.catalog import rules_for
 from kvprobe.sim import AnthropicCache
 from test_openai_breakpoints import sized
@@ -95,3 +97,55 @@ def test_a_last_breakpoint_below_the_minimum_is_named_with_its_path():
     [ev] = pred.evidence
     assert (ev.kind, ev.block_index, ev.prefix_tokens, ev.minimum_tokens) == ("below_minimum", 1, 550, 1_024)
     assert ev.detail == f"the prefix through {QUESTION} is 550 tokens; the minimum for this model is 1024"
+
+
+def long_turn(system_marked: bool = False):
+    """The system prompt, then 25 short messages, the last one marked: 26 positions from the system prompt."""
+    part = {"type": "text", "text": "You are a careful reviewer."}
+    if system_marked:
+        part["cache_control"] = EPH
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Step {i}."} for i in range(24)]
+    messages.append({"role": "user", "content": [{"type": "text", "text": "Step 24.", "cache_control": EPH}]})
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": [part], "messages": messages}
+    return sized(body, [2_000] + [10] * 25)
+
+
+@pytest.mark.parametrize("at, readable_at, named", [(299, 1, True), (300, 1, False), (10, 10, True),
+                                                    (10, 11, False)])
+def test_a_live_readable_entry_beyond_the_window_is_named_until_it_expires(at, readable_at, named):
+    """r1 at 0 s writes the system prompt (expires at 300 s, readable from `readable_at`); r2 marks only its
+    last message, 26 positions on: the window (20) does not reach the entry. While it is live and readable
+    the diagnosis names it; expired (at exactly 300 s) or not yet readable, it does not."""
+    cache = Cache()
+    cache.send(claude("Review PR 1."), 0, "r1", readable_at=readable_at)
+    pred = cache.send(long_turn(), at, "r2")
+    assert pred.cache_read_tokens == 0
+    lookback = [(e.block_index, e.positions_back, e.detail) for e in pred.evidence if e.kind == "lookback_exceeded"]
+    assert lookback == ([(0, 26, "a live entry at system[0] is 26 positions back from the last breakpoint; the "
+                          "window is 20")] if named else [])
+
+
+def test_a_breakpoint_before_the_one_read_writes_its_entry_at_no_charge():
+    """r1 marks only the question; r2 marks the system prompt too and reads all 2,050 tokens at the question:
+    the system prompt's entry is written with nothing charged, and r3's new question reads it."""
+    cache = Cache()
+    cache.send(claude("Review PR 1.", system_marked=False), 0, "r1")
+    second = cache.send(claude("Review PR 1."), 10, "r2")
+    assert (second.cache_read_tokens, second.cache_write_tokens) == (2_050, 0)
+    assert cache.send(claude("Review PR 2."), 20, "r3").cache_read_tokens == 2_000
+
+
+@pytest.mark.parametrize("at, read", [(3_600, 2_000), (3_601, 0)])
+def test_a_1h_entry_read_by_a_request_marking_5_minutes_keeps_its_hour(at, read):
+    """r1 at 0 s writes the system prompt for 1 hour; r2 at 1 s, the moment r1's response begins, marks it with
+    the default 5 minutes and reads it: the entry is refreshed for its own hour, until 3,601 s."""
+    def marked(ttl: str | None, question: str):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 100,
+                "system": [{"type": "text", "text": "You are a careful reviewer.",
+                            "cache_control": {**EPH, **({"ttl": ttl} if ttl else {})}}],
+                "messages": [{"role": "user", "content": question}]}
+        return sized(body, [2_000, 50])
+    cache = Cache()
+    cache.send(marked("1h", "Review PR 1."), 0, "r1")
+    assert cache.send(marked(None, "Review PR 2."), 1, "r2").cache_read_tokens == 2_000
+    assert cache.send(marked(None, "Review PR 3."), at, "r3").cache_read_tokens == read

@@ -115,11 +115,10 @@ class AnthropicCache:
 
     def _note_beyond_window(self, req: RenderedRequest, bps: list[int], positions: Column, window: int,
                             start: float, best: int | None, pred: Prediction) -> None:
-        """A live entry that no breakpoint's window reaches: lookback exceeded."""
+        """A live entry that no breakpoint's window reaches: lookback exceeded. Any live, readable entry above
+        the one read (`best`) is one: a breakpoint whose window reached it would have read it."""
         last = bps[-1]
         for j in range(last, (best if best is not None else -1), -1):
-            if any(0 <= positions[bp] - positions[j] < window for bp in bps if bp >= j):
-                continue
             entry = self.entries.get(req.blocks[j].cache_key)
             if entry and start < entry.expires_at and start >= entry.readable_at:
                 back = positions[last] - positions[j] + 1
