@@ -70,12 +70,13 @@ def test_an_entry_still_being_written_is_named_and_a_readable_earlier_one_is_sti
 
 
 def test_a_second_writer_of_an_entry_not_yet_readable_leaves_it_to_the_first():
-    """r1 at 0 s, its response beginning at 30 s; r2 at 10 s sends it again (nothing readable: it writes all
-    2,050 tokens again, its response beginning at 40 s). The entries stay r1's, readable from 30 s."""
+    """r1 at 0 s, its response beginning at 30 s; r2 at 10 s and r3 at 20 s send it again (nothing readable:
+    each writes all 2,050 tokens again, their responses beginning at 40 and 50 s). The entries stay r1's,
+    readable from 30 s."""
     cache = Cache()
     cache.send(claude("Review PR 1."), 0, "r1", readable_at=30)
     assert cache.send(claude("Review PR 1."), 10, "r2", readable_at=40).cache_write_tokens == 2_050
-    early = cache.send(claude("Review PR 1."), 20, "r3")
+    early = cache.send(claude("Review PR 1."), 20, "r3", readable_at=50)  # a third writer, as long
     assert (early.cache_read_tokens, {e[3] for e in evidence(early)}) == (0, {"r1"})
     assert cache.send(claude("Review PR 1."), 30, "r4").cache_read_tokens == 2_050
 
@@ -149,3 +150,16 @@ def test_a_1h_entry_read_by_a_request_marking_5_minutes_keeps_its_hour(at, read)
     cache.send(marked("1h", "Review PR 1."), 0, "r1")
     assert cache.send(marked(None, "Review PR 2."), 1, "r2").cache_read_tokens == 2_000
     assert cache.send(marked(None, "Review PR 3."), at, "r3").cache_read_tokens == read
+
+
+def test_a_live_entry_after_the_last_breakpoint_is_not_named_as_beyond_the_window():
+    """r1 marks its question and writes 2,050 tokens; r2 sends the same text marking only the system prompt:
+    it reads nothing (reads happen only at or before a breakpoint) and writes the 2,000; r1's entry lies
+    after its breakpoint, not beyond a window."""
+    cache = Cache()
+    cache.send(claude("Review PR 1.", system_marked=False), 0, "r1")
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100,
+            "system": [{"type": "text", "text": "You are a careful reviewer.", "cache_control": EPH}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Review PR 1."}]}]}
+    second = cache.send(sized(body, [2_000, 50]), 10, "r2")
+    assert (second.cache_read_tokens, second.cache_write_tokens, second.evidence) == (0, 2_000, [])

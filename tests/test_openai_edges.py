@@ -193,14 +193,14 @@ def test_a_request_sent_again_in_explicit_mode_without_markers_is_named_in_full(
 
 
 def test_a_second_writer_of_an_entry_not_yet_readable_leaves_it_to_the_first():
-    """r1 at 0 s, its response beginning at 30 s; r2 at 10 s sends it again and writes the 2,010 tokens again
-    (its response at 40 s): the entries stay r1's, readable from 30 s."""
+    """r1 at 0 s, its response beginning at 30 s; r2 at 10 s and r3 at 20 s send it again and write the 2,010
+    tokens again (their responses at 40 and 50 s): the entries stay r1's, readable from 30 s."""
     body = responses("Fix the bug.", dev_marker=True)
     rules = rules_for("openai", "gpt-5.6-sol", None, "managed")
     cache = cache_for("openai", "managed")
     cache.process(sized(body, [2_000, 10]), rules, "r1", 0, 30)
     assert cache.process(sized(body, [2_000, 10]), rules, "r2", 10, 40).cache_write_tokens == 2_010
-    early = cache.process(sized(body, [2_000, 10]), rules, "r3", 20, 21)
+    early = cache.process(sized(body, [2_000, 10]), rules, "r3", 20, 50)  # a third writer, as long
     assert (early.cache_read_tokens, {e.writer_id for e in early.evidence if e.writer_id}) == (0, {"r1"})
     assert cache.process(sized(body, [2_000, 10]), rules, "r4", 30, 31).cache_read_tokens == 2_010
 
