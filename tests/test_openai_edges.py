@@ -214,3 +214,13 @@ def test_an_entry_written_again_after_it_expired_is_readable_only_from_the_new_w
     assert cache.process(sized(body, [2_000, 10]), rules, "r2", 1_800, 1_850).cache_write_tokens == 2_010
     third = cache.process(sized(body, [2_000, 10]), rules, "r3", 1_810, 1_811)
     assert (third.cache_read_tokens, {e.writer_id for e in third.evidence if e.writer_id}) == (0, {"r2"})
+
+
+def test_a_request_sent_again_after_its_entries_expired_names_each_once():
+    """r1 at 0 s writes the marked developer prompt (2,000) and the managed entry (2,010); the same request at
+    1,900 s finds both expired 100 s before: one expiry each, the latest first."""
+    sim, body = Sim(), responses("Fix the bug.", dev_marker=True)
+    sim.send(sized(body, [2_000, 10]), 0, "r1")
+    again = sim.send(sized(body, [2_000, 10]), 1_900, "r2")
+    assert again.cache_read_tokens == 0
+    assert evidence(again) == [("ttl_expired", 1, 100, None), ("ttl_expired", 0, 100, None)]

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
-from kvprobe.request.openai_cache import MANAGED
 from kvprobe.sim.implicit import ttl_table
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
@@ -52,13 +51,10 @@ class Settings:
 
 
 def written_breakpoints(req: RenderedRequest, rules: ModelRules) -> list[int]:
-    """The breakpoints a request writes: in implicit mode the managed one and the latest three explicit
-    ones, in explicit mode the latest four explicit ones (ascending)."""
-    limit = Settings.of(rules).max_breakpoints
-    managed = req.managed_breakpoint if req.cache_mode == MANAGED else None
-    explicit = [i for i in req.breakpoint_indices if i != managed]
-    keep = explicit[-(limit - 1):] if managed is not None and limit > 1 else explicit[-limit:]
-    return sorted(set(keep) | ({managed} if managed is not None else set()))
+    """The breakpoints a request writes, ascending: the latest `max_breakpoints`. In implicit mode that is the
+    managed one and the latest three explicit ones (the managed one ends the newest eligible message, and no
+    marker can follow it: OpenAI takes none on the model's output); in explicit mode the latest four."""
+    return req.breakpoint_indices[-Settings.of(rules).max_breakpoints:]
 
 
 class BreakpointCache:
