@@ -31,7 +31,10 @@ EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 # plugin narrows mutmut's own selection to these, see benchmarks/mutation_plugin.py).
 FOCUS = {
     "kvprobe/sim": ["tests/test_rule_edges.py", "tests/test_simulator_rules.py", "tests/test_openai_breakpoints.py",
-                    "tests/test_rules_2026.py", "tests/test_mixed_lineup.py", "tests/test_keep_alive.py", "tests/test_openai_edges.py"],
+                    "tests/test_rules_2026.py", "tests/test_mixed_lineup.py", "tests/test_keep_alive.py", "tests/test_openai_edges.py",
+                    "tests/test_implicit_edges.py", "tests/test_gemini_explicit_edges.py", "tests/test_cache_routing.py",
+                    "tests/test_lookback_positions.py", "tests/test_local_engine_rules.py",
+                    "tests/test_anthropic_evidence.py"],
     "kvprobe/secrets.py": ["tests/test_secret_shapes.py", "tests/test_secrets_on_disk.py", "tests/test_key_shapes.py"],
     "kvprobe/pricing.py": ["tests/test_rule_edges.py", "tests/test_catalog_usage.py", "tests/test_usage_cmd.py",
                            "tests/test_economics.py", "tests/test_rules_2026.py"],

@@ -27,9 +27,9 @@ def price_results(results: list[RequestResult], book: PriceBook) -> None:
     for r in results:
         cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at, r.sk.extra.get("platform"))
         r.cost_usd, r.cost_source = cost.usd, cost.source
-        storage = r.sk.extra.get("storage_usd")  # Gemini explicit caches bill storage per token-hour
-        if storage and r.cost_usd is not None:
-            r.cost_usd += storage
+        if "storage_usd" in r.sk.extra and r.cost_usd is not None:  # Gemini explicit caches bill storage
+            storage = r.sk.extra["storage_usd"]  # per token-hour; None: no storage price, so the cost is unknown
+            r.cost_usd = None if storage is None else r.cost_usd + storage
         r.input_equivalent = input_equivalent(r.usage, r.rules)
 
 

@@ -37,7 +37,8 @@ class Diagnoser:
             return result
         req = sk.request
         if req.cache_mode == "gemini_cached":  # the named cache is the whole reusable prefix
-            result.diagnoses = from_evidence(result) if result.missed_tokens else []
+            # (or one the trace never created: its evidence says so though nothing counts as missed)
+            result.diagnoses = from_evidence(result) if result.missed_tokens or result.predicted.evidence else []
         else:
             result.diagnoses = self._explain(result)
         if not result.diagnoses and result.raw_ideal_tokens > result.usage.cache_read_tokens \

@@ -17,7 +17,7 @@ def cache_for(provider: str, mode: str = "implicit") -> AnthropicCache | Breakpo
     modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini, xAI, Mistral, ...)."""
     if mode in _OPENAI_MODES:
         return BreakpointCache()
-    if provider in ("anthropic", "local") or mode == "breakpoints":
+    if provider == "anthropic" or mode == "breakpoints":  # (every request rendered for `local` is "breakpoints")
         return AnthropicCache()
     return PrefixCache()
 

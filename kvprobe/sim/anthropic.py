@@ -43,7 +43,6 @@ class Settings:
 
 @dataclass(slots=True)
 class Entry:
-    tokens: int
     ttl: str
     expires_at: float
     readable_at: float
@@ -80,7 +79,7 @@ class AnthropicCache:
         if hit is not None:
             entry = self.entries[blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + ttl_seconds.get(entry.ttl, 300))
-        pred.hit_block, pred.cache_read_tokens = hit, read
+        pred.cache_read_tokens = read
         self._write(req, settings, bps, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = total - pred.cache_read_tokens - pred.cache_write_tokens
         return pred
@@ -116,11 +115,10 @@ class AnthropicCache:
 
     def _note_beyond_window(self, req: RenderedRequest, bps: list[int], positions: Column, window: int,
                             start: float, best: int | None, pred: Prediction) -> None:
-        """A live entry that no breakpoint's window reaches: lookback exceeded."""
+        """A live entry that no breakpoint's window reaches: lookback exceeded. Any live, readable entry above
+        the one read (`best`) is one: a breakpoint whose window reached it would have read it."""
         last = bps[-1]
         for j in range(last, (best if best is not None else -1), -1):
-            if any(0 <= positions[bp] - positions[j] < window for bp in bps if bp >= j):
-                continue
             entry = self.entries.get(req.blocks[j].cache_key)
             if entry and start < entry.expires_at and start >= entry.readable_at:
                 back = positions[last] - positions[j] + 1
@@ -154,4 +152,4 @@ class AnthropicCache:
                 prev = cum[bp]
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id  # the first writer of a live entry
-            self.entries[block.cache_key] = Entry(cum[bp], ttl, start + ttl_seconds[ttl], readable, writer)
+            self.entries[block.cache_key] = Entry(ttl, start + ttl_seconds[ttl], readable, writer)

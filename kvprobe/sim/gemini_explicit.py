@@ -59,7 +59,11 @@ class GeminiContextCaches:
         return pred
 
 
-def storage_usd(cache: ContextCache, rules: ModelRules) -> float:
-    """Storage billed for the cache's lifetime (its TTL): tokens x hours x price per million token-hours."""
+def storage_usd(cache: ContextCache, rules: ModelRules) -> float | None:
+    """Storage billed for the cache's lifetime (its TTL): tokens x hours x price per million token-hours.
+    None when the rules name no storage price: unknown, not free."""
+    price = rules.get("storage_usd_per_mtok_hour")
+    if price is None:
+        return None
     hours = (cache.expires_at - cache.created_at) / 3600
-    return cache.tokens * hours * float(rules.get("storage_usd_per_mtok_hour", 0.0)) / 1_000_000
+    return cache.tokens * hours * float(price) / 1_000_000

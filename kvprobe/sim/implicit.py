@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
 from kvprobe.sim.positions import cumulative_tokens
-from kvprobe.sim.result import Evidence, Prediction
+from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 
 @dataclass(slots=True)
@@ -25,7 +25,7 @@ class PrefixEntry:
 def round_cached(matched: int, rules: ModelRules, total: int) -> int:
     """Tokens a provider reports as cached for a matched prefix of `matched` tokens."""
     minimum = int(rules.get("min_cacheable_tokens", 0))
-    step = int(rules.get("cached_token_step", rules.get("unit_tokens", 1)) or 1)
+    step = int(rules.get("cached_token_step", rules.get("unit_tokens")) or 1)  # none: every token
     matched = min(matched, max(total - 1, 0))  # the last token is always computed
     if matched < minimum:
         return 0
@@ -35,7 +35,8 @@ def round_cached(matched: int, rules: ModelRules, total: int) -> int:
 def retention_seconds(rules: ModelRules) -> float:
     value = rules.get("retention_seconds", 600)
     if isinstance(value, dict):
-        value = value.get(str(rules.get("default_retention", "in_memory")), min(value.values()))
+        # the retention the rules name, else the shortest (OpenAI's in-memory one when none is named)
+        value = value.get(rules.get("default_retention"), min(value.values()))
     return routing_capped(float(value), rules)
 
 
@@ -71,11 +72,10 @@ class PrefixCache:
         matched_block = self._longest_live(req, start, pred)
         matched = cum[matched_block] if matched_block is not None else 0
         pred.cache_read_tokens = round_cached(matched, rules, cum[-1])
-        if matched and not pred.cache_read_tokens:
-            pred.evidence.append(Evidence("below_minimum", f"the reusable prefix is {matched} tokens; the "
-                                          f"minimum is {rules.get('min_cacheable_tokens')}", matched_block,
-                                          prefix_tokens=matched, minimum_tokens=rules.get("min_cacheable_tokens")))
-        pred.hit_block = matched_block if pred.cache_read_tokens else None
+        minimum = int(rules.get("min_cacheable_tokens", 0))
+        if 0 < matched < minimum:  # a stored prefix, too short to be read
+            path = req.blocks[matched_block].path  # type: ignore[index]  # something matched: a block did
+            pred.evidence.append(below_minimum(path, matched_block, matched, minimum))
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens
         keep = retention_seconds(rules)
         for block in req.blocks:
@@ -91,8 +91,8 @@ class PrefixCache:
             if entry is None:
                 break
             if start >= entry.expires_at:
-                pred.evidence.append(Evidence("ttl_expired", f"the prefix through {block.path} was last used "
-                                              f"{start - entry.expires_at:.0f}s past retention", i,
+                pred.evidence.append(Evidence("ttl_expired", f"the prefix through {block.path} expired "
+                                              f"{start - entry.expires_at:.0f}s before this request started", i,
                                               seconds_past=start - entry.expires_at))
                 break
             if start < entry.readable_at:

@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import RenderedRequest
-from kvprobe.request.openai_cache import MANAGED
-from kvprobe.sim.implicit import routing_capped, ttl_table
+from kvprobe.sim.implicit import ttl_table
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 
 @dataclass(slots=True)
 class Entry:
-    tokens: int
     expires_at: float
     readable_at: float
     writer_id: str
@@ -53,13 +51,10 @@ class Settings:
 
 
 def written_breakpoints(req: RenderedRequest, rules: ModelRules) -> list[int]:
-    """The breakpoints a request writes: in implicit mode the managed one and the latest three explicit
-    ones, in explicit mode the latest four explicit ones (ascending)."""
-    limit = Settings.of(rules).max_breakpoints
-    managed = req.managed_breakpoint if req.cache_mode == MANAGED else None
-    explicit = [i for i in req.breakpoint_indices if i != managed]
-    keep = explicit[-(limit - 1):] if managed is not None and limit > 1 else explicit[-limit:]
-    return sorted(set(keep) | ({managed} if managed is not None else set()))
+    """The breakpoints a request writes, ascending: the latest `max_breakpoints`. In implicit mode that is the
+    managed one and the latest three explicit ones (the managed one ends the newest eligible message, and no
+    marker can follow it: OpenAI takes none on the model's output); in explicit mode the latest four."""
+    return req.breakpoint_indices[-Settings.of(rules).max_breakpoints:]
 
 
 class BreakpointCache:
@@ -83,7 +78,7 @@ class BreakpointCache:
         if hit is not None:
             entry = self.entries[req.blocks[hit].cache_key]
             entry.expires_at = max(entry.expires_at, start + life)
-        pred.hit_block, pred.cache_read_tokens = hit, read
+        pred.cache_read_tokens = read
         self._write(req, rules, settings, cum, hit, request_id, start, readable_at, pred)
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens - pred.cache_write_tokens
         if self.explain:  # `seen` serves only the missing_breakpoint evidence
@@ -135,7 +130,7 @@ class BreakpointCache:
             prev = cum[bp]
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id
-            self.entries[block.cache_key] = Entry(cum[bp], start + life, readable, writer)
+            self.entries[block.cache_key] = Entry(start + life, readable, writer)
 
     def _note_unmarked_prefix(self, req: RenderedRequest, settings: Settings, cum: list[int], read: int,
                               pred: Prediction) -> None:
@@ -161,5 +156,6 @@ class BreakpointCache:
 
 
 def _life(rules: ModelRules) -> float:
-    found = ttl_table(rules).get(str(rules.get("default_ttl", "explicit")))
-    return found if found is not None else routing_capped(1800.0, rules)
+    """Every rule set that gives a request a managed or explicit mode names the lifetime (providers/openai.toml:
+    ttl_seconds and default_ttl, on every platform); ttl_table caps it by the platform's sticky routing."""
+    return ttl_table(rules)[str(rules.get("default_ttl"))]

@@ -13,17 +13,10 @@ def cumulative_tokens(blocks: list[Block]) -> list[int]:
     return list(accumulate(b.tokens for b in blocks))
 
 
-def lookback_positions(blocks: list[Block], counting: str) -> list[int]:
-    """Position number per block. 'grouped_tool_runs': a run of consecutive tool_use (or tool_result)
-    blocks is one position; 'blocks': every block is one position."""
-    positions, pos, prev_kind = [], 0, None
-    for block in blocks:
-        same_run = counting == "grouped_tool_runs" and block.kind in _GROUPED_KINDS and block.kind == prev_kind
-        if not same_run:
-            pos += 1
-        positions.append(pos)
-        prev_kind = block.kind
-    return positions
+def lookback_positions(blocks: list[Block], counting: str) -> "Column":
+    """Position number per block, counted as the simulator counts them (`PrefixFacts`): 'grouped_tool_runs':
+    a run of consecutive tool_use (or tool_result) blocks is one position; 'blocks': every block is one."""
+    return Column(PrefixFacts(counting), blocks, 1)
 
 
 MEMO_BLOCKS = 500_000
@@ -41,13 +34,11 @@ class PrefixFacts:
         self.memo: dict[int, tuple[int, int, str, Block]] = {}
 
     def through(self, blocks: list[Block], i: int) -> tuple[int, int]:
-        """(tokens of blocks[0..i], lookback position of blocks[i])."""
+        """(tokens of blocks[0..i], lookback position of blocks[i]), for a block not in the memo (Column
+        looks there first): from the nearest earlier block that is."""
         if i < 0:
             i += len(blocks)
         memo = self.memo
-        found = memo.get(id(blocks[i]))
-        if found is not None:
-            return found[0], found[1]
         if len(memo) > MEMO_BLOCKS:
             memo.clear()
         j = i - 1
@@ -65,8 +56,8 @@ class PrefixFacts:
 
 
 class Column:
-    """One of `PrefixFacts`' figures of a request's blocks, read like the list `cumulative_tokens` or
-    `lookback_positions` returns (only the entries asked for are computed)."""
+    """One of `PrefixFacts`' figures of a request's blocks, read like the list `cumulative_tokens` returns
+    (only the entries asked for are computed)."""
 
     __slots__ = ("facts", "blocks", "which")
 

@@ -24,7 +24,6 @@ class Prediction:
     cache_write_5m_tokens: int = 0
     cache_write_1h_tokens: int = 0
     fresh_input_tokens: int = 0
-    hit_block: int | None = None  # index of the last block read from cache
     evidence: list[Evidence] = field(default_factory=list)
 
     @property
