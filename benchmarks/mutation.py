@@ -32,7 +32,8 @@ EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 FOCUS = {
     "kvprobe/sim": ["tests/test_rule_edges.py", "tests/test_simulator_rules.py", "tests/test_openai_breakpoints.py",
                     "tests/test_rules_2026.py", "tests/test_mixed_lineup.py", "tests/test_keep_alive.py", "tests/test_openai_edges.py"],
-    "kvprobe/secrets.py": ["tests/test_secret_shapes.py", "tests/test_secrets_on_disk.py", "tests/test_key_shapes.py"],
+    "kvprobe/secrets.py": ["tests/test_secret_shapes.py", "tests/test_secrets_on_disk.py", "tests/test_key_shapes.py",
+                           "tests/test_credentials_and_identity.py", "tests/test_shape_edges.py"],
     "kvprobe/pricing.py": ["tests/test_rule_edges.py", "tests/test_catalog_usage.py", "tests/test_usage_cmd.py",
                            "tests/test_economics.py", "tests/test_rules_2026.py"],
     "kvprobe/whatif": ["tests/test_whatif.py", "tests/test_fleet_names.py", "tests/test_fleet_policies.py",

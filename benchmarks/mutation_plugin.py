@@ -2,9 +2,9 @@
 
 mutmut forks each mutant's test process from the process that ran the whole selection once unmutated. What
 kvprobe memoises from the rules (`ModelRules.derived`: TTL tables, multipliers, simulator settings), its rule
-look-ups (`catalog._rules_for`) and the per-token prices it keeps on disk (`pricing.DatasetCache`) would then
-come from the unmutated code, and every mutant of the code that fills them would survive unseen. Before a
-mutant's tests run, all three start empty.
+look-ups (`catalog._rules_for`), the compiled credential shapes (`secrets._scrubber`) and the per-token prices
+it keeps on disk (`pricing.DatasetCache`) would then come from the unmutated code, and every mutant of the code
+that fills them would survive unseen. Before a mutant's tests run, all four start empty.
 
 KVPROBE_MUTATION_TESTS (test files, comma-separated; benchmarks/mutation.py sets it per module) narrows what
 a mutant runs to those of its covering tests: every test that reports a trace calls the simulators, and a
@@ -37,12 +37,25 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def _memos_start_empty():
     if _under_a_mutant():
-        from kvprobe import catalog, pricing
+        from kvprobe import catalog, pricing, secrets
 
         for obj in gc.get_objects():
             if type(obj) is catalog.ModelRules:
                 obj.derived.clear()
         catalog._rules_for.cache_clear()
+        secrets._scrubber.cache_clear()
         pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
         pricing._DATASET._data, pricing._DATASET._path = None, None
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _shape_table_read_by_each_test():
+    """secrets._scrubber's lru_cache sits outside mutmut's trampoline: while mutmut records which tests call
+    which function ("stats"), only the first test to scrub would be seen calling the code that reads the shape
+    table (_named_shapes, _shape_row, _minimal), and their mutants would run none of the secret tests."""
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        from kvprobe import secrets
+
+        secrets._scrubber.cache_clear()
     yield
