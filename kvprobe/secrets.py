@@ -316,7 +316,7 @@ class Credentials:
             return self
         try:
             parts = urlsplit(url)
-            password = parts.password if "@" in parts.netloc else None
+            password = parts.password  # (None without user-info: a host:port is no password)
         except ValueError:
             return self
         if password:

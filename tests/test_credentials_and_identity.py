@@ -105,10 +105,18 @@ def test_a_one_letter_key_scrubs_nothing():
 
 
 def test_each_cookie_value_goes_but_a_short_one_stays():
-    creds = Credentials().add_headers({"Cookie": "sid=0123456789abcdef;  lang=en; csrftoken=qwertyuiopasdf"})
-    out = creds.text("sid 0123456789abcdef csrf qwertyuiopasdf lang en")
-    assert "0123456789abcdef" not in out and "qwertyuiopasdf" not in out
-    assert out.endswith(" lang en") and len(placeholders(out)) == 2
+    creds = Credentials().add_headers({"Cookie": "sid=0123456789abcdef;  lang=en; csrftoken=qwertyuiopasdf; "
+                                                 "auth=dG9rZW4tdmFsdWU="})
+    out = creds.text("sid 0123456789abcdef csrf qwertyuiopasdf auth dG9rZW4tdmFsdWU= lang en")
+    assert "0123456789abcdef" not in out and "qwertyuiopasdf" not in out and "dG9rZW4tdmFsdWU" not in out
+    assert out.endswith(" lang en") and len(placeholders(out)) == 3  # (a base64 value keeps its "=")
+
+
+def test_the_credentials_after_a_scheme_go_as_one_value():
+    value = 'Digest username="svc-account", response="6629fae49393a05397450978507c4ef1"'
+    creds = Credentials().add_headers({"Authorization": value})
+    out = creds.text('echo: username="svc-account", response="6629fae49393a05397450978507c4ef1"')
+    assert re.fullmatch(r"echo: \[REDACTED:credential#[0-9a-f]{8}\]", out), out
 
 
 def test_a_basic_pair_is_decoded_and_its_password_goes_while_its_user_stays():
@@ -180,6 +188,10 @@ def test_the_longest_value_is_scrubbed_first_so_no_tail_of_a_key_survives():
     out = creds.text(f"token {GATEWAY} rejected, and corp-gw-token-7f3a too")
     assert "9c21" not in out and "7f3a" not in out
     assert len(placeholders(out)) == 2 and out.startswith("token [REDACTED:") and out.endswith("] too")
+    # longest first, not last in the alphabet: "zz-…" sorts after "aa-zz-…" but lies inside it
+    creds = Credentials().add_headers({"x-api-key": "zz-12345678", "x-auth-token": "aa-zz-12345678-tail"})
+    out = creds.text("rejected aa-zz-12345678-tail")
+    assert re.fullmatch(r"rejected \[REDACTED:credential#[0-9a-f]{8}\]", out), out
 
 
 def test_values_added_after_a_scrub_are_scrubbed_too():
@@ -294,6 +306,22 @@ def test_a_record_with_no_key_is_returned_as_it_is():
     assert scrub_identity(record) is record  # (suspect words, no credential: nothing copied)
     bare = _record(session=None, agent=None, endpoint=None, extra={})
     assert scrub_identity(bare) is bare
+
+
+def test_a_clean_record_seen_first_does_not_let_a_later_record_with_a_key_through():
+    """What scrub_identity remembers of one record's texts is kept per text: a record with suspect words and
+    no key, then one whose agent holds a key, then the first again."""
+    clean = _record(agent="token-counter", extra={"api_key_source": "env"})
+    assert scrub_identity(clean) is clean
+    keyed = scrub_identity(_record(agent=f"token-counter {XAI}", extra={"api_key_source": "env"}))
+    assert keyed.agent.startswith("token-counter [REDACTED:xai#") and XAI not in keyed.agent
+    assert scrub_identity(clean) is clean
+
+
+def test_a_record_whose_id_is_no_string_is_scrubbed_like_any_other():
+    record = _record(id=7)  # type: ignore[arg-type]
+    assert scrub_identity(record) is record
+    assert scrub_identity(_record(id=7, session=XAI)).session.startswith("[REDACTED:xai#")  # type: ignore[arg-type]
 
 
 def test_records_with_different_keys_in_their_ids_stay_apart():

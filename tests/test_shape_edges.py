@@ -145,7 +145,8 @@ def _pattern(template: str) -> str:
     return "".join(re.escape(p) if i % 2 == 0 else rf"\[REDACTED:{p}#[0-9a-f]{{8}}\]" for i, p in enumerate(parts))
 
 
-@pytest.mark.parametrize("text, scrubbed", NAMED, ids=[t[:36] for t, _ in NAMED])
+# (ids without tabs: pytest writes one as \t in the id, and then cannot select the test by that name)
+@pytest.mark.parametrize("text, scrubbed", NAMED, ids=[re.sub(r"\s", " ", t[:36]) for t, _ in NAMED])
 def test_a_value_named_as_a_credential_goes_and_its_name_stays(text, scrubbed):
     out = redact_text(text)
     assert re.fullmatch(_pattern(scrubbed), out), out
@@ -167,6 +168,19 @@ def test_a_named_value_with_a_lone_surrogate_is_scrubbed_not_an_error():
 def test_equal_values_equal_placeholders_whatever_names_them():
     a, b = redact_text("password=hunter2"), redact_text("token: hunter2")
     assert a.removeprefix("password=") == b.removeprefix("token: ") != redact_text("password=hunter3")
+    for name in ("aws_secret_access_key=", "Bearer "):  # the kinds that keep their name: the value is hashed
+        one, two = redact_text(name + AWS_SECRET), redact_text(name + AWS_SECRET[::-1])
+        assert one.startswith(name) and two.startswith(name) and one != two
+
+
+def test_a_text_that_names_every_prefix_still_has_its_key_scrubbed():
+    """Which shapes run is found by the words a text holds: a text holding all of them runs them all."""
+    table = tomllib.loads((ROOT / "providers" / "key_shapes.toml").read_text())
+    words = [p for row in table["shapes"] for p in row["prefixes"]] + table["named"]["headers"] \
+        + table["named"]["words"] + ["aws_", "bearer", "key"]
+    key = EDGES["groq"][2]
+    out = redact_text(" ".join(words) + " then " + key)
+    assert key not in out and out.rsplit(" then ", 1)[1] == redact_text(key) and kinds(out)[-1] == "groq"
 
 
 def test_redact_secrets_reaches_any_depth_and_keeps_what_is_no_string():
@@ -194,7 +208,8 @@ def test_map_strings_copies_and_leaves_the_value_given_as_it_was():
 
 # --- the table's own errors: a clear message naming the file and the row ---------------------------------------
 
-GOOD_ROW = 'kind = "corp"\npattern = \'\\bcorp-[a-z0-9]{10,}\'\nprefixes = ["corp-"]\nsource = "s"\nchecked = "2026-12-01"\n'
+GOOD_ROW = ('kind = "corp"\npattern = \'\\bcorp-[a-z0-9]{10,}\'\nprefixes = ["corp-"]\nsource = "s"\n'
+            'checked = "2026-12-01"\n')
 GOOD_NAMED = '[named]\nheaders = ["x-corp-auth"]\nwords = ["corp_secret"]\n'
 
 
@@ -250,6 +265,15 @@ def test_the_table_in_the_providers_folder_is_the_one_used(tmp_path, monkeypatch
     assert kinds(redact_text("\\ncorp-abcdef1234")) == ["corp"]
     assert kinds(redact_text("CORP-ABCDEF1234 X-Corp-Auth: v CORP_SECRET=w")) == ["header", "credential"]
     assert redact_text("x-api-key: v") == "x-api-key: v"  # not a header of this table
+
+
+def test_a_table_row_may_reuse_a_kind_that_keeps_its_name(tmp_path, monkeypatch):
+    """A row of kind bearer keeps what its groups matched (a group that took no part counts as nothing) and
+    scrubs the rest."""
+    row = GOOD_ROW.replace('"corp"', '"bearer"').replace("\\bcorp-[a-z0-9]{10,}", "(?:(sent )|(got ))tkn-[a-z0-9]{10,}")
+    _table(tmp_path, monkeypatch, "[[shapes]]\n" + row.replace('["corp-"]', '["tkn-"]') + GOOD_NAMED)
+    out = redact_text("got tkn-abcdef1234 back")
+    assert re.fullmatch(r"got \[REDACTED:bearer#[0-9a-f]{8}\] back", out), out
 
 
 def test_a_providers_folder_without_the_table_falls_back_to_the_shipped_one(tmp_path, monkeypatch):
