@@ -50,12 +50,21 @@ def _memos_start_empty():
 
 
 @pytest.fixture(autouse=True)
-def _shape_table_read_by_each_test():
-    """secrets._scrubber's lru_cache sits outside mutmut's trampoline: while mutmut records which tests call
-    which function ("stats"), only the first test to scrub would be seen calling the code that reads the shape
-    table (_named_shapes, _shape_row, _minimal), and their mutants would run none of the secret tests."""
-    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
-        from kvprobe import secrets
+def _caches_start_empty_for_each_test_while_callers_are_recorded():
+    """While mutmut records which tests call which function ("stats"), a cache filled by the first test hides
+    every later caller: secrets._scrubber's lru_cache sits outside the trampoline (only the first test to scrub
+    was seen calling _named_shapes, _shape_row, _minimal), and the on-disk price cache answers later PriceBooks
+    without _period_starts, _tiers, _rates (their mutants then ran only the first pricing test, often outside
+    the module's focus: "no tests"). Each test starts with both empty then."""
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        yield
+        return
+    from kvprobe import pricing, secrets
 
-        secrets._scrubber.cache_clear()
-    yield
+    secrets._scrubber.cache_clear()
+    before = pricing._DATASET.folder
+    with tempfile.TemporaryDirectory(prefix="kvprobe-stats-prices-") as folder:
+        pricing._DATASET.folder = Path(folder)
+        pricing._DATASET._data, pricing._DATASET._path = None, None
+        yield
+    pricing._DATASET.folder, pricing._DATASET._data, pricing._DATASET._path = before, None, None
