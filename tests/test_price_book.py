@@ -1,0 +1,260 @@
+"""What a request costs (kvprobe/pricing.py), in process, with every figure worked out by hand from the
+published list prices or from the price file written here:
+
+* a price file's prices per token class, and a missing cache price derived from the provider's multipliers
+  (providers/*.toml) with a note that says so, once;
+* the dataset's list prices for Claude Sonnet 4.5 (anthropic.com/pricing: $3 input, $0.30 cache read,
+  $3.75 / $6 for 5-minute / 1-hour writes, $15 output per million tokens; prompts over 200,000 tokens
+  $6 / $0.60 / $7.50 / $12 / $22.50), at the tier's edge;
+* the on-disk cache of dataset look-ups, where it lives and what a broken one costs;
+* a price file that is not one: the file and the field named.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from importlib.metadata import version
+
+import pytest
+
+from kvprobe.errors import InputError
+from kvprobe.pricing import DatasetCache, PriceBook, load_price_file
+from kvprobe.usage import Usage
+
+NOV = dt.datetime(2026, 11, 2, 15, 0, tzinfo=dt.timezone.utc).timestamp()
+SONNET = "claude-sonnet-4-5"
+
+
+def _file(tmp_path, text: str, name: str = "prices.toml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- a price file ----------------------------------------------------------------------------------------------
+
+FULL = """[models."acme-model-1"]
+input_mtok = 2.0
+output_mtok = 10.0
+cache_read_mtok = 0.2
+cache_write_mtok = 2.5
+cache_write_1h_mtok = 4.0
+"""
+
+
+def test_a_price_file_prices_each_token_class(tmp_path):
+    book = PriceBook.from_file(_file(tmp_path, FULL))
+    # 10,000 input: 4,000 read, 2,000 written for 5 minutes, 1,000 for an hour, so 3,000 fresh; 500 output
+    # 3,000 × 2 + 4,000 × 0.2 + 2,000 × 2.5 + 1,000 × 4 + 500 × 10 = 20,800 USD per million = $0.0208
+    cost = book.cost("anthropic", "acme-model-1", Usage(10_000, 4_000, 2_000, 1_000, 500), NOV)
+    assert cost.source == "price-file" and cost.usd == pytest.approx(0.0208, rel=1e-12)
+    units = book.unit_prices("anthropic", "acme-model-1", NOV, 10_000)
+    assert units == pytest.approx({"fresh": 2e-6, "read": 2e-7, "write_5m": 2.5e-6, "write_1h": 4e-6,
+                                   "output": 1e-5}, rel=1e-12)
+    assert book.notes == []  # every price given: nothing derived
+
+
+def test_a_price_file_wins_over_the_dataset_for_the_model_it_names(tmp_path):
+    text = FULL.replace("acme-model-1", SONNET)
+    cost = PriceBook.from_file(_file(tmp_path, text)).cost("anthropic", SONNET, Usage(1_000_000, 0, 0, 0, 0), NOV)
+    assert (cost.usd, cost.source) == (pytest.approx(2.0), "price-file")  # not the list's $3
+
+
+# provider: the multipliers of its rules (providers/<provider>.toml) as the note prints them, and the cost of
+# 10,000 input (5,000 read, 2,000 written 5m, 1,000 written 1h: 2,000 fresh) and 100 output at $4 / $20
+DERIVED = [
+    # anthropic: read 0.1, 5m 1.25, 1h 2: 2,000 × 4 + 5,000 × 0.4 + 2,000 × 5 + 1,000 × 8 + 100 × 20 = 30,000
+    ("anthropic", "cache_read_mtok = 0.1 × input_mtok, cache_write_mtok = 1.25 × input_mtok, "
+                  "cache_write_1h_mtok = 2 × input_mtok", 0.030),
+    # openai: read 0.1, no 5m write: the explicit 1.25, and no 1h either: the 5m one
+    # 8,000 + 2,000 + 2,000 × 5 + 1,000 × 5 + 2,000 = 27,000
+    ("openai", "cache_read_mtok = 0.1 × input_mtok, cache_write_mtok = 1.25 × input_mtok, "
+               "cache_write_1h_mtok = 1.25 × input_mtok", 0.027),
+    # deepseek: read 0.033, only an implicit write of 1: 8,000 + 5,000 × 0.132 + 2,000 × 4 + 1,000 × 4 + 2,000
+    ("deepseek", "cache_read_mtok = 0.033 × input_mtok, cache_write_mtok = 1 × input_mtok, "
+                 "cache_write_1h_mtok = 1 × input_mtok", 0.02266),
+]
+
+
+@pytest.mark.parametrize("provider, shown, usd", DERIVED, ids=[d[0] for d in DERIVED])
+def test_missing_cache_prices_are_the_providers_multipliers_of_input_and_a_note_says_so(tmp_path, provider,
+                                                                                          shown, usd):
+    path = _file(tmp_path, '[models."acme-model-1"]\ninput_mtok = 4.0\noutput_mtok = 20.0\n')
+    book = PriceBook.from_file(path)
+    usage = Usage(10_000, 5_000, 2_000, 1_000, 100)
+    assert book.cost(provider, "acme-model-1", usage, NOV).usd == pytest.approx(usd, rel=1e-12)
+    assert book.cost(provider, "acme-model-1", usage, NOV).usd == pytest.approx(usd, rel=1e-12)
+    assert book.notes == [
+        f"{path}: acme-model-1 has no cache_read_mtok, cache_write_mtok, cache_write_1h_mtok: priced at "
+        f"{provider}'s cache multipliers ({shown}; `kvprobe providers acme-model-1` shows their source)"]
+
+
+def test_only_the_missing_cache_prices_are_derived_and_no_provider_means_anthropics(tmp_path):
+    path = _file(tmp_path, '[models."acme-model-1"]\ninput_mtok = 4.0\noutput_mtok = 20.0\ncache_read_mtok = 1.0\n')
+    book = PriceBook.from_file(path)
+    # read at the file's $1 (not 0.1 × 4): 2,000 × 4 + 5,000 × 1 + 2,000 × 5 + 1,000 × 8 + 100 × 20 = 33,000
+    assert book.cost(None, "acme-model-1", Usage(10_000, 5_000, 2_000, 1_000, 100), NOV).usd == \
+        pytest.approx(0.033, rel=1e-12)
+    assert book.notes == [
+        f"{path}: acme-model-1 has no cache_write_mtok, cache_write_1h_mtok: priced at anthropic's cache "
+        "multipliers (cache_write_mtok = 1.25 × input_mtok, cache_write_1h_mtok = 2 × input_mtok; "
+        "`kvprobe providers acme-model-1` shows their source)"]
+
+
+def test_a_json_price_file_may_leave_out_the_models_table(tmp_path):
+    path = _file(tmp_path, json.dumps({"acme-model-1": {"input_mtok": 1, "output_mtok": 5}}), "prices.json")
+    assert load_price_file(path) == {"acme-model-1": {"input_mtok": 1.0, "output_mtok": 5.0}}
+    assert PriceBook.from_file(None).overrides == {}
+
+
+# (what is wrong, the file's text, the field named, the message)
+BAD = [
+    ("not a table of models", "models = 3\n", "models", "expected a table of models"),
+    ("no models at all", "", "models", "expected a table of models"),
+    ("a model that is no table", 'models = { "m" = 3 }\n', "models.m", "expected a table of prices"),
+    ("an unknown price", '[models.m]\ninput_mtok = 1\noutput_mtok = 1\ninput = 2\n', "models.m.input",
+     "unknown price; expected one of input_mtok, output_mtok, cache_read_mtok, cache_write_mtok, "
+     "cache_write_1h_mtok"),
+    ("no input price", "[models.m]\noutput_mtok = 1\n", "models.m.input_mtok",
+     "missing: every model needs input_mtok and output_mtok"),
+    ("no output price", "[models.m]\ninput_mtok = 1\n", "models.m.output_mtok",
+     "missing: every model needs input_mtok and output_mtok"),
+    ("a price as text", '[models.m]\ninput_mtok = "3"\noutput_mtok = 1\n', "models.m.input_mtok",
+     'expected a price in USD per million tokens (a number), got "3"'),
+    ("a price as true", "[models.m]\ninput_mtok = 1\noutput_mtok = true\n", "models.m.output_mtok",
+     "expected a price in USD per million tokens (a number), got true"),
+    ("a negative price", "[models.m]\ninput_mtok = 1\noutput_mtok = 1\ncache_read_mtok = -0.5\n",
+     "models.m.cache_read_mtok", "expected a finite price of at least 0, got -0.5"),
+    ("a price of nan", "[models.m]\ninput_mtok = nan\noutput_mtok = 1\n", "models.m.input_mtok",
+     "expected a finite price of at least 0, got nan"),
+    ("a price of inf", "[models.m]\ninput_mtok = 1\noutput_mtok = inf\n", "models.m.output_mtok",
+     "expected a finite price of at least 0, got inf"),
+]
+
+
+@pytest.mark.parametrize("case, text, field, message", BAD, ids=[b[0] for b in BAD])
+def test_a_price_file_that_is_not_one_is_refused_with_its_field(tmp_path, case, text, field, message):
+    path = _file(tmp_path, text)
+    with pytest.raises(InputError) as raised:
+        PriceBook.from_file(path)
+    assert (raised.value.file, raised.value.field) == (str(path), field)
+    assert raised.value.message.startswith(message), raised.value.message
+
+
+def test_a_price_of_zero_is_a_price(tmp_path):
+    # the edge of "at least 0" (-0.5 is refused above): a free model is priced, at nothing, not unknown
+    path = _file(tmp_path, '[models."free-model"]\ninput_mtok = 0\noutput_mtok = 0.0\n')
+    cost = PriceBook.from_file(path).cost("anthropic", "free-model", Usage(1_000, 0, 0, 0, 10), NOV)
+    assert (cost.usd, cost.source) == (0.0, "price-file")
+
+
+def test_an_unreadable_price_file_is_refused_with_what_is_wrong(tmp_path):
+    with pytest.raises(InputError) as raised:
+        PriceBook.from_file(tmp_path / "missing.toml")
+    assert str(raised.value) == f"{tmp_path / 'missing.toml'}: price file does not exist"
+    (tmp_path / "latin1.toml").write_bytes(b'[models."caf\xe9"]\n')
+    with pytest.raises(InputError) as raised:
+        PriceBook.from_file(tmp_path / "latin1.toml")
+    assert str(raised.value) == f"{tmp_path / 'latin1.toml'}: not UTF-8 text (byte 0xe9 at offset 12)"
+    for name, text in (("broken.toml", "[models\n"), ("broken.json", '{"m": ')):
+        with pytest.raises(InputError) as raised:
+            PriceBook.from_file(_file(tmp_path, text, name))
+        assert str(raised.value).startswith(f"{tmp_path / name}: cannot parse price file: ")
+
+
+# --- the dataset's list prices ---------------------------------------------------------------------------------
+
+# per token, from the list: $3 / $0.30 / $3.75 / $6 / $15 per million, and over 200,000 tokens of prompt
+# $6 / $0.60 / $7.50 / $12 / $22.50
+BASE = {"fresh": 3e-6, "read": 3e-7, "write_5m": 3.75e-6, "write_1h": 6e-6, "output": 1.5e-5}
+LONG = {"fresh": 6e-6, "read": 6e-7, "write_5m": 7.5e-6, "write_1h": 1.2e-5, "output": 2.25e-5}
+
+
+@pytest.mark.parametrize("prompt, expected", [(199_999, BASE), (200_000, BASE), (200_001, LONG), (250_000, LONG)])
+def test_the_long_context_tier_starts_above_200000_tokens_of_prompt(prompt, expected):
+    units = PriceBook().unit_prices("anthropic", SONNET, NOV, prompt)
+    assert units == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_request_costs_each_class_at_its_tiers_list_price():
+    book = PriceBook()
+    # 250,000 of prompt (long tier): 100,000 read, 50,000 written 5m, 20,000 written 1h, 80,000 fresh; 1,000 out
+    # 80,000 × 6 + 100,000 × 0.6 + 50,000 × 7.5 + 20,000 × 12 + 1,000 × 22.5 = 1,177,500 per million
+    cost = book.cost("anthropic", SONNET, Usage(250_000, 100_000, 50_000, 20_000, 1_000), NOV)
+    assert (cost.usd, cost.source) == (pytest.approx(1.1775, rel=1e-9), "genai-prices")
+    # 12,000 of prompt (base tier): 2,000 read, 1,000 written 1h, 9,000 fresh; 300 out
+    # 9,000 × 3 + 2,000 × 0.3 + 1,000 × 6 + 300 × 15 = 38,100 per million
+    assert book.cost("anthropic", SONNET, Usage(12_000, 2_000, 0, 1_000, 300), NOV).usd == \
+        pytest.approx(0.0381, rel=1e-9)
+    assert book.tier_starts("anthropic", SONNET, int(NOV // 86400)) == [200_000]
+
+
+def test_local_models_are_free_and_a_request_with_no_model_is_unpriced():
+    book = PriceBook()
+    assert (book.cost("local", "qwen2.5-7b", Usage(10, 0, 0, 0, 5)).usd, book.cost("local", None, Usage()).source) \
+        == (0.0, "local")
+    assert book.unit_prices("local", "qwen2.5-7b", NOV, 10) == dict.fromkeys(
+        ("fresh", "read", "write_5m", "write_1h", "output"), 0.0)
+    assert (book.cost("anthropic", None, Usage(10, 0, 0, 0, 5)).usd, book.cost("anthropic", "", Usage()).source) \
+        == (None, "unknown")
+    assert book.unit_prices("anthropic", None, NOV, 10) is None
+    assert book.unknown_models == set()  # (no model is not an unknown model)
+
+
+def test_a_model_no_list_prices_is_unknown_and_named():
+    book = PriceBook()
+    assert book.cost("anthropic", "claude-never-released", Usage(10, 0, 0, 0, 5), NOV) == \
+        type(book.cost("local", "x", Usage()))(None, "unknown")
+    assert book.unit_prices("anthropic", "claude-never-released-2", NOV, 10) is None
+    assert book.tier_starts("anthropic", "claude-never-released-3", int(NOV // 86400)) is None
+    assert book.unknown_models == {"claude-never-released", "claude-never-released-2", "claude-never-released-3"}
+
+
+# --- the on-disk cache of look-ups -----------------------------------------------------------------------------
+
+def _cache_files(folder):
+    return sorted(p.name for p in folder.glob("*.json"))
+
+
+@pytest.mark.parametrize("where", ["KVPROBE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
+def test_the_lookup_cache_lives_in_the_first_folder_the_environment_names(tmp_path, monkeypatch, where):
+    for name in ("KVPROBE_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(where, str(tmp_path))
+    book = PriceBook(dataset=DatasetCache())
+    assert book.cost("anthropic", SONNET, Usage(12_000, 2_000, 0, 1_000, 300), NOV).usd == \
+        pytest.approx(0.0381, rel=1e-9)
+    folder = {"KVPROBE_CACHE_DIR": tmp_path, "XDG_CACHE_HOME": tmp_path / "kvprobe",
+              "HOME": tmp_path / ".cache" / "kvprobe"}[where]
+    assert _cache_files(folder) == [f"genai-prices-{version('genai-prices')}.json"]
+
+
+def test_a_broken_cache_file_is_rebuilt_and_an_unwritable_one_only_costs_time(tmp_path):
+    name = f"genai-prices-{version('genai-prices')}.json"
+    (tmp_path / name).write_text("{not json")
+    usage = Usage(12_000, 2_000, 0, 1_000, 300)
+    assert PriceBook(dataset=DatasetCache(tmp_path)).cost("anthropic", SONNET, usage, NOV).usd == \
+        pytest.approx(0.0381, rel=1e-9)
+    kept = json.loads((tmp_path / name).read_text())
+    assert kept and all(key.split("|")[0] in ("starts", "tiers", "units") for key in kept)
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    assert PriceBook(dataset=DatasetCache(blocked / "sub")).cost("anthropic", SONNET, usage, NOV).usd == \
+        pytest.approx(0.0381, rel=1e-9)
+
+
+def test_a_warm_cache_answers_without_the_dataset_and_remembers_what_is_unknown(tmp_path):
+    cold = PriceBook(dataset=DatasetCache(tmp_path))
+    usage = Usage(12_000, 2_000, 0, 1_000, 300)
+    assert cold.cost("anthropic", SONNET, usage, NOV).usd == pytest.approx(0.0381, rel=1e-9)
+    assert cold.cost("anthropic", "claude-never-released", usage, NOV).usd is None
+    name = f"genai-prices-{version('genai-prices')}.json"
+    kept = json.loads((tmp_path / name).read_text())
+    assert kept["starts|anthropic|claude-never-released"] is None  # "not priced" is kept too
+    # a cache whose figures were changed by hand is what a warm run prices with: the dataset is not read again
+    for key in kept:
+        if key.startswith("units|anthropic|" + SONNET):
+            kept[key] = {k: v * 2 for k, v in kept[key].items()}
+    (tmp_path / name).write_text(json.dumps(kept))
+    warm = PriceBook(dataset=DatasetCache(tmp_path))
+    assert warm.cost("anthropic", SONNET, usage, NOV).usd == pytest.approx(0.0762, rel=1e-9)
