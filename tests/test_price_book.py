@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from importlib.metadata import version
 
 import pytest
 
+from conftest import ROOT
 from kvprobe.errors import InputError
 from kvprobe.pricing import DatasetCache, PriceBook, load_price_file
 from kvprobe.usage import Usage
@@ -101,6 +103,24 @@ def test_only_the_missing_cache_prices_are_derived_and_no_provider_means_anthrop
         "`kvprobe providers acme-model-1` shows their source)"]
 
 
+def test_each_model_of_a_price_file_has_its_own_prices_and_rules(tmp_path):
+    """Two models in one book: each priced at its own row; a model the rules know (Fable 5.1's cache reads
+    are 0.025 of input, providers/anthropic.toml) gets its own multiplier, not the provider's 0.1."""
+    path = _file(tmp_path, FULL + '[models."claude-fable-5-1"]\ninput_mtok = 10.0\noutput_mtok = 50.0\n')
+    book = PriceBook.from_file(path)
+    usage = Usage(1_000_000, 1_000_000, 0, 0, 0)  # a million tokens read
+    assert book.cost("anthropic", "acme-model-1", usage, NOV).usd == pytest.approx(0.2, rel=1e-12)
+    assert book.cost("anthropic", "claude-fable-5-1", usage, NOV).usd == pytest.approx(0.25, rel=1e-12)
+    assert book.cost("anthropic", "acme-model-1", usage, NOV).usd == pytest.approx(0.2, rel=1e-12)
+    assert "cache_read_mtok = 0.025 × input_mtok" in book.notes[0]
+
+
+def test_prices_given_without_a_file_are_noted_as_the_price_files():
+    book = PriceBook(overrides={"acme-model-1": {"input_mtok": 4.0, "output_mtok": 20.0}})
+    book.cost("anthropic", "acme-model-1", Usage(10, 0, 0, 0, 0), NOV)
+    assert book.notes[0].startswith("price file: acme-model-1 has no cache_read_mtok, ")
+
+
 def test_a_json_price_file_may_leave_out_the_models_table(tmp_path):
     path = _file(tmp_path, json.dumps({"acme-model-1": {"input_mtok": 1, "output_mtok": 5}}), "prices.json")
     assert load_price_file(path) == {"acme-model-1": {"input_mtok": 1.0, "output_mtok": 5.0}}
@@ -108,17 +128,18 @@ def test_a_json_price_file_may_leave_out_the_models_table(tmp_path):
 
 
 # (what is wrong, the file's text, the field named, the message)
+MODELS = "expected a table of models (`kvprobe schema price-file`)"
+MISSING = ("missing: every model needs input_mtok and output_mtok (cache prices may be left to the provider's "
+           "multipliers)")
 BAD = [
-    ("not a table of models", "models = 3\n", "models", "expected a table of models"),
-    ("no models at all", "", "models", "expected a table of models"),
+    ("not a table of models", "models = 3\n", "models", MODELS),
+    ("no models at all", "", "models", MODELS),
     ("a model that is no table", 'models = { "m" = 3 }\n', "models.m", "expected a table of prices"),
     ("an unknown price", '[models.m]\ninput_mtok = 1\noutput_mtok = 1\ninput = 2\n', "models.m.input",
      "unknown price; expected one of input_mtok, output_mtok, cache_read_mtok, cache_write_mtok, "
      "cache_write_1h_mtok"),
-    ("no input price", "[models.m]\noutput_mtok = 1\n", "models.m.input_mtok",
-     "missing: every model needs input_mtok and output_mtok"),
-    ("no output price", "[models.m]\ninput_mtok = 1\n", "models.m.output_mtok",
-     "missing: every model needs input_mtok and output_mtok"),
+    ("no input price", "[models.m]\noutput_mtok = 1\n", "models.m.input_mtok", MISSING),
+    ("no output price", "[models.m]\ninput_mtok = 1\n", "models.m.output_mtok", MISSING),
     ("a price as text", '[models.m]\ninput_mtok = "3"\noutput_mtok = 1\n', "models.m.input_mtok",
      'expected a price in USD per million tokens (a number), got "3"'),
     ("a price as true", "[models.m]\ninput_mtok = 1\noutput_mtok = true\n", "models.m.output_mtok",
@@ -137,8 +158,15 @@ def test_a_price_file_that_is_not_one_is_refused_with_its_field(tmp_path, case, 
     path = _file(tmp_path, text)
     with pytest.raises(InputError) as raised:
         PriceBook.from_file(path)
-    assert (raised.value.file, raised.value.field) == (str(path), field)
-    assert raised.value.message.startswith(message), raised.value.message
+    assert (raised.value.file, raised.value.field, raised.value.message) == (str(path), field, message)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"prices"', "{}"])
+def test_a_json_price_file_that_is_no_table_of_models_is_refused(tmp_path, text):
+    path = _file(tmp_path, text, "prices.json")
+    with pytest.raises(InputError) as raised:
+        PriceBook.from_file(path)
+    assert (raised.value.file, raised.value.field, raised.value.message) == (str(path), "models", MODELS)
 
 
 def test_a_price_of_zero_is_a_price(tmp_path):
@@ -258,3 +286,190 @@ def test_a_warm_cache_answers_without_the_dataset_and_remembers_what_is_unknown(
     (tmp_path / name).write_text(json.dumps(kept))
     warm = PriceBook(dataset=DatasetCache(tmp_path))
     assert warm.cost("anthropic", SONNET, usage, NOV).usd == pytest.approx(0.0762, rel=1e-9)
+
+
+# --- prices on the day of the request --------------------------------------------------------------------------
+
+def _at(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+# The dataset (genai-prices, as uv.lock pins it) ends Claude Sonnet 4.6's long-context premium on 2026-03-13
+# (UTC): until then a prompt over 200,000 tokens costs the long tier's $6 / $0.60 / $7.50 / $12 / $22.50,
+# from then on the base $3 / $0.30 / $3.75 / $6 / $15 at any length.
+@pytest.mark.parametrize("stamp, prompt, expected, tiers", [
+    ("2026-03-12T12:00:00", 200_000, BASE, [200_000]),  # at the tier's edge: base
+    ("2026-03-12T23:59:59", 300_000, LONG, [200_000]),  # the last second of the premium
+    ("2026-03-13T00:00:00", 300_000, BASE, []),  # the first second without it
+    ("2026-03-13T00:30:00", 300_000, BASE, []),
+    ("2026-11-02T15:00:00", 900_000, BASE, []),
+])
+def test_prices_and_tiers_are_the_lists_on_the_day_of_the_request(stamp, prompt, expected, tiers):
+    book = PriceBook()
+    when = _at(stamp)
+    assert book.unit_prices("anthropic", "claude-sonnet-4-6", when, prompt) == pytest.approx(expected, rel=1e-9)
+    assert book.tier_starts("anthropic", "claude-sonnet-4-6", int(when // 86400)) == tiers
+    # one book asked about both days keeps them apart (its memos are per price period)
+    assert book.unit_prices("anthropic", "claude-sonnet-4-6", _at("2026-03-12T08:00:00"), 300_000) == \
+        pytest.approx(LONG, rel=1e-9)
+
+
+def test_a_request_with_no_time_is_priced_at_the_current_list():
+    assert PriceBook().unit_prices("anthropic", "claude-sonnet-4-6", None, 300_000) == pytest.approx(BASE, rel=1e-9)
+    cost = PriceBook().cost("anthropic", SONNET, Usage(12_000, 2_000, 0, 1_000, 300))
+    assert cost.usd == pytest.approx(0.0381, rel=1e-9)
+
+
+# providers/prices.toml: Sonnet 5.5's cache reads were $0.20 until 2026-10-07 (an override row the dataset
+# lacks), $0.10 from then (the dataset); Mythos 5.1 is priced by a plain row from 2026-09-01 ($10 input, $0.25
+# reads, $12.50 / $20 writes, $50 output) and by nothing before
+@pytest.mark.parametrize("model, stamp, read, source", [
+    ("claude-sonnet-5-5", "2026-10-06T23:59:59", 2e-7, "kvprobe-overlay"),
+    ("claude-sonnet-5-5", "2026-10-07T00:00:00", 1e-7, "genai-prices"),
+    ("claude-sonnet-5-5", "2026-10-07T00:30:00", 1e-7, "genai-prices"),
+    ("claude-mythos-5-1", "2026-09-01T00:00:00", 2.5e-7, "kvprobe-overlay"),
+    ("claude-mythos-5-1", "2026-08-31T23:59:59", None, "unknown"),
+])
+def test_a_dated_overlay_row_prices_from_its_first_day_to_before_its_last(model, stamp, read, source):
+    book = PriceBook()
+    when = _at(stamp)
+    cost = book.cost("anthropic", model, Usage(1_000_000, 1_000_000), when)  # a million tokens read
+    assert cost.source == source and cost.usd == (None if read is None else pytest.approx(read * 1e6, rel=1e-9))
+    units = book.unit_prices("anthropic", model, when, 1_000_000)
+    assert (units and units["read"]) == (None if read is None else pytest.approx(read, rel=1e-9))
+
+
+def test_a_model_only_the_overlay_prices_has_one_tier_and_its_rows_prices():
+    book = PriceBook()
+    day = int(_at("2026-11-02T15:00:00") // 86400)
+    assert book.tier_starts("anthropic", "claude-mythos-5-1", day) == []
+    assert book.unit_prices("anthropic", "claude-mythos-5-1", _at("2026-11-02T15:00:00"), 500_000) == pytest.approx(
+        {"fresh": 1e-5, "read": 2.5e-7, "write_5m": 1.25e-5, "write_1h": 2e-5, "output": 5e-5}, rel=1e-9)
+    assert book.tier_starts("anthropic", "claude-mythos-5-1", day - 90) is None  # before its row's first day
+    assert book.tier_starts("openai", "claude-mythos-5-1", day) is None  # another provider's id
+
+
+def test_per_token_prices_of_a_price_file_use_the_requests_provider(tmp_path):
+    book = PriceBook.from_file(_file(tmp_path, '[models."acme-model-1"]\ninput_mtok = 4.0\noutput_mtok = 20.0\n'))
+    # openai: read 0.1, 5m write 1.25 (explicit), 1h as 5m: $0.40, $5, $5 per million
+    assert book.unit_prices("openai", "acme-model-1", NOV, 10) == pytest.approx(
+        {"fresh": 4e-6, "read": 4e-7, "write_5m": 5e-6, "write_1h": 5e-6, "output": 2e-5}, rel=1e-12)
+
+
+# --- the rules and the overlay as data: a providers folder of one's own ---------------------------------------
+
+def _providers(tmp_path, monkeypatch, edit) -> None:
+    """A copy of the shipped providers/ with `edit(folder)` applied, used for the rest of the test."""
+    folder = tmp_path / "providers"
+    shutil.copytree(ROOT / "providers", folder)
+    edit(folder)
+    monkeypatch.setenv("KVPROBE_PROVIDERS_DIR", str(folder))
+
+
+def _replace(path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def test_a_missing_5m_write_price_is_the_explicit_multiplier_then_the_implicit_then_one(tmp_path, monkeypatch):
+    def edit(folder):
+        _replace(folder / "openai.toml", 'value = { "implicit" = 1.25, "explicit" = 1.25 }',
+                 'value = { "implicit" = 1.1, "explicit" = 1.5 }')
+        _replace(folder / "xai.toml", 'value = { "implicit" = 1.0 }', 'value = { "implicit" = 1.2 }')
+        for gone in ("[rules.write_multipliers]", "[rules.read_multiplier]"):  # mistral gives neither now
+            _replace(folder / "mistral.toml", gone, gone.replace("[rules.", "[rules.unused_"))
+    _providers(tmp_path, monkeypatch, edit)
+    path = _file(tmp_path, '[models."acme-model-1"]\ninput_mtok = 10.0\noutput_mtok = 20.0\n')
+    book = PriceBook.from_file(path)
+    # per token of a $10 input: read, 5m write, 1h write (as the 5m one when the rules give no 1h multiplier)
+    for provider, read, write in (("openai", 1e-6, 1.5e-5), ("xai", None, 1.2e-5), ("mistral", 1e-5, 1e-5)):
+        units = book.unit_prices(provider, "acme-model-1", NOV, 10)
+        assert (units["write_5m"], units["write_1h"]) == (pytest.approx(write), pytest.approx(write)), provider
+        if read is not None:
+            assert units["read"] == pytest.approx(read), provider  # mistral: no read multiplier, so 1
+
+
+OVERLAY_ROWS = """
+[[models]]
+provider = "anthropic"
+model = "acme-override-1"
+override = true
+from = "2026-01-01"
+until = "2026-12-01"
+input_mtok = 3.0
+output_mtok = 6.0
+source = "a row of this test"
+checked = "2026-12-01"
+
+[[models]]
+provider = "openai"
+model = "acme-openai-only-1"
+from = "2026-01-01"
+input_mtok = 1.0
+output_mtok = 2.0
+source = "a row of this test"
+checked = "2026-12-01"
+"""
+
+
+def test_an_overlay_row_prices_only_its_providers_model_in_its_dates(tmp_path, monkeypatch):
+    _providers(tmp_path, monkeypatch, lambda folder: (folder / "prices.toml").write_text(
+        (ROOT / "providers" / "prices.toml").read_text() + OVERLAY_ROWS))
+    book = PriceBook()
+    day = int(NOV // 86400)
+    # an override row for an id no list has: one tier, its prices (a million fresh tokens: $3)
+    assert book.tier_starts("anthropic", "acme-override-1", day) == []
+    assert book.cost("anthropic", "acme-override-1", Usage(1_000_000), NOV).usd == pytest.approx(3.0)
+    assert book.tier_starts("anthropic", "acme-override-1", int(_at("2026-12-01T00:00:00") // 86400)) is None
+    # openai's row is no price of anthropic's id of the same name
+    assert book.tier_starts("openai", "acme-openai-only-1", day) == []
+    assert book.tier_starts("anthropic", "acme-openai-only-1", day) is None
+    assert book.cost("anthropic", "acme-openai-only-1", Usage(1_000_000), NOV).usd is None
+    assert book.unknown_models == {"acme-override-1", "acme-openai-only-1"}
+
+
+def test_an_id_priced_through_a_sourced_alias_is_noted_once():
+    """providers/prices.toml: Gemini CLI logs 'gemini-3-pro', priced as gemini-3-pro-preview ($2.00 input per
+    million up to 200,000 tokens of prompt)."""
+    book = PriceBook()
+    for _ in range(2):
+        assert book.cost("gemini", "gemini-3-pro", Usage(1_000_000 // 10), NOV).usd == pytest.approx(0.2, rel=1e-9)
+    assert book.notes == ["gemini-3-pro priced as gemini-3-pro-preview: a sourced alias in providers/prices.toml "
+                          "(checked 2026-12-06); ids that no price list or alias names stay unpriced"]
+    book.cost("gemini", "gemini-3-pro-preview", Usage(100_000), NOV)  # its own id: nothing to say
+    assert len(book.notes) == 1
+
+
+def test_a_day_is_priced_by_its_utc_date_whatever_the_machines_zone(monkeypatch):
+    """A dated price applies from 00:00 UTC: a machine 14 hours ahead (Kiribati) prices Sonnet 4.6's last day
+    of the long-context premium as that day, not the next."""
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT-14")  # (POSIX sign: 14 hours east of UTC)
+    time.tzset()
+    try:
+        units = PriceBook().unit_prices("anthropic", "claude-sonnet-4-6", _at("2026-03-12T20:00:00"), 300_000)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert units == pytest.approx(LONG, rel=1e-9)
+
+
+# The dataset's AWS Bedrock list for Sonnet 4.6: $3.30 input, $0.33 read, $4.125 / $6.60 writes, $16.50 output
+# per million, at any prompt length and on 2026-03-12 too (the first-party list still had its long tier then)
+BEDROCK = {"fresh": 3.3e-6, "read": 3.3e-7, "write_5m": 4.125e-6, "write_1h": 6.6e-6, "output": 1.65e-5}
+
+
+@pytest.mark.parametrize("stamp", ["2026-03-12T15:00:00", "2026-11-02T15:00:00"])
+def test_a_request_bedrock_served_is_priced_and_tiered_by_bedrocks_list(stamp):
+    book = PriceBook()
+    when = _at(stamp)
+    assert book.unit_prices("anthropic", "claude-sonnet-4-6", when, 300_000, "bedrock") == pytest.approx(
+        BEDROCK, rel=1e-9)
+    assert book.tier_starts("anthropic", "claude-sonnet-4-6", int(when // 86400), "bedrock") == []
+    # 300,000 fresh at $3.30 per million
+    assert book.cost("anthropic", "claude-sonnet-4-6", Usage(300_000), when, "bedrock").usd == \
+        pytest.approx(0.99, rel=1e-9)
+    first_party = book.unit_prices("anthropic", "claude-sonnet-4-6", when, 300_000)
+    assert first_party == pytest.approx(LONG if stamp.startswith("2026-03-12") else BASE, rel=1e-9)
