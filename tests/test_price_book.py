@@ -426,6 +426,7 @@ def test_an_overlay_row_prices_only_its_providers_model_in_its_dates(tmp_path, m
     assert book.tier_starts("openai", "acme-openai-only-1", day) == []
     assert book.tier_starts("anthropic", "acme-openai-only-1", day) is None
     assert book.cost("anthropic", "acme-openai-only-1", Usage(1_000_000), NOV).usd is None
+    assert book.cost("openai", "acme-override-1", Usage(1_000_000), NOV).usd is None  # nor an override row
     assert book.unknown_models == {"acme-override-1", "acme-openai-only-1"}
 
 
@@ -473,3 +474,32 @@ def test_a_request_bedrock_served_is_priced_and_tiered_by_bedrocks_list(stamp):
         pytest.approx(0.99, rel=1e-9)
     first_party = book.unit_prices("anthropic", "claude-sonnet-4-6", when, 300_000)
     assert first_party == pytest.approx(LONG if stamp.startswith("2026-03-12") else BASE, rel=1e-9)
+
+
+def test_an_id_only_its_providers_list_spells_is_priced_under_that_provider():
+    """OpenAI's codex-mini ($1.50 input, $0.375 cached, $6 output per million) is on OpenAI's list under an id
+    no other list matches: asked of the dataset without its provider it is found nowhere."""
+    book = PriceBook()
+    # 1,000,000 input of which 200,000 cached, 100,000 output: 800,000 × 1.5 + 200,000 × 0.375 + 100,000 × 6
+    cost = book.cost("openai", "codex-mini", Usage(1_000_000, 200_000, 0, 0, 100_000), NOV)
+    assert (cost.usd, cost.source) == (pytest.approx(1.875, rel=1e-9), "genai-prices")
+    assert book.unit_prices("openai", "codex-mini", NOV, 1_000) == pytest.approx(
+        {"fresh": 1.5e-6, "read": 3.75e-7, "write_5m": 1.5e-6, "write_1h": 1.5e-6, "output": 6e-6}, rel=1e-9)
+    assert book.tier_starts("openai", "codex-mini", int(NOV // 86400)) == []
+
+
+def test_a_platforms_model_id_without_the_platform_is_priced_as_its_first_party_id():
+    # a Bedrock inference-profile id logged with no platform: priced as claude-sonnet-4-5 (100,000 at $3 per million)
+    cost = PriceBook().cost("anthropic", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", Usage(100_000), NOV)
+    assert (cost.usd, cost.source) == (pytest.approx(0.3, rel=1e-9), "genai-prices")
+
+
+def test_one_book_follows_the_providers_folder_it_is_asked_under(tmp_path, monkeypatch):
+    """A book's choice of price list is kept per providers folder: Mythos 5.1 at the shipped row's $10 input,
+    then at $20 under a folder whose row says so."""
+    book = PriceBook()
+    assert book.cost("anthropic", "claude-mythos-5-1", Usage(1_000_000), NOV).usd == pytest.approx(10.0)
+    _providers(tmp_path, monkeypatch, lambda folder: _replace(
+        folder / "prices.toml", 'model = "claude-mythos-5-1"\nfrom = "2026-09-01"\ninput_mtok = 10.0',
+        'model = "claude-mythos-5-1"\nfrom = "2026-09-01"\ninput_mtok = 20.0'))
+    assert book.cost("anthropic", "claude-mythos-5-1", Usage(1_000_000), NOV).usd == pytest.approx(20.0)
