@@ -503,3 +503,42 @@ def test_one_book_follows_the_providers_folder_it_is_asked_under(tmp_path, monke
         folder / "prices.toml", 'model = "claude-mythos-5-1"\nfrom = "2026-09-01"\ninput_mtok = 10.0',
         'model = "claude-mythos-5-1"\nfrom = "2026-09-01"\ninput_mtok = 20.0'))
     assert book.cost("anthropic", "claude-mythos-5-1", Usage(1_000_000), NOV).usd == pytest.approx(20.0)
+
+
+def test_a_request_with_no_time_is_never_priced_from_the_cache_on_disk(tmp_path):
+    """The on-disk look-ups are per price period; a request with no time is priced at today's list, which a
+    later run of the same dataset may find changed: nothing of it is read from, or kept in, the file."""
+    name = f"genai-prices-{version('genai-prices')}.json"
+    planted = {f"tiers|anthropic|{SONNET}|None": [],
+               f"units|anthropic|{SONNET}|None|0": {k: 2 * v for k, v in BASE.items()},
+               f"units|anthropic|{SONNET}|None|1": {k: 2 * v for k, v in LONG.items()}}
+    (tmp_path / name).write_text(json.dumps(planted))
+    book = PriceBook(dataset=DatasetCache(tmp_path))
+    assert book.unit_prices("anthropic", SONNET, None, 300_000) == pytest.approx(LONG, rel=1e-9)
+    assert book.unit_prices("anthropic", SONNET, None, 10_000) == pytest.approx(BASE, rel=1e-9)
+    assert json.loads((tmp_path / name).read_text()) == planted
+
+
+# The dataset's Mistral Large 4 list changes twice: $0.68 input / $0.07 read / $2.09 output per million until
+# 2026-10-19, $1.36 / $0.14 / $4.18 from 2026-10-20, $0.70 / $0.07 / $2.10 from 2026-10-29
+@pytest.mark.parametrize("stamp, fresh, read, output", [
+    ("2026-10-19T23:59:59", 6.8e-7, 7e-8, 2.09e-6),
+    ("2026-10-20T00:00:00", 1.36e-6, 1.4e-7, 4.18e-6),
+    ("2026-10-28T23:59:59", 1.36e-6, 1.4e-7, 4.18e-6),
+    ("2026-10-29T00:00:00", 7e-7, 7e-8, 2.1e-6),
+    ("2026-11-02T12:00:00", 7e-7, 7e-8, 2.1e-6),
+])
+def test_a_list_that_changes_twice_prices_each_day_in_its_own_period(stamp, fresh, read, output):
+    book = PriceBook()
+    for when in (_at("2026-10-10T12:00:00"), _at(stamp)):  # (an earlier period asked first, in the same book)
+        units = book.unit_prices("mistral", "mistral-large-4", when, 1_000)
+    assert (units["fresh"], units["read"], units["output"]) == (
+        pytest.approx(fresh, rel=1e-9), pytest.approx(read, rel=1e-9), pytest.approx(output, rel=1e-9))
+
+
+def test_a_list_with_a_time_of_day_rule_is_priced_on_each_day():
+    """DeepSeek's list has an off-peak rule (a time-of-day constraint): each day is priced apart, at the
+    list's day rate ($0.27 input, $0.07 cache hit, $1.10 output per million)."""
+    units = PriceBook().unit_prices("deepseek", "deepseek-chat", NOV, 1_000)
+    assert (units["fresh"], units["read"], units["output"]) == (
+        pytest.approx(2.7e-7, rel=1e-9), pytest.approx(7e-8, rel=1e-9), pytest.approx(1.1e-6, rel=1e-9))
