@@ -427,6 +427,7 @@ def test_an_overlay_row_prices_only_its_providers_model_in_its_dates(tmp_path, m
     assert book.tier_starts("anthropic", "acme-openai-only-1", day) is None
     assert book.cost("anthropic", "acme-openai-only-1", Usage(1_000_000), NOV).usd is None
     assert book.cost("openai", "acme-override-1", Usage(1_000_000), NOV).usd is None  # nor an override row
+    assert book.tier_starts("openai", "acme-override-1", day) is None
     assert book.unknown_models == {"acme-override-1", "acme-openai-only-1"}
 
 
