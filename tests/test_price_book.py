@@ -443,7 +443,7 @@ def test_an_id_priced_through_a_sourced_alias_is_noted_once():
     assert len(book.notes) == 1
 
 
-def test_a_day_is_priced_by_its_utc_date_whatever_the_machines_zone(monkeypatch):
+def test_a_day_is_priced_by_its_utc_date_whatever_the_machines_zone(tmp_path, monkeypatch):
     """A dated price applies from 00:00 UTC: a machine 14 hours ahead (Kiribati) prices Sonnet 4.6's last day
     of the long-context premium as that day, not the next."""
     import time
@@ -451,7 +451,8 @@ def test_a_day_is_priced_by_its_utc_date_whatever_the_machines_zone(monkeypatch)
     monkeypatch.setenv("TZ", "Etc/GMT-14")  # (POSIX sign: 14 hours east of UTC)
     time.tzset()
     try:
-        units = PriceBook().unit_prices("anthropic", "claude-sonnet-4-6", _at("2026-03-12T20:00:00"), 300_000)
+        book = PriceBook(dataset=DatasetCache(tmp_path))  # (priced here, under this zone: not from a cache)
+        units = book.unit_prices("anthropic", "claude-sonnet-4-6", _at("2026-03-12T20:00:00"), 300_000)
     finally:
         monkeypatch.undo()
         time.tzset()
