@@ -2,9 +2,9 @@
 
 mutmut forks each mutant's test process from the process that ran the whole selection once unmutated. What
 kvprobe memoises from the rules (`ModelRules.derived`: TTL tables, multipliers, simulator settings), its rule
-look-ups (`catalog._rules_for`) and the per-token prices it keeps on disk (`pricing.DatasetCache`) would then
-come from the unmutated code, and every mutant of the code that fills them would survive unseen. Before a
-mutant's tests run, all three start empty.
+look-ups (`catalog._rules_for`), the compiled credential shapes (`secrets._scrubber`) and the per-token prices
+it keeps on disk (`pricing.DatasetCache`) would then come from the unmutated code, and every mutant of the code
+that fills them would survive unseen. Before a mutant's tests run, all four start empty.
 
 KVPROBE_MUTATION_TESTS (test files, comma-separated; benchmarks/mutation.py sets it per module) narrows what
 a mutant runs to those of its covering tests: every test that reports a trace calls the simulators, and a
@@ -37,12 +37,34 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def _memos_start_empty():
     if _under_a_mutant():
-        from kvprobe import catalog, pricing
+        from kvprobe import catalog, pricing, secrets
 
         for obj in gc.get_objects():
             if type(obj) is catalog.ModelRules:
                 obj.derived.clear()
         catalog._rules_for.cache_clear()
+        secrets._scrubber.cache_clear()
         pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
         pricing._DATASET._data, pricing._DATASET._path = None, None
     yield
+
+
+@pytest.fixture(autouse=True)
+def _caches_start_empty_for_each_test_while_callers_are_recorded():
+    """While mutmut records which tests call which function ("stats"), a cache filled by the first test hides
+    every later caller: secrets._scrubber's lru_cache sits outside the trampoline (only the first test to scrub
+    was seen calling _named_shapes, _shape_row, _minimal), and the on-disk price cache answers later PriceBooks
+    without _period_starts, _tiers, _rates (their mutants then ran only the first pricing test, often outside
+    the module's focus: "no tests"). Each test starts with both empty then."""
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        yield
+        return
+    from kvprobe import pricing, secrets
+
+    secrets._scrubber.cache_clear()
+    before = pricing._DATASET.folder
+    with tempfile.TemporaryDirectory(prefix="kvprobe-stats-prices-") as folder:
+        pricing._DATASET.folder = Path(folder)
+        pricing._DATASET._data, pricing._DATASET._path = None, None
+        yield
+    pricing._DATASET.folder, pricing._DATASET._data, pricing._DATASET._path = before, None, None

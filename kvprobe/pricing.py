@@ -192,7 +192,7 @@ class PriceBook:
         units, source = chosen
         if source == "genai-prices":
             key, ref = units
-            return self._unit_prices(key, ref, day, input_tokens, note_unknown=False), source
+            return self._unit_prices(key, ref, day, input_tokens), source
         if units is None:
             self.unknown_models.add(model)
         return units, source
@@ -205,7 +205,7 @@ class PriceBook:
         if row is not None:
             return row.units(), OVERLAY_SOURCE
         for key, ref in _lookups(provider, model, platform):
-            if self._unit_prices(key, ref, day, input_tokens, note_unknown=False) is not None:
+            if self._unit_prices(key, ref, day, input_tokens) is not None:
                 self._note_alias(provider, model, ref)
                 return (key, ref), "genai-prices"
         row = overlay_row(provider, model, day, override=False)
@@ -248,17 +248,15 @@ class PriceBook:
         i = bisect_right(starts, day)
         return starts[i - 1] if i else starts[0] - 1
 
-    def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int,
-                     note_unknown: bool = True) -> dict | None:
-        """Per-token prices for one model, day and long-context tier (cost is linear inside a tier)."""
+    def _unit_prices(self, provider: str | None, model: str, day: int | None, input_tokens: int) -> dict | None:
+        """Per-token prices for one model, day and long-context tier (cost is linear inside a tier); None where
+        this list does not price the model (its caller tries the next, and names the model when none does)."""
         settled = self._memo.get((provider, model, day, "day"))  # every request of a day asks the same
         if settled is None:
             pday = self.period_day(provider, model, day)
             settled = self._memo[(provider, model, day, "day")] = (pday, self._tier_starts(provider, model, pday))
         day, tiers = settled
         if tiers is None:
-            if note_unknown:
-                self.unknown_models.add(model)
             return None
         tier = sum(1 for start in tiers if input_tokens > start)
         key = (provider, model, day, tier)

@@ -273,8 +273,8 @@ def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
 
 
 # Request headers whose values are credentials (x-api-key, authorization, api-key, x-goog-api-key, cookie,
-# proxy-authorization, x-auth-token, ...).
-_CREDENTIAL_HEADER = re.compile(r"(?i)auth|api[-_]?key|token|secret|cookie|password|credential")
+# proxy-authorization, x-auth-token, Azure API Management's ocp-apim-subscription-key, ...).
+_CREDENTIAL_HEADER = re.compile(r"(?i)auth|api[-_]?key|subscription[-_]?key|token|secret|cookie|password|credential")
 MIN_SECRET = 8  # shorter values ("x", the local server's placeholder key) would scrub ordinary text
 
 
@@ -312,7 +312,8 @@ class Credentials:
             user, _, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             return
-        self.add(password)
+        # user:password, or a key sent as the user with no password (Stripe's `sk_live_…:`): the key itself
+        self.add(password or user)
         self.add(f"{user}:{password}")
 
     def add_url(self, url: Any) -> "Credentials":
@@ -322,7 +323,7 @@ class Credentials:
             return self
         try:
             parts = urlsplit(url)
-            password = parts.password if "@" in parts.netloc else None
+            password = parts.password  # (None without user-info: a host:port is no password)
         except ValueError:
             return self
         if password:
