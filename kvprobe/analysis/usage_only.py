@@ -292,7 +292,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kind, param = ("params_changed", "reasoning effort") if _effort_only(events) else ("prefix_changed", None)
     return Diagnosis(kind, detail, path=path if kind == "prefix_changed" else None, token_position=read,
                      param=param, triggers=kinds or None,
-                     advice=_TRIGGER_ADVICE.get(kinds[0], _LEVEL_ADVICE) if kinds else _LEVEL_ADVICE,
+                     advice=_TRIGGER_ADVICE[kinds[0]] if kinds else _LEVEL_ADVICE,
                      evidence="log_events" if triggers else "read_level")
 
 
@@ -343,11 +343,9 @@ def _trigger_words(e: dict[str, Any]) -> str:
     if kind == "tool_first_used":
         return f"a tool not used before in this session appeared ({e.get('name')}): the tool list may have changed"
     if kind == "command":
-        return f"the {e.get('name') or 'a'} command ran"
+        return f"the {e['name']} command ran" if e.get("name") else "a command ran"  # not "the a command"
     if kind == "settings_changed":
         return f"settings changed ({', '.join(map(str, e.get('settings') or [])) or 'unnamed'})"
-    if kind == "compaction":
-        return "the history was compacted"
     return _TRIGGER_PLAIN[kind]
 
 
