@@ -40,7 +40,8 @@ FOCUS = {
                        "tests/test_whatif_edits.py"],
     "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py",
                                        "tests/test_rebuilt_history.py", "tests/test_streams_per_model.py",
-                                       "tests/test_agent_advice.py", "tests/test_usage_only_causes.py"],
+                                       "tests/test_agent_advice.py", "tests/test_usage_only_causes.py",
+                                       "tests/test_codex_turns.py"],
 }
 NAME = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+)$")
 
