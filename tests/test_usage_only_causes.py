@@ -214,7 +214,10 @@ AGAIN_WORDS = "a size this session's reads fall to again and again (an earlier b
 
 
 def test_a_size_reads_fall_to_again_and_again_is_the_level_and_an_event_gives_the_path(tmp_path):
-    rows = report(tmp_path, *AGAIN, rec("d5", 40, read=7_000, write=6_500, events=[{"kind": "interrupt"}]))
+    # d6 reads all d5 left: the last request is no fall, and d3 is still named once the whole log is read
+    rows = report(tmp_path, *AGAIN, rec("d5", 40, read=7_000, write=6_500, events=[{"kind": "interrupt"}]),
+                  rec("d6", 50, read=13_500, write=500))
+    assert rows["d6"]["diagnoses"] == []
     assert the_cause(rows["d3"]) == {  # named once the whole log is read: no path, the level's own words
         "kind": "prefix_changed", "inferred": True, "path": None, "token_position": 7_000, "missed_tokens": 5_000,
         "advice": LEVEL_ADVICE, "evidence": "read_level",
@@ -299,3 +302,61 @@ def test_the_lifetime_in_force_is_1h_only_where_the_logs_latest_writes_are_all_1
     assert d["detail"] == "6m40s since m1 started; the entry lives 5m00s (the default)"
     assert d["advice"].startswith("send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through "
                                   "pauses like this one: 2,005 input-equivalents against 23,000 for the rebuild")
+
+
+def test_a_pause_nothing_pays_for_is_a_new_start_even_with_events_before_it(tmp_path):
+    # c 4 h after b: 53 pings (ceil(14,100 / 270)) of 1,205 cost more than the 13,800 rebuild, and the 1h
+    # lifetime does not cover 4 h: nothing could have been read, whatever the log shows before it
+    rows = report(tmp_path, *OPENING, rec("c", 10 + 14_400, read=0, write=12_500, events=[{"kind": "interrupt"}]))
+    assert (rows["c"]["diagnoses"], rows["c"]["missed_read_tokens"], rows["c"]["write_kind"]) == ([], 0, "cold_start")
+
+
+def test_a_first_request_is_no_fall_to_name_a_level_by(tmp_path):
+    # s1 opens the session reading 5,000 (a prefix written before the log began); s3 falls to 5,000 once: one
+    # fall, in one session, is no level, so nothing in the log explains it
+    rows = report(tmp_path, rec("s1", 0, read=5_000, write=5_000), rec("s2", 10, read=10_000, write=1_000),
+                  rec("s3", 20, read=5_000, write=6_000))
+    assert the_cause(rows["s3"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": 5_000, "missed_tokens": 6_000,
+        "detail": f"the read fell from 11,000 to 5,000 tokens (10s after s2), {NOTHING_SAYS_WHY}"}
+
+
+# Rebuilt histories (docs/contracts.md §1 `history`: estimated message tokens, and where a list changed). a and
+# b only grew: b's level rose 2,000 real tokens for 500 estimated, so the stream's messages weigh 4 real tokens
+# per estimated one
+GREW = (rec("a", 0, read=0, write=10_000, history={"tokens": 1_000}),
+        rec("b", 10, read=10_000, write=2_000, history={"tokens": 1_500}))
+
+
+def test_a_message_rewritten_is_placed_with_the_streams_own_scale_and_the_events_before_it_are_named(tmp_path):
+    # c's list was edited at messages[3], after 800 estimated tokens: b's 700 estimated tokens past it are 2,800
+    # real, so the change sits at 12,000 - 2,800 = 9,200 tokens; c read 4,000 (before it: under 9,200 - 0.25 x
+    # 2,800 - 125 = 8,375) and missed 9,200 - 4,000 = 5,200
+    change = {"kind": "edited", "index": 3, "tokens_before": 800}
+    rows = report(tmp_path, *GREW, rec("c", 20, read=4_000, write=8_500, history={"tokens": 1_600, "change": change},
+                                       events=[{"kind": "interrupt"}]))
+    assert the_cause(rows["c"]) == {
+        "kind": "prefix_changed", "inferred": True, "path": "messages[3]", "token_position": 9_200,
+        "missed_tokens": 5_200, "triggers": ["interrupt"], "evidence": "transcript", "change": "edited",
+        "advice": "leave messages already sent as they were: a rewritten tool result or prompt makes every later "
+                  "request write the history after it again",
+        "detail": "the transcript shows a message already sent was rewritten at messages[3], about 9,200 tokens into "
+                  "b's 12,000-token entry (estimated from the rebuilt messages); the read (4,000 tokens) ends before "
+                  "it; just before it (inferred from the log): the user interrupted the turn"}
+
+
+@pytest.mark.parametrize("read, ends", [
+    # b's 1,500 estimated message tokens are 6,000 real: the 6,000 before them are tools and system
+    (4_000, "the read ends within what precedes the messages the log shows (tools, system and any context it does "
+            "not show: about 6,000 tokens, estimated)"),
+    (8_000, "the read covers what precedes the messages the log shows (tools, system: about 6,000 tokens) and about "
+            "2,000 of the 6,000 message tokens b was sent (estimated)"),
+])
+def test_a_drop_in_a_history_that_only_grew_rules_content_out_and_says_where_the_read_ended(tmp_path, read, ends):
+    rows = report(tmp_path, *GREW, rec("c", 20, read=read, write=12_500 - read, history={"tokens": 1_600}))
+    assert the_cause(rows["c"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": read,
+        "missed_tokens": 12_000 - read, "evidence": "transcript",
+        "detail": f"the read fell from 12,000 to {read:,} tokens (10s after b), within the entry's lifetime; the "
+                  "transcript shows the history only grew, so the content did not change: the entry was evicted or "
+                  f"served elsewhere; {ends}"}
