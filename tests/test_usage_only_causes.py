@@ -171,7 +171,8 @@ def test_a_prompt_one_noise_short_of_the_last_level_is_not_cut(tmp_path):
     # under b's 12,000, so the prompt was not cut, all 11,881 were readable, and 6,881 were missed
     rows = report(tmp_path, *OPENING, rec("c", 20, read=5_000, write=6_878))
     assert (rows["c"]["missed_read_tokens"], rows["c"]["ideal_read_tokens"]) == (6_881, 11_881)
-    assert the_cause(rows["c"])["detail"] == f"the read fell from 12,000 to 5,000 tokens (10s after b), {NOTHING_SAYS_WHY}"
+    assert the_cause(rows["c"])["detail"] == \
+        f"the read fell from 12,000 to 5,000 tokens (10s after b), {NOTHING_SAYS_WHY}"
 
 
 @pytest.mark.parametrize("read, write, missed", [

@@ -20,7 +20,8 @@ def body_with(marks: int) -> dict:
     body = {"model": "claude-sonnet-4-5", "max_tokens": 100,
             "tools": [{"name": "read", "input_schema": {"type": "object"}}],
             "system": [{"type": "text", "text": "You are terse."}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "one"},
+                                                      {"type": "text", "text": "two"}]},
                          {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
                          {"role": "user", "content": [{"type": "text", "text": "three"}]}]}
     places = [body["tools"][0], body["system"][0], body["messages"][0]["content"][0], body["messages"][0]["content"][1]]
