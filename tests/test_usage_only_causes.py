@@ -116,12 +116,14 @@ def test_a_pause_past_the_lifetime_with_events_names_both(tmp_path):
     # c 301 s after b: b's 12,000 expired a second before. One ping (ceil(1 / 270)) of 0.1 x 12,000 + 5 = 1,205
     # against a rebuild of (1.25 - 0.1) x 12,000 = 13,800; pings pay up to 300 + floor(13,800 / 1,205) x 270 =
     # 3,270 s (54m30s); the 1h lifetime (writes at 2x) covers the pause too
-    rows = report(tmp_path, *OPENING, rec("c", 311, read=0, write=12_500, events=[{"kind": "interrupt"}]))
+    events = [{"kind": "interrupt"}, {"kind": "task_notification"}]
+    rows = report(tmp_path, *OPENING, rec("c", 311, read=0, write=12_500, events=events))
     d = the_cause(rows["c"])
     assert (d["kind"], d["seconds_past"], d["evidence"], d["triggers"], d["missed_tokens"]) == (
-        "ttl_expired", 1.0, "pause", ["interrupt"], 12_000)
+        "ttl_expired", 1.0, "pause", ["task_notification", "interrupt"], 12_000)
     assert d["detail"] == ("5m01s since b started; the entry lives 5m00s (the default); also just before it "
-                           "(inferred from the log): the user interrupted the turn")
+                           "(inferred from the log): a background task's notification arrived and the user "
+                           "interrupted the turn")
     assert d["advice"] == (
         "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this one: 1,205 "
         "input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); or use "
@@ -335,15 +337,16 @@ def test_a_message_rewritten_is_placed_with_the_streams_own_scale_and_the_events
     # 2,800 - 125 = 8,375) and missed 9,200 - 4,000 = 5,200
     change = {"kind": "edited", "index": 3, "tokens_before": 800}
     rows = report(tmp_path, *GREW, rec("c", 20, read=4_000, write=8_500, history={"tokens": 1_600, "change": change},
-                                       events=[{"kind": "interrupt"}]))
+                                       events=[{"kind": "interrupt"}, {"kind": "command", "name": "/clear"}]))
     assert the_cause(rows["c"]) == {
         "kind": "prefix_changed", "inferred": True, "path": "messages[3]", "token_position": 9_200,
-        "missed_tokens": 5_200, "triggers": ["interrupt"], "evidence": "transcript", "change": "edited",
+        "missed_tokens": 5_200, "triggers": ["command", "interrupt"], "evidence": "transcript", "change": "edited",
         "advice": "leave messages already sent as they were: a rewritten tool result or prompt makes every later "
                   "request write the history after it again",
         "detail": "the transcript shows a message already sent was rewritten at messages[3], about 9,200 tokens into "
                   "b's 12,000-token entry (estimated from the rebuilt messages); the read (4,000 tokens) ends before "
-                  "it; just before it (inferred from the log): the user interrupted the turn"}
+                  "it; just before it (inferred from the log): the /clear command ran and the user interrupted the "
+                  "turn"}
 
 
 @pytest.mark.parametrize("read, ends", [
@@ -361,3 +364,17 @@ def test_a_drop_in_a_history_that_only_grew_rules_content_out_and_says_where_the
         "detail": f"the read fell from 12,000 to {read:,} tokens (10s after b), within the entry's lifetime; the "
                   "transcript shows the history only grew, so the content did not change: the entry was evicted or "
                   f"served elsewhere; {ends}"}
+
+
+def test_a_fall_to_the_shared_prefix_on_a_platform_that_routes_between_caches_is_routing(tmp_path):
+    # as above on Bedrock (providers/bedrock.toml `cache_routing`: cross-region inference): s3 reads only what
+    # every session shares, within the lifetime, with nothing in the log before it
+    rows = report(tmp_path, *(dict(r, platform="bedrock") for r in (
+        rec("x1", 0, read=5_000, write=3_000, session="x"), rec("s1", 0, read=5_000, write=0, fresh=3_000),
+        rec("s2", 10, read=5_000, write=4_000), rec("s3", 20, read=5_000, write=4_500))))
+    d = the_cause(rows["s3"])
+    assert (d["kind"], d["token_position"], d["evidence"], d["missed_tokens"]) == (
+        "routing", 0, "platform_routing", 4_000)
+    assert d["detail"].startswith("read 5,000 tokens (only the prefix every session shares) 10s after s2 left 9,000 "
+                                  "cached, within the entry's lifetime; Bedrock cross-region inference routes "
+                                  "requests between caches: ")
