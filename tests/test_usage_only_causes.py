@@ -378,3 +378,19 @@ def test_a_fall_to_the_shared_prefix_on_a_platform_that_routes_between_caches_is
     assert d["detail"].startswith("read 5,000 tokens (only the prefix every session shares) 10s after s2 left 9,000 "
                                   "cached, within the entry's lifetime; Bedrock cross-region inference routes "
                                   "requests between caches: ")
+
+
+@pytest.mark.parametrize("read, kind, writer", [
+    # 21,120 is what #3 left inside turn 1, past where turn 1's reasoning began: once the turns after drop it
+    # (GPT-5.3: only the current turn's reasoning is sent), no entry holding it can be read, so no replica served it
+    (21_120, "unexplained", None),
+    (19_968, "stale_read", "cdx-turns#1"),  # turn 1's start, before any reasoning: still readable, #1's entry
+])
+def test_after_a_turns_reasoning_is_dropped_only_what_preceded_it_is_a_level_left_to_read(tmp_path, read, kind, writer):
+    from test_codex_turns import write_rollout  # the Codex rollout of tests/test_codex_turns.py, its last read varied
+
+    rows = {row["id"]: row for row in build_report([str(write_rollout(tmp_path, last_read=read))],
+                                                   fixes=False).to_json()["requests"]}
+    d = the_cause(rows["cdx-turns#9"])
+    assert (d["kind"], d.get("writer_id")) == (kind, writer)
+    assert rows["cdx-turns#9"]["missed_read_tokens"] == 30_080 - read  # #8 left 30,080 (its read)
