@@ -83,6 +83,7 @@ def test_every_ttl_is_set_at_once_and_what_did_not_change_is_the_same_object():
     again, changed = with_all_ttls(new, "1h")
     assert again is new and changed is False
     unmarked = body_with(0)
+    unmarked["system"][0]["cache_control"] = "ephemeral"  # not a marker object: nothing to set a ttl on
     assert with_all_ttls(unmarked, "1h") == (unmarked, False)
 
 
@@ -145,3 +146,10 @@ def test_a_copied_record_keeps_the_output_it_logged_and_drops_its_response():
     assert rec.extra == {"task": "t"} and rec.response == {"usage": usage}
     unlogged = copy_record(TraceRecord(id="r2", provider=None, started_at=0.0, request=None))
     assert (unlogged.request, unlogged.extra) == (None, {})
+    # a record of no named provider is read as Anthropic's usage; a copy of a copy keeps the first one's output
+    unnamed = copy_record(TraceRecord(id="r3", provider=None, started_at=0.0, request=body_with(0),
+                                      response={"usage": usage}))
+    assert unnamed.extra == {"output_tokens": 321}
+    again = copy_record(TraceRecord(id="r4", provider="anthropic", started_at=0.0, request=body_with(0),
+                                    response={"usage": {**usage, "output_tokens": 1}}, extra={"output_tokens": 321}))
+    assert again.extra == {"output_tokens": 321}
