@@ -22,7 +22,6 @@ from kvprobe.economics.attribution import attribute, top_blocks
 from kvprobe.economics.compaction import find_compactions
 from kvprobe.economics.tasks import Outcome, summarize_tasks
 from kvprobe.economics.tasks import overall as task_overall
-from kvprobe.forked import Forked, worth_forking
 from kvprobe.pricing import PriceBook
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
@@ -378,14 +377,15 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     else:
         sizer = BlockSizer()
         results = simulate(sks, store, sizer)
-    book = sizer.book_of(store) if fixes or predicted_only else None
+    book = sizer.book_of(store) if predicted_only else None
     if predicted_only:  # the simulation alone, on the sizes the logged usage settled (as what-if prices)
         results = simulate([without_usage(sk) for sk in sks], store, BlockSizer(book))
+    store.forget_blocks()  # every block is sized: nothing after this looks a block up by key
     price_results(results, prices)
     texts = TextSource(kept)
     fleet = find_shared_prefixes(results, texts, prices)  # reads no diagnosis
-    what_if = _diagnose_beside(results, (lambda: _what_if(kept, prices, sks, store, book, texts, fleet))
-                               if fixes else None)
+    what_if = _diagnose_beside(results, (lambda beside: _what_if(kept, prices, sks, store, book, texts, fleet,
+                                                                  beside)) if fixes else None)
     considered = len(results) + len(failed)
     if filters:
         results = [r for r in results if filters.keep(r)]
@@ -429,42 +429,33 @@ def _bill(results: list[RequestResult], misses: list[Miss], prices: PriceBook) -
     return build_bill(results, prices, wasted, SessionTitles({k: list(v) for k, v in sources.items()}))
 
 
-def _diagnose_beside(results: list[RequestResult], what_if: Callable[[], Any] | None) -> Any:
+def _diagnose_beside(results: list[RequestResult], what_if: Callable[[Callable[[], None]], Any] | None) -> Any:
     """Diagnose the results and compute the what-if (None when not asked). Neither reads the other's output:
-    on a large log with two cores, the diagnoses are made in a forked child while this process prices the
-    fixes; else one after the other."""
-    pending = Forked(lambda: _diagnosed(results)) if what_if is not None and worth_forking(len(results)) else None
-    if pending is None:
-        diagnose(results, _reread_factory())
-        return what_if() if what_if is not None else None
-    try:
-        found = what_if()  # type: ignore[misc]
-        ok, diagnosed = pending.result()
-    finally:
-        pending.close()
-    if ok and isinstance(diagnosed, list) and len(diagnosed) == len(results):
-        _take_diagnoses(results, diagnosed)
-    else:  # the child failed: diagnosed here (an error it met is raised here now)
-        diagnose(results, _reread_factory())
+    the diagnoses are made in this process while the what-if's pricing runs on the executor's workers (on a
+    large log, or a cluster), else before or after it. (A forked child that diagnosed beside the whole
+    what-if was retired: it copied most of the parsed log's pages — 210 MB of 1,063 on a 31,500-request
+    fleet — and took more CPU than it saved on two cores, docs/scale.md.)"""
+    done = False
+
+    def diagnosed() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            diagnose(results, _reread_factory())
+    if what_if is None:
+        diagnosed()
+        return None
+    found = what_if(diagnosed)
+    diagnosed()  # the what-if had nothing to price beside it
     return found
 
 
-def _diagnosed(results: list[RequestResult]) -> list[tuple[list, int, str]]:
-    """What the diagnose stage sets on each result, computed in a child process while this one prices fixes."""
-    diagnose(results, _reread_factory())
-    return [(r.diagnoses, r.ideal_read_tokens, r.write_kind) for r in results]
-
-
-def _take_diagnoses(results: list[RequestResult], found: list[tuple[list, int, str]]) -> None:
-    for r, (diagnoses, ideal, write_kind) in zip(results, found):
-        r.diagnoses, r.ideal_read_tokens, r.write_kind = diagnoses, ideal, write_kind
-
-
 def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,
-             book: Any, texts: TextSource, fleet: list) -> Any:
+             book: Any, texts: TextSource, fleet: list, beside: Callable[[], None]) -> Any:
+    """The fixes, priced on the report's sized skeletons (`book`: None unless the report is a prediction)."""
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet)
+    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet, beside=beside)
 
 
 def _add_fixes(rep: Report, what_if: Any) -> None:

@@ -111,3 +111,30 @@ def test_a_stopped_worker_costs_time_not_answers(tmp_path, deadline):
     assert (tmp_path / "3").exists(), "a worker did stop on unit 3"
     left = {p.pid for p in multiprocessing.active_children()} - before
     assert left == set(), "no stopped worker is left behind"
+
+
+@pytest.mark.parametrize(("wanted", "resident_kb", "available_kb", "workers"), [
+    (1, 536_000, 20_000_000, 1),  # a 31,500-request report on a 24 GB machine: its worker fits
+    (7, 536_000, 20_000_000, 7),  # eight cores: all seven
+    (7, 4_000_000, 20_000_000, 2),  # half of 20 GB holds two copies of 4 GB
+    (1, 15_000_000, 8_000_000, 0),  # a 1M-request fleet: no copy fits, the stage runs in this process
+    (1, 10_000_000, 20_000_000, 1),  # exactly half: fits
+    (1, 10_000_001, 20_000_000, 0),  # a kilobyte over: does not
+    (3, None, 20_000_000, 3), (3, 536_000, None, 3),  # no /proc: the CPUs decide
+])
+def test_workers_are_forked_only_where_their_copies_fit(wanted, resident_kb, available_kb, workers):
+    from kvprobe.run.room import room_for
+
+    assert room_for(wanted, resident_kb, available_kb) == workers
+
+
+def test_a_stage_runs_here_when_no_worker_fits(monkeypatch):
+    import kvprobe.run as run_module
+    import kvprobe.run.room as room
+
+    monkeypatch.setattr(run_module, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(room, "_kb", lambda path, field: 15_000_000 if field == "VmRSS:" else 8_000_000)
+    assert isinstance(run_module.current(parallel=True), InProcess)
+    monkeypatch.setattr(room, "_kb", lambda path, field: 500_000 if field == "VmRSS:" else 8_000_000)
+    executor = run_module.current(parallel=True)
+    assert isinstance(executor, LocalPool) and executor.workers == 3

@@ -1,6 +1,5 @@
-"""The report on two cores: diagnoses computed in a forked child and policy prices on the local pool
-(`kvprobe.run`) give the report one process computes alone, to the byte, and a child or worker that dies,
-fails or stops costs only time.
+"""The report on two cores: policy prices on the local pool (`kvprobe.run`) while this process diagnoses give
+the report one process computes alone, to the byte, and a worker that dies, fails or stops costs only time.
 
 The fleet is test_fleet_policies' first (40 sessions, three breakers, hand figures there); the threshold that
 keeps small logs in one process is lowered so that this one forks.
@@ -66,28 +65,37 @@ def _reaped(pid: int) -> bool:
 
 def test_forked_stages_give_the_same_report(records, one_process, forks):
     assert _report_json(records) == one_process
-    assert len(forks) >= 2  # the diagnoses and the policy prices each ran beside this process
+    assert len(forks) >= 1  # the policy prices ran beside this process
     assert json.loads(one_process)["fixes"], "the fleet has policies to price"
     assert all(_reaped(pid) for pid in forks)
 
 
-def test_a_child_that_dies_or_fails_changes_nothing(records, one_process, forks, monkeypatch):
+def test_a_worker_that_dies_changes_nothing(records, one_process, forks, monkeypatch):
     parent = os.getpid()
-    real_summarize, real_diagnosed = parallel.summarize, report_module._diagnosed
+    real_summarize = parallel.summarize
 
     def dies_in_child(pricer, policies):
         if os.getpid() != parent:
             os._exit(3)  # killed in the middle of its share: its sets are priced here
         return real_summarize(pricer, policies)
-
-    def fails_in_child(results):
-        if os.getpid() != parent:
-            raise RuntimeError("diagnosis failed in the child")
-        return real_diagnosed(results)
     monkeypatch.setattr(parallel, "summarize", dies_in_child)
-    monkeypatch.setattr(report_module, "_diagnosed", fails_in_child)
     assert _report_json(records) == one_process
-    assert len(forks) >= 2 and all(_reaped(pid) for pid in forks)
+    assert len(forks) >= 1 and all(_reaped(pid) for pid in forks)
+
+
+def test_the_diagnoses_run_here_while_the_workers_price(records, forks, monkeypatch):
+    """The report's diagnoses are this process's work while the pool prices (no process of their own), and
+    they are made once, before the policies' summaries are all in."""
+    parent, calls = os.getpid(), []
+    real_diagnose = report_module.diagnose
+
+    def recorded(results, reread):
+        calls.append(os.getpid())
+        return real_diagnose(results, reread)
+    monkeypatch.setattr(report_module, "diagnose", recorded)
+    rep = build_report([], records=records, fixes=True, prices=PriceBook())
+    assert calls == [parent]
+    assert rep.fixes and rep.misses and all(m.result.diagnoses for m in rep.misses)
 
 
 class Hung(BaseException):
@@ -108,10 +116,10 @@ def deadline():
 
 
 def test_a_stopped_child_costs_time_not_the_report(records, one_process, forks, monkeypatch, deadline):
-    """SIGSTOP on the child that diagnoses and on the workers that price: the report completes, computed here,
-    and equals the one-process one; no stopped process is left behind."""
+    """SIGSTOP on the workers that price: the report completes, computed here, and equals the one-process one;
+    no stopped process is left behind."""
     parent = os.getpid()
-    real_summarize, real_diagnosed = parallel.summarize, report_module._diagnosed
+    real_summarize = parallel.summarize
 
     def stops_in_child(real):
         def stopped(*args):
@@ -120,6 +128,5 @@ def test_a_stopped_child_costs_time_not_the_report(records, one_process, forks, 
             return real(*args)
         return stopped
     monkeypatch.setattr(parallel, "summarize", stops_in_child(real_summarize))
-    monkeypatch.setattr(report_module, "_diagnosed", stops_in_child(real_diagnosed))
     assert _report_json(records) == one_process
-    assert len(forks) >= 2 and all(_reaped(pid) for pid in forks)
+    assert len(forks) >= 1 and all(_reaped(pid) for pid in forks)

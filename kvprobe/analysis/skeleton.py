@@ -98,11 +98,17 @@ class BlockStore:
                     raw = count_block_text(block.text, block.meta, counter.encoding)
                     self.raw_by_body[block.body_hash] = raw
                 block.text = block.meta = ""  # the text is not needed again here; memory stays flat
-                block.path = intern(block.path)  # every session has a `messages[3].content[0]`: one string
+                # every session has a `messages[3].content[0]`, a `text` and a `user`: one string of each
+                block.path, block.kind, block.role = intern(block.path), intern(block.kind), intern(block.role)
                 self.blocks[block.cache_key], self.raw[block.cache_key] = block, raw
                 known = block
             shared.append(known)
         req.blocks = shared
+
+    def forget_blocks(self) -> None:
+        """Drop the tables by key and body once the log is sized (the blocks live on in the skeletons): what
+        prices sized skeletons afterwards needs only the counters. ~0.7 KB a request on a fleet."""
+        self.blocks, self.raw, self.raw_by_body = {}, {}, {}
 
     def settle(self, counts: dict[int, int]) -> None:
         """Put the counts of the pending blocks (by body hash) where placeholders stand."""

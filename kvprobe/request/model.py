@@ -129,7 +129,10 @@ def level_rank(level: str) -> int:
 
 
 def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: int = 0) -> None:
-    """Fill content_hash and cache_key of every block, chaining parent hash and block bytes.
+    """Fill body_hash, content_hash and cache_key of every block: each block's bytes are hashed once (its body
+    hash), and the chain runs over parent hash and body hash. An edit of a sized skeleton (whatif.reshape)
+    chains a block's new content the same way, so an untouched request and an edited one with the same content
+    have the same keys without chaining the log a second time.
 
     Blocks before `start` are already hashed under the same parameters (a prefix reused from another
     request): the chain continues from the last of them.
@@ -146,14 +149,15 @@ def chain_hashes(blocks: list[Block], params: dict[str, IdentityParam], start: i
         payload = (block.kind + "\0" + block.role + "\0" + block.meta + "\0" + block.text).encode(
             "utf-8", "surrogatepass")
         block.body_hash = xxhash.xxh3_64_intdigest(payload)
-        content = xxhash.xxh3_128_digest(parent_content + payload)
+        body = block.body_hash.to_bytes(8, "big")
+        content = xxhash.xxh3_128_digest(parent_content + body)
         rank = level_rank(block.level)
         salt = b""
         for r in range(rank + 1):  # mix each level's parameters in at the first block at or after it
             if r not in seen_ranks:
                 seen_ranks.add(r)
                 salt += salts.get(r, b"")
-        key = xxhash.xxh3_128_digest(parent_key + salt + payload)
+        key = xxhash.xxh3_128_digest(parent_key + salt + body)
         block.content_hash = int.from_bytes(content, "big")
         block.cache_key = int.from_bytes(key, "big")
         parent_content, parent_key = content, key

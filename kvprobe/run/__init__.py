@@ -3,8 +3,9 @@ in unit order, in this process, on a local process pool, or on a Dask cluster (d
 
 It knows nothing of the analysis (tests/test_pipeline_layers.py keeps it so): the stages own their unit
 functions and import this package. A stage asks `current(parallel=...)` for the executor: the one a caller
-set with `using` (the command line's `--cluster`), else a pool sized to the usable CPUs when the stage says
-its work is large enough to pay for processes, else this process.
+set with `using` (the command line's `--cluster`), else a pool sized to the usable CPUs (and to the memory
+its forked workers may copy, `room`) when the stage says its work is large enough to pay for processes, else
+this process.
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ def current(parallel: bool) -> Executor:
         return chosen
     if parallel and usable_cpus() >= 2:
         from kvprobe.run.pool import LocalPool
+        from kvprobe.run.room import workers_with_room
 
-        return LocalPool()
+        workers = workers_with_room(usable_cpus() - 1)  # the caller computes too
+        if workers:
+            return LocalPool(workers)
     return InProcess()
 
 

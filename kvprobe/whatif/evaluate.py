@@ -15,6 +15,7 @@ is chosen by simulating the subsets; the others are kept as alternatives with th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -32,7 +33,6 @@ from kvprobe.whatif.domains import add_spans, domains_of
 from kvprobe.whatif.parallel import Summary, price_sets, summary_of
 from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy, by_session
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
-from kvprobe.whatif.reshape import canonical
 from kvprobe.whatif.propose_fleet import propose_fleet
 from kvprobe.whatif.propose_marks import propose_marks
 from kvprobe.whatif.propose_timing import (propose_keep_alive, propose_longer_lifetime, propose_lookback,
@@ -53,7 +53,9 @@ class Prepared:
 
     store: BlockStore
     skeletons: list[Skeleton]
-    book: SizeBook
+    # the sizes by key and by body, for records rendered again (`simulate_records`); None where none will be
+    # (the report's what-if prices sized skeletons: a second table of every block's size is ~0.3 KB a request)
+    book: SizeBook | None
     results: list[RequestResult] | None = None  # its simulation, when no report holds it (fleet findings)
 
 
@@ -95,7 +97,7 @@ class Pricer:
 
     def __init__(self, records: list[TraceRecord] | None, prices: PriceBook, prepared: Prepared) -> None:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
-        self.base_sks = canonical([without_usage(sk) for sk in prepared.skeletons])
+        self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
         self.base_sessions = {s: _cost(rs) for s, rs in by_session(self.baseline).items()}
         self.base_ie, self.base_usd = _cost(self.baseline)
@@ -189,16 +191,18 @@ class Pricer:
 
     def simulate_records(self, records: list[TraceRecord]) -> list[RequestResult]:
         """A whole trace rendered again and simulated on the baseline's sizes."""
+        assert self.book is not None, "prepared without its sizes by key: `prepare` keeps them"
         results = simulate(list(skeletons(records, self.store, use_observed=False)), self.store,
                            BlockSizer(self.book), ideal=False)
         price_results(results, self.prices)
         return results
 
 
-def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int, ...]]) -> dict[int, Summary]:
+def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int, ...]],
+                beside: Callable[[], None] | None = None) -> dict[int, Summary]:
     """Each policy priced alone (on top of the ones it requires). The ones others start from, and those on top
-    of them, are priced here; the rest are shared with a child process on the second core when the log is large
-    enough (`parallel`)."""
+    of them, are priced here; the rest go to the executor's workers when the log is large enough (`parallel`),
+    and `beside` (the caller's own work: the report's diagnoses) runs here meanwhile."""
     independent = [p for p in proposed if not p.requires and (id(p),) not in required]
     summaries: dict[int, Summary] = {}
 
@@ -209,6 +213,8 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 summaries[id(policy)] = summary_of(pricer, p)
                 if (id(policy),) in required:
                     pricer.kept[(id(policy),)] = p
+        if beside is not None:
+            beside()
     for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], dependent)):
         summaries[id(policy)] = s
     return summaries
@@ -311,9 +317,11 @@ def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fl
 
 
 def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[str] | None = None,
-             prepared: Prepared | None = None, texts: TextSource | None = None, fleet: list | None = None) -> WhatIf:
+             prepared: Prepared | None = None, texts: TextSource | None = None, fleet: list | None = None,
+             beside: Callable[[], None] | None = None) -> WhatIf:
     """records: the trace's records in input order when the caller holds them (needed to write `fix`'s
-    output); without them, the few texts a proposal reads are re-read from the skeletons' lines."""
+    output); without them, the few texts a proposal reads are re-read from the skeletons' lines. `beside`:
+    work of the caller's that this process does while the policies are priced elsewhere (called once)."""
     if prepared is None:
         assert records is not None
         prepared = prepare(records)
@@ -324,7 +332,7 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     proposed = propose(pricer, texts, kinds, fleet)
     required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
     pricer.keep_reshaped = required  # a policy priced on top of others starts from their edited log
-    summaries = _price_each(pricer, proposed, required)
+    summaries = _price_each(pricer, proposed, required, beside)
     priced, on_top = [], []
     for policy in proposed:
         s = summaries[id(policy)]

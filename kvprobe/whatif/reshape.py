@@ -8,9 +8,9 @@ would cost a parse per policy; instead the sized skeletons of the anchored pass 
 * an identity parameter changes: the blocks from the level it invalidates are chained again with its salt;
 * breakpoints, TTLs, start times change, or requests are added (keep-alive pings, a warm-up).
 
-Chaining uses each block's body hash (content alone, computed when the text was rendered): equal content
-after an edit gives equal keys, whatever it was before. Every skeleton is chained that way first (`canonical`), so
-edited and untouched requests compare. An edit is a function of the prefix it edits, and a block's old cache
+Chaining uses each block's body hash (content alone, computed when the text was rendered), as the parse
+chains every block (`request.model.chain_hashes`): equal content after an edit gives equal keys, whatever it
+was before, and edited and untouched requests compare. An edit is a function of the prefix it edits, and a block's old cache
 key names that whole prefix, so new blocks are memoized by (edit variant, old key): every
 unique block of the log is chained once per application of a policy, however many requests repeat it.
 """
@@ -130,20 +130,6 @@ def _salts(params: dict[str, IdentityParam]) -> dict[int, bytes]:
             _SALTS.clear()
         found = _SALTS[key] = level_salts(params)
     return found
-
-
-def canonical(sks: list[Skeleton]) -> list[Skeleton]:
-    """The skeletons with every block chained the way edits chain them (on body hashes), so an edited
-    request and an untouched one with the same content have the same keys."""
-    chainer, out = Chainer(), []
-    for sk in sks:
-        req = sk.request
-        if req is None or not req.blocks:
-            out.append(sk)
-            continue
-        blocks = chainer.rechain(req.blocks, 0, req.params, "canonical")
-        out.append(with_request(sk, with_blocks(req, blocks), observed=sk.observed))
-    return out
 
 
 def salt_at(req: RenderedRequest, i: int) -> bytes:
