@@ -12,7 +12,7 @@ import pytest
 from kvprobe.analysis.skeleton import BlockStore, skeletons
 from kvprobe.catalog import rules_for
 from kvprobe.trace import TraceRecord
-from kvprobe.whatif.domains import domains_of, life_in_force
+from kvprobe.whatif.domains import add_spans, domains_of, life_in_force
 
 
 def claude(*ttls: str | None) -> dict:
@@ -36,6 +36,12 @@ def claude(*ttls: str | None) -> dict:
     (TraceRecord(id="f", provider="gemini", started_at=0.0, endpoint="/v1beta/models/gemini-2.5-pro:generateContent",
                  request={"cachedContent": "cachedContents/abc", "contents": [{"role": "user", "parts": [
                      {"text": "hi"}]}]}), math.inf),  # a named cache lives until its own TTL
+    (TraceRecord(id="h", provider="openai", started_at=0.0, endpoint="/v1/responses", request={
+        "model": "gpt-5.6-sol", "prompt_cache_key": "repo-42", "input": [
+            {"role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent. " * 400,
+                                               "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "go"}]}]}),
+     1_800.0),  # GPT-5.6's managed breakpoint has no TTL of its own: the default, 30 minutes
     (TraceRecord(id="g", provider="anthropic", started_at=0.0,
                  response={"usage": {"input_tokens": 5, "output_tokens": 1}}), 0.0),  # no body: nothing simulated
 ])
@@ -63,3 +69,16 @@ def test_span_order_does_not_matter():
     spans = {("late", "k"): [500.0, 800.0], ("early", "k"): [0.0, 600.0], ("alone", "k"): [900.0, 950.0]}
     assert domains_of({"late"}, spans) == {"early", "late"}
     assert domains_of({"alone"}, spans) == {"alone"}
+
+
+def test_a_sessions_span_runs_from_its_first_start_to_its_last_start_plus_the_lifetime_per_first_block():
+    records = [TraceRecord(id="u", provider="anthropic", started_at=0.0, session="s",
+                           response={"usage": {"input_tokens": 5, "output_tokens": 1}}),  # no body: no span
+               TraceRecord(id="a", provider="anthropic", started_at=100.0, session="s", request=claude(None, "")),
+               TraceRecord(id="b", provider="anthropic", started_at=250.0, session="s", request=claude(None, "")),
+               TraceRecord(id="c", provider="anthropic", started_at=200.0, session="t", request=claude("", "1h"))]
+    spans = add_spans(list(skeletons(records, BlockStore())), {})
+    assert sorted((session, span) for (session, _), span in spans.items()) == [
+        ("s", [100.0, 550.0]),  # a at 100 s to b at 250 s + 300 s
+        ("t", [200.0, 3_800.0])]  # 1h entries
+    assert len({key for _, key in spans}) == 1  # one first block: the same system text
