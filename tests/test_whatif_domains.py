@@ -77,8 +77,11 @@ def test_a_sessions_span_runs_from_its_first_start_to_its_last_start_plus_the_li
                TraceRecord(id="a", provider="anthropic", started_at=100.0, session="s", request=claude(None, "")),
                TraceRecord(id="b", provider="anthropic", started_at=250.0, session="s", request=claude(None, "")),
                TraceRecord(id="c", provider="anthropic", started_at=200.0, session="t", request=claude("", "1h"))]
-    spans = add_spans(list(skeletons(records, BlockStore())), {})
-    assert sorted((session, span) for (session, _), span in spans.items()) == [
-        ("s", [100.0, 550.0]),  # a at 100 s to b at 250 s + 300 s
-        ("t", [200.0, 3_800.0])]  # 1h entries
-    assert len({key for _, key in spans}) == 1  # one first block: the same system text
+    records[3].request["messages"][0]["content"][0]["text"] = "another task " * 300
+    sks = list(skeletons(records, BlockStore()))
+    for given in (sks, sks[::-1]):  # in start order or not
+        spans = add_spans(given, {})
+        assert sorted((session, span) for (session, _), span in spans.items()) == [
+            ("s", [100.0, 550.0]),  # a at 100 s to b at 250 s + 300 s
+            ("t", [200.0, 3_800.0])]  # 1h entries
+        assert len({key for _, key in spans}) == 1  # one first block (the same system text), whatever follows it
