@@ -394,3 +394,18 @@ def test_after_a_turns_reasoning_is_dropped_only_what_preceded_it_is_a_level_lef
     d = the_cause(rows["cdx-turns#9"])
     assert (d["kind"], d.get("writer_id")) == (kind, writer)
     assert rows["cdx-turns#9"]["missed_read_tokens"] == 30_080 - read  # #8 left 30,080 (its read)
+
+
+@pytest.mark.parametrize("elsewhere", [(), (rec("o1", 0, read=0, write=10_000, session="o"),
+                                            rec("o2", 10, read=4_000, write=6_003, session="o"))])
+def test_a_prompt_cut_before_the_compaction_that_shows_the_tools_system_size_is_priced_on_it(tmp_path, elsewhere):
+    # c's prompt is cut to 3,003 tokens (under b's 12,000); d compacts and reads 2,500: the session's tools+system
+    # size. That level was reusable at c too, which read 1,000 of it: 1,500 missed, whether or not a request of
+    # another session (o2: 4,000 of 10,000) fell short
+    rows = report(tmp_path, *OPENING, rec("c", 20, read=1_000, write=2_000),
+                  rec("d", 30, read=2_500, write=9_000, events=[{"kind": "compaction"}]), *elsewhere)
+    assert (rows["c"]["missed_read_tokens"], rows["c"]["ideal_read_tokens"]) == (1_500, 2_500)
+    assert the_cause(rows["c"])["detail"] == (
+        "the read fell from 12,000 to 1,000 tokens (10s after b, after the prompt shrank (its history was cut)), "
+        f"{NOTHING_SAYS_WHY}")
+    assert rows["d"]["diagnoses"] == [] and rows["d"]["missed_read_tokens"] == 0
