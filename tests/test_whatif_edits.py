@@ -60,7 +60,11 @@ def test_a_mark_without_a_ttl_is_the_default_lifetime_and_the_original_is_not_to
 
 @pytest.mark.parametrize("marks, extra, placed", [
     (3, {"cache_control": dict(EPH)}, False),  # automatic caching's top-level marker counts: 3 + 1 = 4
+    (2, {"cache_control": dict(EPH)}, True),  # ... once: 2 + 1 = 3
     (4, {"system": "You are terse."}, True),  # a system string holds no marker: 4 - 1 = 3
+    (1, {"system": None}, True),  # no system at all: the tool's marker only
+    (3, {"system": [{"type": "text", "text": "You are terse.", "cache_control": dict(EPH)},
+                    {"type": "text", "text": "Unmarked."}, "not a block"]}, True),  # unmarked parts count nothing
 ])
 def test_every_marker_counts_toward_the_limit_wherever_it_sits(marks, extra, placed):
     body = {**body_with(marks), **extra}
@@ -117,6 +121,9 @@ def test_the_warm_up_request_ends_at_the_shared_blocks_user_turn_marked_and_answ
     assert original == before
     assert out == {**before, "max_tokens": 1,
                    "messages": [{"role": "user", "content": [{"type": "text", "text": "one", "cache_control": EPH}]}]}
+    second = truncated_through(original, "messages[0].content[1]")  # both blocks kept, the second marked
+    assert second["messages"] == [{"role": "user", "content": [{"type": "text", "text": "one"},
+                                                               {"type": "text", "text": "two", "cache_control": EPH}]}]
     whole = truncated_through(original, "messages[2]")  # a turn's path: the whole turn, its first block marked
     assert whole["messages"] == [*before["messages"][:2],
                                  {"role": "user", "content": [{"type": "text", "text": "three", "cache_control": EPH}]}]
@@ -153,3 +160,8 @@ def test_a_copied_record_keeps_the_output_it_logged_and_drops_its_response():
     again = copy_record(TraceRecord(id="r4", provider="anthropic", started_at=0.0, request=body_with(0),
                                     response={"usage": {**usage, "output_tokens": 1}}, extra={"output_tokens": 321}))
     assert again.extra == {"output_tokens": 321}
+    # Gemini logs usageMetadata: its output is candidatesTokenCount, read by the record's own provider
+    gemini = copy_record(TraceRecord(id="g1", provider="gemini", started_at=0.0, request={"contents": []},
+                                     response={"usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 77,
+                                                                 "totalTokenCount": 977}}))
+    assert gemini.extra == {"output_tokens": 77}
