@@ -153,10 +153,13 @@ def test_a_copied_record_keeps_the_output_it_logged_and_drops_its_response():
     assert rec.extra == {"task": "t"} and rec.response == {"usage": usage}
     unlogged = copy_record(TraceRecord(id="r2", provider=None, started_at=0.0, request=None))
     assert (unlogged.request, unlogged.extra) == (None, {})
-    # a record of no named provider is read as Anthropic's usage; a copy of a copy keeps the first one's output
+    # a record of no named provider is read by its usage's own shape; a copy of a copy keeps the first output
     unnamed = copy_record(TraceRecord(id="r3", provider=None, started_at=0.0, request=body_with(0),
                                       response={"usage": usage}))
     assert unnamed.extra == {"output_tokens": 321}
+    unnamed = copy_record(TraceRecord(id="r5", provider=None, started_at=0.0, request={"contents": []},
+                                      response={"usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 77}}))
+    assert unnamed.extra == {"output_tokens": 77}  # Gemini's: read as Anthropic's it was 0
     again = copy_record(TraceRecord(id="r4", provider="anthropic", started_at=0.0, request=body_with(0),
                                     response={"usage": {**usage, "output_tokens": 1}}, extra={"output_tokens": 321}))
     assert again.extra == {"output_tokens": 321}
