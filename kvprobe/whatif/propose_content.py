@@ -226,10 +226,13 @@ def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed:
     addressed = [sk.id for sk in scope if sk.id in diagnosed and any(
         d.kind == "prefix_changed" and d.path == path for d in diagnosed[sk.id].diagnoses)]
     sessions = {sk.session for sk in scope}
+    addressed_set = set(addressed)  # (a list's `in` made this quadratic: hours at a million requests)
     for f in fleet:  # across sessions: each session's first request wrote what the others' entries held
         if f.breaks_at == path and f.breaker == "volatile span":
-            firsts = _first_requests(v.carriers, set(f.sessions))
-            addressed += [i for i in firsts[1:] if i not in addressed]
+            for i in _first_requests(v.carriers, set(f.sessions))[1:]:
+                if i not in addressed_set:
+                    addressed_set.add(i)
+                    addressed.append(i)
     agents = sorted({sk.agent for sk in scope})
     unit = "line(s)" if any("\n" in template.reference[lo:hi] or lo == 0 for lo, hi in template.spans) \
         and all(_whole_line(template.reference, lo, hi) for lo, hi in template.spans) else "span(s)"
@@ -237,7 +240,6 @@ def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed:
               f"to after the last breakpoint (the end of the last user message), in all "
               f"{plural(len(scope), 'request')} that carry it ({plural(len(members), 'version')}"
               f"; agents: {', '.join(agents)})")
-    addressed_set = set(addressed)
     policy = Policy("stabilize_prefix", f"{path}#{min(members)}", detail, addressed, sessions, move.reshape,
                     move.rewrite, cause_sessions=len({sk.session for sk in scope if sk.id in addressed_set}),
                     extra={"path": path, "unit": "line" if unit == "line(s)" else "span",
