@@ -183,7 +183,8 @@ def find_template(versions: list[str], counts: Counter | None = None) -> Templat
     if len(distinct) < 2:
         return None
     counts = counts or Counter(versions)
-    ref = max(distinct, key=lambda t: (counts[t], distinct.index(t)))  # ties: the newest version
+    # ties: the newest version (the index rides along: a list's `index` per version was quadratic)
+    ref = max(enumerate(distinct), key=lambda it: (counts[it[1]], it[0]))[1]
     holes = {_version_id(t): _holes(ref, t) for t in distinct}
     spans = _merge([(h[0], h[1]) for hs in holes.values() for h in hs])
     changed = sum(hi - lo for lo, hi in spans)
