@@ -41,8 +41,13 @@ FOCUS = {
                            "tests/test_economics.py", "tests/test_rules_2026.py",
                            "tests/test_price_book.py"],
     "kvprobe/whatif": ["tests/test_whatif.py", "tests/test_fleet_names.py", "tests/test_fleet_policies.py",
-                       "tests/test_multiagent_session.py", "tests/test_keep_alive.py"],
-    "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py"],
+                       "tests/test_multiagent_session.py", "tests/test_keep_alive.py",
+                       "tests/test_whatif_edits.py", "tests/test_whatif_policies.py",
+                       "tests/test_whatif_domains.py"],
+    "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py",
+                                       "tests/test_rebuilt_history.py", "tests/test_streams_per_model.py",
+                                       "tests/test_agent_advice.py", "tests/test_usage_only_causes.py",
+                                       "tests/test_codex_turns.py"],
 }
 NAME = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+)$")
 

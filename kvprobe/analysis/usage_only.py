@@ -132,7 +132,7 @@ class UsageOnly:
         self.levels = levels if levels is not None else Levels()
         self.learning = learning
         self.streams: dict[tuple[str, str], _Stream] = {}
-        self.drops = 0
+        self.unsettled = 0  # requests a level learned later can explain again: short reads, cut prompts
 
     def step(self, r: "RequestResult") -> None:
         """Set the request's ideal read, write kind and diagnoses."""
@@ -143,17 +143,17 @@ class UsageOnly:
         first = stream.last is None
         events = events_of(sk.extra)
         compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
-        dropped = _explain(r, stream, events, self.levels)
+        dropped, on_level = _explain(r, stream, events, self.levels)
         r.write_kind = _write_kind(r)
-        self.drops += dropped
+        self.unsettled += dropped or on_level
         if self.learning:
             self.levels.learn(r, first, compacted, dropped)
         stream.update(r)
 
     def revisit(self, results: list["RequestResult"]) -> None:
         """Explain the usage-only requests again, with every level the whole trace shows (start order)."""
-        if not self.drops:
-            return  # nothing fell short: no level learned later can change a diagnosis
+        if not self.unsettled:
+            return  # nothing fell short or rested on the tools+system level: a level learned later changes nothing
         again = UsageOnly(self.levels, learning=False)
         for r in results:
             if r.sk.request is None:
@@ -166,8 +166,10 @@ def _write_kind(r: "RequestResult") -> str:
     return kind(r.usage, r.ideal_read_tokens, tolerance(r.rules))
 
 
-def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], levels: Levels) -> bool:
-    """Set r.ideal_read_tokens and r.diagnoses; True when the read fell short of what was cached."""
+def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
+             levels: Levels) -> tuple[bool, bool]:
+    """Set r.ideal_read_tokens and r.diagnoses; (whether the read fell short of what was cached, whether the
+    ideal rests on the tools+system level known so far)."""
     sk, usage = r.sk, r.usage
     r.diagnoses = []
     base, switched, own = _base(r, stream)
@@ -175,27 +177,28 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]], 
         r.ideal_read_tokens = 0
         if switched is not None:
             r.diagnoses = [_model_switch(r, switched, own)]
-        return False
+        return False, False
     ideal = min(_extent(base), usage.input_tokens)
     compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
     shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
     changed_at = change_position(r, base, stream.scale)
+    on_level = False  # the ideal is the tools+system level known so far
     if changed_at is not None and not compacted:  # the transcript shows where: the prefix before it is reusable
         ideal = min(max(changed_at, usage.cache_read_tokens), ideal)
     elif compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
-        ideal = min(levels.tools_system(r) or usage.cache_read_tokens, usage.input_tokens)
+        ideal, on_level = min(levels.tools_system(r) or usage.cache_read_tokens, usage.input_tokens), True
     r.ideal_read_tokens = ideal
     reported = sk.observed.miss_reason if sk.observed else None
     if reported:
         r.diagnoses = [_with_missed(r, from_provider_reason(reported, sk.extra.get("reported_missed_tokens")))]
-        return usage.cache_read_tokens < ideal
+        return usage.cache_read_tokens < ideal, on_level
     if usage.cache_read_tokens + estimate_noise(r) >= ideal:
         r.ideal_read_tokens = min(ideal, max(usage.cache_read_tokens, 0))  # within the noise: not a miss
-        return False
+        return False, on_level
     d = _shortfall(r, base, stream, events, levels, compacted or shrank)
     if d is not None:
         r.diagnoses = [_with_missed(r, d)]
-    return True
+    return True, on_level
 
 
 def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
@@ -292,7 +295,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kind, param = ("params_changed", "reasoning effort") if _effort_only(events) else ("prefix_changed", None)
     return Diagnosis(kind, detail, path=path if kind == "prefix_changed" else None, token_position=read,
                      param=param, triggers=kinds or None,
-                     advice=_TRIGGER_ADVICE.get(kinds[0], _LEVEL_ADVICE) if kinds else _LEVEL_ADVICE,
+                     advice=_TRIGGER_ADVICE[kinds[0]] if kinds else _LEVEL_ADVICE,
                      evidence="log_events" if triggers else "read_level")
 
 
@@ -343,11 +346,9 @@ def _trigger_words(e: dict[str, Any]) -> str:
     if kind == "tool_first_used":
         return f"a tool not used before in this session appeared ({e.get('name')}): the tool list may have changed"
     if kind == "command":
-        return f"the {e.get('name') or 'a'} command ran"
+        return f"the {e['name']} command ran" if e.get("name") else "a command ran"  # not "the a command"
     if kind == "settings_changed":
         return f"settings changed ({', '.join(map(str, e.get('settings') or [])) or 'unnamed'})"
-    if kind == "compaction":
-        return "the history was compacted"
     return _TRIGGER_PLAIN[kind]
 
 

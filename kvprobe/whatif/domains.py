@@ -69,9 +69,8 @@ def domains_of(changed: set[str], spans: Spans) -> set[str]:
             s = parent[s]
         return s
     by_key: dict[Hashable, list[tuple[float, float, str]]] = {}
-    for (session, key), (lo, hi) in spans.items():
+    for (session, key), (lo, hi) in spans.items():  # a session joined to none is returned only when changed
         by_key.setdefault(key, []).append((lo, hi, session))
-        find(session)
     for group in by_key.values():
         group.sort()
         reach, owner = -math.inf, None

@@ -26,7 +26,7 @@ def copy_record(rec: TraceRecord, **changes: Any) -> TraceRecord:
     """
     extra = dict(rec.extra)
     if rec.usage is not None:  # the answer is not what a fix changes: its output is kept for pricing
-        extra.setdefault("output_tokens", normalize_usage(rec.provider or "anthropic", rec.usage).output_tokens)
+        extra.setdefault("output_tokens", normalize_usage(rec.provider, rec.usage).output_tokens)
     if "request" not in changes:
         changes["request"] = dict(rec.request) if rec.request is not None else None
     return replace(rec, response=None, extra=extra, **changes)
