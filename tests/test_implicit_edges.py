@@ -23,7 +23,7 @@ import pytest
 from kvprobe.catalog import rules_for
 from kvprobe.sim import PrefixCache
 from kvprobe.sim.implicit import ttl_table
-from test_openai_breakpoints import chat, sized
+from test_openai_breakpoints import OneCache, chat, evidence, sized
 
 FLASH = "/v1beta/models/gemini-2.5-flash:generateContent"
 SYSTEM, QUESTION = "systemInstruction.parts[0]", "contents[0].parts[0]"
@@ -36,19 +36,6 @@ def gemini(question: str, system: int, asked: int = 10):
     return sized(body, [system, asked], endpoint=FLASH)
 
 
-class Cache:
-    def __init__(self) -> None:
-        self.cache = PrefixCache()
-
-    def send(self, req, at: float, rid: str, readable_at: float | None = None):
-        rules = rules_for(req.provider, req.model, None, req.cache_mode)
-        return self.cache.process(req, rules, rid, at, at + 1 if readable_at is None else readable_at)
-
-
-def evidence(pred) -> list[tuple]:
-    return [(e.kind, e.block_index, e.seconds_past, e.writer_id) for e in pred.evidence]
-
-
 # --- the minimum and the step -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("system, first_fresh, read, fresh", [(1, 11, 0, 13), (2_047, 2_057, 0, 2_059),
@@ -56,7 +43,7 @@ def evidence(pred) -> list[tuple]:
 def test_a_shared_prefix_is_read_from_the_minimum_token_by_token(system, first_fresh, read, fresh):
     """Gemini 2.5 Flash: minimum 2,048, no rounding. The second request shares the system instruction only:
     below the minimum the evidence says how long it was."""
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     first = cache.send(gemini("Review PR 1.", system), 0, "g1")
     second = cache.send(gemini("Review PR 2.", system, asked=12), 60, "g2")
     assert (first.cache_read_tokens, first.fresh_input_tokens, first.evidence) == (0, first_fresh, [])
@@ -77,7 +64,7 @@ def test_a_shared_prefix_is_read_from_the_minimum_token_by_token(system, first_f
     (sized(chat("kimi-k3", "Hi"), [700, 300]), 999, 1),
 ], ids=["gemini", "deepseek", "moonshot-one-token", "moonshot"])
 def test_the_same_request_again_reads_all_but_its_last_token(req, read, fresh):
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(req, 0, "r1")
     again = cache.send(req, 60, "r2")
     assert (again.cache_read_tokens, again.fresh_input_tokens) == (read, fresh)
@@ -88,7 +75,7 @@ def test_the_same_request_again_reads_all_but_its_last_token(req, read, fresh):
 
 @pytest.mark.parametrize("at, read, past", [(3_599, 3_000, None), (3_600, 0, 0), (3_601, 0, 1)])
 def test_a_prefix_is_kept_an_hour_after_its_last_use(at, read, past):
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(gemini("Review PR 1.", 3_000), 0, "g1")
     late = cache.send(gemini("Review PR 2.", 3_000), at, "g2")
     assert (late.cache_read_tokens, late.fresh_input_tokens) == (read, 3_010 - read)
@@ -104,7 +91,7 @@ def test_a_prefix_another_request_used_outlives_the_longer_one_stored_with_it():
     """g1 at 0 s stores the system instruction and question 1 (kept until 3,600 s); g2 at 3,000 s asks another
     question: it reads the system instruction and keeps it until 6,600 s. g1's request again at 4,000 s: its
     question expired 400 s before, the 3,000-token system instruction is read."""
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(gemini("Review PR 1.", 3_000), 0, "g1")
     assert cache.send(gemini("Review PR 2.", 3_000), 3_000, "g2").cache_read_tokens == 3_000
     again = cache.send(gemini("Review PR 1.", 3_000), 4_000, "g3")
@@ -118,7 +105,7 @@ def test_a_prefix_another_request_used_outlives_the_longer_one_stored_with_it():
 @pytest.mark.parametrize("at, read", [(29, 0), (30, 3_000), (31, 3_000)])
 def test_a_prefix_is_readable_once_the_request_storing_it_has_finished(at, read):
     """g1 starts at 0 s and finishes at 30 s."""
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(gemini("Review PR 1.", 3_000), 0, "g1", readable_at=30)
     second = cache.send(gemini("Review PR 2.", 3_000), at, "g2")
     assert second.cache_read_tokens == read
@@ -131,7 +118,7 @@ def test_storing_a_live_prefix_again_keeps_it_readable_from_the_first_store():
     """g1 (0 s, finished at 5 s) stores the system instruction and question 1; g2 at 10 s asks question 2 and
     runs until 60 s. g3 at 20 s sends g2's request: the system instruction is readable (since 5 s: g2 storing
     it again does not hide it), g2's question is not yet."""
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(gemini("Review PR 1.", 3_000), 0, "g1", readable_at=5)
     cache.send(gemini("Review PR 2.", 3_000), 10, "g2", readable_at=60)
     third = cache.send(gemini("Review PR 2.", 3_000), 20, "g3")
@@ -142,7 +129,7 @@ def test_storing_a_live_prefix_again_keeps_it_readable_from_the_first_store():
 def test_a_prefix_stored_again_after_it_expired_is_readable_only_from_the_new_store():
     """g1 at 0 s (finished at 5 s) keeps the prefix until 3,600 s. g2 at exactly 3,600 s finds it gone and
     stores it again, finishing at 3,650 s: g3 at 3,610 s can read nothing yet."""
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(gemini("Review PR 1.", 3_000), 0, "g1", readable_at=5)
     assert cache.send(gemini("Review PR 1.", 3_000), 3_600, "g2", readable_at=3_650).cache_read_tokens == 0
     third = cache.send(gemini("Review PR 1.", 3_000), 3_610, "g3")
@@ -166,7 +153,7 @@ def own_rules(tmp_path, monkeypatch, provider: str, prefix: str, **rules) -> Non
 @pytest.mark.parametrize("at, read", [(599, 1_001), (600, 0)])
 def test_rules_naming_no_retention_minimum_or_step_keep_a_whole_prefix_10_minutes(tmp_path, monkeypatch, at, read):
     own_rules(tmp_path, monkeypatch, "xai", "grok")
-    cache = Cache()
+    cache = OneCache(PrefixCache())
     cache.send(sized(chat("grok-4", "Q1"), [1_001, 5]), 0, "x1")
     assert cache.send(sized(chat("grok-4", "Q2"), [1_001, 6]), at, "x2").cache_read_tokens == read
 
@@ -179,7 +166,7 @@ def test_a_retention_table_is_read_at_the_named_retention_else_its_shortest(tmp_
     own_rules(tmp_path, monkeypatch, "openai", "gpt-", retention_seconds={"in_memory": 600, "24h": 86_400},
               **named)
     for at, read in ((kept - 1, 2_000), (kept, 0)):
-        cache = Cache()
+        cache = OneCache(PrefixCache())
         cache.send(sized(chat("gpt-4.1", "Q1"), [2_000, 5]), 0, "o1")
         assert cache.send(sized(chat("gpt-4.1", "Q2"), [2_000, 6]), at, "o2").cache_read_tokens == read
 

@@ -42,6 +42,22 @@ class Sim:
         return cache.process(req, rules, rid, at, at + 1)
 
 
+class OneCache:
+    """Requests through one given cache (its evidence on), the start time and readable time given."""
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+
+    def send(self, req, at: float, rid: str, readable_at: float | None = None):
+        rules = rules_for(req.provider, req.model, None, req.cache_mode)
+        return self.cache.process(req, rules, rid, at, at + 1 if readable_at is None else readable_at)
+
+
+def evidence(pred) -> list[tuple]:
+    """What a prediction's evidence says, field by field."""
+    return [(e.kind, e.block_index, e.seconds_past, e.writer_id) for e in pred.evidence]
+
+
 def responses(user: str, model: str = "gpt-5.6-sol", dev_marker: bool = False, mode: str | None = None,
               history: list | None = None, dev_text: str = DEV) -> dict:
     dev = {"type": "input_text", "text": dev_text}
