@@ -435,19 +435,12 @@ def _diagnose_beside(results: list[RequestResult], what_if: Callable[[Callable[[
     large log, or a cluster), else before or after it. (A forked child that diagnosed beside the whole
     what-if was retired: it copied most of the parsed log's pages — 210 MB of 1,063 on a 31,500-request
     fleet — and took more CPU than it saved on two cores, docs/scale.md.)"""
-    done = False
-
     def diagnosed() -> None:
-        nonlocal done
-        if not done:
-            done = True
-            diagnose(results, _reread_factory())
+        diagnose(results, _reread_factory())
     if what_if is None:
         diagnosed()
         return None
-    found = what_if(diagnosed)
-    diagnosed()  # the what-if had nothing to price beside it
-    return found
+    return what_if(diagnosed)  # the what-if calls it once, while (or where) it prices
 
 
 def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,

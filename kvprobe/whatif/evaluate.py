@@ -206,7 +206,7 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
     independent = [p for p in proposed if not p.requires and (id(p),) not in required]
     summaries: dict[int, Summary] = {}
 
-    def dependent() -> None:
+    def here() -> None:  # this process's share while the workers price: sets others start from, and `beside`
         for policy in proposed:
             if policy.requires or (id(policy),) in required:
                 p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
@@ -215,7 +215,7 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                     pricer.kept[(id(policy),)] = p
         if beside is not None:
             beside()
-    for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], dependent)):
+    for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
         summaries[id(policy)] = s
     return summaries
 
