@@ -94,6 +94,14 @@ def gpt_pause(gap: float, tokens: int = 2_000) -> list[TraceRecord]:
             rec("o1", gap, body, used, session="o", provider="openai")]
 
 
+def mistral_pause(gap: float, tokens: int) -> list[TraceRecord]:
+    body = {"model": "mistral-large-latest", "messages": [{"role": "system", "content": text(tokens, "m")},
+                                                          {"role": "user", "content": "hi"}]}
+    used = {"prompt_tokens": tokens, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 0}}
+    return [rec("m0", 0, body, used, session="m", provider="mistral"),
+            rec("m1", gap, body, used, session="m", provider="mistral")]
+
+
 FOUR_PAUSES = [*pause("a", 900, 4_000), *pause("b", 2_500, 2_000), *pause("c", 420, 2_000), *gpt_pause(700)]
 
 
@@ -131,6 +139,15 @@ def test_keep_alive_pings_every_pause_they_pay_for_and_names_the_ones_past_break
         assert (sk.extra["keep_alive"], sk.extra["output_tokens"]) == (True, 1)
 
 
+def test_keep_alive_json_gives_the_break_even_pause_to_a_tenth_of_a_second():
+    import json
+
+    _, ev = evidence(FOUR_PAUSES)
+    [policy] = timing.propose_keep_alive(ev)
+    text_out = json.dumps({k: policy.to_json()[k] for k in ("pings", "break_even_pause_s", "pauses_past_break_even")})
+    assert text_out == '{"pings": 5, "break_even_pause_s": 2190.0, "pauses_past_break_even": 1}'
+
+
 def test_keep_alive_pings_written_are_the_source_request_answering_one_token():
     records = sorted(FOUR_PAUSES, key=lambda r: r.started_at)
     _, ev = evidence(records)
@@ -166,6 +183,11 @@ def test_keep_alive_not_proposed_where_no_pause_pays_or_none_expired():
     # gpt-5 alone: the whole prompt is cached, no tail: 1 ping, 600 + 8 x 570 = 5,160 s
     (gpt_pause(700), "every 570s: 1 pause of up to 700s, 1 ping in all; pings pay for pauses up to about 5,160s "
                      "(past that they cost more than the rebuild)"),
+    # Mistral (prefix cache, 600 s, reads 0.1x), a 450-token prompt, all of it cached, nothing resent fresh:
+    # a ping costs 45 + 5 = 50, the rebuild 0.9 x 450 = 405: 8 pings pay (8.1; one fresh token more per ping
+    # would leave 7.9), 600 + 8 x 570 = 5,160 s
+    (mistral_pause(700, 450), "every 570s: 1 pause of up to 700s, 1 ping in all; pings pay for pauses up to "
+                              "about 5,160s (past that they cost more than the rebuild)"),
 ])
 def test_keep_alive_detail_of_one_pause(records, detail):
     _, ev = evidence(records)
@@ -454,3 +476,116 @@ def test_siblings_sharing_only_the_system_prompt_get_no_warm_up():
 def test_siblings_that_start_after_the_first_response_began_are_not_a_group():
     _, ev = evidence(siblings("s", 2_000, ttft=0.05))  # sub0 readable at 0.05 s, before sub1 starts at 0.1 s
     assert timing.propose_siblings(ev) == []
+
+
+def test_ttl_1h_reaches_records_that_name_no_session_or_agent():
+    """A log without session or agent names is one stream (session "-", agent "main"): its records get 1h."""
+    records = pause("a", 900, 4_000)
+    for r in records:
+        r.session, r.agent = None, None
+    _, ev = evidence(records)
+    [policy] = timing.propose_longer_lifetime(ev)
+    written = policy.rewrite(records)
+    assert [r.request["system"][0]["cache_control"] for r in written] == [{"type": "ephemeral", "ttl": "1h"}] * 2
+
+
+def test_ttl_1h_not_proposed_where_the_breakpoint_cache_has_no_longer_lifetime():
+    """Qwen's explicit cache (cache_control markers: 5-minute entries, providers/qwen.toml) names no longer
+    lifetime: a 7-minute pause gets keep-alive pings but no ttl_1h."""
+    system = {"role": "system", "content": [{"type": "text", "text": text(3_000, "qw"), "cache_control": EPH}]}
+    body = {"model": "qwen3-coder-plus", "messages": [system, {"role": "user", "content": "Review the lexer."}]}
+    records = [rec("q0", 0, body, None, provider="qwen"), rec("q1", 420, body, None, provider="qwen")]
+    _, ev = evidence(records)
+    assert [r.sk.request.cache_mode for r in ev.results] == ["breakpoints"] * 2
+    assert [k.pings for _, _, k in timing.pauses(ev)] == [1]
+    assert timing.propose_longer_lifetime(ev) == []
+
+
+def test_lookback_breakpoint_edits_only_the_sessions_whose_requests_it_marks():
+    records = lookback_pair()
+    for r in records:
+        r.session = "x"
+    records += pause("y", 60, 2_000)  # read within the lifetime: nothing to mark
+    _, ev = evidence(records)
+    [policy] = timing.propose_lookback(ev)
+    assert (policy.requests, policy.sessions, policy.cause_sessions) == (["b"], {"x"}, 1)
+
+
+def test_siblings_whose_first_answers_within_a_second_add_that_little():
+    """sub0's response begins 0.5 s after it starts: s1 and s2 start at 0.51 s (moved 0.41 and 0.31 s)."""
+    pricer, (stagger, warm) = shared_breakpoint(siblings("s", 2_000, ttft=0.5))
+    assert stagger.extra["added_latency_s"] == 0.41 and stagger.detail.endswith("(adds up to 0.4 s before they start)")
+    assert warm.extra["added_latency_s"] == 0.51 and warm.detail.endswith("(adds about 0.5 s to each)")
+
+
+def test_two_siblings_are_a_group_and_three_sizes_show_as_a_range():
+    """Groups of two (sub0, sub1) in sessions of 1,050, 2,050 and 3,050 shared tokens: the detail gives the
+    smallest and the largest."""
+    records = []
+    for session, tokens, at in (("u", 1_000, 0.0), ("v", 2_000, 200.0), ("w", 3_000, 400.0)):
+        records += [r for r in siblings(session, tokens, ttft=3.0, at=at) if not r.id.endswith("2")]
+    pricer, (stagger, warm) = shared_breakpoint(records)
+    assert stagger.requests == ["u0", "u1", "v0", "v1", "w0", "w1"] and stagger.extra["groups"] == 3
+    assert "(1,050-3,050 tokens, e.g. messages[0].content[0])" in stagger.detail
+    assert "(the shared 1,050-3,050-token prefix, marked, max_tokens 1) before each of 3 groups" in warm.detail
+
+
+def test_a_log_with_usage_only_records_and_unnamed_streams_is_staggered_and_warmed_up():
+    """The group's session and its first agent are unnamed ("-", "main"); a usage-only record of that stream
+    (no body) follows at 50 s; sub2 logged no response times. Every member still moves, and the warm-up is
+    written."""
+    records = siblings("s", 2_000, ttft=3.0)
+    for r in records[1:]:
+        r.session = None
+    records[1].agent = None
+    records[3].first_token_at = records[3].finished_at = None
+    records.append(TraceRecord(id="u", provider="anthropic", started_at=T0 + 50, session=None,
+                               response={"usage": {"input_tokens": 500, "output_tokens": 5}}))
+    records.sort(key=lambda r: r.started_at)
+    pricer, ev = evidence(records)
+    stagger, warm = timing.propose_siblings(ev)
+    assert moved(stagger.reshape(pricer.base_sks), ["s0", "s1", "s2", "u"]) == [
+        (0.0, 3.0, 5.0), (3.01, 6.01, 8.01), (3.01, 3.011, None), (50.0, 50.001, None)]
+    # with the warm-up the first agent's stream moves too, and u is a later request of it (3.01 s later)
+    assert moved(warm.reshape(pricer.base_sks), ["s0", "u"]) == [(3.01, 6.01, 8.01), (53.01, 53.011, None)]
+    by_id = {r.id: r for r in warm.rewrite(records)}
+    assert starts([by_id[i] for i in ("s0", "s1", "s2", "u", "s0+warmup")],
+                  ("started_at", "first_token_at", "finished_at")) == [
+        (3.01, 6.01, 8.01), (3.01, 6.01, 8.01), (3.01, None, None), (53.01, None, None), (0.0, 3.0, 3.01)]
+
+
+def test_a_first_sibling_without_a_first_token_time_is_readable_when_it_finished():
+    """sub0 logged only when it finished (3 s after its start): the warm-up's response begins 3 s after the
+    warm-up starts, written and priced alike."""
+    records = siblings("s", 2_000, ttft=3.0)
+    records[1].first_token_at, records[1].finished_at = None, T0 + 3.0
+    pricer, (_, warm) = shared_breakpoint(records)
+    assert starts(warm.reshape(pricer.base_sks)[-1:]) == [(0.0, 3.0, 3.01)]
+    added = warm.rewrite(sorted(records, key=lambda r: r.started_at))[-1]
+    assert starts([added], ("started_at", "first_token_at", "finished_at")) == [(0.0, 3.0, 3.01)]
+
+
+def test_no_warm_up_without_the_first_siblings_text():
+    """A report without the records (texts re-read from the trace's lines) that cannot read the first
+    sibling's body again proposes the stagger alone."""
+    pricer, ev = evidence(siblings("s", 2_000, ttft=3.0))
+    ev.texts = TextSource(None)  # the skeletons name no line to re-read
+    assert [p.key for p in timing.propose_siblings(ev)] == ["siblings"]
+
+
+def test_the_warm_up_priced_is_the_warm_up_written_when_the_shared_end_is_marked_1h():
+    """The siblings already mark the system prompt and the shared task with 1h entries: the warm-up keeps
+    that mark (`mark_breakpoint` leaves a marked block as it is), so its skeleton and its written record
+    write the same 1h entries (writes 2x, not a 5m entry at 1.25x)."""
+    from kvprobe.request import render_request
+
+    system = [part(text(2_000, "sys"), marked=True, ttl="1h")]
+    records = []
+    for i in range(3):
+        body = claude(system, [part(TASK, marked=True, ttl="1h"), part(text(50, f"own{i}"), marked=True)])
+        records.append(rec(f"s{i}", 0.1 * i, body, usage(w1h=2_050, w5m=50), agent=f"sub{i}", first_token=3.0))
+    pricer, ev = evidence(records)
+    _, warm = timing.propose_siblings(ev)
+    priced = warm.reshape(pricer.base_sks)[-1]
+    written = warm.rewrite(records)[-1]
+    assert priced.request.breakpoints == render_request(written.request).breakpoints == [(0, "1h"), (1, "1h")]

@@ -26,7 +26,7 @@ def _cached_extent(r: RequestResult) -> tuple[int, int]:
     req = r.sk.request
     assert req is not None
     total = req.total_tokens
-    if req.cache_mode == "implicit" or not req.breakpoints:
+    if not req.breakpoints:  # a prefix cache (implicit mode has no breakpoints): the whole prompt
         return total, 0
     end = req.breakpoint_indices[-1] + 1
     cached = sum(b.tokens for b in req.blocks[:end])
@@ -57,10 +57,8 @@ class _Pings:
     def reshape(self, sks: Skeletons) -> Skeletons:
         by_id = {sk.id: sk for sk in sks}
         added = []
-        for source, times in self.times.items():
-            src = by_id.get(source)
-            if src is None:
-                continue
+        for source, times in self.times.items():  # ids of the log's own requests: every one is there
+            src = by_id[source]
             for k, t in enumerate(times, start=1):
                 extra = {**src.extra, "keep_alive": True, "output_tokens": 1}
                 added.append(replace(src, id=f"{source}+keepalive{k}", order=len(sks) + len(added),
@@ -71,10 +69,8 @@ class _Pings:
     def rewrite(self, records: Records) -> Records:
         by_id = {r.id: r for r in records}
         pings = []
-        for source, times in self.times.items():
-            src = by_id.get(source)
-            if src is None:
-                continue
+        for source, times in self.times.items():  # a record's id is its skeleton's: every one is there
+            src = by_id[source]
             for k, t in enumerate(times, start=1):
                 ping = copy_record(src, id=f"{source}+keepalive{k}", started_at=t, first_token_at=t + 0.5,
                                    finished_at=t + 1.0)
@@ -238,16 +234,17 @@ class _Siblings:
         by_id = {sk.id: sk for sk in sks}
         added = []
         for g in self.groups:
-            lead = by_id.get(g.members[0].sk.id)
-            if lead is None or lead.request is None:
-                continue
+            lead = by_id[g.members[0].sk.id]  # a member of the log, with its body (an edit keeps both)
             start = g.members[0].sk.started_at
             ttft = max(g.members[0].sk.readable_at - start, STAGGER_MARGIN_S)
             req = lead.request
             end = index_of(req, g.path)
             if end is None:
                 continue
-            marks = sorted({*[(i, t) for i, t in req.breakpoints if i < end], (end, "5m")})
+            # a mark of the lead's own at the shared end stays (the written warm-up keeps it: mark_breakpoint)
+            marks = [(i, t) for i, t in req.breakpoints if i <= end]
+            if end not in req.breakpoint_indices:
+                marks.append((end, "5m"))
             added.append(replace(lead, id=f"{g.members[0].sk.id}+warmup", order=len(sks) + len(added),
                                  started_at=start, readable_at=start + ttft, finished_at=start + ttft + STAGGER_MARGIN_S,
                                  observed=None, request=with_blocks(req, req.blocks[:end + 1], marks),
