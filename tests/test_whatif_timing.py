@@ -589,3 +589,15 @@ def test_the_warm_up_priced_is_the_warm_up_written_when_the_shared_end_is_marked
     priced = warm.reshape(pricer.base_sks)[-1]
     written = warm.rewrite(records)[-1]
     assert priced.request.breakpoints == render_request(written.request).breakpoints == [(0, "1h"), (1, "1h")]
+
+
+def test_a_request_at_time_zero_before_its_sibling_stays_where_it_was():
+    """A trace of relative times: sub1 sent a request at exactly 0 s (answered by 0.4 s), then its group's
+    at 0.6 s (the group: sub0 at 0.5 s, response from 3.5 s). Only the later one moves (2.91 s)."""
+    records = siblings("s", 2_000, ttft=3.0, at=0.5 - T0)
+    early = claude([part(text(500, "early"))], [part(text(500, "early q"))])
+    records.append(rec("zero", -T0, early, usage(fresh=600), session="s", agent="sub1", first_token=0.4))
+    records[-1].finished_at = 0.5
+    pricer, (stagger, _) = shared_breakpoint(records)
+    by_id = {r.id: r for r in stagger.rewrite(sorted(records, key=lambda r: r.started_at))}
+    assert [round(by_id[i].started_at, 3) for i in ("zero", "s1")] == [0.0, 3.51]

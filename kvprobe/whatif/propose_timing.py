@@ -273,8 +273,8 @@ class _Siblings:
         added = []
         for g in self.groups:
             lead = g.members[0]
-            rec = by_id.get(lead.sk.id)
-            body = truncated_through(rec.request, g.path) if rec is not None and rec.request else None
+            rec = by_id[lead.sk.id]  # a record's id is its skeleton's, and a member has a body
+            body = truncated_through(rec.request, g.path)
             if body is None:
                 continue
             start = lead.sk.started_at
