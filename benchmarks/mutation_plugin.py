@@ -2,9 +2,10 @@
 
 mutmut forks each mutant's test process from the process that ran the whole selection once unmutated. What
 kvprobe memoises from the rules (`ModelRules.derived`: TTL tables, multipliers, simulator settings), its rule
-look-ups (`catalog._rules_for`), the compiled credential shapes (`secrets._scrubber`) and the per-token prices
-it keeps on disk (`pricing.DatasetCache`) would then come from the unmutated code, and every mutant of the code
-that fills them would survive unseen. Before a mutant's tests run, all four start empty.
+look-ups (`catalog._rules_for`), the compiled credential shapes (`secrets._scrubber`), the per-token prices
+it keeps on disk (`pricing.DatasetCache`) and the what-if's constructor and salt memos (`whatif.reshape`) would
+then come from the unmutated code, and every mutant of the code that fills them would survive unseen. Before a
+mutant's tests run, all of them start empty.
 
 KVPROBE_MUTATION_TESTS (test files, comma-separated; benchmarks/mutation.py sets it per module) narrows what
 a mutant runs to those of its covering tests: every test that reports a trace calls the simulators, and a
@@ -46,6 +47,10 @@ def _memos_start_empty():
         secrets._scrubber.cache_clear()
         pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
         pricing._DATASET._data, pricing._DATASET._path = None, None
+        from kvprobe.whatif import reshape
+
+        reshape._SLOTS.clear()  # clone's constructor per class
+        reshape._SALTS.clear()  # level salts per parameter set
     yield
 
 

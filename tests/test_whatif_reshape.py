@@ -35,18 +35,24 @@ def keys(req) -> list[tuple[int, int]]:
 
 
 TURNS = ("Review the parser.", "The parser is fine.", "Now the lexer.")
+OPENAI = {"model": "gpt-5", "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {}}}],
+          "messages": [{"role": "system", "content": "You are a careful reviewer."},
+                       {"role": "user", "content": "Review the parser."}]}
 
 
 @pytest.mark.parametrize("shape", [
     dict(), dict(tool_choice={"type": "any"}), dict(thinking={"type": "enabled", "budget_tokens": 2048}),
     dict(system=None), dict(tools=False), dict(tools=False, system=None, tool_choice={"type": "auto"}),
+    OPENAI,
+    # a lone surrogate, as a log's JSON can carry one ("\ud83d" cut from its pair): hashed as the parse does
+    body(turns=("Review the parser \ud83d.",)),
 ])
 def test_each_block_chains_on_its_parent_the_salt_first_reached_there_and_its_content(shape):
     """Every block of a rendered request, chained again on its parent with `salt_at` and its own body hash
     (`body_hash_of` its kind, role, meta and text), gets the key the parse gave it: the salt of each level
     (tools; system; messages) goes in at the first block at or after that level, whichever levels the request
-    has."""
-    req = render_request(body(turns=TURNS, **shape))
+    has, and a level no parameter invalidates adds nothing (OpenAI: only the model, at the first block)."""
+    req = render_request(shape if "messages" in shape else body(turns=TURNS, **shape))
     for i, block in enumerate(req.blocks):
         assert body_hash_of(block.text, block.kind, block.role, block.meta) == block.body_hash, block.path
         new = Chainer().chain(block, req.blocks[i - 1] if i else None, salt_at(req, i), "again")
@@ -195,3 +201,52 @@ def test_clone_is_a_shallow_copy_with_every_field():
     assert copied is not block and copied == block
     copied.tokens = block.tokens + 5
     assert copied != block
+
+
+@pytest.mark.parametrize("old_body, new_body", [
+    # no system prompt: the first message reaches two levels at once
+    (body(turns=TURNS, system=None), body(turns=TURNS, system=None, tool_choice={"type": "any"})),
+    # messages alone: the first block reaches all three
+    (body(turns=TURNS, system=None, tools=False), body(turns=TURNS, system=None, tools=False,
+                                                       model="claude-opus-4-5")),
+    # OpenAI: levels without parameters, no salt of their own
+    (OPENAI, {**OPENAI, "model": "gpt-5-mini"}),
+])
+def test_rechained_from_the_start_every_level_salt_goes_in_once(old_body, new_body):
+    old, want = render_request(old_body), render_request(new_body)
+    blocks = Chainer().rechain(old.blocks, 0, want.params, "all")
+    assert [(b.cache_key, b.content_hash) for b in blocks] == keys(want)
+    assert keys(want) != keys(old)
+
+
+def test_one_chainer_keeps_each_variant_apart():
+    """Two edits through one chainer (tool_choice any, then auto) of the same request: each gets the keys of
+    its own parameters, not the blocks the other made."""
+    old = render_request(body(turns=TURNS))
+    ch = Chainer()
+    for choice in ({"type": "any"}, {"type": "auto"}):
+        want = render_request(body(turns=TURNS, tool_choice=choice))
+        blocks = ch.rechain(old.blocks, 2, want.params, ("tool_choice", choice["type"]))
+        assert [(b.cache_key, b.content_hash) for b in blocks] == keys(want), choice
+
+
+def test_fresh_first_blocks_through_one_chainer_each_get_their_own_keys():
+    """One chainer (as a stable tool list makes per session): a first block of another tool, and the same tool
+    in a request of another model (whose salt differs), each get the parse's keys for that request; the same
+    moved line after two different prefixes gets each prefix's."""
+    other_tool = {"name": "grep", "description": "Search the repository.", "input_schema": {"type": "object"}}
+    first = render_request(body(turns=TURNS))
+    second = render_request({**body(turns=TURNS), "tools": [other_tool]})
+    haiku = render_request(body(turns=TURNS, model="claude-haiku-4-5"))
+    ch = Chainer()
+    for req in (first, second, haiku):
+        tool = req.blocks[0]
+        new = ch.fresh(tool, None, tool.body_hash, tool.tokens, "tools[0]", ("tools", "s"), salt=salt_at(req, 0))
+        assert (new.cache_key, new.content_hash) == keys(req)[0], req.model
+    moved = body_hash_of("Current time: 10:03:00", "text", "user")
+    for turns in (TURNS, TURNS[:1]):
+        with_line = body(turns=turns)
+        with_line["messages"][-1]["content"].append({"type": "text", "text": "Current time: 10:03:00"})
+        old = render_request(body(turns=turns))
+        new = ch.fresh(old.blocks[-1], old.blocks[-1], moved, 9, "x", "moved")
+        assert (new.cache_key, new.content_hash) == keys(render_request(with_line))[-1]

@@ -115,7 +115,8 @@ class Chainer:
         seed = replace(template, path=path, body_hash=body_hash, tokens=tokens, breakpoint=None,
                        breakpoint_source=None)
         seed.cache_key = (parent.cache_key if parent is not None else 0) ^ body_hash  # memo key only
-        return self.chain(seed, parent, salt, ("fresh", variant))
+        # the salt too: a first block has no parent key to carry it (one session's requests of two models)
+        return self.chain(seed, parent, salt, ("fresh", variant, salt))
 
 
 _SALTS: dict[tuple[int, ...], dict[int, bytes]] = {}
@@ -170,7 +171,7 @@ def index_of(req: RenderedRequest, path: str) -> int | None:
     return None
 
 
-def body_hash_of(text: str, kind: str = "text", role: str = "", meta: str = "") -> int:
+def body_hash_of(text: str, kind: str, role: str, meta: str = "") -> int:
     """The body hash `chain_hashes` gives a block of this content."""
     payload = (kind + "\0" + role + "\0" + meta + "\0" + text).encode("utf-8", "surrogatepass")
     return xxhash.xxh3_64_intdigest(payload)
