@@ -1,0 +1,140 @@
+"""The what-if's choosing stage (kvprobe/whatif/evaluate.py), from its rules with figures by hand:
+- a fix is proposed only when it saves more than token-estimate rounding: at least 16 input-equivalent
+  tokens and 0.1% of the cost of the sessions it edits, and money where it is priced (MIN_SAVING_TOKENS,
+  MIN_SAVING_FRACTION);
+- policies for the same misses (a request they both address, directly or through a third) are alternatives,
+  grouped; at most one variant of a fix (`exclusive`) goes into a set;
+- an alternative names the chosen policies that address its requests, else every chosen one;
+- the fixed trace `fix` writes has no logged usage on any record, each record carrying the block sizes it was
+  priced on and its output tokens (a keep-alive ping: 1).
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvprobe.pricing import PriceBook
+from kvprobe.whatif.evaluate import _clusters, _compatible, _instead_of, _pays, _sum_usd, evaluate
+from kvprobe.whatif.parallel import Summary
+from kvprobe.whatif.policies import Policy
+
+from test_whatif_timing import T0, pause, usage
+
+
+def summary(saving_ie: float, saving_usd: float | None = None, base_ie: float = 0.0) -> Summary:
+    return Summary(saving_ie, saving_usd, base_ie, {}, [])
+
+
+@pytest.mark.parametrize("saving, usd, base, pays", [
+    (15.9, None, 0.0, False), (16.0, None, 0.0, True), (16.1, None, 0.0, True),  # 16 tokens at least
+    # 0.1% of the edited sessions' cost when that is more: 0.001 x 25,000 = 25
+    (24.9, None, 25_000.0, False), (25.0, None, 25_000.0, True), (25.1, None, 25_000.0, True),
+    (16.0, None, 15_000.0, True),  # 0.1% of 15,000 = 15: the 16 tokens rule
+    # priced: it must save money too
+    (500.0, 0.0, 0.0, False), (500.0, -0.000001, 0.0, False), (500.0, 0.000001, 0.0, True),
+])
+def test_a_fix_pays_from_16_tokens_and_a_thousandth_of_what_it_edits(saving, usd, base, pays):
+    assert _pays(summary(saving, usd, base)) is pays
+
+
+def policy(kind: str, requests: list[str], exclusive: str | None = None, **extra) -> Policy:
+    return Policy(kind, kind, "", requests, set(), lambda s: s, lambda r: r, exclusive=exclusive, extra=extra)
+
+
+def test_policies_for_the_same_misses_are_grouped_through_any_request_they_share():
+    """a and c share nothing but b shares r2 with a and r3 with c: one group; d stands alone; e joins a's
+    group through r1 after d was seen."""
+    a, b, c, d, e = (policy("keep_alive", ["r1", "r2"]), policy("ttl_1h", ["r2", "r3"]),
+                     policy("lookback_breakpoint", ["r3"]), policy("stable_params", ["r9"]),
+                     policy("stabilize_prefix", ["r1"]))
+    s = summary(100.0)
+    groups = _clusters([(a, s), (b, s), (c, s), (d, s), (e, s)])
+    assert sorted([[p.kind for p, _ in g] for g in groups]) == [
+        ["keep_alive", "ttl_1h", "lookback_breakpoint", "stabilize_prefix"], ["stable_params"]]
+    # the chain built from the last policy back to the first (c, then b, then a) groups the same way
+    groups = _clusters([(c, s), (d, s), (e, s), (b, s), (a, s)])
+    assert sorted(sorted(p.kind for p, _ in g) for g in groups) == [
+        ["keep_alive", "lookback_breakpoint", "stabilize_prefix", "ttl_1h"], ["stable_params"]]
+
+
+def test_a_long_chain_of_shared_requests_is_one_group():
+    """Twelve policies, each sharing one request with the next, given in an order that builds deep trees."""
+    chain = [policy(f"p{i}", [f"r{i}", f"r{i + 1}"]) for i in range(12)]
+    order = chain[::2] + chain[1::2][::-1]
+    groups = _clusters([(p, summary(1.0)) for p in order])
+    assert len(groups) == 1 and len(groups[0]) == 12
+
+
+def test_at_most_one_variant_of_a_fix_in_a_set():
+    stagger = policy("shared_breakpoint", ["s1"], exclusive="siblings")
+    warm = policy("shared_breakpoint", ["s1"], exclusive="siblings")
+    other = policy("shared_breakpoint", ["t1"], exclusive="other siblings")
+    keep = policy("keep_alive", ["r1"])
+    assert _compatible([stagger, keep, other]) and _compatible([keep]) and _compatible([])
+    assert not _compatible([stagger, warm]) and not _compatible([keep, warm, other, stagger])
+
+
+def test_an_alternative_names_the_chosen_fixes_for_its_requests_or_all_of_them():
+    keep = policy("keep_alive", ["r1", "r2"], variant=None)
+    lookback = policy("lookback_breakpoint", ["r5"], path="messages[0].content[0]")
+    ttl = policy("ttl_1h", ["r2"])
+    assert _instead_of(ttl, [keep, lookback]) == ["keep_alive"]
+    assert _instead_of(policy("ttl_1h", ["r7"]), [keep, lookback]) == [
+        "keep_alive", "lookback_breakpoint (messages[0].content[0])"]
+
+
+def test_a_sum_of_prices_is_unknown_when_one_is():
+    assert _sum_usd([0.25, 0.5, 0.125]) == 0.875
+    assert _sum_usd([]) == 0.0
+    assert _sum_usd([0.25, None, 0.5]) is None
+
+
+def test_the_fixed_trace_carries_the_sizes_it_was_priced_on_and_no_logged_usage():
+    """A 7-minute pause (4,000 cached tokens, a 100-token question, logged output 10): keep_alive is chosen and
+    writes one ping; every written record carries its blocks' sizes (4,000 and 100, as the usage gave them)
+    and its output tokens (10 for the logged requests, 1 for the ping), and no response."""
+    records = pause("a", 420, 4_000)
+    result = evaluate(records, PriceBook())
+    assert [f.kind for f in result.fixes] == ["keep_alive"]
+    written = result.written_records()
+    assert [(r.id, round(r.started_at - T0, 3)) for r in written] == [("a0", 0.0), ("a1", 420.0),
+                                                                        ("a0+keepalive1", 270.0)]
+    assert [(r.extra["block_tokens"], r.extra["output_tokens"], r.response) for r in written] == [
+        ([4_000, 100], 10, None), ([4_000, 100], 10, None), ([4_000, 100], 1, None)]
+    assert [r.extra.get("keep_alive") for r in written] == [None, None, True]
+    assert records[0].response is not None and "block_tokens" not in records[0].extra  # the input untouched
+
+
+def test_each_fix_is_priced_on_the_sessions_it_reaches_and_the_better_one_chosen():
+    """Session a pauses 7 minutes (4,000 cached, 100 fresh, 10 output tokens a request); session z reads its
+    entry 30 s later and is left alone. Sonnet 4.5: $3 per million input, $15 output; writes 1.25x (5m) or
+    2x (1h), reads 0.1x.
+    Before, a0 and a1 each write 4,000 (5,000) and send 100 fresh: 5,100 input equivalents, $0.01545 with
+    output. keep_alive: one ping at 270 s reads 4,000 (400) + 100 fresh = 500 ($0.0015 + 1 output token
+    $0.000015), then a1 reads: 500 ($0.00165); saving 5,100 - 1,000 = 4,100 ($0.012285).
+    ttl_1h: a0 writes at 2x (8,100: 3,000 more), a1 reads (500: 4,600 less): saving 1,600 ($0.0048), less than
+    keep_alive's for the same pause: offered instead of it."""
+    records = pause("a", 420, 4_000) + pause("z", 30, 3_000)
+    records[3].response["usage"] = usage(read=3_000, fresh=100)
+    result = evaluate(sorted(records, key=lambda r: r.started_at), PriceBook())
+    [keep] = result.fixes
+    [ttl] = result.alternatives
+    assert (keep.kind, keep.saving_input_equivalent_tokens, keep.edited_requests) == ("keep_alive", 4_100.0, 1)
+    assert keep.saving_usd == pytest.approx(0.012285, abs=1e-9)
+    assert [(i.session, i.requests, i.saving_ie) for i in keep.instances] == [("a", 1, 4_100.0)]
+    assert (ttl.kind, ttl.saving_input_equivalent_tokens, ttl.edited_requests, ttl.extra["instead_of"]) == (
+        "ttl_1h", 1_600.0, 2, ["keep_alive"])
+    assert ttl.saving_usd == pytest.approx(0.0048, abs=1e-9)
+    assert [(i.session, i.requests, i.saving_ie) for i in ttl.instances] == [("a", 2, 1_600.0)]
+    fixed = {r.sk.id: (r.input_equivalent, round(r.cost_usd, 9)) for r in result.fixed}
+    assert fixed == {"a0": (5_100.0, 0.01545), "a0+keepalive1": (500.0, 0.001515), "a1": (500.0, 0.00165),
+                     "z0": (3_850.0, 0.0117), "z1": (400.0, 0.00135)}
+
+
+def test_a_fix_asked_for_by_kind_is_priced_alone():
+    """`fix --kind ttl_1h` on the same pause: only ttl_1h is proposed, so it is the fix (1,600), with no
+    alternative."""
+    records = pause("a", 420, 4_000)
+    result = evaluate(records, PriceBook(), kinds={"ttl_1h"})
+    assert [(f.kind, f.saving_input_equivalent_tokens) for f in result.fixes] == [("ttl_1h", 1_600.0)]
+    assert result.alternatives == [] and "instead_of" not in result.fixes[0].extra
+    assert evaluate(records, PriceBook(), kinds={"stable_params"}).fixes == []
