@@ -241,10 +241,9 @@ class _Siblings:
             end = index_of(req, g.path)
             if end is None:
                 continue
-            # a mark of the lead's own at the shared end stays (the written warm-up keeps it: mark_breakpoint)
+            # the lead is marked at the shared end already (reshape marks every member first, keeping a mark of
+            # its own there, as the written warm-up does: mark_breakpoint)
             marks = [(i, t) for i, t in req.breakpoints if i <= end]
-            if end not in req.breakpoint_indices:
-                marks.append((end, "5m"))
             added.append(replace(lead, id=f"{g.members[0].sk.id}+warmup", order=len(sks) + len(added),
                                  started_at=start, readable_at=start + ttft, finished_at=start + ttft + STAGGER_MARGIN_S,
                                  observed=None, request=with_blocks(req, req.blocks[:end + 1], marks),
