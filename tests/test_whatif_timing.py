@@ -601,3 +601,10 @@ def test_a_request_at_time_zero_before_its_sibling_stays_where_it_was():
     pricer, (stagger, _) = shared_breakpoint(records)
     by_id = {r.id: r for r in stagger.rewrite(sorted(records, key=lambda r: r.started_at))}
     assert [round(by_id[i].started_at, 3) for i in ("zero", "s1")] == [0.0, 3.51]
+
+
+def test_the_added_latency_is_given_to_the_millisecond():
+    """sub0's response begins 3.0004 s after its start: s1 moves 3.0004 + 0.01 - 0.1 = 2.9104 s (2.91 to the
+    millisecond), the warm-up adds 3.0104 s (3.01)."""
+    _, (stagger, warm) = shared_breakpoint(siblings("s", 2_000, ttft=3.0004))
+    assert (stagger.extra["added_latency_s"], warm.extra["added_latency_s"]) == (2.91, 3.01)
