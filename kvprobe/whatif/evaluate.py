@@ -76,11 +76,17 @@ class Priced:
     results: list[RequestResult]
     edited: dict[str, int]  # session -> requests edited or added
     sks: list[Skeleton]  # the skeletons simulated
-    under: list[RequestResult] | None = None  # what it is compared with, when not the baseline
+    # what it is compared with, when not the baseline: the cost of each session there (`_session_costs`)
+    under: dict[str, tuple[float, float | None]] | None = None
+    costs: dict[str, tuple[float, float | None]] | None = None  # its own, for a set kept without its results
 
 
 def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
     return sum(r.input_equivalent for r in results), _sum_usd(r.cost_usd for r in results)
+
+
+def _session_costs(results: list[RequestResult]) -> dict[str, tuple[float, float | None]]:
+    return {s: _cost(rs) for s, rs in by_session(results).items()}
 
 
 def _sum_usd(values) -> float | None:
@@ -99,9 +105,11 @@ class Pricer:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
         self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
-        self.base_sessions = {s: _cost(rs) for s, rs in by_session(self.baseline).items()}
+        self.base_sessions = _session_costs(self.baseline)
         self.base_ie, self.base_usd = _cost(self.baseline)
-        self.kept: dict[tuple[int, ...], Priced] = {}  # simulations a later marginal price starts from
+        # the sets a later marginal price starts from, priced (their results replaced by `under`'s session
+        # costs: a whole log's results, ~0.7 KB a request on a fleet, held while every other policy is priced)
+        self.kept: dict[tuple[int, ...], Priced] = {}
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
         self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
         self.keep_reshaped: set[tuple[int, ...]] = set()
@@ -162,15 +170,19 @@ class Pricer:
         for sk in both.sks[len(under.sks):]:
             edited[sk.session] = edited.get(sk.session, 0) + 1
         usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
-        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.results, edited, both.sks,
-                      under.results)
+        costs = under.costs if under.costs is not None else _session_costs(under.results)
+        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.results, edited, both.sks, costs)
+
+    def keep(self, key: tuple[int, ...], priced: Priced) -> None:
+        """Keep a set's pricing for the marginal prices on top of it: its skeletons, savings and session
+        costs, not its results."""
+        self.kept[key] = replace(priced, results=[], costs=_session_costs(priced.results))
 
     def instances(self, priced: Priced) -> list[Instance]:
         """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
         count where they were read)."""
         out = []
-        before = self.base_sessions if priced.under is None else \
-            {**self.base_sessions, **{s: _cost(rs) for s, rs in by_session(priced.under).items()}}
+        before = self.base_sessions if priced.under is None else {**self.base_sessions, **priced.under}
         for session, rs in by_session(priced.results).items():
             base_ie, base_usd = before.get(session, (0.0, 0.0))
             ie, usd = _cost(rs)
@@ -212,7 +224,8 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
                 summaries[id(policy)] = summary_of(pricer, p)
                 if (id(policy),) in required:
-                    pricer.kept[(id(policy),)] = p
+                    pricer.keep((id(policy),), p)
+        pricer.kept.clear()  # every marginal price is made
         if beside is not None:
             beside()
     for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
@@ -352,8 +365,8 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
-    pricer.kept.clear()
     pricer.keep_reshaped = set()
-    fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
+    final = pricer.reshape(chosen) if chosen else None
     pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
+    fixed = pricer.simulate(final) if final is not None else pricer.baseline
     return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)
