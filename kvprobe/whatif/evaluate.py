@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from kvprobe.analysis.costing import price_results
+from kvprobe.analysis.costing import price_results, tally
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
-from kvprobe.analysis.simulate import RequestResult, simulate
+from kvprobe.analysis.simulate import RequestResult, replay, simulate
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
 from kvprobe.pricing import PriceBook
@@ -73,12 +73,13 @@ class Priced:
     saving_ie: float
     saving_usd: float | None
     base_ie: float  # cost of the sessions the policies edit, before
-    results: list[RequestResult]
+    # (input equivalents, USD) of each session simulated, in the order the simulation first met them: what
+    # a pricing keeps of its results (`costing.tally`; a whole log's results held while the next policy is
+    # priced were ~1.5 KB a request on a fleet)
+    costs: dict[str, tuple[float, float | None]]
     edited: dict[str, int]  # session -> requests edited or added
     sks: list[Skeleton]  # the skeletons simulated
-    # what it is compared with, when not the baseline: the cost of each session there (`_session_costs`)
-    under: dict[str, tuple[float, float | None]] | None = None
-    costs: dict[str, tuple[float, float | None]] | None = None  # its own, for a set kept without its results
+    under: dict[str, tuple[float, float | None]] | None = None  # what it is compared with, if not the baseline
 
 
 def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
@@ -107,9 +108,7 @@ class Pricer:
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
         self.base_sessions = _session_costs(self.baseline)
         self.base_ie, self.base_usd = _cost(self.baseline)
-        # the sets a later marginal price starts from, priced (their results replaced by `under`'s session
-        # costs: a whole log's results, ~0.7 KB a request on a fleet, held while every other policy is priced)
-        self.kept: dict[tuple[int, ...], Priced] = {}
+        self.kept: dict[tuple[int, ...], Priced] = {}  # the sets a later marginal price starts from
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
         self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
         self.keep_reshaped: set[tuple[int, ...]] = set()
@@ -149,14 +148,14 @@ class Pricer:
         spans = add_spans(changed, {key: list(span) for key, span in self.spans.items()})
         reached = domains_of(set(edited), spans)
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
-        results = self.simulate(sub)
-        ie, usd = _cost(results)
+        summed = tally(replay(sub, self.store), self.prices)
+        ie, usd = summed.input_equivalent, summed.usd
         # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
         before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
         base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
         saving_usd = None if usd is None or base_usd is None else base_usd - usd
         edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
-        return Priced(base_ie - ie, saving_usd, edited_ie, results, edited, sks)
+        return Priced(base_ie - ie, saving_usd, edited_ie, summed.sessions, edited, sks)
 
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
@@ -170,22 +169,16 @@ class Pricer:
         for sk in both.sks[len(under.sks):]:
             edited[sk.session] = edited.get(sk.session, 0) + 1
         usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
-        costs = under.costs if under.costs is not None else _session_costs(under.results)
-        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.results, edited, both.sks, costs)
-
-    def keep(self, key: tuple[int, ...], priced: Priced) -> None:
-        """Keep a set's pricing for the marginal prices on top of it: its skeletons, savings and session
-        costs, not its results."""
-        self.kept[key] = replace(priced, results=[], costs=_session_costs(priced.results))
+        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.costs, edited, both.sks,
+                      under.costs)
 
     def instances(self, priced: Priced) -> list[Instance]:
         """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
         count where they were read)."""
         out = []
         before = self.base_sessions if priced.under is None else {**self.base_sessions, **priced.under}
-        for session, rs in by_session(priced.results).items():
+        for session, (ie, usd) in priced.costs.items():
             base_ie, base_usd = before.get(session, (0.0, 0.0))
-            ie, usd = _cost(rs)
             edited = priced.edited.get(session, 0)
             if edited or abs(base_ie - ie) > 1e-6:
                 out.append(Instance(session, edited, base_ie - ie,
@@ -224,7 +217,7 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
                 summaries[id(policy)] = summary_of(pricer, p)
                 if (id(policy),) in required:
-                    pricer.keep((id(policy),), p)
+                    pricer.kept[(id(policy),)] = p
         pricer.kept.clear()  # every marginal price is made
         if beside is not None:
             beside()
