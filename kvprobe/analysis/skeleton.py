@@ -192,11 +192,12 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
     for order, rec in enumerate(records):
         start = rec.started_at if rec.started_at is not None else last_start + READABLE_EPSILON
         last_start = start
-        provider = rec.provider or "anthropic"
+        provider = _name(rec.provider) or "anthropic"
         req = None
         if rec.request is not None:
             req = _render(rec, renderer)
-            provider = req.provider
+            provider = req.provider = _name(req.provider)
+            req.model = _name(req.model)
             store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + READABLE_EPSILON
         logged = normalize_usage(provider, rec.usage)
