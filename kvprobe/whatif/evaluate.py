@@ -15,11 +15,11 @@ is chosen by simulating the subsets; the others are kept as alternatives with th
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from kvprobe.analysis.costing import price_results, tally
+from kvprobe.analysis.costing import price_result, price_results, tally
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
 from kvprobe.analysis.simulate import RequestResult, replay, simulate
@@ -297,9 +297,27 @@ def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
 class WhatIf:
     baseline: list[RequestResult]
     fixes: list[Policy]  # the chosen policies: what `fix` writes
-    fixed: list[RequestResult]  # the log with every chosen policy applied (one simulation)
     pricer: Pricer
     alternatives: list[Policy] = field(default_factory=list)  # priced, but a chosen policy does better
+    _fixed: list[RequestResult] | None = None
+
+    @property
+    def fixed(self) -> list[RequestResult]:
+        """The log with every chosen policy applied (one simulation), made when first asked for: a report's
+        totals read it once as it is simulated (`fixed_results`), and a whole log of results held to the end
+        was ~2.9 KB a request on a fleet; the per-request table, `fix` and `replay` ask for it."""
+        if self._fixed is None:
+            self._fixed = self.pricer.simulate(self.pricer.reshape(self.fixes)) if self.fixes else self.baseline
+        return self._fixed
+
+    def fixed_results(self) -> Iterator[RequestResult]:
+        """The results of `fixed` one at a time, priced, and kept only when `fixed` already was."""
+        if self._fixed is not None or not self.fixes:
+            yield from self.fixed
+            return
+        for result in replay(self.pricer.reshape(self.fixes), self.pricer.store):
+            price_result(result, self.pricer.prices)
+            yield result
 
     @property
     def fixed_records(self) -> list[TraceRecord]:
@@ -365,7 +383,5 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     pricer.keep_reshaped = set()
-    final = pricer.reshape(chosen) if chosen else None
     pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
-    fixed = pricer.simulate(final) if final is not None else pricer.baseline
-    return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)
+    return WhatIf(pricer.baseline, chosen, pricer, alternatives)
