@@ -42,19 +42,18 @@ def price_result(r: RequestResult, book: PriceBook) -> None:
 
 @dataclass(slots=True)
 class Tally:
-    """Results priced and added up as they come, none kept: the total and each session's (input
-    equivalents, USD; USD None once any request's price is unknown), each summed in the order given."""
+    """Priced results added up as they come, none kept: the total and each session's (input equivalents,
+    USD; USD None once any request's price is unknown), each summed in the order given."""
 
     input_equivalent: float = 0.0
     usd: float | None = 0.0
     sessions: dict[str, tuple[float, float | None]] = field(default_factory=dict)
 
 
-def tally(results: Iterable[RequestResult], book: PriceBook) -> Tally:
+def tally(results: Iterable[RequestResult]) -> Tally:
     out = Tally()
     sessions = out.sessions
     for r in results:
-        price_result(r, book)
         ie, usd = r.input_equivalent, r.cost_usd
         out.input_equivalent += ie
         out.usd = None if out.usd is None or usd is None else out.usd + usd

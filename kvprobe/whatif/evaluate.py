@@ -124,6 +124,12 @@ class Pricer:
         price_results(results, self.prices)
         return results
 
+    def replay(self, sks: list[Skeleton]) -> Iterator[RequestResult]:
+        """`simulate` one priced result at a time, for a pass that keeps none (`simulate.replay`)."""
+        for result in replay(sks, self.store):
+            price_result(result, self.prices)
+            yield result
+
     def reshape(self, policies: list[Policy]) -> list[Skeleton]:
         """The log with these policies applied (in apply order); a set that extends one applied just before
         starts from its result (a policy priced on top of the one it requires, the final set)."""
@@ -154,7 +160,7 @@ class Pricer:
         spans = add_spans(changed, {key: list(span) for key, span in self.spans.items()})
         reached = domains_of(set(edited), spans)
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
-        summed = tally(replay(sub, self.store), self.prices)
+        summed = tally(self.replay(sub))
         ie, usd = summed.input_equivalent, summed.usd
         # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
         before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
@@ -313,11 +319,8 @@ class WhatIf:
     def fixed_results(self) -> Iterator[RequestResult]:
         """The results of `fixed` one at a time, priced, and kept only when `fixed` already was."""
         if self._fixed is not None or not self.fixes:
-            yield from self.fixed
-            return
-        for result in replay(self.pricer.reshape(self.fixes), self.pricer.store):
-            price_result(result, self.pricer.prices)
-            yield result
+            return iter(self.fixed)
+        return self.pricer.replay(self.pricer.reshape(self.fixes))
 
     @property
     def fixed_records(self) -> list[TraceRecord]:
