@@ -23,6 +23,8 @@ def _timed(place: str, stamp: str, turns: int) -> dict:
         "middle line": f"You are a careful agent.\nCurrent time: {stamp}\n{text}",
         "last line": f"{text}\nCurrent time: {stamp}",
         "inside a line": f"You are an agent; the time is {stamp} in UTC and {text}",
+        "start of a sentence": f"{stamp} is when this session started, and every answer below is as of then.\n"
+                               f"{text}",
     }[place]
     return body
 
@@ -32,11 +34,12 @@ def _timed(place: str, stamp: str, turns: int) -> dict:
     ("middle line", "line", "Current time: 10:03:00"),
     ("last line", "line", "Current time: 10:03:00"),
     ("inside a line", "span", "10:03:00"),
+    ("start of a sentence", "span", "10:03:00"),  # a line's start, then more than a label's worth of text
 ])
 def test_a_changing_prompt_text_is_named_a_line_when_whole_lines_change(place, unit, span):
     """Four requests 30 s apart, each with its own time in the system prompt: one policy moves it out; it says
-    "line(s)" where the time is a line of its own (at the start, in the middle, at the end of the text) and
-    "span(s)" where it sits inside a sentence."""
+    "line(s)" where the time is a line of its own (at the start, in the middle, at the end of the text, beside
+    at most a label) and "span(s)" where it sits in a sentence (inside it, or at its start)."""
     records = [rec(f"r{i}", 30 * i, _timed(place, stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
     [fix] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
     assert fix.extra["unit"] == unit and fix.extra["spans"] == [span] and fix.extra["versions"] == 4
@@ -47,37 +50,41 @@ def _tool(name: str) -> dict:
     return {"name": name, "description": words(400, f"tool{name}"), "input_schema": {"type": "object"}}
 
 
-def _with_tools(names: str, turns: int, marked: bool = True, changed: str = "") -> dict:
+def _with_tools(names: str, turns: int, mark: dict | None = EPH, changed: str = "") -> dict:
     body = claude(turns=turns)
     tools = [_tool(n) for n in names]
     for tool in tools:
         if tool["name"] in changed:
             tool["description"] += " (revised)"
-    if marked:
-        tools[-1]["cache_control"] = EPH
+    if mark is not None:
+        tools[-1]["cache_control"] = dict(mark)
     body["tools"] = tools
     return body
 
 
-def _written(tmp_path) -> dict[str, list[tuple[str, bool]]]:
-    """Each fixed record's tools: (name, marked)."""
+def _written(tmp_path) -> dict[str, list[tuple[str, dict | None]]]:
+    """Each fixed record's tools: (name, its cache mark)."""
     lines = (tmp_path / "fixed.jsonl").read_text().splitlines()
-    return {r["id"]: [(t["name"], "cache_control" in t) for t in r["request"]["tools"]]
+    return {r["id"]: [(t["name"], t.get("cache_control")) for t in r["request"]["tools"]]
             for r in map(json.loads, lines)}
 
 
-@pytest.mark.parametrize("marked", [True, False], ids=["marked", "unmarked"])
-def test_fix_sends_the_sessions_whole_tool_list_from_its_first_request(cli, tmp_path, marked):
+@pytest.mark.parametrize("mark, session", [
+    (EPH, "s"), (None, "s"), ({"type": "ephemeral", "ttl": "1h"}, "s"), (EPH, None),
+], ids=["marked", "unmarked", "marked for an hour", "no session named"])
+def test_fix_sends_the_sessions_whole_tool_list_from_its_first_request(cli, tmp_path, mark, session):
     """r0 sends tools A B, r1 and r2 insert X between them (Claude Code loading a tool mid-task): r1 cannot read
     r0's entry. The fix sends A X B (the order of the last list sent, so r1 and r2 stay as they are) from r0
-    on, the cache mark where the session put it (on the last tool, or nowhere), and r1 then reads r0's
-    entry: the saving `fix` states is the one the two reports show (`reproduce`)."""
-    records = [rec("r0", 0, _with_tools("AB", 1, marked)), rec("r1", 30, _with_tools("AXB", 3, marked)),
-               rec("r2", 60, _with_tools("AXB", 5, marked))]
+    on, with the cache mark the session put on its tools (on the last one, with its lifetime; or none), and
+    r1 then reads r0's entry: the saving `fix` states is the one the two reports show (`reproduce`). A log
+    that names no session is one session."""
+    records = [rec("r0", 0, _with_tools("AB", 1, mark), session=session),
+               rec("r1", 30, _with_tools("AXB", 3, mark), session=session),
+               rec("r2", 60, _with_tools("AXB", 5, mark), session=session)]
     fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
     assert fix["requests"] == ["r1"] and fix["edited_requests"] == 1
     assert fix["detail"].startswith("send each session's full tool list (3 definitions), in one fixed order")
-    want = [("A", False), ("X", False), ("B", marked)]
+    want = [("A", None), ("X", None), ("B", mark)]
     assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want}
 
 
