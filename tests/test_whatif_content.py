@@ -94,3 +94,48 @@ def test_no_tool_list_is_proposed_when_a_definition_changed(cli, tmp_path):
     records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("AXB", 3, changed="A")),
                rec("r2", 60, _with_tools("AXB", 5, changed="A"))]
     assert [p for p in evaluate(records, PriceBook()).fixes if p.extra.get("path") == "tools"] == []
+
+
+def _openai_tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": words(400, f"tool{name}"),
+                                             "parameters": {"type": "object"}}}
+
+
+def _openai(names: str, turns: int) -> dict:
+    messages = [{"role": "system", "content": words(1500, "sys")}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": words(300, f"t{i}")} for i in range(turns)]
+    return {"model": "gpt-4o", "messages": messages, "tools": [_openai_tool(n) for n in names]}
+
+
+def test_an_openai_tool_list_is_named_by_its_functions(cli, tmp_path):
+    """OpenAI Chat tools name themselves in `function.name`: the same A, X inserted, B as above, on gpt-4o's
+    implicit prefix cache; the fix sends A X B from the first request on, priced as the traces show."""
+    records = [rec("r0", 0, _openai("AB", 1)), rec("r1", 30, _openai("AXB", 3)), rec("r2", 60, _openai("AXB", 5))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1"] and fix["edited_requests"] == 1
+    lines = (tmp_path / "fixed.jsonl").read_text().splitlines()
+    assert [[t["function"]["name"] for t in json.loads(line)["request"]["tools"]] for line in lines] == \
+        [["A", "X", "B"]] * 3
+
+
+def test_a_moved_cache_mark_is_no_change_of_definition(cli, tmp_path):
+    """r0 sends A B (mark on B), r1 appends X and marks it instead, r2 sends A X B (mark on B): B is the same
+    tool each time, only the mark moved, so one list serves the session: A X B with the mark on its last
+    tool, from r0 on (r1 and r2 each broke the prefix)."""
+    records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("ABX", 3)),
+               rec("r2", 60, _with_tools("AXB", 5))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2"] and fix["edited_requests"] == 2
+    want = [("A", None), ("X", None), ("B", EPH)]
+    assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want}
+
+
+def test_a_list_sent_again_before_the_change_still_leaves_the_later_lists_read(cli, tmp_path):
+    """r0 and r1 send A B, r2 and r3 A X B: the list after the repeat is read too (the session's lists are
+    every distinct one it sent), so the fix sends A X B from r0 on."""
+    records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("AB", 3)),
+               rec("r2", 60, _with_tools("AXB", 5)), rec("r3", 90, _with_tools("AXB", 7))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r2"] and fix["edited_requests"] == 2
+    want = [("A", None), ("X", None), ("B", EPH)]
+    assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want, "r3": want}
