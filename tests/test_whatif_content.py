@@ -139,3 +139,39 @@ def test_a_list_sent_again_before_the_change_still_leaves_the_later_lists_read(c
     assert fix["requests"] == ["r2"] and fix["edited_requests"] == 2
     want = [("A", None), ("X", None), ("B", EPH)]
     assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want, "r3": want}
+
+
+def _dated_tool(stamp: str, turns: int) -> dict:
+    body = _with_tools("AB", turns)
+    tool = body["tools"][0]
+    tool["description"] = f"Index refreshed at {stamp} for this repository. {tool['description']}"
+    return body
+
+
+def test_a_time_in_a_tool_description_is_moved_out_of_it(cli, tmp_path):
+    """Tool A's description says when the index was refreshed, different in every request: the fix keeps A's
+    description without it (the rest as it was) and moves the time after the last breakpoint; the saving it
+    states is the one the traces show."""
+    records = [rec(f"r{i}", 30 * i, _dated_tool(stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2", "r3"] and fix["detail"].startswith("move the changing span(s) of tools[0]")
+    plain = _tool("A")["description"]
+    for line, stamp in zip((tmp_path / "fixed.jsonl").read_text().splitlines(), STAMPS):
+        request = json.loads(line)["request"]
+        assert request["tools"][0]["description"] == f"Index refreshed at  for this repository. {plain}"
+        assert request["messages"][-1]["content"][-1]["text"] == stamp
+
+
+def test_a_span_move_is_priced_as_the_records_it_writes_are(tmp_path):
+    """The what-if prices a moved span on the parsed requests (skeletons); `fix` writes records. Simulated
+    again from those records (each split block's two parts sized from the original block: the moved time
+    keeps its share of the tokens), the log costs what the price says."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    [policy] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    before = sum(r.input_equivalent for r in pricer.baseline)
+    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
+    assert before - after == pytest.approx(policy.saving_input_equivalent_tokens, abs=0.01)
+    assert policy.saving_input_equivalent_tokens > 1000
