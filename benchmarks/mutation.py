@@ -44,6 +44,7 @@ FOCUS = {
                        "tests/test_multiagent_session.py", "tests/test_keep_alive.py",
                        "tests/test_whatif_edits.py", "tests/test_whatif_policies.py",
                        "tests/test_whatif_domains.py",
+                       "tests/test_whatif_content.py",
                        "tests/test_whatif_timing.py", "tests/test_whatif_reshape.py",
                        "tests/test_whatif_evaluate.py"],
     "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py",
