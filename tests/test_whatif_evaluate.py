@@ -138,3 +138,24 @@ def test_a_fix_asked_for_by_kind_is_priced_alone():
     assert [(f.kind, f.saving_input_equivalent_tokens) for f in result.fixes] == [("ttl_1h", 1_600.0)]
     assert result.alternatives == [] and "instead_of" not in result.fixes[0].extra
     assert evaluate(records, PriceBook(), kinds={"stable_params"}).fixes == []
+
+
+def test_the_fixed_log_of_a_log_with_nothing_to_fix_is_the_baseline():
+    """Two requests 30 s apart, the second reading the first's 3,000 tokens: no fix; the fixed log's results
+    (as the report's totals read them) are the baseline's, 3,850 and 400 input equivalents."""
+    records = pause("z", 30, 3_000)
+    records[1].response["usage"] = usage(read=3_000, fresh=100)
+    result = evaluate(records, PriceBook())
+    assert result.fixes == [] and result.alternatives == []
+    assert [(r.sk.id, r.input_equivalent) for r in result.fixed_results()] == [("z0", 3_850.0), ("z1", 400.0)]
+    assert [r.id for r in result.fixed_records] == ["z0", "z1"]
+
+
+def test_the_fixed_log_read_as_it_is_simulated_has_the_hand_figures():
+    """The 7-minute pause with its ping, read once as the report's totals read it, then kept: the same
+    figures either way (5,100, 500, 500)."""
+    result = evaluate(pause("a", 420, 4_000), PriceBook())
+    streamed = [(r.sk.id, r.input_equivalent) for r in result.fixed_results()]
+    assert streamed == [("a0", 5_100.0), ("a0+keepalive1", 500.0), ("a1", 500.0)]
+    assert [(r.sk.id, r.input_equivalent) for r in result.fixed] == streamed
+    assert [(r.sk.id, r.input_equivalent) for r in result.fixed_results()] == streamed
