@@ -17,7 +17,7 @@ from kvprobe.whatif.evaluate import _clusters, _compatible, _instead_of, _pays, 
 from kvprobe.whatif.parallel import Summary
 from kvprobe.whatif.policies import Policy
 
-from test_whatif_timing import T0, pause, usage
+from test_whatif_timing import MODEL, T0, part, pause, rec, text, usage
 
 
 def summary(saving_ie: float, saving_usd: float | None = None, base_ie: float = 0.0) -> Summary:
@@ -159,3 +159,32 @@ def test_the_fixed_log_read_as_it_is_simulated_has_the_hand_figures():
     assert streamed == [("a0", 5_100.0), ("a0+keepalive1", 500.0), ("a1", 500.0)]
     assert [(r.sk.id, r.input_equivalent) for r in result.fixed] == streamed
     assert [(r.sk.id, r.input_equivalent) for r in result.fixed_results()] == streamed
+
+
+def test_two_fixes_for_the_same_misses_are_chosen_together_when_together_they_save_more():
+    """r0 at 0 s, r1 at 420 s with tool_choice "any" (entry expired, messages invalidated), r2 at 450 s with it
+    unset again. Sizes: tools + system 2,000 (marked), the history 2,400 (marked), from a calibration request
+    an hour before. Sonnet 4.5: writes 1.25x (1h: 2x), reads 0.1x.
+    Before: r0 writes 4,400 (5,500); r1 writes 4,400 (5,500); r2 reads 2,000 (200) and writes 2,400 (3,000):
+    14,200.
+    keep_alive (a ping at 270 s reading 4,400: 440): r1 reads 2,000 and writes 2,400 (3,200), r2 reads 4,400
+    (440): 9,580, saving 4,620. stable_params (r1 keeps tool_choice unset): r1 writes 4,400 (5,500), r2 reads
+    4,400 (440): 11,440, saving 2,760. Both: r1 and r2 read 4,400 (440 each) after the ping: 6,820, saving
+    7,380, more than keep_alive alone: both are chosen. ttl_1h would lose 40 (r0 writes at 2x: 8,800, +3,300;
+    r1 reads 2,000 and writes 2,400 at 2x: 5,000, -500; r2 reads 4,400: 440, -2,760): not proposed."""
+    tools = [{"name": "read_file", "description": text(400, "tool"), "input_schema": {"type": "object"}}]
+
+    def body(marked_history: bool = True, **params) -> dict:
+        return {"model": MODEL, "max_tokens": 64, "tools": tools, "system": [part(text(1_600, "sys"), marked=True)],
+                "messages": [{"role": "user", "content": [part(text(2_400, "hist"), marked=marked_history)]}],
+                **params}
+    records = [rec("cal", -3_600, body(marked_history=False), usage(w5m=2_000, fresh=2_400), session="cal"),
+               rec("r0", 0, body(), usage(w5m=4_400)),
+               rec("r1", 420, body(tool_choice={"type": "any"}), usage(w5m=4_400)),
+               rec("r2", 450, body(), usage(read=2_000, w5m=2_400))]
+    result = evaluate(records, PriceBook())
+    assert [(f.kind, f.saving_input_equivalent_tokens) for f in result.fixes] == [
+        ("keep_alive", 4_620.0), ("stable_params", 2_760.0)]
+    assert result.alternatives == []
+    fixed = {r.sk.id: r.input_equivalent for r in result.fixed if r.sk.session == "s"}
+    assert fixed == {"r0": 5_500.0, "r0+keepalive1": 440.0, "r1": 440.0, "r2": 440.0}  # 6,820
