@@ -188,3 +188,62 @@ def test_two_fixes_for_the_same_misses_are_chosen_together_when_together_they_sa
     assert result.alternatives == []
     fixed = {r.sk.id: r.input_equivalent for r in result.fixed if r.sk.session == "s"}
     assert fixed == {"r0": 5_500.0, "r0+keepalive1": 440.0, "r1": 440.0, "r2": 440.0}  # 6,820
+
+
+def marginal_setup(model: str | None = None):
+    """A 10-minute pause of session a (4,000 cached, 100 fresh: pings at 270 and 540 s) beside session z, which
+    reads its entry 30 s later and which no policy touches."""
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.evaluate import Pricer, prepare
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_timing import propose_keep_alive, propose_longer_lifetime
+
+    records = pause("a", 600, 4_000) + pause("z", 30, 3_000)
+    records[3].response["usage"] = usage(read=3_000, fresh=100)
+    records.sort(key=lambda r: r.started_at)
+    for r in records:
+        r.request["model"] = model or r.request["model"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    ev = Evidence(pricer.baseline, TextSource(records))
+    [keep], [ttl] = propose_keep_alive(ev), propose_longer_lifetime(ev)
+    return pricer, keep, ttl
+
+
+def test_a_fix_priced_on_top_of_another_saves_what_it_adds_to_it():
+    """ttl_1h on top of keep_alive: with both, a0 writes at 2x (8,100), the two pings read (500 each), a1 reads
+    (500): 9,600 against 10,200, a saving of 600; keep_alive alone (a1 reads after the pings: 5,100 + 1,000 +
+    500) saves 3,600, so ttl_1h adds -3,000 (-$0.009 at $3 per million). It edits a0 and a1 (their ttl) and the
+    pings (copies of the edited a0): 4 requests of a; z's are the same skeletons under both."""
+    from kvprobe.whatif.policies import Instance
+
+    pricer, keep, ttl = marginal_setup()
+    ttl.requires = [keep]
+    for kept in (False, True):  # priced afresh, or from keep_alive's own pricing kept for it
+        if kept:
+            pricer.kept[(id(keep),)] = pricer.price([keep])
+        p = pricer.marginal(ttl)
+        assert (p.saving_ie, p.edited) == (-3_000.0, {"a": 4}) and p.saving_usd == pytest.approx(-0.009, abs=1e-9)
+        assert p.base_ie == 10_200.0  # the sessions it edits, before
+        [inst] = pricer.instances(p)
+        assert (inst.session, inst.requests, inst.saving_ie) == ("a", 4, -3_000.0)
+        assert inst.saving_usd == pytest.approx(-0.009, abs=1e-9)
+
+
+def test_a_fix_that_adds_requests_on_top_of_another_counts_them_as_its_edits():
+    """keep_alive on top of ttl_1h (the 1h entries already bridge the pause, as evaluate starts a set from the
+    one it extends): its two pings (500 and 1 output token each) are all it adds: -1,000 input equivalents,
+    -$0.00303, two requests of a added."""
+    pricer, keep, ttl = marginal_setup()
+    keep.requires = [ttl]
+    pricer.keep_reshaped = {(id(ttl),)}
+    p = pricer.marginal(keep)
+    assert (p.saving_ie, p.edited) == (-1_000.0, {"a": 2}) and p.saving_usd == pytest.approx(-0.00303, abs=1e-9)
+    [inst] = pricer.instances(p)
+    assert (inst.session, inst.requests, inst.saving_ie) == ("a", 2, -1_000.0)
+
+
+def test_a_fix_on_top_of_another_for_a_model_without_a_price_saves_no_known_money():
+    pricer, keep, ttl = marginal_setup(model="claude-unlisted-9")
+    ttl.requires = [keep]
+    p = pricer.marginal(ttl)
+    assert (p.saving_ie, p.saving_usd) == (-3_000.0, None)
