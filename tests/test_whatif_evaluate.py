@@ -247,3 +247,15 @@ def test_a_fix_on_top_of_another_for_a_model_without_a_price_saves_no_known_mone
     ttl.requires = [keep]
     p = pricer.marginal(ttl)
     assert (p.saving_ie, p.saving_usd) == (-3_000.0, None)
+
+
+def test_a_pricer_sent_to_a_clusters_workers_leaves_the_baseline_and_records_behind():
+    """What a worker prices with (parallel: the pricer is pickled once per worker): the skeletons and the
+    sessions' costs, not the diagnosed baseline nor the records (only proposals and `fix` read those)."""
+    import pickle
+
+    pricer, keep, _ = marginal_setup()
+    sent = pickle.loads(pickle.dumps(pricer))
+    assert (sent.baseline, sent.records) == ([], None)
+    assert len(sent.base_sks) == 4 and sent.base_sessions == pricer.base_sessions
+    assert len(pricer.baseline) == 4 and len(pricer.records) == 4  # the pricer here keeps both
