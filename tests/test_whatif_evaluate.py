@@ -259,3 +259,11 @@ def test_a_pricer_sent_to_a_clusters_workers_leaves_the_baseline_and_records_beh
     assert (sent.baseline, sent.records) == ([], None)
     assert len(sent.base_sks) == 4 and sent.base_sessions == pricer.base_sessions
     assert len(pricer.baseline) == 4 and len(pricer.records) == 4  # the pricer here keeps both
+
+
+def test_a_fixs_instances_come_largest_saving_first():
+    """Two sessions pause 7 minutes: a (2,000 cached) saves 2,000 with one ping (2,600 -> 300 + 300), b
+    (4,000 cached) 4,100: b is listed first though a comes first in the log."""
+    records = pause("a", 420, 2_000) + pause("b", 420, 4_000)
+    [keep] = evaluate(sorted(records, key=lambda r: r.started_at), PriceBook()).fixes
+    assert [(i.session, i.saving_ie) for i in keep.instances] == [("b", 4_100.0), ("a", 2_000.0)]
