@@ -409,3 +409,48 @@ def test_a_prompt_cut_before_the_compaction_that_shows_the_tools_system_size_is_
         "the read fell from 12,000 to 1,000 tokens (10s after b, after the prompt shrank (its history was cut)), "
         f"{NOTHING_SAYS_WHY}")
     assert rows["d"]["diagnoses"] == [] and rows["d"]["missed_read_tokens"] == 0
+
+
+IDLE_299 = "; it had been idle 4m59s of its 5m00s lifetime (idle entries are the first evicted)"
+
+
+@pytest.mark.parametrize("gap, cause", [
+    # c reads none of the 12,000 b left (input 3 + 0 + 12,500 = 12,503, noise 125): a miss of 12,000 either way
+    (299, {"kind": "unexplained", "inferred": True, "path": None, "token_position": 0, "missed_tokens": 12_000,
+           "detail": f"the read fell from 12,000 to 0 tokens (4m59s after b), {NOTHING_SAYS_WHY}{IDLE_299}"}),
+    # exactly the 300 s lifetime: the entry is gone (as in the simulator). One ping (floor(0 / 270) + 1) of
+    # 0.1 x 12,000 + 5 = 1,205 against a rebuild of (1.25 - 0.1) x 12,000 = 13,800; pings pay for pauses under
+    # 300 + floor(13,800 / 1,205) x 270 = 3,270 s (54m30s); the 1h lifetime covers the pause too
+    (300, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 0.0,
+           "missed_tokens": 12_000, "evidence": "pause",
+           "detail": "5m00s since b started; the entry lives 5m00s (the default)",
+           "advice": "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this "
+                     "one: 1,205 input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); "
+                     "or use \"ttl\": \"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this "
+                     "pause (writes at 2× input)"}),
+    (301, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 1.0,
+           "missed_tokens": 12_000, "evidence": "pause",
+           "detail": "5m01s since b started; the entry lives 5m00s (the default)",
+           "advice": "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this "
+                     "one: 1,205 input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); "
+                     "or use \"ttl\": \"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this "
+                     "pause (writes at 2× input)"}),
+])
+def test_an_entry_is_gone_at_exactly_its_lifetime_as_in_the_simulator(tmp_path, gap, cause):
+    rows = report(tmp_path, *OPENING, rec("c", 10 + gap, read=0, write=12_500))
+    assert the_cause(rows["c"]) == cause
+
+
+@pytest.mark.parametrize("gap, cause", [
+    # s4 sends s3's 10,503-token prompt to Haiku 299 s after s2: Haiku's own 10,000-token entry still lives, and
+    # s4 read none of it
+    (299, {"kind": "unexplained", "inferred": True, "path": None, "token_position": 0, "missed_tokens": 10_000,
+           "detail": f"the read fell from 10,000 to 0 tokens (4m59s after s2), {NOTHING_SAYS_WHY}{IDLE_299}"}),
+    # at exactly 300 s Haiku's entry is gone: a switch with nothing to read, nothing charged
+    (300, switch(SONNET, HAIKU, "; its own entry, last used by s2 5m00s before, expired meanwhile")),
+    (301, switch(SONNET, HAIKU, "; its own entry, last used by s2 5m01s before, expired meanwhile")),
+])
+def test_a_switch_back_finds_the_models_own_entry_gone_at_exactly_its_lifetime(tmp_path, gap, cause):
+    rows = report(tmp_path, rec("s1", 0, read=0, write=10_000), rec("s2", 10, read=0, write=10_000, model=HAIKU),
+                  rec("s3", 20, read=10_000, write=500), rec("s4", 10 + gap, read=0, write=10_500, model=HAIKU))
+    assert the_cause(rows["s4"]) == cause

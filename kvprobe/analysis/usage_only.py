@@ -217,7 +217,7 @@ def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", 
                                                                            last.usage.input_tokens)):
         return same, None, None  # a prompt of its own (a router or side call): its model's stream, not a switch
     lifetime = _lifetime(same, stream)[0] if same is not None else None
-    if same is None or lifetime is None or r.sk.started_at - same.sk.started_at > lifetime:
+    if same is None or lifetime is None or r.sk.started_at - same.sk.started_at >= lifetime:  # gone at exactly it
         return None, last.sk.model or "another model", same
     return same, None, None
 
@@ -250,7 +250,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
     triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
         (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
-    if lifetime is not None and gap > lifetime:
+    if lifetime is not None and gap >= lifetime:  # an entry is gone at exactly its lifetime, as in kvprobe.sim
         expired = _expired(r, base, gap, lifetime, rules, chosen)
         if expired is not None and triggers:
             expired.detail += "; also just before it (inferred from the log): " + " and ".join(triggers)
