@@ -412,6 +412,10 @@ def test_a_prompt_cut_before_the_compaction_that_shows_the_tools_system_size_is_
 
 
 IDLE_299 = "; it had been idle 4m59s of its 5m00s lifetime (idle entries are the first evicted)"
+ONE_PING = ("send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this one: 1,205 "
+            "input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); or use \"ttl\": "
+            "\"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this pause (writes at 2× "
+            "input)")
 
 
 @pytest.mark.parametrize("gap, cause", [
@@ -424,17 +428,11 @@ IDLE_299 = "; it had been idle 4m59s of its 5m00s lifetime (idle entries are the
     (300, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 0.0,
            "missed_tokens": 12_000, "evidence": "pause",
            "detail": "5m00s since b started; the entry lives 5m00s (the default)",
-           "advice": "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this "
-                     "one: 1,205 input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); "
-                     "or use \"ttl\": \"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this "
-                     "pause (writes at 2× input)"}),
+           "advice": ONE_PING}),
     (301, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 1.0,
            "missed_tokens": 12_000, "evidence": "pause",
            "detail": "5m01s since b started; the entry lives 5m00s (the default)",
-           "advice": "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this "
-                     "one: 1,205 input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); "
-                     "or use \"ttl\": \"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this "
-                     "pause (writes at 2× input)"}),
+           "advice": ONE_PING}),
 ])
 def test_an_entry_is_gone_at_exactly_its_lifetime_as_in_the_simulator(tmp_path, gap, cause):
     rows = report(tmp_path, *OPENING, rec("c", 10 + gap, read=0, write=12_500))
