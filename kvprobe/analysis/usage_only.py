@@ -117,6 +117,8 @@ class _Stream:
         dropped = dropped_reasoning(r)
         if dropped is not None:
             source = self.by_id.get(str(dropped[1].get("request")))
+            if source is not None and source.sk.model != r.sk.model:
+                source = None  # caches are per model: another model's request left no entry this one reads
             after_reasoning_dropped(earlier, self.turn_starts.setdefault(r.sk.model, {}), dropped[0], source)
         self.by_id[r.sk.id] = r
         earlier_levels(earlier, r, _step(r), changed_at)
