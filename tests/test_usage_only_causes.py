@@ -452,3 +452,33 @@ def test_a_switch_back_finds_the_models_own_entry_gone_at_exactly_its_lifetime(t
     rows = report(tmp_path, rec("s1", 0, read=0, write=10_000), rec("s2", 10, read=0, write=10_000, model=HAIKU),
                   rec("s3", 20, read=10_000, write=500), rec("s4", 10 + gap, read=0, write=10_500, model=HAIKU))
     assert the_cause(rows["s4"]) == cause
+
+
+def test_the_second_pass_explains_with_the_levels_of_the_first_and_learns_none(tmp_path):
+    # `report` explains the trace again once every level is known: c's prompt was cut (3,003 tokens under b's
+    # 12,000) before d's compaction showed the 2,500-token tools+system level, so only the second pass finds
+    # c's fall to 1,000 (1,500 missed). f falls to 1,000 once in the log as read (12,000 -> 1,000, 11,000 missed):
+    # one fall is no level, and a fall the second pass finds is no second one (levels are the first pass's)
+    rows = report(tmp_path, *OPENING, rec("c", 20, read=1_000, write=2_000),
+                  rec("d", 30, read=2_500, write=9_000, events=[{"kind": "compaction"}]),
+                  rec("e", 40, read=11_500, write=500), rec("f", 50, read=1_000, write=11_000))
+    assert [rows[x]["missed_read_tokens"] for x in "cdef"] == [1_500, 0, 0, 11_000]
+    assert the_cause(rows["f"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": 1_000, "missed_tokens": 11_000,
+        "detail": f"the read fell from 12,000 to 1,000 tokens (10s after e), {NOTHING_SAYS_WHY}"}
+
+
+def test_a_reported_cause_on_a_request_that_read_all_it_could_is_no_fall_to_name_a_level_by(tmp_path):
+    # c's prompt is cut (3 + 4,000 + 1,000 = 5,003, far under b's 12,000) and no tools+system size is known, so
+    # the 4,000 it read is all it could: no fall, though the provider reports a cause. e falls to 4,000 once
+    # (12,000 d left -> 4,000, 8,000 missed; no request left a level at 4,000): one fall is no level, and nothing
+    # in the log explains it
+    c = rec("c", 20, read=4_000, write=1_000)
+    reason = {"type": "messages_changed", "cache_missed_input_tokens": 1_000}
+    c["response"]["diagnostics"] = {"cache_miss_reason": reason}
+    rows = report(tmp_path, *OPENING, c, rec("d", 30, read=5_000, write=7_000), rec("e", 40, read=4_000, write=8_000))
+    assert (rows["c"]["missed_read_tokens"], rows["c"]["ideal_read_tokens"], rows["c"]["diagnoses"][0]["inferred"]) \
+        == (0, 4_000, False)
+    assert the_cause(rows["e"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": 4_000, "missed_tokens": 8_000,
+        "detail": f"the read fell from 12,000 to 4,000 tokens (10s after d), {NOTHING_SAYS_WHY}"}
