@@ -482,3 +482,16 @@ def test_a_reported_cause_on_a_request_that_read_all_it_could_is_no_fall_to_name
     assert the_cause(rows["e"]) == {
         "kind": "unexplained", "inferred": True, "path": None, "token_position": 4_000, "missed_tokens": 8_000,
         "detail": f"the read fell from 12,000 to 4,000 tokens (10s after d), {NOTHING_SAYS_WHY}"}
+
+
+def test_a_switch_back_on_a_server_whose_rules_give_no_lifetime_says_no_entry_expired(tmp_path):
+    # a local server (no rules in providers/: no lifetime): s3 is back on qwen3:8b after s2's llama3.1:8b, and s4
+    # back on llama3.1:8b, each resending the prompt before it (10,003 tokens). Nothing says how long a local
+    # entry lives, so no "expired meanwhile" is said of it; nothing is charged to a switch
+    rows = report(tmp_path, *(dict(r, provider="local") for r in (
+        rec("s1", 0, read=0, write=10_000, model="qwen3:8b"), rec("s2", 10, read=0, write=10_000, model="llama3.1:8b"),
+        rec("s3", 20, read=0, write=10_000, model="qwen3:8b"),
+        rec("s4", 30, read=0, write=10_000, model="llama3.1:8b"))))
+    assert the_cause(rows["s3"]) == switch("llama3.1:8b", "qwen3:8b")
+    assert the_cause(rows["s4"]) == switch("qwen3:8b", "llama3.1:8b")
+    assert [rows[s]["missed_read_tokens"] for s in ("s2", "s3", "s4")] == [0, 0, 0]

@@ -206,7 +206,8 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
 def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
     """(the request whose cache this one could read, the model switched from, the same model's last request
     when its entry expired meanwhile). The base is the stream's last request of the same model, unless the
-    model changed and that model's own entry has expired (or never existed): then nothing was readable. A
+    model changed and that model's own entry has expired (or never existed, or no lifetime is known): then
+    nothing was readable. A
     request of another model than the last one is a switch only when it resends that one's prompt (about as
     long: `analysis.streams`); else it is a call of its own model's stream (a router or side call)."""
     last = stream.last
@@ -220,7 +221,8 @@ def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", 
         return same, None, None  # a prompt of its own (a router or side call): its model's stream, not a switch
     lifetime = _lifetime(same, stream)[0] if same is not None else None
     if same is None or lifetime is None or r.sk.started_at - same.sk.started_at >= lifetime:  # gone at exactly it
-        return None, last.sk.model or "another model", same
+        # without a lifetime (rules that give none: a local server) nothing says its own entry expired
+        return None, last.sk.model or "another model", same if lifetime is not None else None
     return same, None, None
 
 
