@@ -18,6 +18,8 @@ No other fix applies: the sessions start well within the 5-minute lifetime, so n
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import kvprobe
@@ -35,15 +37,19 @@ def words(n: int, tag: str) -> str:
     return " ".join([tag] + [VOCAB[(i * 5 + len(tag)) % len(VOCAB)] for i in range(n - 1)])
 
 
-def session(k: int) -> list[TraceRecord]:
+def session(k: int, gap: float = SESSION_GAP, tool_mark: bool = False, name: str | None = None) -> list[TraceRecord]:
+    """Session k, started `gap` s after session k - 1; `tool_mark` marks the last tool too; `name`: the same
+    customer in every session."""
     tools = [{"name": f"tool{j}", "description": words(290, f"tool{j}"), "input_schema": {"type": "object"}}
              for j in range(6)]
-    head = f"You are the support agent of {NAMES[k]}."
+    if tool_mark:
+        tools[-1]["cache_control"] = EPH
+    head = f"You are the support agent of {name or NAMES[k]}."
     system = [{"type": "text", "text": head + " " + words(1_390, "policy"), "cache_control": EPH}]
     first = [{"role": "user", "content": words(100, f"question{k}")}]
     second = first + [{"role": "assistant", "content": words(50, f"answer{k}")},
                       {"role": "user", "content": words(100, f"again{k}")}]
-    start = 1_790_000_000.0 + SESSION_GAP * k
+    start = 1_790_000_000.0 + gap * k
     out = []
     for i, (messages, read, write, fresh) in enumerate([(first, 0, 3_200, 100), (second, 3_200, 0, 250)]):
         usage = {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
@@ -87,3 +93,29 @@ def test_moving_the_name_out_is_one_policy_over_every_session_priced_by_hand(fle
     assert any(name in " ".join(fix["spans"]) for name in NAMES)  # what moves is the name, not the line
     after = fleet["with_all_fixes"]["input_equivalent_tokens"]
     assert OBSERVED - SAVING + 20.45 <= after <= OBSERVED - SAVING + 20.45 * 5
+
+
+def test_the_fleets_longer_lifetime_is_written_on_the_shared_end_and_every_breakpoint_before_it(cli, tmp_path):
+    """One customer (Quill) in every session, sessions 10 minutes apart (past the 5-minute lifetime), the last
+    tool marked too: each session's r1 writes the shared 3,200 tokens again. With the 1h lifetime on the
+    system text's breakpoint, session 1's r1 writes them at 2x (6,400 + 100 instead of 4,100: +2,400) and the
+    other 11 first requests read them (320 + 100 instead of 4,100: -3,680 each); the r2s read either way:
+    11 x 3,680 - 2,400 = 38,080 saved. The fixed trace marks the system text's end with ttl 1h, and the tool
+    breakpoint before it takes 1h too (1h entries must come before 5m ones); the other tools stay unmarked."""
+    trace, fixed = tmp_path / "apart.jsonl", tmp_path / "fixed.jsonl"
+    write_trace(trace, [r for k in range(len(NAMES)) for r in session(k, gap=600, tool_mark=True, name="Quill")])
+    summary = json.loads(cli("fix", trace, "-o", fixed, "--json").stdout)
+    [fleet_ttl] = summary["fixes"]
+    assert (fleet_ttl["kind"], fleet_ttl["scope"], fleet_ttl["path"]) == ("ttl_1h", "fleet", "system[0]")
+    assert fleet_ttl["saving_input_equivalent_tokens"] == pytest.approx(38_080, abs=0.5)
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    bodies = [json.loads(line)["request"] for line in fixed.read_text().splitlines()]
+    assert len(bodies) == 24
+    for body in bodies:
+        assert body["system"][0]["cache_control"] == one_hour and body["tools"][5]["cache_control"] == one_hour
+        assert all("cache_control" not in t for t in body["tools"][:5])
+    original = [json.loads(line)["request"] for line in trace.read_text().splitlines()]
+    assert all(b["tools"][5]["cache_control"] == EPH and "ttl" not in b["system"][0]["cache_control"]
+               for b in original)  # the input trace is left as it was
+    after = json.loads(cli("report", fixed, "--no-fixes", "--json").stdout)["totals"]["input_equivalent_tokens"]
+    assert after == pytest.approx(12 * 4_670 - 38_080, abs=0.5)  # the fixed trace reproduces the saving
