@@ -37,9 +37,10 @@ def words(n: int, tag: str) -> str:
     return " ".join([tag] + [VOCAB[(i * 5 + len(tag)) % len(VOCAB)] for i in range(n - 1)])
 
 
-def session(k: int, gap: float = SESSION_GAP, tool_mark: bool = False, name: str | None = None) -> list[TraceRecord]:
+def session(k: int, gap: float = SESSION_GAP, tool_mark: bool = False, name: str | None = None,
+            requests: int = 2) -> list[TraceRecord]:
     """Session k, started `gap` s after session k - 1; `tool_mark` marks the last tool too; `name`: the same
-    customer in every session."""
+    customer in every session; `requests`: 1 for the first request only."""
     tools = [{"name": f"tool{j}", "description": words(290, f"tool{j}"), "input_schema": {"type": "object"}}
              for j in range(6)]
     if tool_mark:
@@ -51,7 +52,7 @@ def session(k: int, gap: float = SESSION_GAP, tool_mark: bool = False, name: str
                       {"role": "user", "content": words(100, f"again{k}")}]
     start = 1_790_000_000.0 + gap * k
     out = []
-    for i, (messages, read, write, fresh) in enumerate([(first, 0, 3_200, 100), (second, 3_200, 0, 250)]):
+    for i, (messages, read, write, fresh) in enumerate([(first, 0, 3_200, 100), (second, 3_200, 0, 250)][:requests]):
         usage = {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
                  "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0},
                  "output_tokens": 20}
@@ -119,3 +120,38 @@ def test_the_fleets_longer_lifetime_is_written_on_the_shared_end_and_every_break
                for b in original)  # the input trace is left as it was
     after = json.loads(cli("report", fixed, "--no-fixes", "--json").stdout)["totals"]["input_equivalent_tokens"]
     assert after == pytest.approx(12 * 4_670 - 38_080, abs=0.5)  # the fixed trace reproduces the saving
+
+
+@pytest.mark.parametrize("gap, saving", [
+    (299, None),  # each session's entry still lives when the next starts: nothing but a stable prefix needed
+    (300, 38_080),  # gone at exactly its 5-minute lifetime: the 1h lifetime pays
+    (301, 38_080),
+    (3_599, 38_080),
+    (3_600, None),  # a 1h entry is gone at exactly 3,600 s too: the longer lifetime cannot bridge the gap
+    (3_601, None),
+])
+def test_the_fleets_longer_lifetime_is_offered_where_entries_are_gone_and_it_outlives_the_gap(tmp_path, gap, saving):
+    """One request per session, one customer (Quill), sessions `gap` s apart: each first request writes the
+    shared 3,200 tokens again once the entry before it is gone. With the 1h lifetime session 1 writes them at 2x
+    (+2,400) and the other 11 read them (-3,680 each): 11 x 3,680 - 2,400 = 38,080 saved."""
+    write_trace(tmp_path / "t.jsonl", [r for k in range(len(NAMES)) for r in session(k, gap, name="Quill", requests=1)])
+    report = kvprobe.analyse(tmp_path / "t.jsonl", fixes=True).to_json()
+    [found] = report["fleet"]
+    assert (found["median_gap_s"], found["lifetime_s"]) == (gap, 300)
+    if saving is None:
+        assert report["fixes"] == [] and found["fixes"] == []
+    else:
+        [fix] = report["fixes"]
+        assert (fix["kind"], fix["scope"], fix["path"], fix["edited_requests"]) == ("ttl_1h", "fleet", "system[0]", 12)
+        assert fix["saving_input_equivalent_tokens"] == pytest.approx(saving, abs=0.5)
+        assert found["fixes"] == ["ttl_1h (system[0])"]
+
+
+def test_a_fleet_whose_names_break_the_prefix_is_offered_the_lifetime_where_the_name_ends_it(tmp_path):
+    # the names break the shared prefix inside system[0] (the volatile span); the longer lifetime goes on the
+    # breakpoint that ends the prefix once the name is moved out (system[0]), not on the last block every
+    # session already shares as it is (tools[5])
+    write_trace(tmp_path / "t.jsonl", [r for k in range(len(NAMES)) for r in session(k, gap=600, requests=1)])
+    [found] = kvprobe.analyse(tmp_path / "t.jsonl", fixes=True).to_json()["fleet"]
+    assert (found["breaks_at"], found["last_path"], found["breaker"]) == ("system[0]", "tools[5]", "volatile span")
+    assert found["fixes"] == ["ttl_1h (system[0])"]
