@@ -18,6 +18,7 @@ No other fix applies: the sessions start well within the 5-minute lifetime, so n
 """
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -155,3 +156,78 @@ def test_a_fleet_whose_names_break_the_prefix_is_offered_the_lifetime_where_the_
     [found] = kvprobe.analyse(tmp_path / "t.jsonl", fixes=True).to_json()["fleet"]
     assert (found["breaks_at"], found["last_path"], found["breaker"]) == ("system[0]", "tools[5]", "volatile span")
     assert found["fixes"] == ["ttl_1h (system[0])"]
+
+
+def test_the_fleets_fix_edits_copies_and_leaves_the_records_it_was_made_from_as_they_were():
+    # copy on write (kvprobe/whatif/edits.py): the fixed records are copies; the caller's records keep their
+    # bodies, the marked blocks the copies share with them included
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = [r for k in range(len(NAMES)) for r in session(k, gap=600, tool_mark=True, name="Quill")]
+    before = copy.deepcopy([r.request for r in records])
+    written = evaluate(records, PriceBook()).written_records()
+    assert [r.request for r in records] == before
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    assert all(w.request["system"][0]["cache_control"] == one_hour == w.request["tools"][5]["cache_control"]
+               for w in written)
+
+
+# Levels within the system text, no tools: a 1,000-word base (marked), a 2,000-word policy (marked: where the
+# sessions' shared prefix ends), a 200-word note of the session's own (marked), the question (100 words,
+# marked): four breakpoints, the most a request may carry. One request per session, 10 minutes apart; the first
+# session's log names no session (kvprobe calls it "-"); one more session of another product shares nothing.
+def levels_session(k: int | None, gap: float = 600, end_marked: bool = True) -> TraceRecord:
+    """`end_marked=False`: the policy is not marked and the question is two marked blocks (50 words each)."""
+    own = "solo" if k is None else f"n{k}"
+    system = [{"type": "text", "text": words(1_000, "base" if k is not None else "otherbase"), "cache_control": EPH},
+              {"type": "text", "text": words(2_000, "policy" if k is not None else "otherpolicy"),
+               "cache_control": EPH},
+              {"type": "text", "text": words(200, f"note{own}"), "cache_control": EPH}]
+    asks = [words(100, f"ask{own}")] if end_marked else [words(50, f"ask{own}"), words(50, f"more{own}")]
+    question = [{"role": "user", "content": [{"type": "text", "text": t, "cache_control": EPH} for t in asks]}]
+    if not end_marked:
+        del system[1]["cache_control"]
+    usage = {"input_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 3_300,
+             "cache_creation": {"ephemeral_5m_input_tokens": 3_300, "ephemeral_1h_input_tokens": 0},
+             "output_tokens": 20}
+    start = 1_790_000_000.0 + gap * (k if k is not None else 0.5)
+    return TraceRecord(id=f"{own}-r1", provider="anthropic", started_at=start, request={
+        "model": "claude-sonnet-4-5", "max_tokens": 512, "system": system, "messages": question},
+        response={"type": "message", "usage": usage}, session=None if k == 0 else own, agent="main",
+        endpoint="/v1/messages", first_token_at=start + 1.5)
+
+
+
+def test_the_fleets_lifetime_goes_on_every_level_up_to_the_shared_end_and_no_further(tmp_path):
+    """The shared prefix ends at system[1] (the policy): session "-" writes base and policy (3,000 of the 3,300
+    each request writes) at 2x instead of 1.25x (+2,250); the other 11 fleet sessions read them (0.1x) instead
+    of writing them again (-3,450 each); the note and the question are written either way: 11 x 3,450 - 2,250 =
+    35,700 (within 0.5%: the 3,000 are kvprobe's split of the 3,300 written, 2,994 here). The fixed trace gives
+    system[0] and system[1] the 1h lifetime, leaves the note's and the question's breakpoints (after the shared
+    end) as they were, and leaves the other product's session alone."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = [levels_session(k) for k in range(len(NAMES))] + [levels_session(None)]
+    whatif = evaluate(records, PriceBook())
+    [fix] = whatif.fixes
+    assert (fix.kind, fix.extra["scope"], fix.extra["path"]) == ("ttl_1h", "fleet", "system[1]")
+    assert fix.saving_input_equivalent_tokens == pytest.approx(35_700, rel=0.005)
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    written = {w.id: w.request for w in whatif.written_records()}
+    for k in range(len(NAMES)):
+        body = written[f"n{k}-r1"]
+        assert [b["cache_control"] for b in body["system"]] == [one_hour, one_hour, EPH]
+        assert body["messages"][0]["content"][0]["cache_control"] == EPH
+    assert written["solo-r1"] == records[-1].request
+
+
+def test_the_fleets_lifetime_adds_no_fifth_breakpoint(tmp_path):
+    # the same fleet with the policy's end unmarked and four breakpoints already (base, note, the question's two
+    # blocks): the shared end cannot be marked within Anthropic's 4, so no lifetime is priced or written
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = [levels_session(k, end_marked=False) for k in range(len(NAMES))]
+    assert evaluate(records, PriceBook()).fixes == []
