@@ -342,3 +342,21 @@ def test_on_chat_completions_the_mark_is_openais_too():
     for written in whatif.written_records():
         block = written.request["messages"][0]["content"][0]
         assert block["prompt_cache_breakpoint"] == {"mode": "explicit"} and "cache_control" not in block
+
+
+@pytest.mark.parametrize("notes, proposed", [(3, True), (4, False)])
+def test_the_shared_end_is_marked_only_within_the_four_breakpoints_a_gpt_5_6_request_writes(notes, proposed):
+    """Each turn ends with `notes` explicitly marked notes of its own after the user message. The managed
+    breakpoint ends the newest message, on its last note: with 3 notes the request holds 3 breakpoints and the
+    fix marks the shared developer block as its 4th (providers/openai.toml max_breakpoints = 4, the managed one
+    among them); with 4 there is no room and nothing is proposed."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = codex_turns()
+    for k, r in enumerate(records):
+        r.request["input"][-1]["content"] += [{"type": "input_text", "text": f"note {j} of turn {k} " * 20,
+                                               "prompt_cache_breakpoint": {"mode": "explicit"}} for j in range(notes)]
+    fixes = evaluate(records, PriceBook()).fixes
+    assert [(f.kind, f.extra["path"]) for f in fixes] == ([("mark_breakpoint", "input[0].content[0]")] if proposed
+                                                          else [])
