@@ -44,6 +44,7 @@ FOCUS = {
                        "tests/test_multiagent_session.py", "tests/test_keep_alive.py",
                        "tests/test_whatif_edits.py", "tests/test_whatif_policies.py",
                        "tests/test_whatif_domains.py",
+                       "tests/test_whatif_content.py",
                        "tests/test_openai_breakpoints.py", "tests/test_openai_edges.py", "tests/test_run_seam.py",
                        "tests/test_second_core.py"],
     "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py",

@@ -174,11 +174,13 @@ def failed_line(failed: list[tuple[str, str]]) -> str | None:
 
 
 
-def summarize(results: list[RequestResult]) -> dict[str, Any]:
-    # one pass, plain sums (this runs for the totals and for every session and agent of a large trace)
-    inp = read = w5m = w1h = out = cold = rebuild = missed = unpriced = 0
+def summarize(results: Iterable[RequestResult]) -> dict[str, Any]:
+    # one pass, plain sums (this runs for the totals and for every session and agent of a large trace; and
+    # over results as they are simulated, none kept: `WhatIf.fixed_results`)
+    n = inp = read = w5m = w1h = out = cold = rebuild = missed = unpriced = 0
     ie, cost, priced = 0.0, 0.0, False
     for r in results:
+        n += 1
         u = r.usage
         inp += u.input_tokens
         read += u.cache_read_tokens
@@ -196,7 +198,7 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
             rebuild += u.cache_write_tokens
         missed += r.missed_tokens
     return {
-        "requests": len(results),
+        "requests": n,
         "input_tokens": inp,
         "cache_read_tokens": read,
         "cache_write_tokens": w5m + w1h,
@@ -207,7 +209,7 @@ def summarize(results: list[RequestResult]) -> dict[str, Any]:
         "token_hit_ratio": round(read / inp, 4) if inp else 0.0,
         "input_equivalent_tokens": round(ie, 1),
         # None (shown as n/a) when no request could be priced: an unknown cost is not $0
-        "cost_usd": round_usd(cost if priced else 0) if priced or not results else None,
+        "cost_usd": round_usd(cost if priced else 0) if priced or not n else None,
         "unpriced_requests": unpriced,
         "cold_start_write_tokens": cold,
         "rebuild_write_tokens": rebuild,
@@ -457,7 +459,7 @@ def _add_fixes(rep: Report, what_if: Any) -> None:
     rep.alternatives = [c.to_json() for c in what_if.alternatives]
     if not what_if.fixes:  # nothing to apply: no "with all fixes" figure to show
         return
-    fixed = summarize(what_if.fixed)
+    fixed = summarize(what_if.fixed_results())
     rep.with_all_fixes = {k: fixed[k] for k in ("requests", "input_tokens", "cache_read_tokens",
                                                  "cache_write_tokens", "fresh_input_tokens", "token_hit_ratio",
                                                  "input_equivalent_tokens", "cost_usd")}

@@ -328,3 +328,13 @@ def test_fix_writes_the_policies_the_report_lists(fleet1, tmp_path):
     again = build_report([str(fixed)], fixes=False, prices=PriceBook())
     assert again.totals["input_equivalent_tokens"] == pytest.approx(fleet1.with_all_fixes["input_equivalent_tokens"],
                                                                      rel=0.01)
+
+
+def test_fleet1_the_moved_clock_answers_each_refresh_and_every_later_sessions_first_request(fleet1):
+    """The misses the moved clock removes: each session's r5 (its clock refreshed inside system[0]) and, across
+    sessions, the first request of every session after the first (it could have read the shared prefix the
+    session before wrote, but for that session's clock); the first session's first request had nothing to
+    read. In start order: the refreshes, then the first requests."""
+    [span] = _by_kind(fleet1)["stabilize_prefix"]
+    assert span["requests"] == [f"f1s{k:03d}-r05" for k in range(N1)] + [f"f1s{k:03d}-r01" for k in range(1, N1)]
+    assert span["reach"]["sessions"] == N1

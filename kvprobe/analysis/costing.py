@@ -1,6 +1,9 @@
 """Price each simulated request: USD (genai-prices) and input-token equivalents (provider multipliers)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.catalog import ModelRules
 from kvprobe.pricing import PriceBook, multipliers
@@ -25,12 +28,41 @@ def with_reads(usage: Usage, read: int) -> Usage:
 
 def price_results(results: list[RequestResult], book: PriceBook) -> None:
     for r in results:
-        cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at, r.sk.extra.get("platform"))
-        r.cost_usd, r.cost_source = cost.usd, cost.source
-        if "storage_usd" in r.sk.extra and r.cost_usd is not None:  # Gemini explicit caches bill storage
-            storage = r.sk.extra["storage_usd"]  # per token-hour; None: no storage price, so the cost is unknown
-            r.cost_usd = None if storage is None else r.cost_usd + storage
-        r.input_equivalent = input_equivalent(r.usage, r.rules)
+        price_result(r, book)
+
+
+def price_result(r: RequestResult, book: PriceBook) -> None:
+    cost = book.cost(r.sk.provider, r.sk.model, r.usage, r.sk.started_at, r.sk.extra.get("platform"))
+    r.cost_usd, r.cost_source = cost.usd, cost.source
+    if "storage_usd" in r.sk.extra and r.cost_usd is not None:  # Gemini explicit caches bill storage
+        storage = r.sk.extra["storage_usd"]  # per token-hour; None: no storage price, so the cost is unknown
+        r.cost_usd = None if storage is None else r.cost_usd + storage
+    r.input_equivalent = input_equivalent(r.usage, r.rules)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Priced results added up as they come, none kept: the total and each session's (input equivalents,
+    USD; USD None once any request's price is unknown), each summed in the order given."""
+
+    input_equivalent: float = 0.0
+    usd: float | None = 0.0
+    sessions: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+
+
+def tally(results: Iterable[RequestResult]) -> Tally:
+    out = Tally()
+    sessions = out.sessions
+    for r in results:
+        ie, usd = r.input_equivalent, r.cost_usd
+        out.input_equivalent += ie
+        out.usd = None if out.usd is None or usd is None else out.usd + usd
+        was = sessions.get(r.sk.session)
+        if was is None:
+            sessions[r.sk.session] = (ie, usd)
+        else:
+            sessions[r.sk.session] = (was[0] + ie, None if was[1] is None or usd is None else was[1] + usd)
+    return out
 
 
 def miss_cost(r: RequestResult, book: PriceBook) -> tuple[float, float | None]:

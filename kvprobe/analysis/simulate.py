@@ -6,7 +6,7 @@ Why a request read less is the next stage's question (`analysis.diagnose`), whic
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -236,6 +236,18 @@ def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, siz
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
     sim = Simulator(store, sizer, presized=presized, ideal=ideal)
     return [sim.step(sk) for sk in sorted(skeletons, key=_start_order) if not sk.failed]
+
+
+def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None) -> Iterator[RequestResult]:
+    """`simulate` of presized skeletons one result at a time, for a pass that adds the results up and keeps
+    none (the what-if's pricing): no ideal cache, and no result holds its stream's previous one (that chain
+    kept every result of a session alive as long as its last; only the ideal cache's stage reads it)."""
+    sim = Simulator(store, presized=True, ideal=False)
+    for sk in sorted(skeletons, key=_start_order):
+        if not sk.failed:
+            result = sim.step(sk)
+            result.previous = None
+            yield result
 
 
 class LeadingSimulation:

@@ -173,11 +173,10 @@ def failed_call(error: str | None, logged: Usage | None, http_status: object) ->
 
 
 def without_usage(sk: Skeleton) -> Skeleton:
-    """The request as a simulation sees it when its input usage is to be predicted: the logged output kept."""
-    extra = dict(sk.extra)
-    if sk.observed is not None:
-        extra.setdefault("output_tokens", sk.observed.output_tokens)
-    return replace(sk, observed=None, extra=extra)
+    """The request as a simulation sees it when its input usage is to be predicted: the logged output kept
+    (`skeletons` notes it in `extra`, which the two share: no stage changes a skeleton's extra, and a copy of
+    it per request was ~0.3 KB a request for the what-if's whole log)."""
+    return replace(sk, observed=None)
 
 
 def _name(value: str | None) -> str | None:
@@ -192,11 +191,12 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
     for order, rec in enumerate(records):
         start = rec.started_at if rec.started_at is not None else last_start + READABLE_EPSILON
         last_start = start
-        provider = rec.provider or "anthropic"
+        provider = _name(rec.provider) or "anthropic"
         req = None
         if rec.request is not None:
             req = _render(rec, renderer)
-            provider = req.provider
+            provider = req.provider = _name(req.provider)
+            req.model = _name(req.model)
             store.intern(req, store.counter(provider, req.model))
         readable = rec.readable_at or start + READABLE_EPSILON
         logged = normalize_usage(provider, rec.usage)
@@ -205,7 +205,7 @@ def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: b
         platform = rec.platform
         if platform is not None:  # who served it: part of the rules a request is simulated under
             kept["platform"] = platform
-        if logged is not None and not use_observed:
+        if logged is not None:  # what a prediction of it answers with (`without_usage`, simulate)
             kept.setdefault("output_tokens", logged.output_tokens)
         reported = _miss_reason(rec.response)
         if observed is not None and reported and not observed.miss_reason:

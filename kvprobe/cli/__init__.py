@@ -147,6 +147,11 @@ def _run() -> None:
             sys.stdout.write(text)
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
     first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    if sys.argv[1:2] == ["diff"]:  # answered before Typer loads (cli/fastdiff.py)
+        from kvprobe.cli import fastdiff
+
+        if (code := fastdiff.run(sys.argv[2:])) is not None:
+            raise SystemExit(code)
     if sys.argv[1:2] == ["usage"]:  # `usage --json` answered before Typer and rich load (cli/fastusage.py)
         from kvprobe.cli import fastusage
 

@@ -15,14 +15,14 @@ is chosen by simulating the subsets; the others are kept as alternatives with th
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from kvprobe.analysis.costing import price_results
+from kvprobe.analysis.costing import price_result, price_results, tally
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
-from kvprobe.analysis.simulate import RequestResult, simulate
+from kvprobe.analysis.simulate import RequestResult, replay, simulate
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
 from kvprobe.pricing import PriceBook
@@ -73,14 +73,21 @@ class Priced:
     saving_ie: float
     saving_usd: float | None
     base_ie: float  # cost of the sessions the policies edit, before
-    results: list[RequestResult]
+    # (input equivalents, USD) of each session simulated, in the order the simulation first met them: what
+    # a pricing keeps of its results (`costing.tally`; a whole log's results held while the next policy is
+    # priced were ~1.5 KB a request on a fleet)
+    costs: dict[str, tuple[float, float | None]]
     edited: dict[str, int]  # session -> requests edited or added
     sks: list[Skeleton]  # the skeletons simulated
-    under: list[RequestResult] | None = None  # what it is compared with, when not the baseline
+    under: dict[str, tuple[float, float | None]] | None = None  # what it is compared with, if not the baseline
 
 
 def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
     return sum(r.input_equivalent for r in results), _sum_usd(r.cost_usd for r in results)
+
+
+def _session_costs(results: list[RequestResult]) -> dict[str, tuple[float, float | None]]:
+    return {s: _cost(rs) for s, rs in by_session(results).items()}
 
 
 def _sum_usd(values) -> float | None:
@@ -99,17 +106,29 @@ class Pricer:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
         self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
-        self.base_sessions = {s: _cost(rs) for s, rs in by_session(self.baseline).items()}
+        self.base_sessions = _session_costs(self.baseline)
         self.base_ie, self.base_usd = _cost(self.baseline)
-        self.kept: dict[tuple[int, ...], Priced] = {}  # simulations a later marginal price starts from
+        self.kept: dict[tuple[int, ...], Priced] = {}  # the sets a later marginal price starts from
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
         self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
         self.keep_reshaped: set[tuple[int, ...]] = set()
+
+    def __getstate__(self) -> dict:
+        """What a cluster's worker prices with (`parallel`: the pricer is sent to each once): not the diagnosed
+        baseline, which only the proposals here read (half of what was sent: ~0.9 of 1.7 KB a request on a
+        fleet), nor the records, which only `fix` writes from."""
+        return {**self.__dict__, "baseline": [], "records": None}
 
     def simulate(self, sks: list[Skeleton], ideal: bool = False) -> list[RequestResult]:
         results = simulate(sks, self.store, presized=True, ideal=ideal)
         price_results(results, self.prices)
         return results
+
+    def replay(self, sks: list[Skeleton]) -> Iterator[RequestResult]:
+        """`simulate` one priced result at a time, for a pass that keeps none (`simulate.replay`)."""
+        for result in replay(sks, self.store):
+            price_result(result, self.prices)
+            yield result
 
     def reshape(self, policies: list[Policy]) -> list[Skeleton]:
         """The log with these policies applied (in apply order); a set that extends one applied just before
@@ -141,14 +160,14 @@ class Pricer:
         spans = add_spans(changed, {key: list(span) for key, span in self.spans.items()})
         reached = domains_of(set(edited), spans)
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
-        results = self.simulate(sub)
-        ie, usd = _cost(results)
+        summed = tally(self.replay(sub))
+        ie, usd = summed.input_equivalent, summed.usd
         # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
         before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
         base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
         saving_usd = None if usd is None or base_usd is None else base_usd - usd
         edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
-        return Priced(base_ie - ie, saving_usd, edited_ie, results, edited, sks)
+        return Priced(base_ie - ie, saving_usd, edited_ie, summed.sessions, edited, sks)
 
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
@@ -162,18 +181,16 @@ class Pricer:
         for sk in both.sks[len(under.sks):]:
             edited[sk.session] = edited.get(sk.session, 0) + 1
         usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
-        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.results, edited, both.sks,
-                      under.results)
+        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.costs, edited, both.sks,
+                      under.costs)
 
     def instances(self, priced: Priced) -> list[Instance]:
         """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
         count where they were read)."""
         out = []
-        before = self.base_sessions if priced.under is None else \
-            {**self.base_sessions, **{s: _cost(rs) for s, rs in by_session(priced.under).items()}}
-        for session, rs in by_session(priced.results).items():
+        before = self.base_sessions if priced.under is None else {**self.base_sessions, **priced.under}
+        for session, (ie, usd) in priced.costs.items():
             base_ie, base_usd = before.get(session, (0.0, 0.0))
-            ie, usd = _cost(rs)
             edited = priced.edited.get(session, 0)
             if edited or abs(base_ie - ie) > 1e-6:
                 out.append(Instance(session, edited, base_ie - ie,
@@ -213,6 +230,7 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 summaries[id(policy)] = summary_of(pricer, p)
                 if (id(policy),) in required:
                     pricer.kept[(id(policy),)] = p
+        pricer.kept.clear()  # every marginal price is made
         if beside is not None:
             beside()
     for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
@@ -285,9 +303,24 @@ def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
 class WhatIf:
     baseline: list[RequestResult]
     fixes: list[Policy]  # the chosen policies: what `fix` writes
-    fixed: list[RequestResult]  # the log with every chosen policy applied (one simulation)
     pricer: Pricer
     alternatives: list[Policy] = field(default_factory=list)  # priced, but a chosen policy does better
+    _fixed: list[RequestResult] | None = None
+
+    @property
+    def fixed(self) -> list[RequestResult]:
+        """The log with every chosen policy applied (one simulation), made when first asked for: a report's
+        totals read it once as it is simulated (`fixed_results`), and a whole log of results held to the end
+        was ~2.9 KB a request on a fleet; the per-request table, `fix` and `replay` ask for it."""
+        if self._fixed is None:
+            self._fixed = self.pricer.simulate(self.pricer.reshape(self.fixes)) if self.fixes else self.baseline
+        return self._fixed
+
+    def fixed_results(self) -> Iterator[RequestResult]:
+        """The results of `fixed` one at a time, priced, and kept only when `fixed` already was."""
+        if self._fixed is not None or not self.fixes:
+            return iter(self.fixed)
+        return self.pricer.replay(self.pricer.reshape(self.fixes))
 
     @property
     def fixed_records(self) -> list[TraceRecord]:
@@ -352,8 +385,6 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
-    pricer.kept.clear()
     pricer.keep_reshaped = set()
-    fixed = pricer.simulate(pricer.reshape(chosen)) if chosen else pricer.baseline
     pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
-    return WhatIf(pricer.baseline, chosen, fixed, pricer, alternatives)
+    return WhatIf(pricer.baseline, chosen, pricer, alternatives)

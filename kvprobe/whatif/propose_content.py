@@ -320,10 +320,11 @@ class _ToolLists:
         if tools is None:
             return None
         old = rec.request.get("tools") or []
-        marked = any(isinstance(t, dict) and t.get("cache_control") for t in old)
+        # the request's own mark on its tools, lifetime and all (the skeleton edit keeps its ttl), moved to the end
+        mark = next((t["cache_control"] for t in old if isinstance(t, dict) and t.get("cache_control")), None)
         target = [dict(t) for t in tools]
-        if marked:
-            target[-1]["cache_control"] = {"type": "ephemeral"}
+        if mark is not None:
+            target[-1]["cache_control"] = dict(mark)
         if old == target:
             return None
         new = copy_record(rec)

@@ -1,0 +1,177 @@
+"""The content fixes from their rules (whatif/propose_content.py), as `fix` writes them: a session's tool list
+sent whole and in one order from its first request (the order of the last list it sent); and a changing
+prompt text named for what changes, whole lines ("line") or a part of one ("span")."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_simulator_rules import EPH, claude, words
+from test_whatif import rec, reproduce
+from kvprobe.pricing import PriceBook
+from kvprobe.whatif.evaluate import evaluate
+
+STAMPS = ("10:00:00", "10:01:00", "10:02:00", "10:03:00")
+
+
+def _timed(place: str, stamp: str, turns: int) -> dict:
+    body = claude(turns=turns)
+    text = body["system"][0]["text"]
+    body["system"][0]["text"] = {
+        "first line": f"Current time: {stamp}\n{text}",
+        "middle line": f"You are a careful agent.\nCurrent time: {stamp}\n{text}",
+        "last line": f"{text}\nCurrent time: {stamp}",
+        "inside a line": f"You are an agent; the time is {stamp} in UTC and {text}",
+        "start of a sentence": f"{stamp} is when this session started, and every answer below is as of then.\n"
+                               f"{text}",
+    }[place]
+    return body
+
+
+@pytest.mark.parametrize("place, unit, span", [
+    ("first line", "line", "Current time: 10:03:00"),
+    ("middle line", "line", "Current time: 10:03:00"),
+    ("last line", "line", "Current time: 10:03:00"),
+    ("inside a line", "span", "10:03:00"),
+    ("start of a sentence", "span", "10:03:00"),  # a line's start, then more than a label's worth of text
+])
+def test_a_changing_prompt_text_is_named_a_line_when_whole_lines_change(place, unit, span):
+    """Four requests 30 s apart, each with its own time in the system prompt: one policy moves it out; it says
+    "line(s)" where the time is a line of its own (at the start, in the middle, at the end of the text, beside
+    at most a label) and "span(s)" where it sits in a sentence (inside it, or at its start)."""
+    records = [rec(f"r{i}", 30 * i, _timed(place, stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    [fix] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    assert fix.extra["unit"] == unit and fix.extra["spans"] == [span] and fix.extra["versions"] == 4
+    assert fix.detail.startswith(f"move the changing {unit}(s) of system[0] (e.g. \"{span}\")")
+
+
+def _tool(name: str) -> dict:
+    return {"name": name, "description": words(400, f"tool{name}"), "input_schema": {"type": "object"}}
+
+
+def _with_tools(names: str, turns: int, mark: dict | None = EPH, changed: str = "") -> dict:
+    body = claude(turns=turns)
+    tools = [_tool(n) for n in names]
+    for tool in tools:
+        if tool["name"] in changed:
+            tool["description"] += " (revised)"
+    if mark is not None:
+        tools[-1]["cache_control"] = dict(mark)
+    body["tools"] = tools
+    return body
+
+
+def _written(tmp_path) -> dict[str, list[tuple[str, dict | None]]]:
+    """Each fixed record's tools: (name, its cache mark)."""
+    lines = (tmp_path / "fixed.jsonl").read_text().splitlines()
+    return {r["id"]: [(t["name"], t.get("cache_control")) for t in r["request"]["tools"]]
+            for r in map(json.loads, lines)}
+
+
+@pytest.mark.parametrize("mark, session", [
+    (EPH, "s"), (None, "s"), ({"type": "ephemeral", "ttl": "1h"}, "s"), (EPH, None),
+], ids=["marked", "unmarked", "marked for an hour", "no session named"])
+def test_fix_sends_the_sessions_whole_tool_list_from_its_first_request(cli, tmp_path, mark, session):
+    """r0 sends tools A B, r1 and r2 insert X between them (Claude Code loading a tool mid-task): r1 cannot read
+    r0's entry. The fix sends A X B (the order of the last list sent, so r1 and r2 stay as they are) from r0
+    on, with the cache mark the session put on its tools (on the last one, with its lifetime; or none), and
+    r1 then reads r0's entry: the saving `fix` states is the one the two reports show (`reproduce`). A log
+    that names no session is one session."""
+    records = [rec("r0", 0, _with_tools("AB", 1, mark), session=session),
+               rec("r1", 30, _with_tools("AXB", 3, mark), session=session),
+               rec("r2", 60, _with_tools("AXB", 5, mark), session=session)]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1"] and fix["edited_requests"] == 1
+    assert fix["detail"].startswith("send each session's full tool list (3 definitions), in one fixed order")
+    want = [("A", None), ("X", None), ("B", mark)]
+    assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want}
+
+
+def test_no_tool_list_is_proposed_when_a_definition_changed(cli, tmp_path):
+    """r1 revises tool A's description and inserts X: no one list holds both versions of A, so no stable
+    list is proposed (the change is a content change of tools[0], not an order)."""
+    records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("AXB", 3, changed="A")),
+               rec("r2", 60, _with_tools("AXB", 5, changed="A"))]
+    assert [p for p in evaluate(records, PriceBook()).fixes if p.extra.get("path") == "tools"] == []
+
+
+def _openai_tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": words(400, f"tool{name}"),
+                                             "parameters": {"type": "object"}}}
+
+
+def _openai(names: str, turns: int) -> dict:
+    messages = [{"role": "system", "content": words(1500, "sys")}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": words(300, f"t{i}")} for i in range(turns)]
+    return {"model": "gpt-4o", "messages": messages, "tools": [_openai_tool(n) for n in names]}
+
+
+def test_an_openai_tool_list_is_named_by_its_functions(cli, tmp_path):
+    """OpenAI Chat tools name themselves in `function.name`: the same A, X inserted, B as above, on gpt-4o's
+    implicit prefix cache; the fix sends A X B from the first request on, priced as the traces show."""
+    records = [rec("r0", 0, _openai("AB", 1)), rec("r1", 30, _openai("AXB", 3)), rec("r2", 60, _openai("AXB", 5))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1"] and fix["edited_requests"] == 1
+    lines = (tmp_path / "fixed.jsonl").read_text().splitlines()
+    assert [[t["function"]["name"] for t in json.loads(line)["request"]["tools"]] for line in lines] == \
+        [["A", "X", "B"]] * 3
+
+
+def test_a_moved_cache_mark_is_no_change_of_definition(cli, tmp_path):
+    """r0 sends A B (mark on B), r1 appends X and marks it instead, r2 sends A X B (mark on B): B is the same
+    tool each time, only the mark moved, so one list serves the session: A X B with the mark on its last
+    tool, from r0 on (r1 and r2 each broke the prefix)."""
+    records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("ABX", 3)),
+               rec("r2", 60, _with_tools("AXB", 5))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2"] and fix["edited_requests"] == 2
+    want = [("A", None), ("X", None), ("B", EPH)]
+    assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want}
+
+
+def test_a_list_sent_again_before_the_change_still_leaves_the_later_lists_read(cli, tmp_path):
+    """r0 and r1 send A B, r2 and r3 A X B: the list after the repeat is read too (the session's lists are
+    every distinct one it sent), so the fix sends A X B from r0 on."""
+    records = [rec("r0", 0, _with_tools("AB", 1)), rec("r1", 30, _with_tools("AB", 3)),
+               rec("r2", 60, _with_tools("AXB", 5)), rec("r3", 90, _with_tools("AXB", 7))]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r2"] and fix["edited_requests"] == 2
+    want = [("A", None), ("X", None), ("B", EPH)]
+    assert _written(tmp_path) == {"r0": want, "r1": want, "r2": want, "r3": want}
+
+
+def _dated_tool(stamp: str, turns: int) -> dict:
+    body = _with_tools("AB", turns)
+    tool = body["tools"][0]
+    tool["description"] = f"Index refreshed at {stamp} for this repository. {tool['description']}"
+    return body
+
+
+def test_a_time_in_a_tool_description_is_moved_out_of_it(cli, tmp_path):
+    """Tool A's description says when the index was refreshed, different in every request: the fix keeps A's
+    description without it (the rest as it was) and moves the time after the last breakpoint; the saving it
+    states is the one the traces show."""
+    records = [rec(f"r{i}", 30 * i, _dated_tool(stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2", "r3"] and fix["detail"].startswith("move the changing span(s) of tools[0]")
+    plain = _tool("A")["description"]
+    for line, stamp in zip((tmp_path / "fixed.jsonl").read_text().splitlines(), STAMPS):
+        request = json.loads(line)["request"]
+        assert request["tools"][0]["description"] == f"Index refreshed at  for this repository. {plain}"
+        assert request["messages"][-1]["content"][-1]["text"] == stamp
+
+
+def test_a_span_move_is_priced_as_the_records_it_writes_are(tmp_path):
+    """The what-if prices a moved span on the parsed requests (skeletons); `fix` writes records. Simulated
+    again from those records (each split block's two parts sized from the original block: the moved time
+    keeps its share of the tokens), the log costs what the price says."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    [policy] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    before = sum(r.input_equivalent for r in pricer.baseline)
+    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
+    assert before - after == pytest.approx(policy.saving_input_equivalent_tokens, abs=0.01)
+    assert policy.saving_input_equivalent_tokens > 1000
