@@ -266,7 +266,7 @@ def test_diff_shows_the_managed_breakpoint_and_predicts_no_read(cli, write_json)
     assert [bp["ttl"] for bp in data["breakpoints"]] == ["explicit", "managed"]
 
 
-def codex_turns(chat: bool = False) -> list[TraceRecord]:
+def codex_turns(chat: bool = False, mode: str | None = None) -> list[TraceRecord]:
     """Five Codex turns on GPT-5.6, each a new user message after the same developer prefix (DEV x 30); `chat`:
     sent to Chat Completions (`messages`, its usage) instead of the Responses API."""
     users = ["Fix the login bug.", "Now add a test for it.", "Run the suite.", "Fix the flaky one.", "Ship it."]
@@ -275,7 +275,7 @@ def codex_turns(chat: bool = False) -> list[TraceRecord]:
         total = 9_040 if k == 0 else 9_055
         usage = {"input_tokens": total, "output_tokens": 20,
                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
-        body = responses(user, dev_text=DEV * 30)
+        body = responses(user, dev_text=DEV * 30, mode=mode)
         if chat:
             usage = {"prompt_tokens": total, "completion_tokens": 20,
                      "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
@@ -338,6 +338,9 @@ def test_on_chat_completions_the_mark_is_openais_too():
     whatif = evaluate(codex_turns(chat=True), PriceBook())
     [fix] = whatif.fixes
     assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "messages[0].content[0]")
+    # the misses it is for: every turn after the first; the session it edits: the one Codex session
+    assert (fix.requests, fix.sessions) == (["t2", "t3", "t4", "t5"], {"codex"})
+    assert "with `prompt_cache_breakpoint`" in fix.detail and "GPT-5.6+ reads only at breakpoints" in fix.detail
     assert fix.saving_input_equivalent_tokens == pytest.approx(4 * 1.15 * 9_000, rel=0.02)
     for written in whatif.written_records():
         block = written.request["messages"][0]["content"][0]
@@ -360,3 +363,14 @@ def test_the_shared_end_is_marked_only_within_the_four_breakpoints_a_gpt_5_6_req
     fixes = evaluate(records, PriceBook()).fixes
     assert [(f.kind, f.extra["path"]) for f in fixes] == ([("mark_breakpoint", "input[0].content[0]")] if proposed
                                                           else [])
+
+
+def test_in_explicit_mode_the_mark_is_named_as_openais_marker():
+    """The five turns in explicit mode (`prompt_cache_options.mode`: only marked blocks are written): the fix
+    names `prompt_cache_breakpoint` and OpenAI's reason, as in the managed mode."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    [fix] = evaluate(codex_turns(mode="explicit"), PriceBook()).fixes
+    assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "input[0].content[0]")
+    assert "with `prompt_cache_breakpoint`" in fix.detail and "GPT-5.6+ reads only at breakpoints" in fix.detail
