@@ -279,6 +279,10 @@ def test_a_claude_prefix_no_breakpoint_ends_is_marked_with_cache_control_in_ever
     [fix] = whatif.fixes
     assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "messages[0].content[0]")
     assert fix.saving_input_equivalent_tokens == pytest.approx(1_495, abs=0.5)
+    assert (fix.key, fix.requests, fix.sessions, fix.cause_sessions) == ("shared-end", ["b"], {"s"}, 1)
+    assert fix.detail == ("mark the end of the prefix the requests share but no breakpoint ends (e.g. "
+                          "messages[0].content[0]) with cache_control, in 2 requests that carry it: the first writes "
+                          "it, the later ones read it")
     for written in whatif.written_records():
         block = written.request["messages"][0]["content"][0]
         assert block["cache_control"] == {"type": "ephemeral"} and "prompt_cache_breakpoint" not in block
