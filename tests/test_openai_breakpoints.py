@@ -373,4 +373,7 @@ def test_in_explicit_mode_the_mark_is_named_as_openais_marker():
 
     [fix] = evaluate(codex_turns(mode="explicit"), PriceBook()).fixes
     assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "input[0].content[0]")
-    assert "with `prompt_cache_breakpoint`" in fix.detail and "GPT-5.6+ reads only at breakpoints" in fix.detail
+    assert fix.detail == ("mark the end of the prefix the requests share but no breakpoint ends (e.g. "
+                          "input[0].content[0]) with `prompt_cache_breakpoint`, in 5 requests that carry it: the first "
+                          "writes it, the later ones read it (GPT-5.6+ reads only at breakpoints; its managed one sits "
+                          "after the part that changes)")
