@@ -175,3 +175,52 @@ def test_a_span_move_is_priced_as_the_records_it_writes_are(tmp_path):
     after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
     assert before - after == pytest.approx(policy.saving_input_equivalent_tokens, abs=0.01)
     assert policy.saving_input_equivalent_tokens > 1000
+
+
+def test_a_request_already_without_the_clock_shares_the_moved_clocks_prefix(cli, tmp_path):
+    """r0-r3 carry their time as the system prompt's first line; r4 (120 s) sends the same prompt without
+    it. Moved out, the four leave exactly r4's prompt in place: r1-r3 read the entry before theirs, and r4
+    reads r3's whole prompt and history as well, which its changed first line had broken. The price is what
+    the two traces show."""
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    records.append(rec("r4", 120, claude(turns=9)))
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2", "r3", "r4"]
+    fixed = [json.loads(line)["request"] for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
+    assert len({r["system"][0]["text"] for r in fixed}) == 1
+
+
+def _both(tool_stamp: str, system_stamp: str, turns: int) -> dict:
+    body = _dated_tool(tool_stamp, turns)
+    body["system"][0]["text"] = f"Current time: {system_stamp}\n{body['system'][0]['text']}"
+    return body
+
+
+def test_two_moves_in_one_request_are_priced_as_the_records_they_write():
+    """Each request carries two times, tool A's index refresh and the system prompt's clock, and they change
+    in turn (r1 and r3 the tool's, r2 and r4 the clock): two span moves, each splitting a block of every
+    request. Applied together to the records (each split block's parts sized from the original block, the
+    second move's sizes beside the first's), the log simulated again costs what the what-if's price of the
+    two together says."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"r{i}", 30 * i, _both(STAMPS[(i + 1) // 2], STAMPS[i // 2], 2 * i + 1)) for i in range(5)]
+    moves = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    assert sorted(p.label for p in moves) == ["stabilize_prefix (system[0])", "stabilize_prefix (tools[0])"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    before = sum(r.input_equivalent for r in pricer.baseline)
+    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply(moves)))
+    assert before - after == pytest.approx(pricer.price(moves).saving_ie, abs=0.01)
+    assert before - after > 10_000
+
+
+def test_fix_leaves_a_request_without_the_moved_text_as_it_was(cli, tmp_path):
+    """r4 sends no system prompt at all: the clock's move does not touch it (nothing to split there)."""
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    bare = claude(turns=9)
+    del bare["system"]
+    records.append(rec("r4", 120, bare))
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"][:3] == ["r1", "r2", "r3"]
+    last = json.loads((tmp_path / "fixed.jsonl").read_text().splitlines()[-1])
+    assert last["id"] == "r4" and last["request"] == bare
