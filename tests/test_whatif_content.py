@@ -285,3 +285,17 @@ def test_two_prompts_each_with_its_clock_stay_two_prefixes():
             body["system"][0]["text"] = body["system"][0]["text"].replace("lorem", seed)
             records.append(rec(f"{session}{i}", at, body, session=session))
     assert _priced_as_written(records) > 10_000
+
+
+def test_split_blocks_keep_the_sizes_the_log_gave_them():
+    """The same two alternating times, in requests whose logged usage says they are a quarter larger than
+    kvprobe's estimate (the log's sizes win): each split block's parts share the block's logged size, the
+    second move's parts beside the first's, so the records written, simulated again, cost what the price
+    says."""
+    from test_simulator_rules import sizes
+
+    records = [rec(f"r{i}", 30 * i, _both(STAMPS[(i + 1) // 2], STAMPS[i // 2], 2 * i + 1)) for i in range(5)]
+    for r in records:
+        logged = round(1.25 * sizes(r.request)[1])
+        r.response = {"usage": {"input_tokens": logged, "output_tokens": 10}}
+    assert _priced_as_written(records) > 10_000
