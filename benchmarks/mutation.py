@@ -45,6 +45,8 @@ FOCUS = {
                        "tests/test_whatif_edits.py", "tests/test_whatif_policies.py",
                        "tests/test_whatif_domains.py",
                        "tests/test_whatif_content.py",
+                       "tests/test_openai_breakpoints.py", "tests/test_openai_edges.py", "tests/test_run_seam.py",
+                       "tests/test_second_core.py",
                        "tests/test_whatif_timing.py", "tests/test_whatif_reshape.py",
                        "tests/test_whatif_evaluate.py"],
     "kvprobe/analysis/usage_only.py": ["tests/test_usage_only.py", "tests/test_usage_rule.py",

@@ -73,3 +73,43 @@ def _caches_start_empty_for_each_test_while_callers_are_recorded():
         pricing._DATASET._data, pricing._DATASET._path = None, None
         yield
     pricing._DATASET.folder, pricing._DATASET._data, pricing._DATASET._path = before, None, None
+
+
+# Functions reached while a fixture wider than one test was set up (a module's report of a whole fleet), by
+# fixture: mutmut credits them to the test being set up then, the first of the module to use it, so a mutant
+# of them ran that test alone and every later test's assertions on the same report never saw it.
+_REACHED_BY_FIXTURE: dict[int, set[str]] = {}
+
+
+def _recording_callers() -> bool:
+    return os.environ.get("MUTANT_UNDER_TEST") == "stats"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    if not _recording_callers() or fixturedef.scope == "function":
+        yield
+        return
+    from mutmut.state import state
+
+    outer, state()._stats = state()._stats, set()
+    try:
+        yield
+    finally:
+        reached = state()._stats
+        _REACHED_BY_FIXTURE[id(fixturedef)] = set(reached)
+        outer |= reached
+        state()._stats = outer
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Before mutmut credits this test with what it reached: what the wider fixtures it uses reached when
+    they were set up, for whichever test that was."""
+    if not _recording_callers():
+        return
+    from mutmut.state import state
+
+    for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values():
+        for fixturedef in defs:
+            state()._stats |= _REACHED_BY_FIXTURE.get(id(fixturedef), set())

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import kvprobe
 from kvprobe.importers import load_any
 
@@ -38,7 +40,11 @@ REQUESTS: list[tuple[str | None, str, int, int, int]] = [
 ]
 
 
-def write_rollout(folder: Path, model: str = "gpt-5.3-codex", last_read: int | None = None) -> Path:
+def write_rollout(folder: Path, model: str = "gpt-5.3-codex", last_read: int | None = None,
+                  requests: list[tuple[str | None, str, int, int, int]] = REQUESTS,
+                  turn_models: dict[str, str] | None = None) -> Path:
+    """The rollout of `requests` (REQUESTS by default); a turn whose user message `turn_models` names runs on
+    that model (the others on `model`)."""
     lines: list[dict[str, Any]] = []
     t = 0.0
 
@@ -52,12 +58,12 @@ def write_rollout(folder: Path, model: str = "gpt-5.3-codex", last_read: int | N
              "total_tokens": 0}
     add("session_meta", {"id": "cdx-turns", "timestamp": "2026-11-20T09:00:00.000Z", "cwd": "/work/app",
                          "model_provider": "openai"})
-    rows = list(REQUESTS)
+    rows = list(requests)
     if last_read is not None:
         rows[-1] = (*rows[-1][:3], last_read, rows[-1][4])
     for n, (user, items, input_tokens, cached, output) in enumerate(rows, 1):
         if user is not None:
-            add("turn_context", {"cwd": "/work/app", "model": model, "effort": "high"})
+            add("turn_context", {"cwd": "/work/app", "model": (turn_models or {}).get(user, model), "effort": "high"})
             add("event_msg", {"type": "user_message", "message": user})
             add("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]})
         for item in items.split():
@@ -122,3 +128,59 @@ def test_models_that_keep_earlier_reasoning_are_not_said_to_drop_it(tmp_path: Pa
     # GPT-5.6 and later choose with reasoning.context: providers/ gives them no current-turn rule
     d = diagnoses(write_rollout(tmp_path, model="gpt-5.6-sol"))
     assert all(x.get("change") != "reasoning_dropped" for x in d.values())
+
+
+# Turn 2's reasoning does not open a response (#3 answers "M", then reasons): where its prompt changes is not
+# known, so turn 3's start drops nothing; turn 4's start drops turn 3's reasoning (it opened #6's response:
+# 25,000 -> 24,960). From then on what is left to read is what preceded turn 1's reasoning (19,968, #1's prompt)
+# and the turn starts the drops showed (24,960): #4's level, 22,912 (its prompt, 23,000 on the grid), holds turn
+# 2's reasoning, which turn 4 is sent without. (A request is explained before its own drop is applied: #9 reads
+# 24,960, exactly where turn 3's reasoning began.)
+UNOPENED = [
+    ("u1", "R F", 20_000, 0, 300),  # #1  turn 1's reasoning opens #1's response
+    (None, "M", 21_000, 20_224, 100),  # #2  20,000 + 300 -> 20,224
+    ("u2", "M R F", 22_000, 19_968, 100),  # #3  turn 1's reasoning dropped at 19,968; turn 2's does not open
+    (None, "F", 23_000, 22_016, 100),  # #4  22,000 + 100 -> 22,016
+    (None, "M", 24_000, 23_040, 100),  # #5  23,000 + 100 -> 23,040
+    ("u3", "R F", 25_000, 21_888, 200),  # #6  turn 2's reasoning dropped somewhere after #3's prompt (21,888)
+    (None, "F", 26_000, 25_088, 100),  # #7  25,000 + 200 -> 25,088
+    (None, "M", 27_000, 25_984, 100),  # #8  26,000 + 100 -> 25,984
+    ("u4", "R F", 28_000, 24_960, 100),  # #9  turn 3's reasoning dropped at 24,960
+    (None, "M", 29_000, 22_912, 100),  # #10 reads #4's level
+]
+
+
+def test_a_level_written_after_a_dropped_reasoning_is_no_entry_a_later_turn_reads(tmp_path: Path) -> None:
+    """#10 reads 22,912 tokens: #4's level, left between turn 1's start (19,968) and turn 3's (24,960). #4's entry
+    holds turn 2's reasoning, which #10 is sent without, so no cache served #10 from it: the read is unexplained
+    (not a replica read of #4), and #10 missed 24,960 (#9's read, all it left) - 22,912 = 2,048 tokens."""
+    report = kvprobe.analyse([str(write_rollout(tmp_path, requests=UNOPENED))]).to_json()
+    last = {r["id"]: r for r in report["requests"]}["cdx-turns#10"]
+    assert [(d["kind"], d.get("writer_id")) for d in last["diagnoses"]] == [("unexplained", None)]
+    assert (last["ideal_read_tokens"], last["missed_read_tokens"]) == (24_960, 2_048)
+
+
+# Turns 1 and 2 on gpt-5.3-codex, turn 3 on gpt-5.1-codex (`/model`). Caches are per model: #5 reads nothing of
+# what gpt-5.3-codex cached, and turn 2's reasoning (it opened #3's response: 22,000 -> 21,888) is dropped from
+# turn 3's prompt. gpt-5.1-codex's own levels are #5's and #6's; the turn starts of gpt-5.3-codex (19,968: #1's
+# prompt, 21,888: #3's) are no entries of its cache.
+SWITCHED = [
+    ("u1", "R F", 20_000, 0, 300),  # #1  gpt-5.3-codex
+    (None, "M", 21_000, 20_224, 100),  # #2  20,000 + 300 -> 20,224
+    ("u2", "R F", 22_000, 19_968, 100),  # #3  turn 1's reasoning dropped at 19,968
+    (None, "M", 23_000, 22_016, 100),  # #4  22,000 + 100 -> 22,016
+    ("u3", "R F", 24_000, 0, 100),  # #5  gpt-5.1-codex: nothing of its own cached yet
+    (None, "F", 25_000, 24_064, 100),  # #6  24,000 + 100 -> 24,064
+    (None, "M", 26_000, 0, 100),  # #7  its read varied below
+]
+
+
+@pytest.mark.parametrize("read", [19_968, 21_888])
+def test_a_turn_start_another_model_left_is_no_entry_of_this_models_cache(tmp_path: Path, read: int) -> None:
+    """#7 (gpt-5.1-codex) falls to where a gpt-5.3-codex turn began: unexplained, not a replica read of the
+    other model's request; it missed 24,064 (#6's read, all #6 left) - the read."""
+    rows = [*SWITCHED[:-1], (None, "M", 26_000, read, 100)]
+    report = kvprobe.analyse([str(write_rollout(tmp_path, requests=rows, turn_models={"u3": "gpt-5.1-codex"}))])
+    last = {r["id"]: r for r in report.to_json()["requests"]}["cdx-turns#7"]
+    assert [(d["kind"], d.get("writer_id")) for d in last["diagnoses"]] == [("unexplained", None)]
+    assert (last["ideal_read_tokens"], last["missed_read_tokens"]) == (24_064, 24_064 - read)

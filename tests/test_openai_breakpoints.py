@@ -266,6 +266,28 @@ def test_diff_shows_the_managed_breakpoint_and_predicts_no_read(cli, write_json)
     assert [bp["ttl"] for bp in data["breakpoints"]] == ["explicit", "managed"]
 
 
+def codex_turns(chat: bool = False, mode: str | None = None) -> list[TraceRecord]:
+    """Five Codex turns on GPT-5.6, each a new user message after the same developer prefix (DEV x 30); `chat`:
+    sent to Chat Completions (`messages`, its usage) instead of the Responses API."""
+    users = ["Fix the login bug.", "Now add a test for it.", "Run the suite.", "Fix the flaky one.", "Ship it."]
+    records = []
+    for k, user in enumerate(users):
+        total = 9_040 if k == 0 else 9_055
+        usage = {"input_tokens": total, "output_tokens": 20,
+                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
+        body = responses(user, dev_text=DEV * 30, mode=mode)
+        if chat:
+            usage = {"prompt_tokens": total, "completion_tokens": 20,
+                     "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
+            body = {"model": body["model"], "prompt_cache_key": body["prompt_cache_key"], "messages": [
+                {"role": "developer", "content": [{"type": "text", "text": DEV * 30}]},
+                {"role": "user", "content": [{"type": "text", "text": user}]}]}
+        records.append(TraceRecord(id=f"t{k + 1}", provider="openai", started_at=60.0 * k, request=body,
+                                   endpoint="/v1/chat/completions" if chat else "/v1/responses", session="codex",
+                                   response={"usage": usage}))
+    return records
+
+
 def test_a_breakpoint_at_the_stable_boundary_is_proposed_and_priced_across_the_session(cli, tmp_path):
     """Five Codex turns, each a new user message after the same developer prefix (usage as GPT-5.6 reports
     it: every turn writes everything at the managed breakpoint). By hand, with the developer prefix D and a
@@ -274,15 +296,7 @@ def test_a_breakpoint_at_the_stable_boundary_is_proposed_and_priced_across_the_s
     9,000): 4 x 1.15 x 9,000 = 41,400."""
     from kvprobe.trace import write_trace
 
-    users = ["Fix the login bug.", "Now add a test for it.", "Run the suite.", "Fix the flaky one.", "Ship it."]
-    records = []
-    for k, user in enumerate(users):
-        total = 9_040 if k == 0 else 9_055
-        usage = {"input_tokens": total, "output_tokens": 20,
-                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": total}}
-        records.append(TraceRecord(id=f"t{k + 1}", provider="openai", started_at=60.0 * k,
-                                   request=responses(user, dev_text=DEV * 30), endpoint="/v1/responses",
-                                   session="codex", response={"usage": usage}))
+    records = codex_turns()
     trace = tmp_path / "codex.jsonl"
     write_trace(trace, records)
     data = json.loads(cli("report", trace, "--json").stdout)
@@ -297,3 +311,69 @@ def test_a_breakpoint_at_the_stable_boundary_is_proposed_and_priced_across_the_s
     before = json.loads(cli("report", trace, "--predicted", "--no-fixes", "--json").stdout)["totals"]
     assert before["input_equivalent_tokens"] - after["input_equivalent_tokens"] == pytest.approx(
         mark["saving_input_equivalent_tokens"], abs=0.5)
+
+
+def test_the_marks_go_on_copies_and_the_records_the_fix_was_made_from_stay_unmarked():
+    # copy on write (kvprobe/whatif/edits.py): the developer block the copies mark is shared with the input
+    import copy
+
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = codex_turns()
+    before = copy.deepcopy([r.request for r in records])
+    written = evaluate(records, PriceBook()).written_records()
+    assert all(w.request["input"][0]["content"][0]["prompt_cache_breakpoint"] == {"mode": "explicit"} for w in written)
+    assert [r.request for r in records] == before
+
+
+def test_on_chat_completions_the_mark_is_openais_too():
+    """The same five turns sent to Chat Completions: the shared developer block sits at messages[0].content[0]
+    (a path an Anthropic body has too), and the fix marks it with `prompt_cache_breakpoint`, OpenAI's marker,
+    not Anthropic's cache_control. Saving as on the Responses API: 4 x 1.15 x 9,000 = 41,400 (within 2%: the
+    9,000 are kvprobe's split of the first turn's 9,040)."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    whatif = evaluate(codex_turns(chat=True), PriceBook())
+    [fix] = whatif.fixes
+    assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "messages[0].content[0]")
+    # the misses it is for: every turn after the first; the session it edits: the one Codex session
+    assert (fix.requests, fix.sessions) == (["t2", "t3", "t4", "t5"], {"codex"})
+    assert "with `prompt_cache_breakpoint`" in fix.detail and "GPT-5.6+ reads only at breakpoints" in fix.detail
+    assert fix.saving_input_equivalent_tokens == pytest.approx(4 * 1.15 * 9_000, rel=0.02)
+    for written in whatif.written_records():
+        block = written.request["messages"][0]["content"][0]
+        assert block["prompt_cache_breakpoint"] == {"mode": "explicit"} and "cache_control" not in block
+
+
+@pytest.mark.parametrize("notes, proposed", [(3, True), (4, False)])
+def test_the_shared_end_is_marked_only_within_the_four_breakpoints_a_gpt_5_6_request_writes(notes, proposed):
+    """Each turn ends with `notes` explicitly marked notes of its own after the user message. The managed
+    breakpoint ends the newest message, on its last note: with 3 notes the request holds 3 breakpoints and the
+    fix marks the shared developer block as its 4th (providers/openai.toml max_breakpoints = 4, the managed one
+    among them); with 4 there is no room and nothing is proposed."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    records = codex_turns()
+    for k, r in enumerate(records):
+        r.request["input"][-1]["content"] += [{"type": "input_text", "text": f"note {j} of turn {k} " * 20,
+                                               "prompt_cache_breakpoint": {"mode": "explicit"}} for j in range(notes)]
+    fixes = evaluate(records, PriceBook()).fixes
+    assert [(f.kind, f.extra["path"]) for f in fixes] == ([("mark_breakpoint", "input[0].content[0]")] if proposed
+                                                          else [])
+
+
+def test_in_explicit_mode_the_mark_is_named_as_openais_marker():
+    """The five turns in explicit mode (`prompt_cache_options.mode`: only marked blocks are written): the fix
+    names `prompt_cache_breakpoint` and OpenAI's reason, as in the managed mode."""
+    from kvprobe.pricing import PriceBook
+    from kvprobe.whatif.evaluate import evaluate
+
+    [fix] = evaluate(codex_turns(mode="explicit"), PriceBook()).fixes
+    assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "input[0].content[0]")
+    assert fix.detail == ("mark the end of the prefix the requests share but no breakpoint ends (e.g. "
+                          "input[0].content[0]) with `prompt_cache_breakpoint`, in 5 requests that carry it: the first "
+                          "writes it, the later ones read it (GPT-5.6+ reads only at breakpoints; its managed one sits "
+                          "after the part that changes)")

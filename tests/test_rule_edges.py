@@ -300,3 +300,17 @@ def test_a_read_through_the_lookback_renews_a_1h_entry_for_an_hour(tmp_path):
     rows = report(tmp_path, [rec("a", 0, first, usage(w1h=3_300)), rec("b", 3_000, second, usage(read=3_300, w1h=250)),
                              rec("c", 4_000, first, usage(read=3_300))])
     assert predicted(rows["b"]) == (3_300, 250) and predicted(rows["c"]) == (3_300, 0)
+
+
+@pytest.mark.parametrize("past", [0, 1])
+def test_a_pause_of_exactly_the_lifetime_is_bridged_by_one_ping(tmp_path, past):
+    """At exactly 300 s the 3,300-token entry is gone, and one ping (at 270 s) would have kept it: 0.1 x 3,300 +
+    5 = 335 input equivalents against a rebuild of (1.25 - 0.1) x 3,300 = 3,795 (pings pay for pauses under
+    300 + floor(3,795 / 335) x 270 = 3,270 s); the 1h lifetime covers the pause too."""
+    body = request(SYSTEM, [{"role": "user", "content": [part(U1)]}])
+    rows = report(tmp_path, [rec("a", 0, body, usage(w5m=3_300)), rec("b", 300 + past, body, usage(w5m=3_300))])
+    [d] = rows["b"]["diagnoses"]
+    assert (d["kind"], d["advice"]) == ("ttl_expired", (
+        "send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this one: 335 "
+        "input-equivalents against 3,795 for the rebuild (pings pay for pauses up to 54m30s); or use \"ttl\": \"1h\" "
+        "on the cache_control breakpoints: entries live 1h00m, long enough for this pause (writes at 2× input)"))

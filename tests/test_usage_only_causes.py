@@ -409,3 +409,89 @@ def test_a_prompt_cut_before_the_compaction_that_shows_the_tools_system_size_is_
         "the read fell from 12,000 to 1,000 tokens (10s after b, after the prompt shrank (its history was cut)), "
         f"{NOTHING_SAYS_WHY}")
     assert rows["d"]["diagnoses"] == [] and rows["d"]["missed_read_tokens"] == 0
+
+
+IDLE_299 = "; it had been idle 4m59s of its 5m00s lifetime (idle entries are the first evicted)"
+ONE_PING = ("send 1 keep-alive request (the same prefix, max_tokens 1) every 4m30s through pauses like this one: 1,205 "
+            "input-equivalents against 13,800 for the rebuild (pings pay for pauses up to 54m30s); or use \"ttl\": "
+            "\"1h\" on the cache_control breakpoints: entries live 1h00m, long enough for this pause (writes at 2× "
+            "input)")
+
+
+@pytest.mark.parametrize("gap, cause", [
+    # c reads none of the 12,000 b left (input 3 + 0 + 12,500 = 12,503, noise 125): a miss of 12,000 either way
+    (299, {"kind": "unexplained", "inferred": True, "path": None, "token_position": 0, "missed_tokens": 12_000,
+           "detail": f"the read fell from 12,000 to 0 tokens (4m59s after b), {NOTHING_SAYS_WHY}{IDLE_299}"}),
+    # exactly the 300 s lifetime: the entry is gone (as in the simulator). One ping (floor(0 / 270) + 1) of
+    # 0.1 x 12,000 + 5 = 1,205 against a rebuild of (1.25 - 0.1) x 12,000 = 13,800; pings pay for pauses under
+    # 300 + floor(13,800 / 1,205) x 270 = 3,270 s (54m30s); the 1h lifetime covers the pause too
+    (300, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 0.0,
+           "missed_tokens": 12_000, "evidence": "pause",
+           "detail": "5m00s since b started; the entry lives 5m00s (the default)",
+           "advice": ONE_PING}),
+    (301, {"kind": "ttl_expired", "inferred": True, "path": None, "token_position": None, "seconds_past": 1.0,
+           "missed_tokens": 12_000, "evidence": "pause",
+           "detail": "5m01s since b started; the entry lives 5m00s (the default)",
+           "advice": ONE_PING}),
+])
+def test_an_entry_is_gone_at_exactly_its_lifetime_as_in_the_simulator(tmp_path, gap, cause):
+    rows = report(tmp_path, *OPENING, rec("c", 10 + gap, read=0, write=12_500))
+    assert the_cause(rows["c"]) == cause
+
+
+@pytest.mark.parametrize("gap, cause", [
+    # s4 sends s3's 10,503-token prompt to Haiku 299 s after s2: Haiku's own 10,000-token entry still lives, and
+    # s4 read none of it
+    (299, {"kind": "unexplained", "inferred": True, "path": None, "token_position": 0, "missed_tokens": 10_000,
+           "detail": f"the read fell from 10,000 to 0 tokens (4m59s after s2), {NOTHING_SAYS_WHY}{IDLE_299}"}),
+    # at exactly 300 s Haiku's entry is gone: a switch with nothing to read, nothing charged
+    (300, switch(SONNET, HAIKU, "; its own entry, last used by s2 5m00s before, expired meanwhile")),
+    (301, switch(SONNET, HAIKU, "; its own entry, last used by s2 5m01s before, expired meanwhile")),
+])
+def test_a_switch_back_finds_the_models_own_entry_gone_at_exactly_its_lifetime(tmp_path, gap, cause):
+    rows = report(tmp_path, rec("s1", 0, read=0, write=10_000), rec("s2", 10, read=0, write=10_000, model=HAIKU),
+                  rec("s3", 20, read=10_000, write=500), rec("s4", 10 + gap, read=0, write=10_500, model=HAIKU))
+    assert the_cause(rows["s4"]) == cause
+
+
+def test_the_second_pass_explains_with_the_levels_of_the_first_and_learns_none(tmp_path):
+    # `report` explains the trace again once every level is known: c's prompt was cut (3,003 tokens under b's
+    # 12,000) before d's compaction showed the 2,500-token tools+system level, so only the second pass finds
+    # c's fall to 1,000 (1,500 missed). f falls to 1,000 once in the log as read (12,000 -> 1,000, 11,000 missed):
+    # one fall is no level, and a fall the second pass finds is no second one (levels are the first pass's)
+    rows = report(tmp_path, *OPENING, rec("c", 20, read=1_000, write=2_000),
+                  rec("d", 30, read=2_500, write=9_000, events=[{"kind": "compaction"}]),
+                  rec("e", 40, read=11_500, write=500), rec("f", 50, read=1_000, write=11_000))
+    assert [rows[x]["missed_read_tokens"] for x in "cdef"] == [1_500, 0, 0, 11_000]
+    assert the_cause(rows["f"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": 1_000, "missed_tokens": 11_000,
+        "detail": f"the read fell from 12,000 to 1,000 tokens (10s after e), {NOTHING_SAYS_WHY}"}
+
+
+def test_a_reported_cause_on_a_request_that_read_all_it_could_is_no_fall_to_name_a_level_by(tmp_path):
+    # c's prompt is cut (3 + 4,000 + 1,000 = 5,003, far under b's 12,000) and no tools+system size is known, so
+    # the 4,000 it read is all it could: no fall, though the provider reports a cause. e falls to 4,000 once
+    # (12,000 d left -> 4,000, 8,000 missed; no request left a level at 4,000): one fall is no level, and nothing
+    # in the log explains it
+    c = rec("c", 20, read=4_000, write=1_000)
+    reason = {"type": "messages_changed", "cache_missed_input_tokens": 1_000}
+    c["response"]["diagnostics"] = {"cache_miss_reason": reason}
+    rows = report(tmp_path, *OPENING, c, rec("d", 30, read=5_000, write=7_000), rec("e", 40, read=4_000, write=8_000))
+    assert (rows["c"]["missed_read_tokens"], rows["c"]["ideal_read_tokens"], rows["c"]["diagnoses"][0]["inferred"]) \
+        == (0, 4_000, False)
+    assert the_cause(rows["e"]) == {
+        "kind": "unexplained", "inferred": True, "path": None, "token_position": 4_000, "missed_tokens": 8_000,
+        "detail": f"the read fell from 12,000 to 4,000 tokens (10s after d), {NOTHING_SAYS_WHY}"}
+
+
+def test_a_switch_back_on_a_server_whose_rules_give_no_lifetime_says_no_entry_expired(tmp_path):
+    # a local server (no rules in providers/: no lifetime): s3 is back on qwen3:8b after s2's llama3.1:8b, and s4
+    # back on llama3.1:8b, each resending the prompt before it (10,003 tokens). Nothing says how long a local
+    # entry lives, so no "expired meanwhile" is said of it; nothing is charged to a switch
+    rows = report(tmp_path, *(dict(r, provider="local") for r in (
+        rec("s1", 0, read=0, write=10_000, model="qwen3:8b"), rec("s2", 10, read=0, write=10_000, model="llama3.1:8b"),
+        rec("s3", 20, read=0, write=10_000, model="qwen3:8b"),
+        rec("s4", 30, read=0, write=10_000, model="llama3.1:8b"))))
+    assert the_cause(rows["s3"]) == switch("llama3.1:8b", "qwen3:8b")
+    assert the_cause(rows["s4"]) == switch("qwen3:8b", "llama3.1:8b")
+    assert [rows[s]["missed_read_tokens"] for s in ("s2", "s3", "s4")] == [0, 0, 0]

@@ -258,3 +258,32 @@ def test_cache_domains_follow_the_lifetimes_in_force():
     assert domains_of({"a"}, spans(None)) == {"a"}  # a's last use at 30 s: its entries gone by 330 s
     assert domains_of({"a"}, spans("1h")) == {"a", "b"}  # alive until 3,630 s: b reads them at 630 s
     assert domains_of({"c"}, spans("1h")) == {"c"}
+
+
+def test_a_claude_prefix_no_breakpoint_ends_is_marked_with_cache_control_in_every_request_that_carries_it():
+    """b resends a's whole prompt (a 2,000-token system text and a 300-token question, sized by a's usage: 2,300
+    fresh) and adds 240 tokens; neither marks anything. Marking the question's block (where the prefix they
+    share ends): a writes 2,300 at 1.25 (+575) and b reads them at 0.1 instead of sending them fresh (-2,070):
+    1,495 saved. The fixed bodies carry Anthropic's cache_control there, not OpenAI's prompt_cache_breakpoint,
+    and the records the fix was made from are left as they were."""
+    from test_rule_edges import A1, SYSTEM, U1, U2, part, request, usage
+    from test_rule_edges import rec as logged
+
+    ask = {"role": "user", "content": [part(U1, marked=False)]}
+    records = [logged("a", 0, request(SYSTEM, [ask]), usage(fresh=2_300)),
+               logged("b", 10, request(SYSTEM, [ask, {"role": "assistant", "content": [part(A1, marked=False)]},
+                                                {"role": "user", "content": [part(U2, marked=False)]}]),
+                      usage(fresh=2_540))]
+    before = copy.deepcopy([r.request for r in records])
+    whatif = evaluate(records, PriceBook())
+    [fix] = whatif.fixes
+    assert (fix.kind, fix.extra["path"]) == ("mark_breakpoint", "messages[0].content[0]")
+    assert fix.saving_input_equivalent_tokens == pytest.approx(1_495, abs=0.5)
+    assert (fix.key, fix.requests, fix.sessions, fix.cause_sessions) == ("shared-end", ["b"], {"s"}, 1)
+    assert fix.detail == ("mark the end of the prefix the requests share but no breakpoint ends (e.g. "
+                          "messages[0].content[0]) with cache_control, in 2 requests that carry it: the first writes "
+                          "it, the later ones read it")
+    for written in whatif.written_records():
+        block = written.request["messages"][0]["content"][0]
+        assert block["cache_control"] == {"type": "ephemeral"} and "prompt_cache_breakpoint" not in block
+    assert [r.request for r in records] == before

@@ -175,3 +175,127 @@ def test_a_span_move_is_priced_as_the_records_it_writes_are(tmp_path):
     after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
     assert before - after == pytest.approx(policy.saving_input_equivalent_tokens, abs=0.01)
     assert policy.saving_input_equivalent_tokens > 1000
+
+
+def test_a_request_already_without_the_clock_shares_the_moved_clocks_prefix(cli, tmp_path):
+    """r0-r3 carry their time as the system prompt's first line; r4 (120 s) sends the same prompt without
+    it. Moved out, the four leave exactly r4's prompt in place: r1-r3 read the entry before theirs, and r4
+    reads r3's whole prompt and history as well, which its changed first line had broken. The price is what
+    the two traces show."""
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    records.append(rec("r4", 120, claude(turns=9)))
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"] == ["r1", "r2", "r3", "r4"]
+    fixed = [json.loads(line)["request"] for line in (tmp_path / "fixed.jsonl").read_text().splitlines()]
+    assert len({r["system"][0]["text"] for r in fixed}) == 1
+
+
+def _both(tool_stamp: str, system_stamp: str, turns: int) -> dict:
+    body = _dated_tool(tool_stamp, turns)
+    body["system"][0]["text"] = f"Current time: {system_stamp}\n{body['system'][0]['text']}"
+    return body
+
+
+def test_two_moves_in_one_request_are_priced_as_the_records_they_write():
+    """Each request carries two times, tool A's index refresh and the system prompt's clock, and they change
+    in turn (r1 and r3 the tool's, r2 and r4 the clock): two span moves, each splitting a block of every
+    request. Applied together to the records (each split block's parts sized from the original block, the
+    second move's sizes beside the first's), the log simulated again costs what the what-if's price of the
+    two together says."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"r{i}", 30 * i, _both(STAMPS[(i + 1) // 2], STAMPS[i // 2], 2 * i + 1)) for i in range(5)]
+    moves = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    assert sorted(p.label for p in moves) == ["stabilize_prefix (system[0])", "stabilize_prefix (tools[0])"]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    before = sum(r.input_equivalent for r in pricer.baseline)
+    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply(moves)))
+    assert before - after == pytest.approx(pricer.price(moves).saving_ie, abs=0.01)
+    assert before - after > 10_000
+
+
+def test_fix_leaves_a_request_without_the_moved_text_as_it_was(cli, tmp_path):
+    """r4 sends no system prompt at all: the clock's move does not touch it (nothing to split there)."""
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    bare = claude(turns=9)
+    del bare["system"]
+    records.append(rec("r4", 120, bare))
+    fix = reproduce(cli, tmp_path, records, "stabilize_prefix")
+    assert fix["requests"][:3] == ["r1", "r2", "r3"]
+    last = json.loads((tmp_path / "fixed.jsonl").read_text().splitlines()[-1])
+    assert last["id"] == "r4" and last["request"] == bare
+
+
+def _priced_as_written(records: list, kinds: tuple[str, ...] = ("stabilize_prefix",)) -> float:
+    """The saving of the chosen fixes of these kinds, priced on the skeletons, checked against the records
+    those fixes write simulated again; returns it."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    chosen = [p for p in evaluate(records, PriceBook()).fixes if p.kind in kinds]
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    before = sum(r.input_equivalent for r in pricer.baseline)
+    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply(chosen)))
+    assert before - after == pytest.approx(pricer.price(chosen).saving_ie, abs=0.01)
+    return before - after
+
+
+def test_applying_a_move_leaves_the_records_read_as_they_were():
+    """The records a fix is applied to are the log as read: moving the clock writes new records and changes
+    none of the old ones (a second fix, or the report, reads them again)."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    texts = [r.request["system"][0]["text"] for r in records]
+    [move] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
+    written = Pricer(records, PriceBook(), prepare(records)).apply([move])
+    assert [r.request["system"][0]["text"] for r in records] == texts
+    assert all(not r.request["system"][0]["text"].startswith("Current time") for r in written)
+
+
+def test_a_move_after_the_tool_list_grew_is_priced_as_the_records_it_writes():
+    """r1 inserts tool X and every request has its own clock: the whole tool list is sent from r0 on and the
+    clock moved out, both at once; the system prompt then sits one tool further on than where the clock's
+    move first found it (the move finds it again by its path)."""
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    for i, r in enumerate(records):
+        r.request["tools"] = _with_tools("AB" if i == 0 else "AXB", 1)["tools"]
+    assert _priced_as_written(records) > 10_000
+
+
+def test_sessions_with_other_tools_share_no_moved_prefix():
+    """Two sessions send the same system prompt with a clock and the same messages, but other tools (A B and
+    A C), interleaved 15 s apart: moved out, each session's clock-free prompt is still its own prefix (the
+    tools come first), so no request reads the other session's entries; priced as the records written."""
+    records = []
+    for i, stamp in enumerate(STAMPS):
+        for session, tools, at in (("s", "AB", 30 * i), ("t", "AC", 30 * i + 15)):
+            body = _timed("first line", stamp, 2 * i + 1)
+            body["tools"] = _with_tools(tools, 1)["tools"]
+            records.append(rec(f"{session}{i}", at, body, session=session))
+    assert _priced_as_written(records) > 10_000
+
+
+def test_two_prompts_each_with_its_clock_stay_two_prefixes():
+    """Session s runs prompt P, session t prompt Q (other words), each with its clock: two moves, one per
+    prompt; applied together, P's clock-free prompt and Q's are still different prefixes."""
+    records = []
+    for i, stamp in enumerate(STAMPS):
+        for session, seed, at in (("s", "lorem", 30 * i), ("t", "ipsum", 30 * i + 15)):
+            body = _timed("first line", stamp, 2 * i + 1)
+            body["system"][0]["text"] = body["system"][0]["text"].replace("lorem", seed)
+            records.append(rec(f"{session}{i}", at, body, session=session))
+    assert _priced_as_written(records) > 10_000
+
+
+def test_split_blocks_keep_the_sizes_the_log_gave_them():
+    """The same two alternating times, in requests whose logged usage says they are a quarter larger than
+    kvprobe's estimate (the log's sizes win): each split block's parts share the block's logged size, the
+    second move's parts beside the first's, so the records written, simulated again, cost what the price
+    says."""
+    from test_simulator_rules import sizes
+
+    records = [rec(f"r{i}", 30 * i, _both(STAMPS[(i + 1) // 2], STAMPS[i // 2], 2 * i + 1)) for i in range(5)]
+    for r in records:
+        logged = round(1.25 * sizes(r.request)[1])
+        r.response = {"usage": {"input_tokens": logged, "output_tokens": 10}}
+    assert _priced_as_written(records) > 10_000

@@ -168,3 +168,12 @@ def test_a_copied_record_keeps_the_output_it_logged_and_drops_its_response():
                                      response={"usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 77,
                                                                  "totalTokenCount": 977}}))
     assert gemini.extra == {"output_tokens": 77}
+
+
+def test_a_copied_record_reads_its_output_as_its_own_provider_counts_it():
+    # Anthropic counts output in output_tokens (and caches nothing here: no cache counts). A proxy that adds an
+    # OpenAI-style completion_tokens beside it (no prompt_tokens: still Anthropic's shape) does not change what
+    # the answer cost: 200 output tokens, not the 150 an OpenAI reading of the same object takes
+    usage = {"input_tokens": 900, "output_tokens": 200, "completion_tokens": 150}
+    rec = TraceRecord(id="a1", provider="anthropic", started_at=0.0, request=body_with(0), response={"usage": usage})
+    assert copy_record(rec).extra == {"output_tokens": 200}

@@ -117,6 +117,8 @@ class _Stream:
         dropped = dropped_reasoning(r)
         if dropped is not None:
             source = self.by_id.get(str(dropped[1].get("request")))
+            if source is not None and source.sk.model != r.sk.model:
+                source = None  # caches are per model: another model's request left no entry this one reads
             after_reasoning_dropped(earlier, self.turn_starts.setdefault(r.sk.model, {}), dropped[0], source)
         self.by_id[r.sk.id] = r
         earlier_levels(earlier, r, _step(r), changed_at)
@@ -204,7 +206,8 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
 def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
     """(the request whose cache this one could read, the model switched from, the same model's last request
     when its entry expired meanwhile). The base is the stream's last request of the same model, unless the
-    model changed and that model's own entry has expired (or never existed): then nothing was readable. A
+    model changed and that model's own entry has expired (or never existed, or no lifetime is known): then
+    nothing was readable. A
     request of another model than the last one is a switch only when it resends that one's prompt (about as
     long: `analysis.streams`); else it is a call of its own model's stream (a router or side call)."""
     last = stream.last
@@ -217,8 +220,9 @@ def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", 
                                                                            last.usage.input_tokens)):
         return same, None, None  # a prompt of its own (a router or side call): its model's stream, not a switch
     lifetime = _lifetime(same, stream)[0] if same is not None else None
-    if same is None or lifetime is None or r.sk.started_at - same.sk.started_at > lifetime:
-        return None, last.sk.model or "another model", same
+    if same is None or lifetime is None or r.sk.started_at - same.sk.started_at >= lifetime:  # gone at exactly it
+        # without a lifetime (rules that give none: a local server) nothing says its own entry expired
+        return None, last.sk.model or "another model", same if lifetime is not None else None
     return same, None, None
 
 
@@ -250,7 +254,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
     triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
         (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
-    if lifetime is not None and gap > lifetime:
+    if lifetime is not None and gap >= lifetime:  # an entry is gone at exactly its lifetime, as in kvprobe.sim
         expired = _expired(r, base, gap, lifetime, rules, chosen)
         if expired is not None and triggers:
             expired.detail += "; also just before it (inferred from the log): " + " and ".join(triggers)

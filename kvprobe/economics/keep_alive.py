@@ -48,7 +48,7 @@ class KeepAlivePlan:
     pings: int  # how many the pause needs
     ping_cost: float  # input equivalents per ping
     rebuild_cost: float  # what the expiry costs: the prefix written again instead of read
-    break_even_s: float  # the longest pause whose pings cost less than the rebuild
+    break_even_s: float  # pings cost less than the rebuild for pauses shorter than this
 
     @property
     def needed(self) -> bool:
@@ -76,8 +76,9 @@ def plan(rules: ModelRules, cached_tokens: int, pause_s: float, tail_tokens: int
     if lifetime is None or lifetime <= MARGIN_S or cached_tokens <= 0:
         return None
     interval = lifetime - MARGIN_S
-    # the entry lives `lifetime` after its last use; ping k at k*interval keeps it to k*interval + lifetime
-    pings = math.ceil((pause_s - lifetime) / interval) if pause_s > lifetime else 0
+    # the entry lives `lifetime` after its last use and is gone at exactly that (as in kvprobe.sim); ping k at
+    # k*interval keeps it until just before k*interval + lifetime, so a pause needs the first k past it
+    pings = math.floor((pause_s - lifetime) / interval) + 1 if pause_s >= lifetime else 0
     write, read = _multipliers(rules)
     ping_cost = read * cached_tokens + tail_tokens + OUTPUT_EQUIVALENT
     rebuild = max(write - read, 0.0) * cached_tokens
@@ -104,7 +105,7 @@ def pause_advice(rules: ModelRules, cached_tokens: int, pause_s: float, lifetime
     p = plan(rules, cached_tokens, pause_s, tail_tokens)
     longer = longer_lifetime(rules)
     covers = longer is not None and lifetime is not None and lifetime < float(longer["seconds"]) \
-        and pause_s <= float(longer["seconds"])
+        and pause_s < float(longer["seconds"])  # gone at exactly its lifetime, as every entry
     longer_words = (f"use {longer['setting']}: entries live {duration(float(longer['seconds']))}, long enough for "
                     f"this pause (writes at {float(longer['write_multiplier']):g}× input)") if covers and longer else ""
     if p is not None and p.pays:

@@ -78,11 +78,11 @@ def _end_path(f: SharedPrefix) -> str:
 def propose_fleet(ev: Evidence, earlier: list[Policy]) -> list[Policy]:
     out = []
     for f in ev.fleet:
-        if f.median_gap_s is None or f.lifetime_s is None or f.median_gap_s <= f.lifetime_s:
-            continue  # entries outlive the gaps: sharing needs nothing but a stable prefix
+        if f.median_gap_s is None or f.lifetime_s is None or f.median_gap_s < f.lifetime_s:
+            continue  # entries outlive the gaps (one is gone at exactly its lifetime): a stable prefix is enough
         rules = next((r.rules for r in ev.results if r.sk.session == f.sessions[0] and r.sk.request), None)
         knob = longer_lifetime(rules) if rules is not None else None
-        if knob is None or knob.get("ttl") is None or float(knob["seconds"]) < f.median_gap_s:
+        if knob is None or knob.get("ttl") is None or float(knob["seconds"]) <= f.median_gap_s:
             continue
         path = _end_path(f)
         requires = [p for p in earlier if p.kind == "stabilize_prefix" and p.extra.get("path") == f.breaks_at] \
