@@ -133,7 +133,8 @@ def propose_longer_lifetime(ev: Evidence) -> list[Policy]:
     knob = longer_lifetime(found[0][0].rules) if found else None
     if not found or knob is None or knob.get("ttl") is None:
         return []
-    lasting = [(p, c) for p, c in found if c.sk.started_at - p.sk.started_at <= float(knob["seconds"])]
+    # an entry is gone at exactly its lifetime (as in kvprobe.sim): a pause of exactly that is not outlasted
+    lasting = [(p, c) for p, c in found if c.sk.started_at - p.sk.started_at < float(knob["seconds"])]
     if not lasting:
         return []
     streams = {(c.sk.session, c.sk.agent) for _, c in lasting}
