@@ -31,7 +31,7 @@ from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
 from kvprobe.whatif.domains import add_spans, domains_of
 from kvprobe.whatif.parallel import Summary, price_sets, summary_of
-from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy, by_session
+from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.propose_fleet import propose_fleet
 from kvprobe.whatif.propose_marks import propose_marks
@@ -82,14 +82,6 @@ class Priced:
     under: dict[str, tuple[float, float | None]] | None = None  # what it is compared with, if not the baseline
 
 
-def _cost(results: list[RequestResult]) -> tuple[float, float | None]:
-    return sum(r.input_equivalent for r in results), _sum_usd(r.cost_usd for r in results)
-
-
-def _session_costs(results: list[RequestResult]) -> dict[str, tuple[float, float | None]]:
-    return {s: _cost(rs) for s, rs in by_session(results).items()}
-
-
 def _sum_usd(values) -> float | None:
     total = 0.0
     for v in values:
@@ -106,8 +98,8 @@ class Pricer:
         self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
         self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
-        self.base_sessions = _session_costs(self.baseline)
-        self.base_ie, self.base_usd = _cost(self.baseline)
+        # each session's cost, added up as a policy's pricing adds up its own (the baseline's results are priced)
+        self.base_sessions = tally(self.baseline).sessions
         self.kept: dict[tuple[int, ...], Priced] = {}  # the sets a later marginal price starts from
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
         self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
