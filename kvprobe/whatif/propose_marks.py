@@ -44,6 +44,9 @@ class _Marks:
     def __init__(self, ends: set[int]) -> None:
         self.ends = ends  # content hashes of the blocks to mark (a content hash names the whole prefix)
         self.paths: dict[str, str] = {}  # request id -> path to mark (for the record edit)
+        # of those, the requests GPT-5.6+ serves, which read `prompt_cache_breakpoint`; every other breakpoint
+        # cache (Claude's, Qwen's explicit one) reads cache_control (kvprobe.request.openai_cache.marker_ttl)
+        self.openai: set[str] = set()
 
     def _index(self, sk: Skeleton) -> int | None:
         for i, b in enumerate(sk.request.blocks):  # type: ignore[union-attr]
@@ -71,7 +74,7 @@ class _Marks:
             if path is None:
                 return None
             new = copy_record(rec)
-            if path.startswith(("tools", "system", "messages")) and (new.provider in ("anthropic", "local")):
+            if origin(rec.id) not in self.openai:
                 return new if mark_breakpoint(new.request, path) else None
             part = part_at(new.request, path, writable=True)
             if not isinstance(part, dict) or part.get("prompt_cache_breakpoint"):
@@ -98,6 +101,8 @@ def propose_marks(ev: Evidence) -> list[Policy]:
             i = marks._index(r.sk)
             if i is not None and i not in r.sk.request.breakpoint_indices:
                 marks.paths[r.sk.id] = r.sk.request.blocks[i].path
+                if r.sk.request.cache_mode in ("managed", "explicit"):
+                    marks.openai.add(r.sk.id)
     if not marks.paths:
         return []
     sessions = {r.sk.session for r in ev.results if r.sk.id in marks.paths}

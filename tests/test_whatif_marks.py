@@ -1,0 +1,82 @@
+"""The missing-breakpoint fix (kvprobe/whatif/propose_marks.py), from its rules with the figures by hand:
+- the fix marks the block where the prefix a request shares with an earlier one ends, in every request that
+  carries that block unmarked; the marker is the one the request's cache reads: `prompt_cache_breakpoint` for
+  GPT-5.6+ (managed or explicit mode, providers/openai.toml), cache_control for every other breakpoint cache
+  (Claude's; Qwen's explicit cache, providers/qwen.toml mode_rules: "explicit cache via cache_control");
+- the written trace, reported again, reproduces the saving the fix was priced at.
+
+Qwen's explicit cache (providers/qwen.toml mode_rules.breakpoints): writes 1.25x, reads 0.1x, 5-minute entries,
+a 1,024-token minimum. Sizes come from a calibration request of another Qwen model an hour before (its 3,000
+marked tokens written, its 20-token question fresh): another model's entries are no request's to read, so it
+changes no figure below but the sizes.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kvprobe.pricing import PriceBook
+from kvprobe.whatif.evaluate import evaluate
+
+from test_whatif_timing import EPH, rec, text
+
+SHARED = text(3_000, "rules")
+
+
+def qwen_body(question: str, model: str = "qwen3-max", mark_shared: bool = False, mark_question: bool = True
+              ) -> dict:
+    shared = {"type": "text", "text": SHARED, **({"cache_control": dict(EPH)} if mark_shared else {})}
+    ask = {"type": "text", "text": question, **({"cache_control": dict(EPH)} if mark_question else {})}
+    return {"model": model, "messages": [{"role": "system", "content": [shared]},
+                                         {"role": "user", "content": [ask]}]}
+
+
+def qwen_usage(total: int, written: int, read: int = 0) -> dict:
+    """DashScope's explicit-cache usage (Model Studio's example: input_tokens_details)."""
+    return {"input_tokens": total, "output_tokens": 10, "input_tokens_details": {
+        "cached_tokens": read, "cache_creation_input_tokens": written, "cache_type": "ephemeral"}}
+
+
+def qwen_pair() -> list:
+    """Sessions a and b each send the 3,000-token system text and a question of their own, marked (a0: 20
+    tokens, b0 60 s later: 25); nothing marks the end of the system text they share."""
+    calibration = rec("cal", -3_600, qwen_body("Calibrate the sizes.", "qwen3-coder-plus", True, False),
+                      qwen_usage(3_020, 3_000), session="cal", provider="qwen")
+    return [calibration,
+            rec("a0", 0, qwen_body("Summarise chapter one."), qwen_usage(3_020, 3_020), session="a", provider="qwen"),
+            rec("b0", 60, qwen_body("Summarise chapter two now."), qwen_usage(3_025, 3_025), session="b",
+                provider="qwen")]
+
+
+def test_qwens_explicit_cache_is_marked_with_cache_control_and_the_fixed_trace_saves_what_was_priced():
+    """Before: a0 writes 3,020 (3,775 input equivalents), b0 writes 3,025 (3,781.25). Marking the system text
+    in both: a0 writes the same 3,020 (its entries end at the system text and at the question: 3,775), b0
+    reads 3,000 (300) and writes its 25 (31.25): 331.25, a saving of 3,450. Written with
+    `prompt_cache_breakpoint`, which Qwen does not read, the fixed trace saved nothing."""
+    records = qwen_pair()
+    before = copy.deepcopy([r.request for r in records])
+    whatif = evaluate(records, PriceBook())
+    [fix] = whatif.fixes
+    assert (fix.kind, fix.extra["path"], fix.saving_input_equivalent_tokens) == (
+        "mark_breakpoint", "messages[0].content[0]", 3_450.0)
+    assert "with cache_control, in 2 requests" in fix.detail and "GPT-5.6" not in fix.detail
+    written = whatif.written_records()
+    assert [(r.id, r.request["messages"][0]["content"][0].get("cache_control"),
+             "prompt_cache_breakpoint" in r.request["messages"][0]["content"][0]) for r in written] == [
+        ("cal", EPH, False), ("a0", EPH, False), ("b0", EPH, False)]
+    again = evaluate(written, PriceBook())
+    assert [(r.sk.id, r.input_equivalent) for r in again.baseline] == [
+        ("cal", 3_770.0), ("a0", 3_775.0), ("b0", 331.25)]
+    assert [r.request for r in records] == before
+
+
+def test_in_gpt_5_6s_explicit_mode_the_written_mark_is_prompt_cache_breakpoint():
+    """Five Codex turns in explicit mode (only marked blocks are written): every written request marks the
+    shared developer block with `prompt_cache_breakpoint` ({"mode": "explicit"}), never cache_control."""
+    from test_openai_breakpoints import codex_turns
+
+    written = evaluate(codex_turns(mode="explicit"), PriceBook()).written_records()
+    assert [(w.id, w.request["input"][0]["content"][0].get("prompt_cache_breakpoint"),
+             "cache_control" in w.request["input"][0]["content"][0]) for w in written] == [
+        (f"t{k}", {"mode": "explicit"}, False) for k in range(1, 6)]
