@@ -267,3 +267,45 @@ def test_a_fixs_instances_come_largest_saving_first():
     records = pause("a", 420, 2_000) + pause("b", 420, 4_000)
     [keep] = evaluate(sorted(records, key=lambda r: r.started_at), PriceBook()).fixes
     assert [(i.session, i.saving_ie) for i in keep.instances] == [("b", 4_100.0), ("a", 2_000.0)]
+
+
+def test_requests_the_required_fix_makes_again_are_not_the_edits_of_the_fix_on_top():
+    """A fix on top of keep_alive that starts z1 5 s later (a stagger's kind: applied before the pings), priced
+    with no set kept: the required pings are made afresh for each pricing (new objects, the same request and
+    start), so they are not its edits; z1, the same request at another start, is its one edit. z1 still reads
+    z0's entry (35 s old, within 300 s): it saves nothing."""
+    from dataclasses import replace
+
+    pricer, keep, _ = marginal_setup()
+
+    def later(sks):
+        return [replace(sk, started_at=sk.started_at + 5, readable_at=sk.readable_at + 5) if sk.id == "z1" else sk
+                for sk in sks]
+    moved = Policy("shared_breakpoint", "z", "", ["z1"], {"z"}, later, lambda r: r, requires=[keep])
+    p = pricer.marginal(moved)
+    assert (p.saving_ie, p.edited) == (0.0, {"z": 1})
+
+
+def test_the_fixed_trace_replaces_a_records_size_hints_with_the_sizes_it_was_priced_on():
+    """A record carrying the size hints a span move leaves (the parts of a split block) is written with the
+    sizes it was priced on instead: the hints would name blocks of the body before the fix. Its extra is then
+    exactly the block sizes and output tokens."""
+    records = pause("a", 30, 4_000)
+    records[1].response["usage"] = usage(read=4_000, fresh=100)
+    records[0].extra["size_hints"] = {"system[0]": 3_000, "messages[0].content[1]": 1_000}
+    written = evaluate(records, PriceBook()).written_records()
+    assert [r.extra for r in written] == [{"block_tokens": [4_000, 100], "output_tokens": 10}] * 2
+
+
+def test_the_fixed_trace_of_a_record_naming_no_provider_keeps_its_output_tokens():
+    """A Gemini request logged without a provider (its usageMetadata: 900 prompt, 77 candidate tokens): the
+    written record says 77 output tokens, read from the usage's own shape (read as Anthropic's usage: 0)."""
+    from kvprobe.trace import TraceRecord
+
+    body = {"model": "gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": text(900, "g")}]}]}
+    logged = TraceRecord(id="g0", provider=None, started_at=T0, request=body,
+                         endpoint="/v1beta/models/gemini-2.5-flash:generateContent",
+                         response={"usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 77,
+                                                     "totalTokenCount": 977}})
+    [written] = evaluate([logged], PriceBook()).written_records()
+    assert (written.provider, written.extra) == (None, {"block_tokens": [900], "output_tokens": 77})

@@ -328,7 +328,8 @@ class WhatIf:
             if rec.id in sizes:
                 extra[CARRIED_KEY] = sizes[rec.id]
             if rec.usage is not None:
-                extra.setdefault("output_tokens", normalize_usage(rec.provider or "anthropic", rec.usage).output_tokens)
+                # the usage's own shape where the record names no provider (as `copy_record` reads it)
+                extra.setdefault("output_tokens", normalize_usage(rec.provider, rec.usage).output_tokens)
             out.append(replace(rec, response=None, extra=extra))
         return out
 
