@@ -309,3 +309,32 @@ def test_the_fixed_trace_of_a_record_naming_no_provider_keeps_its_output_tokens(
                                                      "totalTokenCount": 977}})
     [written] = evaluate([logged], PriceBook()).written_records()
     assert (written.provider, written.extra) == (None, {"block_tokens": [900], "output_tokens": 77})
+
+
+def test_a_fix_on_top_that_reaches_a_session_without_a_price_saves_no_known_money():
+    """keep_alive is priced for session a (Sonnet 4.5: known money); the fix on top starts session u's second
+    request 5 s later, and u runs a model with no price: what the two save together is unknown in money, so
+    what the fix on top adds is unknown too (not the difference with a known figure), and it saves no tokens
+    (u1 reads u0's entry 35 s old)."""
+    from dataclasses import replace
+
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.evaluate import Pricer, prepare
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_timing import propose_keep_alive
+
+    unpriced = pause("u", 30, 3_000)
+    unpriced[1].response["usage"] = usage(read=3_000, fresh=100)
+    for r in unpriced:
+        r.request["model"] = "claude-unlisted-9"
+    records = sorted(pause("a", 600, 4_000) + unpriced, key=lambda r: r.started_at)
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    [keep] = propose_keep_alive(Evidence(pricer.baseline, TextSource(records)))
+    assert pricer.price([keep]).saving_usd == pytest.approx(0.01077, abs=1e-9)  # 3,600 ie at $3/M less 2 output
+
+    def later(sks):
+        return [replace(sk, started_at=sk.started_at + 5, readable_at=sk.readable_at + 5) if sk.id == "u1" else sk
+                for sk in sks]
+    moved = Policy("shared_breakpoint", "u", "", ["u1"], {"u"}, later, lambda r: r, requires=[keep])
+    p = pricer.marginal(moved)
+    assert (p.saving_ie, p.saving_usd, p.edited) == (0.0, None, {"u": 1})
