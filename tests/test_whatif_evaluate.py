@@ -338,3 +338,58 @@ def test_a_fix_on_top_that_reaches_a_session_without_a_price_saves_no_known_mone
     moved = Policy("shared_breakpoint", "u", "", ["u1"], {"u"}, later, lambda r: r, requires=[keep])
     p = pricer.marginal(moved)
     assert (p.saving_ie, p.saving_usd, p.edited) == (0.0, None, {"u": 1})
+
+
+# --- choosing among overlapping fixes: every subset up to four policies, greedily beyond -----------------------
+TAILS = {"a": 1_000, "b": 2_000, "c": 1_500, "d": 17, "e": 16, "f": 2_200}
+
+
+def trim_setup():
+    """One request per session, each its own 2,000-token marked system text (written: 2,500 input equivalents)
+    and a question sent fresh (TAILS). A test policy that drops the question of some sessions saves exactly
+    their TAILS; two such policies together save the TAILS of the union of their sessions."""
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = [rec(f"{s}0", 0, {"model": MODEL, "max_tokens": 64, "system": [part(text(2_000, s), marked=True)],
+                                "messages": [{"role": "user", "content": [part(text(n, "q" + s))]}]},
+                   usage(w5m=2_000, fresh=n), session=s) for s, n in TAILS.items()]
+    return Pricer(records, PriceBook(), prepare(records))
+
+
+def trim(sessions: str, exclusive: str | None = None) -> tuple[Policy, Summary]:
+    from kvprobe.whatif.reshape import with_blocks, with_request
+
+    def reshape(sks):
+        return [with_request(sk, with_blocks(sk.request, sk.request.blocks[:1])) if sk.session in sessions else sk
+                for sk in sks]
+    found = Policy("stable_params", sessions, "", [f"{s}0" for s in sessions], set(sessions), reshape,
+                   lambda r: r, exclusive=exclusive, extra={"variant": sessions})
+    return found, summary(float(sum(TAILS[s] for s in sessions)))
+
+
+def chosen(pricer, group) -> list[str]:
+    from kvprobe.whatif.evaluate import _choose
+
+    return [p.key for p in _choose(pricer, group)]
+
+
+def test_up_to_four_overlapping_fixes_every_subset_is_priced_and_beyond_them_the_best_is_kept_and_added_to():
+    """X drops the questions of a and c (2,500), Y those of b (2,000), Z and W those of c (1,500 each); X and Y
+    are variants of one fix (at most one in a set). Every subset of the four: Y + Z saves 3,500, more than X's
+    2,500 by more than 16: chosen. A fifth (V, c again: 1,500) and the set is chosen greedily: X first, Y
+    cannot join it, and Z, W, V add nothing to it: X alone."""
+    pricer = trim_setup()
+    x, y = trim("ac", exclusive="one fix"), trim("b", exclusive="one fix")
+    four = [x, y, trim("c"), trim("c")]
+    assert chosen(pricer, four) == ["b", "c"]
+    assert chosen(pricer, [*four, trim("c")]) == ["ac"]
+
+
+def test_greedily_a_fix_is_added_when_it_adds_more_than_16_tokens():
+    """Five overlapping fixes, so chosen greedily from the largest single saving: X (a and c: 2,500), then f's
+    question (2,200) adds to it: kept; Y (b: 2,000) is a variant of X: skipped; d's question adds 17 tokens,
+    more than 16: kept; e's adds exactly 16: left out."""
+    pricer = trim_setup()
+    group = [trim("e"), trim("d"), trim("ac", exclusive="one fix"), trim("f"), trim("b", exclusive="one fix")]
+    assert chosen(pricer, group) == ["ac", "f", "d"]
+    assert chosen(pricer, [trim("a")]) == ["a"]  # a single fix is its own choice
