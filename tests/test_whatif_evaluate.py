@@ -393,3 +393,16 @@ def test_greedily_a_fix_is_added_when_it_adds_more_than_16_tokens():
     group = [trim("e"), trim("d"), trim("ac", exclusive="one fix"), trim("f"), trim("b", exclusive="one fix")]
     assert chosen(pricer, group) == ["ac", "f", "d"]
     assert chosen(pricer, [trim("a")]) == ["a"]  # a single fix is its own choice
+
+
+def test_a_set_that_fails_to_price_is_named_by_its_policies_labels():
+    """An internal error while a set is priced reaches the caller with a note naming the set: its index among
+    the sets and its policies' labels joined by " + "."""
+    from kvprobe.whatif.parallel import price_sets
+
+    def broken(sks):
+        raise ValueError("no skeletons today")
+    failing = Policy("keep_alive", "pauses", "", [], set(), broken, lambda r: r)
+    with pytest.raises(ValueError, match="no skeletons today") as caught:
+        price_sets(trim_setup(), [[trim("a")[0]], [trim("b")[0], failing]])
+    assert "in unit 1 of 2 ((1, 'stable_params (b) + keep_alive'))" in caught.value.__notes__
