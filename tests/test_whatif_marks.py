@@ -80,3 +80,48 @@ def test_in_gpt_5_6s_explicit_mode_the_written_mark_is_prompt_cache_breakpoint()
     assert [(w.id, w.request["input"][0]["content"][0].get("prompt_cache_breakpoint"),
              "cache_control" in w.request["input"][0]["content"][0]) for w in written] == [
         (f"t{k}", {"mode": "explicit"}, False) for k in range(1, 6)]
+
+
+def qwen_notes(notes: int) -> list:
+    """The Qwen pair, each question now `notes` marked notes of its own (about 20 tokens each)."""
+    records = qwen_pair()
+    for r in records[1:]:
+        r.request["messages"][1]["content"] = [
+            {"type": "text", "text": f"note {k} of {r.id} " * 5, "cache_control": dict(EPH)} for k in range(notes)]
+        r.response["usage"] = qwen_usage(3_000 + 20 * notes, 3_000 + 20 * notes)
+    return records
+
+
+@pytest.mark.parametrize("notes, saving", [(3, 3_450.0), (4, None)])
+def test_the_shared_end_is_marked_only_while_a_qwen_request_has_fewer_than_four_markers(notes, saving):
+    """Qwen's explicit cache takes up to 4 markers (providers/qwen.toml). With 3 marked notes after the shared
+    system text, its end is the 4th: b0 reads the 3,000 (300) and writes its 60 (75) instead of writing 3,060
+    (3,825): 3,450 saved. With 4 there is no room: nothing is proposed, though b0 still misses the 3,000."""
+    whatif = evaluate(qwen_notes(notes), PriceBook())
+    assert [(f.kind, f.saving_input_equivalent_tokens) for f in whatif.fixes] == (
+        [("mark_breakpoint", saving)] if saving else [])
+    [b0] = [r for r in whatif.baseline if r.sk.id == "b0"]
+    assert [d.kind for d in b0.diagnoses] == ["missing_breakpoint"]
+
+
+def test_a_gpt_5_6_request_with_three_explicit_marks_and_the_managed_one_has_no_room_for_a_fifth():
+    """The five Codex turns, each with a short marked introduction before the shared developer text and two
+    marked notes before its user text (where the managed breakpoint goes): four breakpoints already, the most
+    a request writes (providers/openai.toml max_breakpoints = 4, the managed one among them). Though every
+    later turn misses the developer text, no mark is proposed for it."""
+    from test_openai_breakpoints import codex_turns
+
+    marker = {"mode": "explicit"}
+    records = codex_turns()
+    for k, r in enumerate(records):
+        r.request["input"][0]["content"].insert(0, {"type": "input_text", "text": "You are Codex, by OpenAI. " * 60,
+                                                    "prompt_cache_breakpoint": dict(marker)})
+        r.request["input"][-1]["content"][:0] = [
+            {"type": "input_text", "text": f"note {j} of turn {k} " * 20, "prompt_cache_breakpoint": dict(marker)}
+            for j in range(2)]
+    whatif = evaluate(records, PriceBook())
+    assert [(r.sk.request.breakpoints, r.sk.request.managed_breakpoint) for r in whatif.baseline] == [
+        ([(0, "explicit"), (2, "explicit"), (3, "explicit"), (4, "managed")], 4)] * 5
+    assert [("missing_breakpoint", "input[0].content[1]") in [(d.kind, d.path) for d in r.diagnoses]
+            for r in whatif.baseline] == [False, True, True, True, True]
+    assert whatif.fixes == [] and whatif.alternatives == []
