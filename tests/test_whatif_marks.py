@@ -19,7 +19,7 @@ import pytest
 from kvprobe.pricing import PriceBook
 from kvprobe.whatif.evaluate import evaluate
 
-from test_whatif_timing import EPH, rec, text
+from test_whatif_timing import EPH, MODEL, part, rec, text, usage
 
 SHARED = text(3_000, "rules")
 
@@ -125,3 +125,28 @@ def test_a_gpt_5_6_request_with_three_explicit_marks_and_the_managed_one_has_no_
     assert [("missing_breakpoint", "input[0].content[1]") in [(d.kind, d.path) for d in r.diagnoses]
             for r in whatif.baseline] == [False, True, True, True, True]
     assert whatif.fixes == [] and whatif.alternatives == []
+
+
+def test_the_mark_ends_the_prefix_an_earlier_request_could_serve_not_the_content_they_share():
+    """Sessions a and b send the same 2,000-token system text and 1,500-token document, then a question of
+    their own (marked: a 20 tokens, b 25), nothing else marked; a asks with tool_choice "any", which changes
+    what the messages are cached under (providers/anthropic.toml invalidation: tool_choice -> messages). b0
+    shares 3,500 tokens of content with a0 but could read only the system text a0 would write: the mark goes
+    there, in both. Sizes from a calibration request of another model (system text written, document fresh).
+    Before: a0 writes 3,520 (4,400), b0 writes 3,525 (4,406.25). After: a0 the same; b0 reads 2,000 (200) and
+    writes 1,525 (1,906.25): 2,300 saved."""
+    shared, document = text(2_000, "sys"), text(1_500, "doc")
+
+    def body(question: str | None, model: str = MODEL, mark_system: bool = False, **params) -> dict:
+        content = [part(document)] + ([part(question, marked=True)] if question else [])
+        return {"model": model, "max_tokens": 64, "system": [part(shared, marked=mark_system)],
+                "messages": [{"role": "user", "content": content}], **params}
+    records = [rec("cal", -3_600, body(None, "claude-opus-4-5", True), usage(w5m=2_000, fresh=1_500), session="cal"),
+               rec("a0", 0, body(text(20, "qa"), tool_choice={"type": "any"}), usage(w5m=3_520), session="a"),
+               rec("b0", 60, body(text(25, "qb")), usage(w5m=3_525), session="b")]
+    whatif = evaluate(records, PriceBook())
+    [fix] = whatif.fixes
+    assert (fix.kind, fix.extra["path"], fix.requests, fix.saving_input_equivalent_tokens) == (
+        "mark_breakpoint", "system[0]", ["b0"], 2_300.0)
+    assert [r.id for r in whatif.written_records() if r.request["system"][0].get("cache_control")] == [
+        "cal", "a0", "b0"]
