@@ -150,3 +150,20 @@ def test_the_mark_ends_the_prefix_an_earlier_request_could_serve_not_the_content
         "mark_breakpoint", "system[0]", ["b0"], 2_300.0)
     assert [r.id for r in whatif.written_records() if r.request["system"][0].get("cache_control")] == [
         "cal", "a0", "b0"]
+
+
+def test_no_mark_is_proposed_where_gpt_5_6_takes_none_the_instructions_string():
+    """The five Codex turns with the shared developer text sent as the Responses `instructions` string (as
+    Codex sends its prompt) instead of a developer message: every later turn misses it, but
+    `prompt_cache_breakpoint` goes on a content block of a message, and `instructions` is none. Nothing is
+    proposed: before, a mark there was priced at about 41,000 input equivalents and the written trace carried
+    none."""
+    from test_openai_breakpoints import codex_turns
+
+    records = codex_turns()
+    for r in records:
+        r.request["instructions"] = r.request["input"].pop(0)["content"][0]["text"]
+    whatif = evaluate(records, PriceBook())
+    assert [[d.path for d in r.diagnoses if d.kind == "missing_breakpoint"] for r in whatif.baseline] == [
+        [], ["instructions"], ["instructions"], ["instructions"], ["instructions"]]
+    assert whatif.fixes == [] and whatif.alternatives == []

@@ -50,14 +50,23 @@ def cache_mode(body: dict[str, Any], rules: ModelRules, provider: str, blocks: l
     return "implicit"
 
 
+def breakpoint_roles(rules: ModelRules) -> set[str]:
+    """The roles of the messages GPT-5.6+ takes a breakpoint in (providers/openai.toml)."""
+    return set(rules.get("managed_breakpoint_roles", ("user", "developer", "system", "tool")))
+
+
+def takes_breakpoint(block: Block, roles: set[str]) -> bool:
+    """Whether GPT-5.6+ takes a breakpoint on this block: content of a message of those roles (or a tool
+    result); never the model's own output, a tool definition or the `instructions` string."""
+    eligible = block.role in roles or (not block.role and block.kind == "tool_result")
+    return block.level == "messages" and eligible and block.kind not in ("thinking", "tool_use")
+
+
 def managed_breakpoint(blocks: list[Block], rules: ModelRules) -> int | None:
-    """Where GPT-5.6+ implicit mode places its breakpoint: the last block of the newest eligible message
-    (a user, developer, system or tool message; never the model's own output)."""
-    roles = set(rules.get("managed_breakpoint_roles", ("user", "developer", "system", "tool")))
+    """Where GPT-5.6+ implicit mode places its breakpoint: the last block of the newest eligible message."""
+    roles = breakpoint_roles(rules)
     for i in range(len(blocks) - 1, -1, -1):
-        block = blocks[i]
-        eligible = block.role in roles or (not block.role and block.kind == "tool_result")
-        if block.level == "messages" and eligible and block.kind not in ("thinking", "tool_use"):
+        if takes_breakpoint(blocks[i], roles):
             return i
     return None
 

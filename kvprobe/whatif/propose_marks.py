@@ -13,6 +13,7 @@ import bisect
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
+from kvprobe.request.openai_cache import breakpoint_roles, takes_breakpoint
 from kvprobe.request.paths import part_at
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.trace import TraceRecord
@@ -36,6 +37,15 @@ def _end_of(r: RequestResult) -> int | None:
     cum = cumulative_tokens(req.blocks)
     i = bisect.bisect_left(cum, r.raw_ideal_tokens or r.reusable_tokens)
     return i if i < len(cum) and cum[i] == (r.raw_ideal_tokens or r.reusable_tokens) else None
+
+
+def _takes_mark(r: RequestResult, i: int) -> bool:
+    """Whether the marker this request's cache reads can go on its block i: cache_control on any block;
+    GPT-5.6+'s `prompt_cache_breakpoint` only where it takes a breakpoint (not on a Responses `instructions`
+    string: a mark priced there could not be written)."""
+    req = r.sk.request
+    assert req is not None
+    return req.cache_mode not in ("managed", "explicit") or takes_breakpoint(req.blocks[i], breakpoint_roles(r.rules))
 
 
 class _Marks:
@@ -77,7 +87,7 @@ class _Marks:
             if origin(rec.id) not in self.openai:
                 return new if mark_breakpoint(new.request, path) else None
             part = part_at(new.request, path, writable=True)
-            if not isinstance(part, dict) or part.get("prompt_cache_breakpoint"):
+            if not isinstance(part, dict):  # a block no marker goes on (a string `instructions`)
                 return None
             part["prompt_cache_breakpoint"] = dict(OPENAI_MARKER)
             return new
@@ -90,7 +100,7 @@ def propose_marks(ev: Evidence) -> list[Policy]:
     addressed: list[str] = []
     for r in diagnosed:
         i = _end_of(r)
-        if i is not None:
+        if i is not None and _takes_mark(r, i):
             ends.add(r.sk.request.blocks[i].content_hash)  # type: ignore[union-attr]
             addressed.append(r.sk.id)
     if not ends:
