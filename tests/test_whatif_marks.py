@@ -152,15 +152,16 @@ def test_the_mark_ends_the_prefix_an_earlier_request_could_serve_not_the_content
         "cal", "a0", "b0"]
 
 
-def test_no_mark_is_proposed_where_gpt_5_6_takes_none_the_instructions_string():
+@pytest.mark.parametrize("mode", [None, "explicit"])
+def test_no_mark_is_proposed_where_gpt_5_6_takes_none_the_instructions_string(mode):
     """The five Codex turns with the shared developer text sent as the Responses `instructions` string (as
-    Codex sends its prompt) instead of a developer message: every later turn misses it, but
-    `prompt_cache_breakpoint` goes on a content block of a message, and `instructions` is none. Nothing is
-    proposed: before, a mark there was priced at about 41,000 input equivalents and the written trace carried
-    none."""
+    Codex sends its prompt) instead of a developer message, in the managed or the explicit mode: every later
+    turn misses it, but `prompt_cache_breakpoint` goes on a content block of a message, and `instructions` is
+    none. Nothing is proposed: before, a mark there was priced at about 41,000 input equivalents (managed
+    mode) and the written trace carried none."""
     from test_openai_breakpoints import codex_turns
 
-    records = codex_turns()
+    records = codex_turns(mode=mode)
     for r in records:
         r.request["instructions"] = r.request["input"].pop(0)["content"][0]["text"]
     whatif = evaluate(records, PriceBook())
