@@ -406,3 +406,30 @@ def test_a_set_that_fails_to_price_is_named_by_its_policies_labels():
     with pytest.raises(ValueError, match="no skeletons today") as caught:
         price_sets(trim_setup(), [[trim("a")[0]], [trim("b")[0], failing]])
     assert "in unit 1 of 2 ((1, 'stable_params (b) + keep_alive'))" in caught.value.__notes__
+
+
+def test_a_session_a_fix_does_not_edit_is_an_instance_where_its_cost_changes_and_an_edited_one_always():
+    """Session z reads a0's 4,000 cached tokens 30 s after a0 (z0: 500 input equivalents). A fix that starts
+    a0 60 s later (editing one request of a) makes z0 the writer (5,100: 4,600 more) and a0 the reader (500
+    instead of 5,100: 4,600 less); a1, 420 s after the start, still finds the entry expired. Both sessions are
+    instances: a with its one edited request, z with none. Moving z0 by a second instead changes no cost: z is
+    still an instance (one request edited, nothing saved), a is not (neither edited nor changed)."""
+    from dataclasses import replace
+
+    from kvprobe.whatif.evaluate import Pricer, prepare
+
+    records = pause("a", 420, 4_000)
+    records.append(rec("z0", 30, records[0].request, usage(read=4_000, fresh=100), session="z"))
+    records.sort(key=lambda r: r.started_at)
+    pricer = Pricer(records, PriceBook(), prepare(records))
+
+    def moved(rid: str, seconds: float) -> Policy:
+        def reshape(sks):
+            return [replace(sk, started_at=sk.started_at + seconds, readable_at=sk.readable_at + seconds)
+                    if sk.id == rid else sk for sk in sks]
+        return Policy("shared_breakpoint", rid, "", [rid], {rid[0]}, reshape, lambda r: r)
+    found = pricer.instances(pricer.price([moved("a0", 60)]))
+    assert [(i.session, i.requests, i.saving_ie) for i in found] == [("a", 1, 4_600.0), ("z", 0, -4_600.0)]
+    assert [round(i.saving_usd, 9) for i in found] == [0.0138, -0.0138]  # $3 per million input tokens
+    found = pricer.instances(pricer.price([moved("z0", 1)]))
+    assert [(i.session, i.requests, i.saving_ie, i.saving_usd) for i in found] == [("z", 1, 0.0, 0.0)]
