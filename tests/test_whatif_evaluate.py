@@ -433,3 +433,22 @@ def test_a_session_a_fix_does_not_edit_is_an_instance_where_its_cost_changes_and
     assert [round(i.saving_usd, 9) for i in found] == [0.0138, -0.0138]  # $3 per million input tokens
     found = pricer.instances(pricer.price([moved("z0", 1)]))
     assert [(i.session, i.requests, i.saving_ie, i.saving_usd) for i in found] == [("z", 1, 0.0, 0.0)]
+
+
+def test_fixes_and_alternatives_are_listed_largest_saving_first():
+    """Two groups of fixes for different misses, each with an alternative. Session a pauses 7 minutes (4,000
+    cached): keep_alive 4,100, ttl_1h 1,600 (as above). Three subagents of session s start 0.1 s apart, each
+    with a 3,000-token marked system text, the same 50-token task and 50 tokens of their own, each writing
+    3,100 (3,875: 11,625 in all); their first answer begins after 2 s. A stagger (the later two start once it
+    has): the first writes as before, the two read 3,050 (305) and write 50 (62.5): 4,610, saving 7,015. A
+    warm-up of the shared 3,050 (3,812.5; its output token is no input) before all three, which then read
+    and write as the staggered two: 4,915, saving 6,710; a variant of the stagger, so its alternative. The
+    pause's fixes are proposed first, yet the lists come largest first."""
+    from test_whatif_timing import siblings
+
+    records = sorted(siblings("s", 3_000, ttft=2.0, at=10_000) + pause("a", 420, 4_000), key=lambda r: r.started_at)
+    result = evaluate(records, PriceBook())
+    assert [(f.label, f.saving_input_equivalent_tokens) for f in result.fixes] == [
+        ("shared_breakpoint (stagger)", 7_015.0), ("keep_alive", 4_100.0)]
+    assert [(f.label, f.saving_input_equivalent_tokens, f.extra["instead_of"]) for f in result.alternatives] == [
+        ("shared_breakpoint (warm_up)", 6_710.0, ["shared_breakpoint (stagger)"]), ("ttl_1h", 1_600.0, ["keep_alive"])]
