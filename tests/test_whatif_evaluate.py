@@ -344,13 +344,13 @@ def test_a_fix_on_top_that_reaches_a_session_without_a_price_saves_no_known_mone
 TAILS = {"a": 1_000, "b": 2_000, "c": 1_500, "d": 17, "e": 16, "f": 2_200}
 
 
-def trim_setup():
+def trim_setup(model: str = MODEL):
     """One request per session, each its own 2,000-token marked system text (written: 2,500 input equivalents)
     and a question sent fresh (TAILS). A test policy that drops the question of some sessions saves exactly
     their TAILS; two such policies together save the TAILS of the union of their sessions."""
     from kvprobe.whatif.evaluate import Pricer, prepare
 
-    records = [rec(f"{s}0", 0, {"model": MODEL, "max_tokens": 64, "system": [part(text(2_000, s), marked=True)],
+    records = [rec(f"{s}0", 0, {"model": model, "max_tokens": 64, "system": [part(text(2_000, s), marked=True)],
                                 "messages": [{"role": "user", "content": [part(text(n, "q" + s))]}]},
                    usage(w5m=2_000, fresh=n), session=s) for s, n in TAILS.items()]
     return Pricer(records, PriceBook(), prepare(records))
@@ -383,6 +383,15 @@ def test_up_to_four_overlapping_fixes_every_subset_is_priced_and_beyond_them_the
     four = [x, y, trim("c"), trim("c")]
     assert chosen(pricer, four) == ["b", "c"]
     assert chosen(pricer, [*four, trim("c")]) == ["ac"]
+
+
+@pytest.mark.parametrize("model", [MODEL, "claude-unlisted-9"])
+def test_a_subset_of_overlapping_fixes_is_chosen_when_it_adds_more_than_16_tokens(model):
+    """Every subset of two: X (a and c: 2,500) with d's question adds 17 tokens, more than 16: both chosen;
+    with e's it adds exactly 16: X alone. The same for a model without a price (no money to compare)."""
+    pricer = trim_setup(model)
+    assert chosen(pricer, [trim("ac"), trim("d")]) == ["ac", "d"]
+    assert chosen(pricer, [trim("ac"), trim("e")]) == ["ac"]
 
 
 def test_greedily_a_fix_is_added_when_it_adds_more_than_16_tokens():
