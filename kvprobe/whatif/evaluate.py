@@ -223,6 +223,10 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 if (id(policy),) in required:
                     pricer.kept[(id(policy),)] = p
         pricer.kept.clear()  # every marginal price is made
+        # and with them every pricing that starts from a kept edited log: held while the other policies
+        # are priced, one was ~2 KB a request of a fleet (a subset `_choose` prices edits the log again)
+        pricer.keep_reshaped = set()
+        pricer.reshaped.clear()
         if beside is not None:
             beside()
     for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
@@ -377,6 +381,4 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
-    pricer.keep_reshaped = set()
-    pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
     return WhatIf(pricer.baseline, chosen, pricer, alternatives)
