@@ -34,7 +34,7 @@ FOCUS = {
                     "tests/test_rules_2026.py", "tests/test_mixed_lineup.py", "tests/test_keep_alive.py", "tests/test_openai_edges.py",
                     "tests/test_implicit_edges.py", "tests/test_gemini_explicit_edges.py", "tests/test_cache_routing.py",
                     "tests/test_lookback_positions.py", "tests/test_local_engine_rules.py",
-                    "tests/test_anthropic_evidence.py"],
+                    "tests/test_anthropic_evidence.py", "tests/test_replay_forgets.py"],
     "kvprobe/secrets.py": ["tests/test_secret_shapes.py", "tests/test_secrets_on_disk.py", "tests/test_key_shapes.py",
                            "tests/test_credentials_and_identity.py", "tests/test_shape_edges.py"],
     "kvprobe/pricing.py": ["tests/test_rule_edges.py", "tests/test_catalog_usage.py", "tests/test_usage_cmd.py",
