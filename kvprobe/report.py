@@ -454,7 +454,18 @@ def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Ske
     """The fixes, priced on the report's sized skeletons (`book`: None unless the report is a prediction)."""
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet, beside=beside)
+    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet, beside=beside,
+                    keep=_baseline_totals)
+
+
+_BASELINE_KEYS = ("token_hit_ratio", "input_equivalent_tokens", "cost_usd")
+
+
+def _baseline_totals(baseline: list[RequestResult]) -> dict:
+    """What the report shows of the what-if's baseline (`with_all_fixes.baseline_predicted`); the diagnosed
+    baseline itself is released while the fixes are priced (the `--what-if` table simulates it again)."""
+    totals = summarize(baseline)
+    return {k: totals[k] for k in _BASELINE_KEYS}
 
 
 def _fixed_totals(what_if: Any) -> dict | None:
@@ -473,6 +484,4 @@ def _add_fixes(rep: Report, what_if: Any, fixed: dict | None) -> None:
     rep.with_all_fixes = {k: fixed[k] for k in ("requests", "input_tokens", "cache_read_tokens",
                                                  "cache_write_tokens", "fresh_input_tokens", "token_hit_ratio",
                                                  "input_equivalent_tokens", "cost_usd")}
-    base = summarize(what_if.baseline)
-    rep.with_all_fixes["baseline_predicted"] = {k: base[k] for k in ("token_hit_ratio",
-                                                                     "input_equivalent_tokens", "cost_usd")}
+    rep.with_all_fixes["baseline_predicted"] = dict(what_if.kept)  # (`_baseline_totals`, kept by the what-if)
