@@ -82,3 +82,14 @@ def test_the_replay_keeps_only_the_entries_still_alive(monkeypatch):
     sim.forget_expired(800.0)
     (cache,) = sim.caches.values()
     assert sorted(e.expires_at for e in cache.entries.values()) == [1_100.0, 1_100.0]
+
+
+def test_an_implicit_cache_forgets_a_prefix_at_exactly_its_retention():
+    """Gemini: r1 stores its two prefixes at 0 (kept until 3,600), r2 stores the system prefix again and its own
+    question at 3,600 (until 7,200). At 3,600 r1's question prefix is gone at exactly its retention."""
+    sim = simulate_module.Simulator(presized=True, ideal=False)
+    for sk in log([(at, req) for at, req, _, _ in GEMINI[:2]]):
+        sim.step(sk)
+    sim.forget_expired(3_600.0)
+    (cache,) = sim.caches.values()
+    assert sorted(e.expires_at for e in cache.entries.values()) == [7_200.0, 7_200.0]
