@@ -461,3 +461,16 @@ def test_fixes_and_alternatives_are_listed_largest_saving_first():
         ("shared_breakpoint (stagger)", 7_015.0), ("keep_alive", 4_100.0)]
     assert [(f.label, f.saving_input_equivalent_tokens, f.extra["instead_of"]) for f in result.alternatives] == [
         ("shared_breakpoint (warm_up)", 6_710.0, ["shared_breakpoint (stagger)"]), ("ttl_1h", 1_600.0, ["keep_alive"])]
+
+
+def test_a_fix_on_top_starts_from_the_kept_log_of_the_one_it_requires_without_editing_it_again():
+    """Three subagents staggered (each later one moved to start once the first answer began); a fix on top of
+    the stagger that changes nothing, priced from the stagger's kept edited log: it adds no edit and saves
+    nothing (applying the stagger again would move the subagents a second time)."""
+    from test_whatif_timing import shared_breakpoint, siblings
+
+    pricer, (stagger, _) = shared_breakpoint(siblings("s", 2_000, ttft=0.5))
+    nothing = Policy("keep_alive", "nothing", "", [], set(), lambda sks: sks, lambda r: r, requires=[stagger])
+    pricer.keep_reshaped = {(id(stagger),)}
+    p = pricer.marginal(nothing)
+    assert (p.saving_ie, p.saving_usd, p.edited) == (0.0, 0.0, {})
