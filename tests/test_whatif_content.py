@@ -299,3 +299,68 @@ def test_split_blocks_keep_the_sizes_the_log_gave_them():
         logged = round(1.25 * sizes(r.request)[1])
         r.response = {"usage": {"input_tokens": logged, "output_tokens": 10}}
     assert _priced_as_written(records) > 10_000
+
+
+# --- one policy at a time, on the parsed log: what it proposes, writes and prices -------------------------
+
+def _proposed(records: list, propose) -> tuple[list, object]:
+    """The policies `propose` makes of the records' diagnosed baseline, and the pricer that holds it."""
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.evaluate import Pricer, prepare
+    from kvprobe.whatif.policies import Evidence
+
+    pricer = Pricer(records, PriceBook(), prepare(records))
+    return propose(Evidence(pricer.baseline, TextSource(records))), pricer
+
+
+def _priced_is_written(records: list, policy, pricer) -> list:
+    """The policy's records, after checking that every request's blocks as its skeleton edit prices them (their
+    cache keys, sizes and breakpoints) are those of its written record parsed again."""
+    from kvprobe.whatif.evaluate import prepare
+
+    written = policy.rewrite(records)
+    for priced, parsed in zip(policy.reshape(pricer.base_sks), prepare(written).skeletons, strict=True):
+        assert [(b.cache_key, b.tokens) for b in priced.request.blocks] == \
+            [(b.cache_key, b.tokens) for b in parsed.request.blocks], priced.id
+        assert priced.request.breakpoints == parsed.request.breakpoints, priced.id
+    return written
+
+
+def _gpt(turns: int) -> dict:
+    body = _openai("", turns)
+    del body["tools"]
+    return body
+
+
+ANY, AUTO = {"type": "any"}, {"type": "auto"}
+ABSENT = "absent"
+
+
+@pytest.mark.parametrize("sent, requests, shown, written", [
+    # tool_choice per request (None: not sent; "gpt": an OpenAI request of the same agent, which has no such field)
+    ((None, ANY, None), ["r1", "r2"], "unset", (ABSENT, ABSENT, ABSENT)),
+    ((AUTO, ANY, AUTO), ["r1", "r2"], 'at {"type": "auto"}', (AUTO, AUTO, AUTO)),
+    ((AUTO, ANY, "gpt", AUTO), ["r1", "r3"], 'at {"type": "auto"}', (AUTO, AUTO, ABSENT, AUTO)),
+    (("gpt", ANY, None, ANY), ["r2", "r3"], 'at {"type": "any"}', (ABSENT, ANY, ANY, ANY)),
+], ids=["first unset", "first set", "another provider later", "another provider first"])
+def test_a_parameter_is_held_at_its_first_value(sent, requests, shown, written):
+    """A Claude agent changes tool_choice mid-session (it invalidates the messages): the fix keeps the first
+    value the agent sent (not sending it, where it sent none) on every request, priced as the records it
+    writes. A request to another provider in the same stream (a fallback model) has no tool_choice to hold:
+    it is written as it was, and the first value is the first Claude request's."""
+    from kvprobe.whatif.propose_content import propose_params
+
+    records = []
+    for i, value in enumerate(sent):
+        body = _gpt(2 * i + 1) if value == "gpt" else claude(turns=2 * i + 1)
+        if value not in (None, "gpt"):
+            body["tool_choice"] = value
+        records.append(rec(f"r{i}", 30 * i, body))
+    [policy], pricer = _proposed(records, propose_params)
+    assert policy.requests == requests and policy.sessions == {"s"} and policy.cause_sessions == 1
+    assert policy.detail == (f"keep tool_choice {shown} for the whole task (each agent's first value) instead of "
+                             f"changing it mid-session (1 agent stream changed it)")
+    out = _priced_is_written(records, policy, pricer)
+    assert tuple(r.request.get("tool_choice", ABSENT) for r in out) == written
+    assert [r.request for r in out if "gpt" in r.request["model"]] == \
+        [r.request for r in records if "gpt" in r.request["model"]]

@@ -393,8 +393,11 @@ def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block
 class _HeldParam:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.first: dict[tuple[str, str], IdentityParam | None] = {}  # stream -> its first value
+        self.first: dict[tuple[str, str], IdentityParam] = {}  # stream -> its first value
         self.first_body: dict[tuple[str, str], object] = {}
+        # request id -> its stream, for the requests held: those whose rules take the parameter (in a stream
+        # that also sends another provider's requests, those have no such field to hold)
+        self.held: dict[str, tuple[str, str]] = {}
         self.chainer = Chainer()
 
     def reshape(self, sks: Skeletons) -> Skeletons:
@@ -406,7 +409,7 @@ class _HeldParam:
             return None
         req, want = sk.request, self.first[stream]
         have = req.params.get(self.name)
-        if have is None or want is None or have.value == want.value:
+        if have is None or have.value == want.value:
             return None
         params = {**req.params, self.name: want}
         start = next((i for i, b in enumerate(req.blocks) if level_rank(b.level) >= level_rank(want.invalidates)),
@@ -418,8 +421,8 @@ class _HeldParam:
         return map_records(records, None, self._record)
 
     def _record(self, rec: TraceRecord) -> TraceRecord | None:
-        stream = (rec.session or "-", rec.agent or "main")
-        if stream not in self.first_body:
+        stream = self.held.get(origin(rec.id))
+        if stream is None:
             return None
         first = self.first_body[stream]
         if rec.request.get(self.name) == first:
@@ -440,14 +443,15 @@ def propose_params(ev: Evidence) -> list[Policy]:
         addressed: list[str] = []
         for stream, results in streams.items():
             flips = [r for r in results if any(d.kind == "params_changed" and d.param == name for d in r.diagnoses)]
-            bodies = [r for r in results if r.sk.request is not None]
-            if not flips or not bodies:
+            bodies = [r for r in results if r.sk.request is not None and name in r.sk.request.params]
+            if not flips:  # a flip is a request that takes the parameter: it is among the bodies
                 continue
             rec = ev.texts.record(bodies[0].sk)
             if rec is None or rec.request is None:
                 continue
-            held.first[stream] = bodies[0].sk.request.params.get(name)  # type: ignore[union-attr]
+            held.first[stream] = bodies[0].sk.request.params[name]  # type: ignore[union-attr]
             held.first_body[stream] = rec.request.get(name)
+            held.held.update((r.sk.id, stream) for r in bodies)
             addressed += [r.sk.id for r in flips]
         if not held.first:
             continue
