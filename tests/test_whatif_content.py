@@ -314,14 +314,19 @@ def _proposed(records: list, propose) -> tuple[list, object]:
 
 
 def _priced_is_written(records: list, policy, pricer) -> list:
-    """The policy's records, after checking that every request's blocks as its skeleton edit prices them (their
-    cache keys, sizes and breakpoints) are those of its written record parsed again."""
+    """The policy's records, after checking that every request's blocks as its skeleton edit prices them (cache
+    keys, sizes, breakpoints; and the paths of tools and system blocks, where a later edit, a mark, looks one
+    up) are those of its written record parsed again. (A message's path is as the stream first sent that
+    content: a parse shares the blocks of the prefix a request repeats, and one message may be a string in one
+    request and a list of parts in the next.)"""
     from kvprobe.whatif.evaluate import prepare
+
+    def blocks(sk) -> list:
+        return [(b.path if b.level != "messages" else "", b.cache_key, b.tokens) for b in sk.request.blocks]
 
     written = policy.rewrite(records)
     for priced, parsed in zip(policy.reshape(pricer.base_sks), prepare(written).skeletons, strict=True):
-        assert [(b.cache_key, b.tokens) for b in priced.request.blocks] == \
-            [(b.cache_key, b.tokens) for b in parsed.request.blocks], priced.id
+        assert blocks(priced) == blocks(parsed), priced.id
         assert priced.request.breakpoints == parsed.request.breakpoints, priced.id
     return written
 
@@ -364,3 +369,77 @@ def test_a_parameter_is_held_at_its_first_value(sent, requests, shown, written):
     assert tuple(r.request.get("tool_choice", ABSENT) for r in out) == written
     assert [r.request for r in out if "gpt" in r.request["model"]] == \
         [r.request for r in records if "gpt" in r.request["model"]]
+
+
+def test_no_content_fix_is_proposed_from_texts_that_cannot_be_read():
+    """A clock in the system prompt, a tool inserted at r1 and tool_choice flipped at r2: each content proposal
+    reads the request texts behind its diagnoses. Where they cannot be read again (a trace's lines gone), none
+    is proposed (a fix kvprobe cannot write is not priced); with them, each proposes its one fix."""
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
+
+    records = []
+    for i, stamp in enumerate(STAMPS):
+        body = _timed("first line", stamp, 2 * i + 1)
+        body["tools"] = _with_tools("AB" if i == 0 else "AXB", 1)["tools"]
+        if i == 2:
+            body["tool_choice"] = ANY
+        records.append(rec(f"r{i}", 30 * i, body))
+    _, pricer = _proposed(records, lambda ev: [])
+    for propose, key in ((propose_spans, "system[0]#"), (propose_tools, "tools"), (propose_params, "tool_choice")):
+        assert propose(Evidence(pricer.baseline, TextSource())) == []
+        [policy] = propose(Evidence(pricer.baseline, TextSource(records)))
+        assert policy.key.startswith(key)
+
+
+def test_each_session_gets_its_own_tool_list():
+    """Sessions s and t start with the same request (tools A B, the system prompt marked right after them) and
+    insert another tool (X, C); session u never changes its list. The fix sends A X B in s and A C B in t,
+    each from its first request, and leaves u as it was; every request is priced as the record written
+    (the system prompt's mark stays on it, the tools' mark moves to the list's end)."""
+    from kvprobe.whatif.propose_content import propose_tools
+
+    lists = {"s": ("AB", "AXB", "AXB"), "t": ("AB", "ACB", "ACB"), "u": ("AB", "AB", "AB")}
+    records = [rec(f"{s}{i}", 30 * i + k * 5, _with_tools(names[i], 2 * i + 1), session=s)
+               for i in range(3) for k, (s, names) in enumerate(lists.items())]
+    [policy], pricer = _proposed(records, propose_tools)
+    assert policy.requests == ["s1", "t1"] and policy.sessions == {"s", "t"}
+    out = {r.id: "".join(t["name"] for t in r.request["tools"]) for r in _priced_is_written(records, policy, pricer)}
+    assert out == {"s0": "AXB", "t0": "ACB", "u0": "AB", "s1": "AXB", "t1": "ACB", "u1": "AB",
+                   "s2": "AXB", "t2": "ACB", "u2": "AB"}
+    assert policy.detail.startswith("send each session's full tool list (3 definitions), in one fixed order, from "
+                                    "its first request in every agent (main)")
+
+
+def test_each_agent_stream_keeps_its_own_first_value():
+    """Session a starts with tool_choice auto, session b without it; both send the same request with "any"
+    next (b's reads a's entry), and b then drops it again (its messages are read from no entry). Each stream
+    is held at its own first value: a at auto, b unset (b's "any" request, alike a's, written and priced
+    without it)."""
+    from kvprobe.whatif.propose_content import propose_params
+
+    plan = (("a0", 0, "a", AUTO, 1), ("b0", 10, "b", None, 1), ("a1", 30, "a", ANY, 3), ("b1", 40, "b", ANY, 3),
+            ("b2", 70, "b", None, 5))
+    records = [rec(rid, at, claude(turns=turns, **({"tool_choice": value} if value else {})), session=session)
+               for rid, at, session, value, turns in plan]
+    [policy], pricer = _proposed(records, propose_params)
+    assert policy.requests == ["a1", "b2"] and policy.sessions == {"a", "b"} and policy.cause_sessions == 2
+    assert policy.detail == ('keep tool_choice at unset / {"type": "auto"} for the whole task (each agent\'s first '
+                             'value) instead of changing it mid-session (2 agent streams changed it)')
+    out = _priced_is_written(records, policy, pricer)
+    assert [r.request.get("tool_choice", ABSENT) for r in out] == [AUTO, ABSENT, AUTO, ABSENT, ABSENT]
+
+
+def test_a_held_parameter_reaches_a_request_without_messages():
+    """r2 sends "any" with no messages at all (a malformed call, logged as sent): tool_choice salts the
+    messages, so holding it changes none of r2's blocks, and r2 is written without it and priced as written."""
+    from kvprobe.whatif.propose_content import propose_params
+
+    bare = claude(turns=1, tool_choice=ANY)
+    bare["messages"] = []
+    records = [rec("r0", 0, claude(turns=1)), rec("r1", 30, claude(turns=3, tool_choice=ANY)), rec("r2", 60, bare)]
+    [policy], pricer = _proposed(records, propose_params)
+    out = _priced_is_written(records, policy, pricer)
+    assert policy.requests == ["r1"] and [r.request.get("tool_choice", ABSENT) for r in out] == [ABSENT] * 3
+
