@@ -443,3 +443,38 @@ def test_a_held_parameter_reaches_a_request_without_messages():
     out = _priced_is_written(records, policy, pricer)
     assert policy.requests == ["r1"] and [r.request.get("tool_choice", ABSENT) for r in out] == [ABSENT] * 3
 
+
+
+def _dated_message(stamp: str, turns: int) -> dict:
+    """The first user message opens with the day's time, as a line of its own (an agent's context reminder)."""
+    body = claude(turns=turns)
+    first = body["messages"][0]
+    parts = [{"type": "text", "text": first["content"]}] if isinstance(first["content"], str) else first["content"]
+    first["content"] = [{**parts[0], "text": f"Today is {stamp}.\n{parts[0]['text']}"}, *parts[1:]]
+    return body
+
+
+@pytest.mark.parametrize("stamps, other, carriers, versions, span", [
+    (STAMPS, None, 4, 4, "Today is 10:03:00."),  # each sent once: the newest version names the span
+    (STAMPS, "09:00:00", 4, 4, "Today is 10:03:00."),
+    (("10:00:00", "10:00:00", "10:00:00", "10:03:00"), None, 4, 2, "Today is 10:00:00."),  # the most sent
+], ids=["one session", "another session with its own time", "one version sent most"])
+def test_a_changing_message_line_is_moved_in_the_sessions_that_change_it(stamps, other, carriers, versions, span):
+    """Session s's first user message opens with a time that changes (each request, or once after three
+    requests); session t, where present, sends the same message once with a time of its own. Messages are a
+    session's own: the move reaches s's requests only (t's message changed nowhere), and names the span as
+    the version most requests sent has it (the newest of equals)."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"s{i}", 30 * i, _dated_message(stamp, 2 * i + 1)) for i, stamp in enumerate(stamps)]
+    if other:
+        records.append(rec("t0", 100, _dated_message(other, 3), session="t"))
+    [policy], pricer = _proposed(records, propose_spans)
+    assert policy.sessions == {"s"} and policy.extra == {"path": "messages[0].content[0]", "unit": "line",
+                                                         "spans": [span], "versions": versions}
+    assert policy.detail == (f'move the changing line(s) of messages[0].content[0] (e.g. "{span}") out of the '
+                             f"cached prefix, to after the last breakpoint (the end of the last user message), in "
+                             f"all {carriers} requests that carry it ({versions} versions; agents: main)")
+    written = _priced_is_written(records, policy, pricer)
+    assert [r.request["messages"][0]["content"][0]["text"].startswith("Today") for r in written] == \
+        [False] * 4 + [True] * bool(other)
