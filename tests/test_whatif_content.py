@@ -478,3 +478,20 @@ def test_a_changing_message_line_is_moved_in_the_sessions_that_change_it(stamps,
     written = _priced_is_written(records, policy, pricer)
     assert [r.request["messages"][0]["content"][0]["text"].startswith("Today") for r in written] == \
         [False] * 4 + [True] * bool(other)
+
+
+def test_thinking_switched_on_and_off_is_held_beside_tool_choice():
+    """Extended thinking is on at r0 and off at r1 and r3, tool_choice "any" at r2 only (each invalidates the
+    messages): two fixes, tool_choice's then thinking's, each holding its own first value on every request."""
+    from kvprobe.whatif.propose_content import propose_params
+
+    think = {"type": "enabled", "budget_tokens": 2000}
+    sent = ((think, None), (None, None), (think, ANY), (None, None))
+    records = [rec(f"r{i}", 30 * i, claude(turns=2 * i + 1, **({"thinking": t} if t else {}),
+                                          **({"tool_choice": c} if c else {}))) for i, (t, c) in enumerate(sent)]
+    policies, pricer = _proposed(records, propose_params)
+    assert [(p.key, p.extra, p.requests) for p in policies] == [
+        ("tool_choice", {"param": "tool_choice"}, ["r2", "r3"]), ("thinking", {"param": "thinking"}, ["r1", "r2", "r3"])]
+    assert policies[1].detail.startswith('keep thinking at {"type": "enabled", "budget_tokens": 2000} for the whole')
+    out = _priced_is_written(records, policies[1], pricer)
+    assert [r.request.get("thinking") for r in out] == [think] * 4
