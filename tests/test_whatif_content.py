@@ -314,11 +314,11 @@ def _proposed(records: list, propose) -> tuple[list, object]:
 
 
 def _priced_is_written(records: list, policy, pricer) -> list:
-    """The policy's records, after checking that every request's blocks as its skeleton edit prices them (cache
-    keys, sizes, breakpoints; and the paths of tools and system blocks, where a later edit, a mark, looks one
-    up) are those of its written record parsed again. (A message's path is as the stream first sent that
-    content: a parse shares the blocks of the prefix a request repeats, and one message may be a string in one
-    request and a list of parts in the next.)"""
+    """The policy's records, after checking that every request as its skeleton edit prices it is its written
+    record parsed again: block cache keys and sizes, breakpoints, identity parameters, and the paths of tools
+    and system blocks (where a later edit, a mark, looks one up; a message's path is as the stream first sent
+    that content: a parse shares the blocks of the prefix a request repeats, and one message may be a string
+    in one request and a list of parts in the next)."""
     from kvprobe.whatif.evaluate import prepare
 
     def blocks(sk) -> list:
@@ -327,6 +327,7 @@ def _priced_is_written(records: list, policy, pricer) -> list:
     written = policy.rewrite(records)
     for priced, parsed in zip(policy.reshape(pricer.base_sks), prepare(written).skeletons, strict=True):
         assert blocks(priced) == blocks(parsed), priced.id
+        assert priced.request.params == parsed.request.params, priced.id
         assert priced.request.breakpoints == parsed.request.breakpoints, priced.id
     return written
 
@@ -395,21 +396,28 @@ def test_no_content_fix_is_proposed_from_texts_that_cannot_be_read():
 
 def test_each_session_gets_its_own_tool_list():
     """Sessions s and t start with the same request (tools A B, the system prompt marked right after them) and
-    insert another tool (X, C); session u never changes its list. The fix sends A X B in s and A C B in t,
-    each from its first request, and leaves u as it was; every request is priced as the record written
-    (the system prompt's mark stays on it, the tools' mark moves to the list's end)."""
+    insert other tools (X; C and D); session u never changes its list (its system prompt carries a clock).
+    The fix sends A X B in s and A C D B in t, each from its first request, and leaves u as it was; every
+    request is priced as the record written (the system prompt's mark stays on it, the tools' mark moves to
+    the list's end)."""
     from kvprobe.whatif.propose_content import propose_tools
 
-    lists = {"s": ("AB", "AXB", "AXB"), "t": ("AB", "ACB", "ACB"), "u": ("AB", "AB", "AB")}
-    records = [rec(f"{s}{i}", 30 * i + k * 5, _with_tools(names[i], 2 * i + 1), session=s)
-               for i in range(3) for k, (s, names) in enumerate(lists.items())]
+    lists = {"s": ("AB", "AXB", "AXB"), "t": ("AB", "ACDB", "ACDB"), "u": ("AB", "AB", "AB")}
+    records = []
+    for i in range(3):
+        for k, (session, names) in enumerate(lists.items()):
+            body = _with_tools(names[i], 2 * i + 1)
+            if session == "u":
+                body["system"][0]["text"] = f"Current time: {STAMPS[i]}\n{body['system'][0]['text']}"
+            records.append(rec(f"{session}{i}", 30 * i + k * 5, body, session=session))
     [policy], pricer = _proposed(records, propose_tools)
-    assert policy.requests == ["s1", "t1"] and policy.sessions == {"s", "t"}
+    assert policy.requests == ["s1", "t1"] and policy.sessions == {"s", "t"} and policy.cause_sessions == 2
     out = {r.id: "".join(t["name"] for t in r.request["tools"]) for r in _priced_is_written(records, policy, pricer)}
-    assert out == {"s0": "AXB", "t0": "ACB", "u0": "AB", "s1": "AXB", "t1": "ACB", "u1": "AB",
-                   "s2": "AXB", "t2": "ACB", "u2": "AB"}
-    assert policy.detail.startswith("send each session's full tool list (3 definitions), in one fixed order, from "
-                                    "its first request in every agent (main)")
+    assert out == {"s0": "AXB", "t0": "ACDB", "u0": "AB", "s1": "AXB", "t1": "ACDB", "u1": "AB",
+                   "s2": "AXB", "t2": "ACDB", "u2": "AB"}
+    assert policy.detail == ("send each session's full tool list (3/4 definitions), in one fixed order, from its "
+                             "first request in every agent (main): load tools through a stable list instead of "
+                             "adding or reordering them mid-task (2 sessions changed it)")
 
 
 def test_each_agent_stream_keeps_its_own_first_value():
