@@ -412,6 +412,7 @@ def test_each_session_gets_its_own_tool_list():
             records.append(rec(f"{session}{i}", 30 * i + k * 5, body, session=session))
     [policy], pricer = _proposed(records, propose_tools)
     assert policy.requests == ["s1", "t1"] and policy.sessions == {"s", "t"} and policy.cause_sessions == 2
+    assert policy.key == "tools" and policy.extra == {"path": "tools"}
     out = {r.id: "".join(t["name"] for t in r.request["tools"]) for r in _priced_is_written(records, policy, pricer)}
     assert out == {"s0": "AXB", "t0": "ACDB", "u0": "AB", "s1": "AXB", "t1": "ACDB", "u1": "AB",
                    "s2": "AXB", "t2": "ACDB", "u2": "AB"}
