@@ -315,17 +315,17 @@ def _proposed(records: list, propose) -> tuple[list, object]:
 
 def _priced_is_written(records: list, policy, pricer) -> list:
     """The policy's records, after checking that every request as its skeleton edit prices it is its written
-    record parsed again: block cache keys and sizes, breakpoints, identity parameters, and the paths of tools
+    record parsed and sized again: block cache keys and sizes, breakpoints, identity parameters, and the paths of tools
     and system blocks (where a later edit, a mark, looks one up; a message's path is as the stream first sent
     that content: a parse shares the blocks of the prefix a request repeats, and one message may be a string
     in one request and a list of parts in the next)."""
-    from kvprobe.whatif.evaluate import prepare
-
     def blocks(sk) -> list:
         return [(b.path if b.level != "messages" else "", b.cache_key, b.tokens) for b in sk.request.blocks]
 
     written = policy.rewrite(records)
-    for priced, parsed in zip(policy.reshape(pricer.base_sks), prepare(written).skeletons, strict=True):
+    parsed_by_id = {r.sk.id: r.sk for r in pricer.simulate_records(written)}  # sized as `fix`'s output is priced
+    for priced in policy.reshape(pricer.base_sks):
+        parsed = parsed_by_id.pop(priced.id)
         assert blocks(priced) == blocks(parsed), priced.id
         assert priced.request.params == parsed.request.params, priced.id
         assert priced.request.breakpoints == parsed.request.breakpoints, priced.id
@@ -504,3 +504,19 @@ def test_thinking_switched_on_and_off_is_held_beside_tool_choice():
     assert policies[1].detail.startswith('keep thinking at {"type": "enabled", "budget_tokens": 2000} for the whole')
     out = _priced_is_written(records, policies[1], pricer)
     assert [r.request.get("thinking") for r in out] == [think] * 4
+
+
+def test_a_changing_system_line_is_moved_in_every_session_that_sends_the_prompt():
+    """The same clock in the system prompt: session s changes it every request, session t sends the prompt
+    once with a time of its own. A system prompt is what a fleet's sessions share: its versions are compared
+    across sessions, so the move reaches t's request too (five versions, the newest naming the span)."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"s{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    records.append(rec("t0", 100, _timed("first line", "09:00:00", 3), session="t"))
+    [policy], pricer = _proposed(records, propose_spans)
+    assert policy.sessions == {"s", "t"} and policy.cause_sessions == 1
+    assert policy.extra == {"path": "system[0]", "unit": "line", "spans": ["Current time: 09:00:00"], "versions": 5}
+    assert "in all 5 requests that carry it (5 versions; agents: main)" in policy.detail
+    written = _priced_is_written(records, policy, pricer)
+    assert not any(r.request["system"][0]["text"].startswith("Current time") for r in written)
