@@ -423,21 +423,22 @@ def test_each_session_gets_its_own_tool_list():
 
 def test_each_agent_stream_keeps_its_own_first_value():
     """Session a starts with tool_choice auto, session b without it; both send the same request with "any"
-    next (b's reads a's entry), and b then drops it again (its messages are read from no entry). Each stream
-    is held at its own first value: a at auto, b unset (b's "any" request, alike a's, written and priced
-    without it)."""
+    next (b's reads a's entry), and b then drops it again (its messages are read from no entry); session c
+    sends one request (a prompt of its own). Each stream that changed it is held at its own first value: a at auto, b unset (b's
+    "any" request, alike a's, written and priced without it); c is left as it was."""
     from kvprobe.whatif.propose_content import propose_params
 
-    plan = (("a0", 0, "a", AUTO, 1), ("b0", 10, "b", None, 1), ("a1", 30, "a", ANY, 3), ("b1", 40, "b", ANY, 3),
-            ("b2", 70, "b", None, 5))
-    records = [rec(rid, at, claude(turns=turns, **({"tool_choice": value} if value else {})), session=session)
+    plan = (("c0", 0, "c", ANY, 1), ("a0", 0, "a", AUTO, 1), ("b0", 10, "b", None, 1), ("a1", 30, "a", ANY, 3),
+            ("b1", 40, "b", ANY, 3), ("b2", 70, "b", None, 5))  # c: one request, nothing to hold
+    records = [rec(rid, at, claude(2500 if session == "c" else 3000, turns=turns,
+                                   **({"tool_choice": value} if value else {})), session=session)
                for rid, at, session, value, turns in plan]
     [policy], pricer = _proposed(records, propose_params)
     assert policy.requests == ["a1", "b2"] and policy.sessions == {"a", "b"} and policy.cause_sessions == 2
     assert policy.detail == ('keep tool_choice at unset / {"type": "auto"} for the whole task (each agent\'s first '
                              'value) instead of changing it mid-session (2 agent streams changed it)')
     out = _priced_is_written(records, policy, pricer)
-    assert [r.request.get("tool_choice", ABSENT) for r in out] == [AUTO, ABSENT, AUTO, ABSENT, ABSENT]
+    assert [r.request.get("tool_choice", ABSENT) for r in out] == [ANY, AUTO, ABSENT, AUTO, ABSENT, ABSENT]
 
 
 def test_a_held_parameter_reaches_a_request_without_messages():
@@ -520,3 +521,29 @@ def test_a_changing_system_line_is_moved_in_every_session_that_sends_the_prompt(
     assert "in all 5 requests that carry it (5 versions; agents: main)" in policy.detail
     written = _priced_is_written(records, policy, pricer)
     assert not any(r.request["system"][0]["text"].startswith("Current time") for r in written)
+
+
+def test_thinking_alone_is_held():
+    """Extended thinking switched off at r1 and on again at r2, tool_choice never sent: one fix, thinking's."""
+    from kvprobe.whatif.propose_content import propose_params
+
+    think = {"type": "enabled", "budget_tokens": 2000}
+    records = [rec(f"r{i}", 30 * i, claude(turns=2 * i + 1, **({"thinking": think} if i != 1 else {})))
+               for i in range(3)]
+    [policy], _ = _proposed(records, propose_params)
+    assert (policy.key, policy.requests) == ("thinking", ["r1", "r2"])
+
+
+def test_a_stream_whose_first_text_cannot_be_read_is_not_held():
+    """Sessions a and b (prompts of their own) each flip tool_choice; the trace's texts can be read for b's requests only (the first
+    three lines of the file; a's, later in the file, started first). Only b is held: a fix that cannot say
+    a's first value is not proposed for it."""
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_content import propose_params
+
+    records = [rec(f"{s}{i}", at + 30 * i, claude(size, turns=2 * i + 1, **({"tool_choice": ANY} if i == 1 else {})),
+                   session=s) for s, at, size in (("b", 10, 2500), ("a", 0, 3000)) for i in range(3)]
+    _, pricer = _proposed(records, lambda ev: [])
+    [policy] = propose_params(Evidence(pricer.baseline, TextSource(records[:3])))
+    assert policy.requests == ["b1", "b2"] and policy.sessions == {"b"}
