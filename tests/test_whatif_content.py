@@ -424,8 +424,8 @@ def test_each_session_gets_its_own_tool_list():
 def test_each_agent_stream_keeps_its_own_first_value():
     """Session a starts with tool_choice auto, session b without it; both send the same request with "any"
     next (b's reads a's entry), and b then drops it again (its messages are read from no entry); session c
-    sends one request (a prompt of its own). Each stream that changed it is held at its own first value: a at auto, b unset (b's
-    "any" request, alike a's, written and priced without it); c is left as it was."""
+    (a prompt of its own) sends one request. Each stream that changed it is held at its own first value: a
+    at auto, b unset (b's "any" request, alike a's, written and priced without it); c is left as it was."""
     from kvprobe.whatif.propose_content import propose_params
 
     plan = (("c0", 0, "c", ANY, 1), ("a0", 0, "a", AUTO, 1), ("b0", 10, "b", None, 1), ("a1", 30, "a", ANY, 3),
@@ -501,7 +501,8 @@ def test_thinking_switched_on_and_off_is_held_beside_tool_choice():
                                           **({"tool_choice": c} if c else {}))) for i, (t, c) in enumerate(sent)]
     policies, pricer = _proposed(records, propose_params)
     assert [(p.key, p.extra, p.requests) for p in policies] == [
-        ("tool_choice", {"param": "tool_choice"}, ["r2", "r3"]), ("thinking", {"param": "thinking"}, ["r1", "r2", "r3"])]
+        ("tool_choice", {"param": "tool_choice"}, ["r2", "r3"]),
+        ("thinking", {"param": "thinking"}, ["r1", "r2", "r3"])]
     assert policies[1].detail.startswith('keep thinking at {"type": "enabled", "budget_tokens": 2000} for the whole')
     out = _priced_is_written(records, policies[1], pricer)
     assert [r.request.get("thinking") for r in out] == [think] * 4
@@ -535,9 +536,9 @@ def test_thinking_alone_is_held():
 
 
 def test_a_stream_whose_first_text_cannot_be_read_is_not_held():
-    """Sessions a and b (prompts of their own) each flip tool_choice; the trace's texts can be read for b's requests only (the first
-    three lines of the file; a's, later in the file, started first). Only b is held: a fix that cannot say
-    a's first value is not proposed for it."""
+    """Sessions a and b (prompts of their own) each flip tool_choice; the trace's texts can be read for b's
+    requests only (the first three lines of the file; a's, later in the file, started first). Only b is
+    held: a fix that cannot say a's first value is not proposed for it."""
     from kvprobe.analysis.texts import TextSource
     from kvprobe.whatif.policies import Evidence
     from kvprobe.whatif.propose_content import propose_params
