@@ -314,17 +314,19 @@ def _proposed(records: list, propose) -> tuple[list, object]:
 
 
 def _priced_is_written(records: list, policy, pricer) -> list:
-    """The policy's records, after checking that every request as its skeleton edit prices it is its written
-    record parsed and sized again: block cache keys and sizes, breakpoints, identity parameters, and the paths of tools
-    and system blocks (where a later edit, a mark, looks one up; a message's path is as the stream first sent
-    that content: a parse shares the blocks of the prefix a request repeats, and one message may be a string
-    in one request and a list of parts in the next)."""
+    """The records of `policy` (a list: applied in its order), after checking that every request as the
+    skeleton edits price it is its written record parsed and sized again: block cache keys and sizes,
+    breakpoints, identity parameters, and the paths of tools and system blocks (where a later edit, a mark,
+    looks one up; a message's path is as the stream first sent that content: a parse shares the blocks of the
+    prefix a request repeats, and one message may be a string in one request and a list of parts in the next)."""
     def blocks(sk) -> list:
         return [(b.path if b.level != "messages" else "", b.cache_key, b.tokens) for b in sk.request.blocks]
 
-    written = policy.rewrite(records)
+    written, sks = records, pricer.base_sks
+    for one in policy if isinstance(policy, list) else [policy]:
+        written, sks = one.rewrite(written), one.reshape(sks)
     parsed_by_id = {r.sk.id: r.sk for r in pricer.simulate_records(written)}  # sized as `fix`'s output is priced
-    for priced in policy.reshape(pricer.base_sks):
+    for priced in sks:
         parsed = parsed_by_id.pop(priced.id)
         assert blocks(priced) == blocks(parsed), priced.id
         assert priced.request.params == parsed.request.params, priced.id
@@ -548,3 +550,19 @@ def test_a_stream_whose_first_text_cannot_be_read_is_not_held():
     _, pricer = _proposed(records, lambda ev: [])
     [policy] = propose_params(Evidence(pricer.baseline, TextSource(records[:3])))
     assert policy.requests == ["b1", "b2"] and policy.sessions == {"b"}
+
+
+def test_a_clock_moved_after_the_tool_list_grew_is_found_by_its_path():
+    """r1 inserts tool X and every request has its own clock in the system prompt: the tool list applied
+    first puts the system prompt one block further on in r0 than where the clock's move found it; the move
+    finds it again by its path, and every request is priced as the records the two write."""
+    from kvprobe.whatif.propose_content import propose_spans, propose_tools
+
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    for i, r in enumerate(records):
+        r.request["tools"] = _with_tools("AB" if i == 0 else "AXB", 1)["tools"]
+    [tools], pricer = _proposed(records, propose_tools)
+    [clock], _ = _proposed(records, propose_spans)
+    written = _priced_is_written(records, [tools, clock], pricer)
+    assert [(len(r.request["tools"]), r.request["system"][0]["text"].startswith("Current")) for r in written] == \
+        [(3, False)] * 4
