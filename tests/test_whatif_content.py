@@ -328,6 +328,9 @@ def _priced_is_written(records: list, policy, pricer) -> list:
     parsed_by_id = {r.sk.id: r.sk for r in pricer.simulate_records(written)}  # sized as `fix`'s output is priced
     for priced in sks:
         parsed = parsed_by_id.pop(priced.id)
+        if priced.request is None:  # usage only: nothing to edit
+            assert parsed.request is None
+            continue
         assert blocks(priced) == blocks(parsed), priced.id
         assert priced.request.params == parsed.request.params, priced.id
         assert priced.request.breakpoints == parsed.request.breakpoints, priced.id
@@ -566,3 +569,51 @@ def test_a_clock_moved_after_the_tool_list_grew_is_found_by_its_path():
     written = _priced_is_written(records, [tools, clock], pricer)
     assert [(len(r.request["tools"]), r.request["system"][0]["text"].startswith("Current")) for r in written] == \
         [(3, False)] * 4
+
+
+def _usage_only(rid: str, at: float) -> object:
+    from kvprobe.trace import TraceRecord
+
+    return TraceRecord(id=rid, provider="anthropic", started_at=at, request=None, session="s", agent="main",
+                       response={"usage": {"input_tokens": 5000, "output_tokens": 10}})
+
+
+def _builtin_first(names: str, turns: int) -> dict:
+    body = _openai(names, turns)
+    body["tools"].insert(0, {"type": "web_search"})  # a built-in tool: no name, no function
+    return body
+
+
+def _numbered(names: list, turns: int) -> dict:
+    body = _with_tools("A" * len(names), turns)
+    for tool, name in zip(body["tools"], names):
+        tool["name"], tool["description"] = name, f"tool {name} " * 300
+    return body
+
+
+def _name(tool: dict):
+    return tool.get("function", {}).get("name", tool.get("type")) if "name" not in tool else tool["name"]
+
+
+@pytest.mark.parametrize("bodies, requests, written", [
+    ([None, _with_tools("AB", 1), _with_tools("AXB", 3), _with_tools("AXB", 5)], ["r2"], list("AXB")),
+    ([_with_tools("AB", 1), _with_tools("AXB", 3), _with_tools("AB", 5)], ["r1", "r2"], list("AXB")),
+    ([_builtin_first("AB", 1), _builtin_first("AXB", 3), _builtin_first("AXB", 5)], ["r1"],
+     ["web_search", "A", "X", "B"]),
+    ([_numbered([1, 2], 1), _numbered([1, 3, 2], 3), _numbered([1, 3, 2], 5)], ["r1"], [1, 3, 2]),
+], ids=["a usage-only record first", "an older list sent again", "a built-in tool with no name",
+        "names that are not strings"])
+def test_a_sessions_tool_list_is_its_newest_list_with_every_tool(bodies, requests, written):
+    """The list a session is sent whole: its newest list (one sent again is read where it was first sent),
+    every tool it sent, each known by its name: a record logged without its request (usage only) has none to
+    read; OpenAI's built-in tools have no name (one such tool is one tool); a name that is not a string (a
+    malformed log) is told apart by its JSON."""
+    from kvprobe.whatif.propose_content import propose_tools
+
+    records = [_usage_only(f"r{i}", 30 * i) if body is None else rec(f"r{i}", 30 * i, body)
+               for i, body in enumerate(bodies)]
+    [policy], pricer = _proposed(records, propose_tools)
+    assert policy.requests == requests
+    out = _priced_is_written(records, policy, pricer)
+    assert [[_name(t) for t in r.request["tools"]] for r in out if r.request is not None] == \
+        [written] * (len(bodies) - (bodies[0] is None))
