@@ -617,3 +617,25 @@ def test_a_sessions_tool_list_is_its_newest_list_with_every_tool(bodies, request
     out = _priced_is_written(records, policy, pricer)
     assert [[_name(t) for t in r.request["tools"]] for r in out if r.request is not None] == \
         [written] * (len(bodies) - (bodies[0] is None))
+
+
+def test_a_prompt_rewritten_in_two_places_does_not_hide_another_prompts_clock():
+    """Session s sends a 20-line system prompt three times: as is, with lines 2-4 rewritten, with lines 11-13
+    rewritten. Each is close to the first (15% changed), but together 30% of it changes: no span to move
+    there. Session t's prompt (other words) carries a clock: its move is still proposed."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    lines = [words(30, f"l{k}x") for k in range(20)]
+
+    def prompt(rewritten: tuple[int, ...], turns: int) -> dict:
+        body = claude(turns=turns)
+        body["system"][0]["text"] = "\n".join(words(30, f"n{k}y") if k in rewritten else line
+                                              for k, line in enumerate(lines))
+        return body
+
+    records = [rec(f"s{i}", 30 * i, prompt(rewritten, 2 * i + 1), session="s")
+               for i, rewritten in enumerate(((), (1, 2, 3), (10, 11, 12)))]
+    records += [rec(f"t{i}", 100 + 30 * i, _timed("first line", stamp, 2 * i + 1), session="t")
+                for i, stamp in enumerate(STAMPS)]
+    [policy], _ = _proposed(records, propose_spans)
+    assert policy.requests == ["t1", "t2", "t3"] and policy.extra["spans"] == ["Current time: 10:03:00"]
