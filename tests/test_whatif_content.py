@@ -644,3 +644,41 @@ def test_a_prompt_rewritten_in_two_places_does_not_hide_another_prompts_clock():
                 for i, stamp in enumerate(STAMPS)]
     [policy], _ = _proposed(records, propose_spans)
     assert policy.requests == ["t1", "t2", "t3"] and policy.extra["spans"] == ["Current time: 10:03:00"]
+
+
+def test_a_time_in_a_tool_description_is_priced_as_written():
+    """Tool A's description carries the time of every request: its stable part keeps the tool's name and
+    schema beside it, and each request is priced as the record the move writes."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"r{i}", 30 * i, _dated_tool(stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    [policy], pricer = _proposed(records, propose_spans)
+    _priced_is_written(records, policy, pricer)
+
+
+def test_each_move_addresses_the_requests_that_changed_its_text():
+    """Tool A's time changes at r1 and r3, the system prompt's clock at r2 and r4: each move addresses the
+    requests whose prefix broke at its own block."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"r{i}", 30 * i, _both(STAMPS[(i + 1) // 2], STAMPS[i // 2], 2 * i + 1)) for i in range(5)]
+    policies, _ = _proposed(records, propose_spans)
+    assert sorted((p.extra["path"], p.requests) for p in policies) == [("system[0]", ["r2", "r4"]),
+                                                                       ("tools[0]", ["r1", "r3"])]
+
+
+def test_a_move_names_its_agents_and_at_most_eight_spans():
+    """The main agent and a sub-agent send the same system prompt, nine of whose lines (a status board, each
+    field above a line about it) change every request: the move names both agents and the first eight spans."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    def board(i: int) -> dict:
+        body = claude(turns=2 * i + 1)
+        lines = "\n".join(f"field {k}: {10 * i + k}\n{words(20, f'about{k}x')}" for k in range(9))
+        body["system"][0]["text"] = f"{lines}\n{body['system'][0]['text']}"
+        return body
+
+    records = [rec(f"r{i}", 30 * i, board(i), agent=("main", "sub")[i % 2]) for i in range(4)]
+    [policy], _ = _proposed(records, propose_spans)
+    assert policy.extra["spans"] == [f"field {k}: {30 + k}" for k in range(8)]
+    assert "(4 versions; agents: main, sub)" in policy.detail

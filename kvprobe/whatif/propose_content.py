@@ -4,7 +4,7 @@ baseline, and reaches every request (any session, any agent) that carries what i
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.request.model import Block, IdentityParam, canonical_json, level_rank
@@ -55,10 +55,12 @@ class _Versions:
     carriers: list[Skeleton]  # every request with a block at the path
     index: dict[int, int]  # skeleton order -> block index of the path
     texts: dict[int, str]  # body hash -> text
+    # body hash -> a tool's definition, cache mark left out (a tool block's content is the definition whole)
+    tools: dict[int, dict] = field(default_factory=dict)
 
 
 def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> _Versions:
-    carriers, index, texts, unread = [], {}, {}, set()
+    carriers, index, texts, unread, tools = [], {}, {}, set(), {}
     for r in ev.results:
         sk = r.sk
         if sk.request is None or (streams is not None and (sk.session, sk.agent) not in streams):
@@ -70,12 +72,15 @@ def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> 
         index[sk.order] = i
         body = sk.request.blocks[i].body_hash
         if body not in texts and body not in unread:
-            text = text_at(ev.texts.record(sk), path)
+            rec = ev.texts.record(sk)
+            text = text_at(rec, path)
             if text is None:
                 unread.add(body)
             else:
                 texts[body] = text
-    return _Versions(path, carriers, index, texts)
+                if path.startswith("tools"):
+                    tools[body] = {k: v for k, v in block_at(rec.request, path)[1].items() if k != "cache_control"}
+    return _Versions(path, carriers, index, texts, tools)
 
 
 def _split_tokens(orig: int, stable: int, moved: int) -> int:
@@ -125,7 +130,9 @@ class _SpanMove:
             split = template.split(v.texts[body])
             if split is not None:
                 old = blocks[body]
-                self.parts[body] = _Parts(body_hash_of(split.stable, old.kind, old.role, old.meta),
+                tool = v.tools.get(body)  # a tool's block is its definition, the description kept without the span
+                stable = split.stable if tool is None else canonical_json({**tool, "description": split.stable})
+                self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, old.meta),
                                           body_hash_of(split.moved, "text", "user"),
                                           count_text(split.stable), count_text(split.moved))
         self.chainer = Chainer()
