@@ -682,3 +682,28 @@ def test_a_move_names_its_agents_and_at_most_eight_spans():
     [policy], _ = _proposed(records, propose_spans)
     assert policy.extra["spans"] == [f"field {k}: {30 + k}" for k in range(8)]
     assert "(4 versions; agents: main, sub)" in policy.detail
+
+
+_HEAD = words(700, "p") + " "  # 2,660 characters each side of what changes
+_TAIL = " " + words(700, "s")
+_FIFTH = (len(_HEAD) + len(_TAIL)) // 4  # 1,330: a fifth of a text of 6,650
+
+
+@pytest.mark.parametrize("first, second, moved", [
+    ("a" * 1330, "b" * 1330, True),  # 1,330 of 6,650 characters change: a fifth, a volatile span
+    ("a" * 1331, "b" * 1331, False),  # 1,331 of 6,652: over a fifth, another text
+    ("a" * 1330, "b", True),  # 1,330 of the longer 6,650 (the shorter, 5,321, sent first or second)
+    ("b", "a" * 1330, True),
+    ("a" * 1331, "b", False),  # 1,331 of 6,651
+], ids=["a fifth", "over a fifth", "the longer first", "the shorter first", "the longer over a fifth"])
+def test_a_span_is_at_most_a_fifth_of_the_longer_version(first, second, moved):
+    """Two versions of a system prompt that differ in one run of characters between 2,660 unchanged ones on
+    each side: a volatile span when what changes is at most a fifth of the longer version
+    (MAX_VOLATILE_FRACTION), whichever is sent first; else two texts, and nothing to move."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    assert (len(_HEAD), len(_TAIL), _FIFTH) == (2660, 2660, 1330)
+    records = [rec("r0", 0, claude(turns=1, system=[{"type": "text", "text": _HEAD + first + _TAIL}])),
+               rec("r1", 30, claude(turns=3, system=[{"type": "text", "text": _HEAD + second + _TAIL}]))]
+    policies, _ = _proposed(records, propose_spans)
+    assert [p.extra["versions"] for p in policies] == ([2] if moved else [])
