@@ -707,3 +707,18 @@ def test_a_span_is_at_most_a_fifth_of_the_longer_version(first, second, moved):
                rec("r1", 30, claude(turns=3, system=[{"type": "text", "text": _HEAD + second + _TAIL}]))]
     policies, _ = _proposed(records, propose_spans)
     assert [p.extra["versions"] for p in policies] == ([2] if moved else [])
+
+
+@pytest.mark.parametrize("others, moved", [(63, True), (64, False)])
+def test_versions_are_compared_with_at_most_64_references(others, moved):
+    """A path's versions are grouped by likeness to at most MAX_CLUSTERS (64) references: after 63 short system
+    prompts unlike each other, a clocked prompt's first version is the 64th reference and its second joins
+    it (a move); after 64, the clocked prompt is compared with none and nothing is moved."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"o{k}", k, claude(turns=1, system=[{"type": "text", "text": words(20, f"v{k}x")}]))
+               for k in range(others)]
+    records += [rec(f"r{i}", 100 + 30 * i, _timed("first line", stamp, 2 * i + 1))
+                for i, stamp in enumerate(STAMPS[:2])]
+    policies, _ = _proposed(records, propose_spans)
+    assert [p.extra["spans"] for p in policies] == ([["Current time: 10:01:00"]] if moved else [])
