@@ -722,3 +722,15 @@ def test_versions_are_compared_with_at_most_64_references(others, moved):
                 for i, stamp in enumerate(STAMPS[:2])]
     policies, _ = _proposed(records, propose_spans)
     assert [p.extra["spans"] for p in policies] == ([["Current time: 10:01:00"]] if moved else [])
+
+
+def test_a_text_part_keeps_its_other_fields_beside_its_stable_text():
+    """The clocked system text part also carries `citations` (a field of Anthropic's text blocks): its stable
+    part keeps them, and each request is priced as the record written."""
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = [rec(f"r{i}", 30 * i, _timed("first line", stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    for r in records:
+        r.request["system"][0]["citations"] = []
+    [policy], pricer = _proposed(records, propose_spans)
+    assert all(r.request["system"][0]["citations"] == [] for r in _priced_is_written(records, policy, pricer))

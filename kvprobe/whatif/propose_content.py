@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvprobe.analysis.skeleton import Skeleton
+from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, IdentityParam, canonical_json, level_rank
 from kvprobe.request.paths import text_at as body_text_at
 from kvprobe.tokens import count_text
@@ -55,12 +56,13 @@ class _Versions:
     carriers: list[Skeleton]  # every request with a block at the path
     index: dict[int, int]  # skeleton order -> block index of the path
     texts: dict[int, str]  # body hash -> text
-    # body hash -> a tool's definition, cache mark left out (a tool block's content is the definition whole)
-    tools: dict[int, dict] = field(default_factory=dict)
+    # body hash -> the block's other fields (a tool's definition, a text part's citations), cache mark left out:
+    # they are part of the block's identity, beside its text
+    fields: dict[int, dict] = field(default_factory=dict)
 
 
 def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> _Versions:
-    carriers, index, texts, unread, tools = [], {}, {}, set(), {}
+    carriers, index, texts, unread, fields = [], {}, {}, set(), {}
     for r in ev.results:
         sk = r.sk
         if sk.request is None or (streams is not None and (sk.session, sk.agent) not in streams):
@@ -78,9 +80,8 @@ def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> 
                 unread.add(body)
             else:
                 texts[body] = text
-                if path.startswith("tools"):
-                    tools[body] = {k: v for k, v in block_at(rec.request, path)[1].items() if k != "cache_control"}
-    return _Versions(path, carriers, index, texts, tools)
+                fields[body] = {k: v for k, v in block_at(rec.request, path)[1].items() if k != "cache_control"}
+    return _Versions(path, carriers, index, texts, fields)
 
 
 def _split_tokens(orig: int, stable: int, moved: int) -> int:
@@ -130,9 +131,13 @@ class _SpanMove:
             split = template.split(v.texts[body])
             if split is not None:
                 old = blocks[body]
-                tool = v.tools.get(body)  # a tool's block is its definition, the description kept without the span
-                stable = split.stable if tool is None else canonical_json({**tool, "description": split.stable})
-                self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, old.meta),
+                # the stable part's content as the parse renders it: a tool's whole definition, a text part's text
+                # beside its other fields (the skeleton's block keeps neither)
+                if v.path.startswith("tools"):
+                    stable, meta = canonical_json({**v.fields[body], "description": split.stable}), ""
+                else:
+                    stable, meta = split.stable, split_part({**v.fields[body], "text": split.stable}, "text")[1]
+                self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, meta),
                                           body_hash_of(split.moved, "text", "user"),
                                           count_text(split.stable), count_text(split.moved))
         self.chainer = Chainer()
