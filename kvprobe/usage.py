@@ -88,9 +88,11 @@ def _openai(u: dict[str, Any]) -> Usage:
 
 
 def _deepseek(u: dict[str, Any]) -> Usage:
+    """DeepSeek's own fields; its Anthropic-compatible endpoint's plain input_tokens / output_tokens (no cache
+    field: nothing read) were counted as zero tokens."""
     hit, miss = _int(u, "prompt_cache_hit_tokens"), _int(u, "prompt_cache_miss_tokens")
-    total = _int(u, "prompt_tokens") or hit + miss
-    return Usage(total, hit, 0, 0, _int(u, "completion_tokens"))
+    total = _int(u, "prompt_tokens", "input_tokens") or hit + miss
+    return Usage(total, hit, 0, 0, _int(u, "completion_tokens", "output_tokens"))
 
 
 def _gemini(u: dict[str, Any]) -> Usage:

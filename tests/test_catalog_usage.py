@@ -54,6 +54,8 @@ def test_invalid_rule_files_are_refused_with_the_file_named(tmp_path, text, mess
      Usage(3000, 2944, 0, 0, 7)),
     ("deepseek", {"prompt_tokens": 1200, "prompt_cache_hit_tokens": 960, "prompt_cache_miss_tokens": 240,
                   "completion_tokens": 3}, Usage(1200, 960, 0, 0, 3)),
+    # DeepSeek's Anthropic-compatible endpoint: plain counts and no cache field (they read as zeros before)
+    ("deepseek", {"input_tokens": 1200, "output_tokens": 80}, Usage(1200, 0, 0, 0, 80)),
     ("gemini", {"promptTokenCount": 5000, "cachedContentTokenCount": 4000, "candidatesTokenCount": 20},
      Usage(5000, 4000, 0, 0, 20)),
 ])

@@ -154,6 +154,14 @@ class Simulator:
         self.streams.add((sk.session, sk.agent), seen)
         return result
 
+    def forget_expired(self, now: float) -> None:
+        """Drop the entries expired by `now` where that changes no later result (a replay in start order that
+        diagnoses nothing: `replay`). OpenAI's breakpoint cache keeps them: an expired entry still takes one
+        of its lookups."""
+        for cache in self.caches.values():
+            if not isinstance(cache, BreakpointCache):
+                cache.forget_expired(now)
+
     def _ideals(self, result: RequestResult, req: RenderedRequest, rules: ModelRules) -> None:
         """What an ideal prefix cache could have read, and what the previous request of the stream left."""
         sk = result.sk
@@ -238,13 +246,19 @@ def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, siz
     return [sim.step(sk) for sk in sorted(skeletons, key=_start_order) if not sk.failed]
 
 
+# how often a replay drops the entries no later request can read: a pricing's entries stay those alive
+SWEEP_EVERY = 4096
+
+
 def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None) -> Iterator[RequestResult]:
     """`simulate` of presized skeletons one result at a time, for a pass that adds the results up and keeps
     none (the what-if's pricing): no ideal cache, and no result holds its stream's previous one (that chain
     kept every result of a session alive as long as its last; only the ideal cache's stage reads it)."""
     sim = Simulator(store, presized=True, ideal=False)
-    for sk in sorted(skeletons, key=_start_order):
+    for n, sk in enumerate(sorted(skeletons, key=_start_order)):
         if not sk.failed:
+            if n % SWEEP_EVERY == SWEEP_EVERY - 1:
+                sim.forget_expired(sk.started_at)
             result = sim.step(sk)
             result.previous = None
             yield result

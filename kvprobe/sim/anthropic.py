@@ -57,6 +57,12 @@ class AnthropicCache:
         self.explain = True  # gather the evidence a diagnosis reads (pricing simulations need none)
         self._facts: dict[str, PrefixFacts] = {}  # per lookback counting rule
 
+    def forget_expired(self, now: float) -> None:
+        """Drop the entries expired by `now`, for a replay in start order that gathers no evidence: to every
+        later request an expired entry is as good as none (it is neither read, nor refreshed, nor kept as
+        the live entry a write extends), and the lookback walks past it as past a block without one."""
+        self.entries = {key: entry for key, entry in self.entries.items() if now < entry.expires_at}
+
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
                 readable_at: float) -> Prediction:
         blocks = req.blocks

@@ -63,6 +63,12 @@ class PrefixCache:
     def __init__(self) -> None:
         self.entries: dict[int, PrefixEntry] = {}
 
+    def forget_expired(self, now: float) -> None:
+        """Drop the entries expired by `now`, for a replay in start order that gathers no evidence: to every
+        later request an expired entry is as good as none (the longest live prefix stops at either, and a
+        write replaces it with the same readability)."""
+        self.entries = {key: entry for key, entry in self.entries.items() if now < entry.expires_at}
+
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
                 readable_at: float) -> Prediction:
         pred = Prediction()

@@ -19,7 +19,10 @@ def lookback_positions(blocks: list[Block], counting: str) -> "Column":
     return Column(PrefixFacts(counting), blocks, 1)
 
 
-MEMO_BLOCKS = 500_000
+# ~160 bytes an entry: a simulation touches ~5 block objects a request of a fleet, so unbounded (or at 500,000)
+# the memo was ~0.85 KB a request of every pricing's peak; emptied at this bound, a request after it walks its
+# history once again (a few dozen blocks per session then active): the same figures, ~10 MB at most
+MEMO_BLOCKS = 65_536
 
 
 class PrefixFacts:

@@ -223,6 +223,10 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
                 if (id(policy),) in required:
                     pricer.kept[(id(policy),)] = p
         pricer.kept.clear()  # every marginal price is made
+        # and with them every pricing that starts from a kept edited log: held while the other policies
+        # are priced, one was ~2 KB a request of a fleet (a subset `_choose` prices edits the log again)
+        pricer.keep_reshaped = set()
+        pricer.reshaped.clear()
         if beside is not None:
             beside()
     for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
@@ -293,11 +297,20 @@ def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
 
 @dataclass(slots=True)
 class WhatIf:
-    baseline: list[RequestResult]
+    _baseline: list[RequestResult] | None  # None: released once the proposals were made (`evaluate`'s keep)
     fixes: list[Policy]  # the chosen policies: what `fix` writes
     pricer: Pricer
     alternatives: list[Policy] = field(default_factory=list)  # priced, but a chosen policy does better
     _fixed: list[RequestResult] | None = None
+    kept: object = None  # what `evaluate`'s caller kept of the diagnosed baseline before it was released
+
+    @property
+    def baseline(self) -> list[RequestResult]:
+        """The log as it is, simulated and priced: the diagnosed baseline the proposals read, or, once that
+        was released, the same simulation again (the same usage and cost of every request; no diagnoses)."""
+        if self._baseline is None:
+            self._baseline = self.pricer.simulate(self.pricer.base_sks)
+        return self._baseline
 
     @property
     def fixed(self) -> list[RequestResult]:
@@ -343,10 +356,13 @@ def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fl
 
 def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[str] | None = None,
              prepared: Prepared | None = None, texts: TextSource | None = None, fleet: list | None = None,
-             beside: Callable[[], None] | None = None) -> WhatIf:
+             beside: Callable[[], None] | None = None,
+             keep: Callable[[list[RequestResult]], object] | None = None) -> WhatIf:
     """records: the trace's records in input order when the caller holds them (needed to write `fix`'s
     output); without them, the few texts a proposal reads are re-read from the skeletons' lines. `beside`:
-    work of the caller's that this process does while the policies are priced elsewhere (called once)."""
+    work of the caller's that this process does while the policies are priced elsewhere (called once).
+    `keep`: what the caller needs of the diagnosed baseline (`WhatIf.kept`), taken once the proposals are
+    made; the baseline is then released (~0.9 KB a request of a fleet, held while every policy is priced)."""
     if prepared is None:
         assert records is not None
         prepared = prepare(records)
@@ -355,6 +371,9 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     if fleet is None and prepared.results is not None:  # `fix` and `replay`: the report's fleet findings
         fleet = find_shared_prefixes(prepared.results, texts, prices)
     proposed = propose(pricer, texts, kinds, fleet)
+    kept = None
+    if keep is not None:
+        kept, pricer.baseline = keep(pricer.baseline), []
     required = {tuple(id(r) for r in p.requires) for p in proposed if p.requires}
     pricer.keep_reshaped = required  # a policy priced on top of others starts from their edited log
     summaries = _price_each(pricer, proposed, required, beside)
@@ -377,6 +396,4 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
     chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
-    pricer.keep_reshaped = set()
-    pricer.reshaped.clear()  # the edited logs kept for policies priced on top of others: none is priced now
-    return WhatIf(pricer.baseline, chosen, pricer, alternatives)
+    return WhatIf(pricer.baseline if keep is None else None, chosen, pricer, alternatives, kept=kept)
