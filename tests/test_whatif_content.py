@@ -646,12 +646,17 @@ def test_a_prompt_rewritten_in_two_places_does_not_hide_another_prompts_clock():
     assert policy.requests == ["t1", "t2", "t3"] and policy.extra["spans"] == ["Current time: 10:03:00"]
 
 
-def test_a_time_in_a_tool_description_is_priced_as_written():
-    """Tool A's description carries the time of every request: its stable part keeps the tool's name and
-    schema beside it, and each request is priced as the record the move writes."""
+@pytest.mark.parametrize("tool", [0, 1], ids=["unmarked", "carrying the cache mark"])
+def test_a_time_in_a_tool_description_is_priced_as_written(tool):
+    """A tool's description carries the time of every request (A's, or B's, which carries the tools' cache
+    mark): its stable part keeps the tool's name and schema beside it (the mark is no part of the tool's
+    content), and each request is priced as the record the move writes."""
     from kvprobe.whatif.propose_content import propose_spans
 
     records = [rec(f"r{i}", 30 * i, _dated_tool(stamp, 2 * i + 1)) for i, stamp in enumerate(STAMPS)]
+    for r in records:
+        tools = r.request["tools"]
+        tools[0]["description"], tools[tool]["description"] = tools[tool]["description"], tools[0]["description"]
     [policy], pricer = _proposed(records, propose_spans)
     _priced_is_written(records, policy, pricer)
 
