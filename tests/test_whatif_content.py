@@ -739,3 +739,54 @@ def test_a_text_part_keeps_its_other_fields_beside_its_stable_text():
         r.request["system"][0]["citations"] = []
     [policy], pricer = _proposed(records, propose_spans)
     assert all(r.request["system"][0]["citations"] == [] for r in _priced_is_written(records, policy, pricer))
+
+
+def test_a_fleets_shared_prompt_and_a_clock_after_it_are_two_moves_with_their_own_requests():
+    """Four sessions, 400 s apart, share tools A B and a system prompt that names each session's user (the
+    fleet's volatile span at system[0]); a second system part carries a clock that changes within each
+    session. The name's move addresses each later session's first request (it could have read the one
+    before's entry); the clock's, the requests whose clock broke their own session's prefix."""
+    from kvprobe.analysis.fleet import find_shared_prefixes
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.evaluate import Pricer, prepare
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_content import propose_spans
+
+    records = []
+    for k, name in enumerate(("Ada", "Grace", "Linus", "Barbara")):
+        for i in range(2):
+            body = _with_tools("AB", 2 * i + 1)
+            body["system"] = [{"type": "text", "text": f"You are helping {name} today. " + words(1500)},
+                              {"type": "text", "text": f"Current time: {STAMPS[i]}\n" + words(1500, "ipsum"),
+                               "cache_control": EPH}]
+            records.append(rec(f"s{k}-r{i}", 400 * k + 30 * i, body, session=f"s{k}"))
+    prepared, texts = prepare(records), TextSource(records)
+    fleet = find_shared_prefixes(prepared.results, texts, PriceBook())
+    assert [(f.breaks_at, f.breaker) for f in fleet] == [("system[0]", "volatile span")]
+    policies = propose_spans(Evidence(Pricer(records, PriceBook(), prepared).baseline, texts, fleet))
+    assert [(p.extra["path"], p.requests) for p in policies] == [
+        ("system[0]", ["s1-r0", "s2-r0", "s3-r0"]), ("system[1]", ["s0-r1", "s1-r1", "s2-r1", "s3-r1"])]
+
+
+def test_no_move_where_the_fleet_found_other_prompts_and_no_session_changed_its_own():
+    """Three sessions share tools A B; two of them send a system prompt that differs only in the user's name,
+    the third a prompt of its own words. What breaks the fleet's sharing is per-session content (no span
+    of one text), and no session changes its prompt: nothing is moved."""
+    from kvprobe.analysis.fleet import find_shared_prefixes
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif.evaluate import Pricer, prepare
+    from kvprobe.whatif.policies import Evidence
+    from kvprobe.whatif.propose_content import propose_spans
+
+    prompts = ("You are helping Ada today. " + words(1500), "You are helping Grace today. " + words(1500),
+               words(1600, "other"))
+    records = []
+    for k, prompt in enumerate(prompts):
+        for i in range(2):
+            body = _with_tools("AB", 2 * i + 1)
+            body["system"][0]["text"] = prompt
+            records.append(rec(f"s{k}-r{i}", 400 * k + 30 * i, body, session=f"s{k}"))
+    prepared, texts = prepare(records), TextSource(records)
+    fleet = find_shared_prefixes(prepared.results, texts, PriceBook())
+    assert [(f.breaks_at, f.breaker) for f in fleet] == [("system[0]", "per-session content")]
+    assert propose_spans(Evidence(Pricer(records, PriceBook(), prepared).baseline, texts, fleet)) == []
