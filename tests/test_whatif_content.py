@@ -778,8 +778,10 @@ def test_no_move_where_the_fleet_found_other_prompts_and_no_session_changed_its_
     from kvprobe.whatif.policies import Evidence
     from kvprobe.whatif.propose_content import propose_spans
 
-    prompts = ("You are helping Ada today. " + words(1500), "You are helping Grace today. " + words(1500),
-               words(1600, "other"))
+    # short prompts after the shared tools: comparing long texts with nothing in common takes find_template
+    # seconds (analysis.spans._holes)
+    prompts = ("You are helping Ada today. " + words(60), "You are helping Grace today. " + words(60),
+               words(70, "other"))
     records = []
     for k, prompt in enumerate(prompts):
         for i in range(2):
