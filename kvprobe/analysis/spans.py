@@ -74,12 +74,19 @@ def _holes(ref: str, text: str) -> list[Hole]:
     middle_ref, middle_text = ref[r0:r1], text[t0:t1]
     if len(middle_ref) < 400 or len(middle_text) < 400:
         return [(r0, r1, t0, t1)]
-    return _word_holes(middle_ref, middle_text, r0, t0)
+    return _word_holes(middle_ref, middle_text, r0, t0, MAX_VOLATILE_FRACTION * len(ref))
 
 
-def _word_holes(ref: str, text: str, r_base: int, t_base: int) -> list[Hole]:
-    """Several spans inside a changed region: compare word by word."""
+def _word_holes(ref: str, text: str, r_base: int, t_base: int, most: float) -> list[Hole]:
+    """Several spans inside a changed region: compare word by word. When the words of `ref` that `text` lacks
+    already come to more than `most` characters, so would the holes: the region is one hole (the texts are not
+    versions of one block, `find_template`). That count is linear; aligning two unrelated texts word by word
+    is not (three prompts of 10,000 characters with no word in common took minutes, their spaces matching)."""
     a, b = _WORDS.findall(ref), _WORDS.findall(text)
+    lacking = Counter(a)
+    lacking.subtract(b)
+    if sum(len(word) * n for word, n in lacking.items() if n > 0) > most:
+        return [(r_base, r_base + len(ref), t_base, t_base + len(text))]
     a_at, b_at = _offsets(a, r_base), _offsets(b, t_base)
     out: list[Hole] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():

@@ -4,9 +4,10 @@ baseline, and reaches every request (any session, any agent) that carries what i
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvprobe.analysis.skeleton import Skeleton
+from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, IdentityParam, canonical_json, level_rank
 from kvprobe.request.paths import text_at as body_text_at
 from kvprobe.tokens import count_text
@@ -55,10 +56,13 @@ class _Versions:
     carriers: list[Skeleton]  # every request with a block at the path
     index: dict[int, int]  # skeleton order -> block index of the path
     texts: dict[int, str]  # body hash -> text
+    # body hash -> the block's other fields (a tool's definition, a text part's citations), cache mark left out:
+    # they are part of the block's identity, beside its text
+    fields: dict[int, dict] = field(default_factory=dict)
 
 
 def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> _Versions:
-    carriers, index, texts, unread = [], {}, {}, set()
+    carriers, index, texts, unread, fields = [], {}, {}, set(), {}
     for r in ev.results:
         sk = r.sk
         if sk.request is None or (streams is not None and (sk.session, sk.agent) not in streams):
@@ -70,12 +74,14 @@ def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> 
         index[sk.order] = i
         body = sk.request.blocks[i].body_hash
         if body not in texts and body not in unread:
-            text = text_at(ev.texts.record(sk), path)
+            rec = ev.texts.record(sk)
+            text = text_at(rec, path)
             if text is None:
                 unread.add(body)
             else:
                 texts[body] = text
-    return _Versions(path, carriers, index, texts)
+                fields[body] = {k: v for k, v in block_at(rec.request, path)[1].items() if k != "cache_control"}
+    return _Versions(path, carriers, index, texts, fields)
 
 
 def _split_tokens(orig: int, stable: int, moved: int) -> int:
@@ -125,7 +131,13 @@ class _SpanMove:
             split = template.split(v.texts[body])
             if split is not None:
                 old = blocks[body]
-                self.parts[body] = _Parts(body_hash_of(split.stable, old.kind, old.role, old.meta),
+                # the stable part's content as the parse renders it: a tool's whole definition, a text part's text
+                # beside its other fields (the skeleton's block keeps neither)
+                if v.path.startswith("tools"):
+                    stable, meta = canonical_json({**v.fields[body], "description": split.stable}), ""
+                else:
+                    stable, meta = split.stable, split_part({**v.fields[body], "text": split.stable}, "text")[1]
+                self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, meta),
                                           body_hash_of(split.moved, "text", "user"),
                                           count_text(split.stable), count_text(split.moved))
         self.chainer = Chainer()
@@ -393,8 +405,11 @@ def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block
 class _HeldParam:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.first: dict[tuple[str, str], IdentityParam | None] = {}  # stream -> its first value
+        self.first: dict[tuple[str, str], IdentityParam] = {}  # stream -> its first value
         self.first_body: dict[tuple[str, str], object] = {}
+        # request id -> its stream, for the requests held: those whose rules take the parameter (in a stream
+        # that also sends another provider's requests, those have no such field to hold)
+        self.held: dict[str, tuple[str, str]] = {}
         self.chainer = Chainer()
 
     def reshape(self, sks: Skeletons) -> Skeletons:
@@ -406,7 +421,7 @@ class _HeldParam:
             return None
         req, want = sk.request, self.first[stream]
         have = req.params.get(self.name)
-        if have is None or want is None or have.value == want.value:
+        if have is None or have.value == want.value:
             return None
         params = {**req.params, self.name: want}
         start = next((i for i, b in enumerate(req.blocks) if level_rank(b.level) >= level_rank(want.invalidates)),
@@ -418,8 +433,8 @@ class _HeldParam:
         return map_records(records, None, self._record)
 
     def _record(self, rec: TraceRecord) -> TraceRecord | None:
-        stream = (rec.session or "-", rec.agent or "main")
-        if stream not in self.first_body:
+        stream = self.held.get(origin(rec.id))
+        if stream is None:
             return None
         first = self.first_body[stream]
         if rec.request.get(self.name) == first:
@@ -440,14 +455,15 @@ def propose_params(ev: Evidence) -> list[Policy]:
         addressed: list[str] = []
         for stream, results in streams.items():
             flips = [r for r in results if any(d.kind == "params_changed" and d.param == name for d in r.diagnoses)]
-            bodies = [r for r in results if r.sk.request is not None]
-            if not flips or not bodies:
+            bodies = [r for r in results if r.sk.request is not None and name in r.sk.request.params]
+            if not flips:  # a flip is a request that takes the parameter: it is among the bodies
                 continue
             rec = ev.texts.record(bodies[0].sk)
             if rec is None or rec.request is None:
                 continue
-            held.first[stream] = bodies[0].sk.request.params.get(name)  # type: ignore[union-attr]
+            held.first[stream] = bodies[0].sk.request.params[name]  # type: ignore[union-attr]
             held.first_body[stream] = rec.request.get(name)
+            held.held.update((r.sk.id, stream) for r in bodies)
             addressed += [r.sk.id for r in flips]
         if not held.first:
             continue
