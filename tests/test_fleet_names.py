@@ -110,6 +110,8 @@ def test_the_fleets_longer_lifetime_is_written_on_the_shared_end_and_every_break
     [fleet_ttl] = summary["fixes"]
     assert (fleet_ttl["kind"], fleet_ttl["scope"], fleet_ttl["path"]) == ("ttl_1h", "fleet", "system[0]")
     assert fleet_ttl["saving_input_equivalent_tokens"] == pytest.approx(38_080, abs=0.5)
+    # what to set (providers/anthropic.toml's longer lifetime) and how much the sessions share
+    assert (fleet_ttl["setting"], fleet_ttl["shared_tokens"]) == ('"ttl": "1h" on the cache_control breakpoints', 3_200)
     one_hour = {"type": "ephemeral", "ttl": "1h"}
     bodies = [json.loads(line)["request"] for line in fixed.read_text().splitlines()]
     assert len(bodies) == 24
