@@ -16,6 +16,7 @@ from kvprobe.analysis.simulate import RequestResult, tolerance
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.analysis.usage_only import UsageOnly
 from kvprobe.economics.keep_alive import entry_lifetime_s, pause_advice
+from kvprobe.sim import OPENAI_MODES
 from kvprobe.wording import duration
 from kvprobe.request import RenderedRequest
 from kvprobe.sim import Prediction
@@ -63,7 +64,7 @@ class Diagnoser:
             d.missed_tokens = missed
             if d.kind == "ttl_expired" and d.advice is None:
                 _pause_advice(result, d)
-            elif d.kind == "missing_breakpoint" and sk.request.cache_mode in ("managed", "explicit"):
+            elif d.kind == "missing_breakpoint" and sk.request.cache_mode in OPENAI_MODES:
                 d.advice = ("mark the end of the shared prefix with `prompt_cache_breakpoint`: GPT-5.6+ reads only at "
                             "breakpoints, and its managed one sits after the part that changes")
         # beside a reported cause, kvprobe's own finding stays when it says more (the exact block changed)

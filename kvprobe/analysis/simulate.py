@@ -156,11 +156,9 @@ class Simulator:
 
     def forget_expired(self, now: float) -> None:
         """Drop the entries expired by `now` where that changes no later result (a replay in start order that
-        diagnoses nothing: `replay`). OpenAI's breakpoint cache keeps them: an expired entry still takes one
-        of its lookups."""
+        diagnoses nothing: `replay`); each cache knows which of its entries it may forget."""
         for cache in self.caches.values():
-            if not isinstance(cache, BreakpointCache):
-                cache.forget_expired(now)
+            cache.forget_expired(now)
 
     def _ideals(self, result: RequestResult, req: RenderedRequest, rules: ModelRules) -> None:
         """What an ideal prefix cache could have read, and what the previous request of the stream left."""

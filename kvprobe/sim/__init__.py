@@ -8,14 +8,14 @@ from kvprobe.sim.result import Evidence, Prediction
 
 __all__ = ["AnthropicCache", "BreakpointCache", "PrefixCache", "Evidence", "Prediction", "cache_for", "cache_name"]
 
-_OPENAI_MODES = ("managed", "explicit")
+OPENAI_MODES = ("managed", "explicit")  # GPT-5.6+: breakpoints it reads as `prompt_cache_breakpoint`
 
 
 def cache_for(provider: str, mode: str = "implicit") -> AnthropicCache | BreakpointCache | PrefixCache:
     """The cache model a request uses: entries at breakpoints within a lookback window (Anthropic, Qwen's
     explicit cache), entries at breakpoints read without a window (OpenAI GPT-5.6+, implicit and explicit
     modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini, xAI, Mistral, ...)."""
-    if mode in _OPENAI_MODES:
+    if mode in OPENAI_MODES:
         return BreakpointCache()
     if provider == "anthropic" or mode == "breakpoints":  # (every request rendered for `local` is "breakpoints")
         return AnthropicCache()
@@ -26,5 +26,5 @@ def cache_name(provider: str, platform: str | None, mode: str) -> str:
     """Which simulated cache a request reads and writes: one per provider, platform (a Bedrock organisation
     never shares entries with a Claude API workspace) and kind of cache (GPT-5.6+'s implicit and explicit
     modes share their entries)."""
-    kind = "openai-breakpoints" if mode in _OPENAI_MODES else mode
+    kind = "openai-breakpoints" if mode in OPENAI_MODES else mode
     return f"{provider}/{platform or provider}/{kind}"

@@ -65,6 +65,10 @@ class BreakpointCache:
         self.explain = True  # gather the evidence a diagnosis reads (pricing simulations need none)
         self.seen: dict[int, str] = {}  # cache key of every prefix sent -> the first request that sent it
 
+    def forget_expired(self, now: float) -> None:
+        """Keeps them all: an expired entry still takes one of the `lookup_breakpoints` a request looks at, so
+        forgetting it would let a request read further back than OpenAI does."""
+
     def process(self, req: RenderedRequest, rules: ModelRules, request_id: str, start: float,
                 readable_at: float) -> Prediction:
         pred = Prediction()

@@ -15,6 +15,7 @@ from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
 from kvprobe.request.openai_cache import breakpoint_roles, takes_breakpoint
 from kvprobe.request.paths import part_at
+from kvprobe.sim import OPENAI_MODES
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import copy_record, mark_breakpoint
@@ -45,7 +46,7 @@ def _takes_mark(r: RequestResult, i: int) -> bool:
     string: a mark priced there could not be written)."""
     req = r.sk.request
     assert req is not None
-    return req.cache_mode not in ("managed", "explicit") or takes_breakpoint(req.blocks[i], breakpoint_roles(r.rules))
+    return req.cache_mode not in OPENAI_MODES or takes_breakpoint(req.blocks[i], breakpoint_roles(r.rules))
 
 
 class _Marks:
@@ -74,7 +75,7 @@ class _Marks:
             if len([j for j in req.breakpoint_indices if j != req.managed_breakpoint]) >= \
                     int(rules.get("max_breakpoints", 4)) - (req.managed_breakpoint is not None):
                 return None
-            ttl = "explicit" if req.cache_mode in ("managed", "explicit") else str(rules.get("default_ttl", "5m"))
+            ttl = "explicit" if req.cache_mode in OPENAI_MODES else str(rules.get("default_ttl", "5m"))
             return with_request(sk, with_blocks(req, req.blocks, sorted([*req.breakpoints, (i, ttl)])))
         return map_skeletons(sks, edit)
 
@@ -111,12 +112,12 @@ def propose_marks(ev: Evidence) -> list[Policy]:
             i = marks._index(r.sk)
             if i is not None and i not in r.sk.request.breakpoint_indices:
                 marks.paths[r.sk.id] = r.sk.request.blocks[i].path
-                if r.sk.request.cache_mode in ("managed", "explicit"):
+                if r.sk.request.cache_mode in OPENAI_MODES:
                     marks.openai.add(r.sk.id)
     if not marks.paths:
         return []
     sessions = {r.sk.session for r in ev.results if r.sk.id in marks.paths}
-    openai = any(r.sk.request.cache_mode in ("managed", "explicit") for r in diagnosed if r.sk.request)
+    openai = any(r.sk.request.cache_mode in OPENAI_MODES for r in diagnosed if r.sk.request)
     marker = "`prompt_cache_breakpoint`" if openai else "cache_control"
     example = next(iter(marks.paths.values()))
     detail = (f"mark the end of the prefix the requests share but no breakpoint ends (e.g. {example}) with {marker}, "
