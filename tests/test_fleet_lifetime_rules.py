@@ -1,0 +1,162 @@
+"""Which fleets get the longer lifetime on their shared prefix (whatif/propose_fleet.py), in logs of several
+products, each product a fleet of its own.
+
+The rule (docs/caching-rules.md, providers/anthropic.toml's `longer_lifetime`): where sessions start further
+apart than entries live (gone at exactly their lifetime), the breakpoint that ends their shared prefix gets the
+provider's longer lifetime (Anthropic: "ttl": "1h", 3,600 s, writes at 2x input) when that outlives the gap, so
+each session's first request reads the entry the one before kept alive. Not for a provider with no such
+breakpoint setting, nor for what a lifetime does not fix: tools in another order or an identity parameter
+(per-session fixes), a volatile span no move can take out.
+
+Each product's session sends its own 6 tools (1,800 tokens by the usage below) and a 1,400-token system text
+that names the customer ("You are the support agent of Quill."), marked at its end, then a 100-token question:
+the first request writes 3,200 tokens and sends 100 fresh (4,100 input equivalents); a second request 10 s
+later reads the 3,200 and sends 250 fresh. Product "y" is smaller: no tools, a 1,200-token system text, three
+sessions 600 s apart (each writes the 1,200 again). With the 1h lifetime its first session writes them at 2x
+instead of 1.25x (+900) and the other two read them at 0.1x (-1,380 each): 2 x 1,380 - 900 = 1,860 saved.
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvprobe.pricing import PriceBook
+from kvprobe.report import build_report
+from kvprobe.trace import TraceRecord
+
+EPH = {"type": "ephemeral"}
+T0 = 1_790_000_000.0
+NAMES = ["Quill", "Birch", "Ferrox", "Lumen", "Otter", "Piston", "Cobalt", "Marrow", "Sable", "Tundra", "Vesper",
+         "Wicket"]
+VOCAB = ("reply politely check the order history before you answer and never promise a refund that the policy "
+         "does not allow").split()
+Y_SAVING = 2 * 1_380 - 900  # product y's fleet lifetime, by hand (module docstring)
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join([tag] + [VOCAB[(i * 5 + len(tag)) % len(VOCAB)] for i in range(n - 1)])
+
+
+def anthropic_usage(read: int, write: int, fresh: int) -> dict:
+    return {"type": "message", "usage": {
+        "input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+        "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0}, "output_tokens": 20}}
+
+
+def session(product: str, k: int, gap: float, *, name: str = "Quill", date: str | None = None,
+            order: list[int] | None = None, thinking: int | None = None, requests: int = 1,
+            offset: float = 0.0) -> list[TraceRecord]:
+    """Session k of `product`, started `gap` s after its session k - 1. `name`: the customer in the system
+    text; `date`: a date at its end too; `order`: the tools in this order; `thinking`: a thinking budget (and
+    the same question in every session, so the sessions differ in the parameter only)."""
+    tools = [{"name": f"{product}{j}", "description": words(290, f"{product}tool{j}"),
+              "input_schema": {"type": "object"}} for j in range(6)]
+    tools = [tools[j] for j in order] if order else tools
+    text = f"You are the support agent of {name}. " + words(1_390, f"{product}policy") \
+        + (f" Today is {date}." if date else "")
+    system = [{"type": "text", "text": text, "cache_control": EPH}]
+    first = [{"role": "user", "content": words(100, f"{product}question{0 if thinking else k}")}]
+    second = first + [{"role": "assistant", "content": words(50, f"{product}answer{k}")},
+                      {"role": "user", "content": words(100, f"{product}again{k}")}]
+    start = T0 + offset + gap * k
+    out = []
+    for i, (messages, usage) in enumerate([(first, anthropic_usage(0, 3_200, 100)),
+                                           (second, anthropic_usage(3_200, 0, 250))][:requests]):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "tools": tools, "system": system,
+                "messages": messages, **({"thinking": {"type": "enabled", "budget_tokens": thinking + k}}
+                                         if thinking else {})}
+        out.append(TraceRecord(id=f"{product}{k:02d}-r{i + 1}", provider="anthropic", started_at=start + 10 * i,
+                               request=body, response=usage, session=f"{product}{k:02d}", agent="main",
+                               endpoint="/v1/messages", first_token_at=start + 10 * i + 1.5))
+    return out
+
+
+def small_session(k: int) -> TraceRecord:
+    """Product y's session k: a 1,200-token system text (marked) and a 100-token question, 600 s apart."""
+    start = T0 + 50 + 600 * k
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 512,
+            "system": [{"type": "text", "text": words(1_200, "ypolicy"), "cache_control": EPH}],
+            "messages": [{"role": "user", "content": words(100, f"yquestion{k}")}]}
+    return TraceRecord(id=f"y{k:02d}-r1", provider="anthropic", started_at=start, request=body,
+                       response=anthropic_usage(0, 1_200, 100), session=f"y{k:02d}", agent="main",
+                       endpoint="/v1/messages", first_token_at=start + 1.5)
+
+
+def openai_session(product: str, k: int, gap: float, provider: str = "openai", model: str = "gpt-4o"
+                   ) -> TraceRecord:
+    """One chat-completions request: a 1,400-word system message the sessions share, a question of its own."""
+    start = T0 + gap * k
+    body = {"model": model, "messages": [{"role": "system", "content": words(1_400, f"{product}policy")},
+                                         {"role": "user", "content": words(100, f"{product}question{k}")}]}
+    usage = {"prompt_tokens": 1_500, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 0}}
+    return TraceRecord(id=f"{product}{k:02d}-r1", provider=provider, started_at=start, request=body,
+                       response={"usage": usage} if provider != "local" else None, session=f"{product}{k:02d}",
+                       agent="main", endpoint="/v1/chat/completions", first_token_at=start + 1.5)
+
+
+def report(records: list[TraceRecord]) -> dict:
+    return build_report([], records=records, fixes=True, prices=PriceBook()).to_json()
+
+
+def test_the_lifetime_names_each_later_sessions_first_request_in_a_log_that_starts_with_another_provider():
+    """An OpenAI request (whose longer lifetime is a retention setting, not a breakpoint's ttl) opens the log;
+    the Anthropic fleet after it, 12 sessions 10 minutes apart, two requests each, gets the 1h lifetime from its
+    own rules: session 1's r1 writes the 3,200 at 2x (+2,400), the other 11 first requests read them
+    (-3,680 each), the r2s read either way: 11 x 3,680 - 2,400 = 38,080. The misses it answers are the first
+    requests of sessions 2 to 12, in start order: not session 1's (nothing to read), not the r2s, not the
+    other provider's."""
+    records = [openai_session("o", 0, 0.0)] + [r for k in range(12) for r in session("q", k, 600, requests=2)]
+    rep = report(records)
+    [fix] = [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
+    assert (fix["scope"], fix["path"], fix["shared_tokens"]) == ("fleet", "system[0]", 3_200)
+    assert fix["saving_input_equivalent_tokens"] == pytest.approx(38_080, abs=0.5)
+    assert fix["requests"] == [f"q{k:02d}-r1" for k in range(1, 12)]
+    assert fix["reach"]["sessions"] == 12 and fix["edited_requests"] == 24
+
+
+@pytest.mark.parametrize("provider, model, lifetime", [
+    ("local", "smollm2-135m", None),  # kvprobe's own engine: the rules give no lifetime
+    ("deepseek", "deepseek-chat", 3_600),  # an entry kept about an hour, no longer-lived setting
+    ("openai", "gpt-4o", 600),  # a longer retention (24 h), but no breakpoint ttl to write
+], ids=["no-lifetime", "no-longer-lifetime", "retention-not-ttl"])
+def test_a_fleet_of_a_provider_without_a_breakpoint_lifetime_gets_none(provider, model, lifetime):
+    """12 sessions two hours apart share a 1,400-word system message: a fleet, and every entry is gone when
+    the next session starts, but there is no breakpoint ttl to lengthen: no lifetime fix."""
+    rep = report([openai_session("p", k, 7_200, provider, model) for k in range(12)])
+    [found] = rep["fleet"]
+    assert found["sessions"] == 12 and found["median_gap_s"] == 7_200
+    assert found["lifetime_s"] == lifetime
+    assert found["fixes"] == [] and not [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
+
+
+# Fleets of product x that get no lifetime, each in a log with product y after it (y's sessions start 50 s after
+# x's, so the two interleave; x's sessions wrote more again than y's: its finding comes first): (sessions, gap,
+# what each session of x is, the breaker the fleet finding names).
+NO_LIFETIME = {
+    # entries outlive the gaps (30 s): moving the name out is enough
+    "within-the-lifetime": (12, 30, lambda k: {"name": NAMES[k]}, "volatile span"),
+    # gone after 5 minutes, but the 1h entry is gone before the next session too (4,000 s apart)
+    "longer-than-the-hour": (12, 4_000, lambda k: {}, "per-session content"),
+    # the same tools, the last two swapped in every other session: the fix is one stable tool list
+    "tool-list": (4, 600, lambda k: {"order": [0, 1, 2, 3] + ([4, 5] if k % 2 == 0 else [5, 4])}, "tool list"),
+    # the same content, a thinking budget of the session's own: the fix is to hold the parameter
+    "parameter": (4, 600, lambda k: {"thinking": 1_024}, "parameter"),
+    # the customer's name at the start and a date at the end: two changing spans, a whole text apart, which
+    # no move of one span takes out, so no session could read another's entry even for an hour
+    "two-spans": (12, 600, lambda k: {"name": NAMES[k], "date": f"2026-12-{k + 1:02d}"}, "volatile span"),
+}
+
+
+@pytest.mark.parametrize("case", NO_LIFETIME)
+def test_each_fleet_gets_the_lifetime_on_its_own_whatever_the_fleet_before_it(case):
+    sessions, gap, each, breaker = NO_LIFETIME[case]
+    records = [r for k in range(sessions) for r in session("x", k, gap, **each(k))] + \
+        [small_session(k) for k in range(3)]
+    rep = report(sorted(records, key=lambda r: r.started_at))
+    x, y = rep["fleet"]
+    assert (x["sessions"], x["median_gap_s"], x["breaker"]) == (sessions, gap, breaker)
+    assert not [label for label in x["fixes"] if label.startswith("ttl_1h")]
+    assert (y["sessions"], y["shared_tokens"], y["median_gap_s"]) == (3, 1_200, 600)
+    assert y["fixes"] == ["ttl_1h (system[0])"]
+    [fix] = [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
+    assert fix["saving_input_equivalent_tokens"] == pytest.approx(Y_SAVING, abs=0.5)
+    assert fix["requests"] == ["y01-r1", "y02-r1"] and fix["shared_tokens"] == 1_200
