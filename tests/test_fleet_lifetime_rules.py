@@ -44,10 +44,12 @@ def anthropic_usage(read: int, write: int, fresh: int) -> dict:
 
 def session(product: str, k: int, gap: float, *, name: str = "Quill", date: str | None = None,
             order: list[int] | None = None, thinking: int | None = None, requests: int = 1,
-            offset: float = 0.0) -> list[TraceRecord]:
+            offset: float = 0.0, clock: bool = False) -> list[TraceRecord]:
     """Session k of `product`, started `gap` s after its session k - 1. `name`: the customer in the system
     text; `date`: a date at its end too; `order`: the tools in this order; `thinking`: a thinking budget (and
-    the same question in every session, so the sessions differ in the parameter only)."""
+    the same question in every session, so the sessions differ in the parameter only); `clock`: the question
+    opens with the time, marked in the first request, and the second request sends it with the time moved on
+    (r1 writes 3,300, r2 reads the 3,200 before it and writes 250)."""
     tools = [{"name": f"{product}{j}", "description": words(290, f"{product}tool{j}"),
               "input_schema": {"type": "object"}} for j in range(6)]
     tools = [tools[j] for j in order] if order else tools
@@ -58,9 +60,16 @@ def session(product: str, k: int, gap: float, *, name: str = "Quill", date: str 
     second = first + [{"role": "assistant", "content": words(50, f"{product}answer{k}")},
                       {"role": "user", "content": words(100, f"{product}again{k}")}]
     start = T0 + offset + gap * k
+    turns = [(first, anthropic_usage(0, 3_200, 100)), (second, anthropic_usage(3_200, 0, 250))]
+    if clock:
+        asked = [{"type": "text", "text": f"It is 10:0{t} now. " + words(95, f"{product}question{k}")}
+                 for t in (0, 1)]
+        again = {"role": "user", "content": [{"type": "text", "text": words(100, f"{product}again{k}"),
+                                              "cache_control": EPH}]}
+        turns = [([{"role": "user", "content": [{**asked[0], "cache_control": EPH}]}], anthropic_usage(0, 3_300, 0)),
+                 ([{"role": "user", "content": [asked[1]]}, second[1], again], anthropic_usage(3_200, 250, 0))]
     out = []
-    for i, (messages, usage) in enumerate([(first, anthropic_usage(0, 3_200, 100)),
-                                           (second, anthropic_usage(3_200, 0, 250))][:requests]):
+    for i, (messages, usage) in enumerate(turns[:requests]):
         body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "tools": tools, "system": system,
                 "messages": messages, **({"thinking": {"type": "enabled", "budget_tokens": thinking + k}}
                                          if thinking else {})}
@@ -160,3 +169,42 @@ def test_each_fleet_gets_the_lifetime_on_its_own_whatever_the_fleet_before_it(ca
     [fix] = [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
     assert fix["saving_input_equivalent_tokens"] == pytest.approx(Y_SAVING, abs=0.5)
     assert fix["requests"] == ["y01-r1", "y02-r1"] and fix["shared_tokens"] == 1_200
+
+
+def test_a_fleet_whose_names_break_the_prefix_gets_the_move_and_the_lifetime_on_top_of_it():
+    """12 sessions 10 minutes apart, one request each, each naming its own customer at the start of the system
+    text (49,200 input equivalents). Moving the name (n tokens) out alone saves only what it no longer writes:
+    every r1 writes 3,200 - n and sends n fresh, 0.25 n each, 3 n in all (no session can read another's entry:
+    they start past its 5 minutes). With the 1h lifetime on top, session 1 writes 3,200 - n at 2x and sends
+    100 + n fresh (6,500 - n), the other 11 read them (420 + 0.9 n each): 11,120 + 8.9 n in all, 38,080 -
+    8.9 n saved, of which the lifetime's part is 38,080 - 11.9 n. Neither pays without the other's help but
+    together they do: both are fixes."""
+    rep = report([r for k in range(12) for r in session("x", k, 600, name=NAMES[k])])
+    fixes = {f["kind"]: f for f in rep["fixes"]}
+    assert sorted(fixes) == ["stabilize_prefix", "ttl_1h"]
+    move, lifetime = fixes["stabilize_prefix"], fixes["ttl_1h"]
+    assert move["path"] == lifetime["path"] == "system[0]" and lifetime["requires"] == ["stabilize_prefix (system[0])"]
+    # n: the name and its full stop, 1 to 5 tokens
+    assert 3 * 1 <= move["saving_input_equivalent_tokens"] <= 3 * 5
+    assert 38_080 - 11.9 * 5 <= lifetime["saving_input_equivalent_tokens"] <= 38_080 - 11.9
+    assert 11_120 + 8.9 <= rep["with_all_fixes"]["input_equivalent_tokens"] <= 11_120 + 8.9 * 5
+    [found] = rep["fleet"]
+    assert found["fixes"] == ["ttl_1h (system[0])"]
+
+
+@pytest.mark.parametrize("names, requires", [
+    (False, None),  # one customer: the sessions part at their own question, nothing to move first
+    (True, ["stabilize_prefix (system[0])"]),  # the name moved out first, and only that
+], ids=["per-session-content", "volatile-span"])
+def test_the_lifetime_is_priced_on_top_of_the_move_that_ends_the_shared_prefix_and_no_other(names, requires):
+    """12 sessions 10 minutes apart whose first user message opens with the time, which each second request
+    moves on: each session has its own move of that time out of its question (messages[0]), besides the
+    fleet's lifetime on the system text. The lifetime requires the move of what breaks the shared prefix (the
+    customer's name in the system text, where names differ), never the moves inside a session's own content."""
+    rep = report([r for k in range(12) for r in session("x", k, 600, name=NAMES[k] if names else "Quill",
+                                                         requests=2, clock=True)])
+    own = [f for f in rep["fixes"] if f["kind"] == "stabilize_prefix" and f["path"] == "messages[0].content[0]"]
+    assert own  # the sessions' own moves are fixes too
+    [lifetime] = [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
+    assert lifetime.get("requires") == requires
+    assert ("volatile span moved out first" in lifetime["detail"]) == names

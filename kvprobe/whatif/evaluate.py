@@ -394,7 +394,15 @@ def evaluate(records: list[TraceRecord] | None, prices: PriceBook, kinds: set[st
             if not any(policy is b for b in best):
                 policy.extra["instead_of"] = _instead_of(policy, best)
                 alternatives.append(policy)
-    chosen += [policy for policy, _ in on_top if all(any(r is c for c in chosen) for r in policy.requires)]
+    for policy, s in on_top:
+        missing = [r for r in policy.requires if not any(r is c for c in chosen)]
+        # a requirement that does not pay alone is chosen with what it enables, where together they pay (a
+        # fleet's name moved out saves nothing while its sessions start further apart than entries live); one
+        # set aside for another fix of the same misses is not taken back
+        if not any(r is a for r in missing for a in alternatives) and _pays(replace(
+                s, saving_ie=s.saving_ie + sum(r.saving_input_equivalent_tokens for r in missing),
+                saving_usd=_sum_usd([s.saving_usd, *(r.saving_usd for r in missing)]))):
+            chosen += [*missing, policy]
     chosen.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     alternatives.sort(key=lambda c: -c.saving_input_equivalent_tokens)
     return WhatIf(pricer.baseline if keep is None else None, chosen, pricer, alternatives, kept=kept)
