@@ -212,6 +212,8 @@ def test_the_lifetime_is_priced_on_top_of_the_move_that_ends_the_shared_prefix_a
     assert own  # the sessions' own moves are fixes too
     [lifetime] = [f for f in rep["fixes"] if f["kind"] == "ttl_1h"]
     assert lifetime.get("requires") == requires
+    moves = [f for f in rep["fixes"] if f["kind"] == "stabilize_prefix" and f["path"] == "system[0]"]
+    assert len(moves) == names  # the move it requires is a fix too (it saves nothing alone: sessions are apart)
     assert ("volatile span moved out first" in lifetime["detail"]) == names
 
 
@@ -237,3 +239,39 @@ def test_the_fleets_lifetime_says_what_to_set_where_and_why(each, marking, moved
     else:
         tokens = 3_200
     assert fix["detail"] == DETAIL.format(tokens=f"{tokens:,}", marking=marking, moved=moved)
+
+
+def profile_session(k: int, model: str = "claude-sonnet-4-5", requests: int = 20) -> list[TraceRecord]:
+    """Product p's session k (3 sessions, 600 s apart): 4 tools (1,200 tokens), a system text of a customer
+    profile of the session's own (150 words such as "qu17": s tokens, 150 at least) followed by 1,000 tokens of
+    policy (marked), and one 100-token question, resent every 10 s (a poller): r1 writes the 2,400 tokens
+    before it and sends 100 fresh, each later request reads the 2,400."""
+    start = T0 + 600 * k
+    profile = " ".join(f"{NAMES[k][:2].lower()}{j}" for j in range(150))
+    tools = [{"name": f"p{j}", "description": words(290, f"ptool{j}"), "input_schema": {"type": "object"}}
+             for j in range(4)]
+    body = {"model": model, "max_tokens": 512, "tools": tools,
+            "system": [{"type": "text", "text": profile + " " + words(1_000, "ppolicy"), "cache_control": EPH}],
+            "messages": [{"role": "user", "content": words(100, "pquestion")}]}
+    return [TraceRecord(id=f"p{k:02d}-r{i + 1:02d}", provider="anthropic", started_at=start + 10 * i, request=body,
+                        response=anthropic_usage(0, 2_400, 100) if i == 0 else anthropic_usage(2_400, 0, 100),
+                        session=f"p{k:02d}", agent="main", endpoint="/v1/messages",
+                        first_token_at=start + 10 * i + 1.5)
+            for i in range(requests)]
+
+
+@pytest.mark.parametrize("model", [
+    "claude-sonnet-4-5",
+    "claude-sonnet-9-9",  # no price for it (its cost is unknown): the input equivalents alone decide
+])
+def test_a_lifetime_whose_required_move_costs_more_than_it_saves_is_no_fix(model):
+    """Three sessions 10 minutes apart, each with its own s-token profile opening the system text. Moving the
+    profile out alone costs: every request sends the s tokens fresh instead of reading them, 19 resends a
+    session at 0.9 s, less the 0.25 s its first request no longer writes: 3 x (0.25 - 17.1) s = -50.55 s. The
+    1h lifetime on top lets the sessions share the other 2,400 - s: 2 x 1.15 x (2,400 - s) - 0.75 x (2,400 - s)
+    = 1.55 x (2,400 - s). Together 3,720 - 52.1 s, a loss for any profile over 72 tokens: neither is a fix."""
+    rep = report([r for k in range(3) for r in profile_session(k, model)])
+    [found] = rep["fleet"]
+    assert (found["breaker"], found["breaks_at"], found["median_gap_s"]) == ("volatile span", "system[0]", 600)
+    assert found["fixes"] == ["ttl_1h (system[0])"]  # proposed and priced, not chosen
+    assert not [f for f in rep["fixes"] if f["kind"] in ("ttl_1h", "stabilize_prefix")]
