@@ -275,3 +275,21 @@ def test_a_lifetime_whose_required_move_costs_more_than_it_saves_is_no_fix(model
     assert (found["breaker"], found["breaks_at"], found["median_gap_s"]) == ("volatile span", "system[0]", 600)
     assert found["fixes"] == ["ttl_1h (system[0])"]  # proposed and priced, not chosen
     assert not [f for f in rep["fixes"] if f["kind"] in ("ttl_1h", "stabilize_prefix")]
+
+
+def test_the_lifetime_and_its_move_are_chosen_beside_another_products_alternatives():
+    """The 12 named sessions 10 minutes apart (the move saves 3 n, the lifetime on top 38,080 - 11.9 n) in one
+    log with a session of tests/test_fleet_policies.py's fleet 2, whose three subagents are fixed by a stagger
+    (46,115 by hand there) with a warm-up as its alternative (43,470): another fix's alternative does not stop
+    this package, whose move is nobody's alternative."""
+    from test_fleet_policies import fleet2_session
+
+    rep = report(sorted(fleet2_session(0) + [r for k in range(12) for r in session("x", k, 600, name=NAMES[k])],
+                        key=lambda r: r.started_at))
+    [warm] = rep["alternatives"]
+    assert (warm["variant"], warm["instead_of"]) == ("warm_up", ["shared_breakpoint (stagger)"])
+    fixes = {(f["kind"], f["path"]): f for f in rep["fixes"]}
+    assert 3 * 1 <= fixes["stabilize_prefix", "system[0]"]["saving_input_equivalent_tokens"] <= 3 * 5
+    lifetime = fixes["ttl_1h", "system[0]"]
+    assert 38_080 - 11.9 * 5 <= lifetime["saving_input_equivalent_tokens"] <= 38_080 - 11.9
+    assert lifetime["requires"] == ["stabilize_prefix (system[0])"]
