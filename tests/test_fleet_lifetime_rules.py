@@ -293,3 +293,16 @@ def test_the_lifetime_and_its_move_are_chosen_beside_another_products_alternativ
     lifetime = fixes["ttl_1h", "system[0]"]
     assert 38_080 - 11.9 * 5 <= lifetime["saving_input_equivalent_tokens"] <= 38_080 - 11.9
     assert lifetime["requires"] == ["stabilize_prefix (system[0])"]
+
+
+def test_the_lifetimes_reach_is_the_requests_it_edits_not_those_only_its_move_edits():
+    """The 12 named sessions 10 minutes apart and a 13th of the same product that sends the tools in reverse
+    order (so it shares no prefix with the fleet), with a name of its own: the move takes the name out of all 13
+    system texts; the lifetime marks the fleet's 12 only, and says so."""
+    records = [r for k in range(12) for r in session("x", k, 600, name=NAMES[k])] + \
+        session("x", 12, 600, name="Zephyr", order=[5, 4, 3, 2, 1, 0])
+    rep = report(sorted(records, key=lambda r: r.started_at))
+    fixes = {f["kind"]: f for f in rep["fixes"]}
+    assert fixes["stabilize_prefix"]["reach"]["text"] == "13 of 13 sessions, 13 requests edited"
+    assert fixes["ttl_1h"]["reach"]["text"] == "12 of 12 sessions, 12 requests edited"
+    assert [i["edited_requests"] for i in fixes["ttl_1h"]["instances"]] == [1] * 12
