@@ -50,6 +50,12 @@ def cache_mode(body: dict[str, Any], rules: ModelRules, provider: str, blocks: l
     return "implicit"
 
 
+def retention(body: dict[str, Any]) -> str | None:
+    """The cache retention the body asks for (`prompt_cache_retention`), or None."""
+    value = body.get("prompt_cache_retention")
+    return value if isinstance(value, str) and value else None
+
+
 def breakpoint_roles(rules: ModelRules) -> set[str]:
     """The roles of the messages GPT-5.6+ takes a breakpoint in (providers/openai.toml)."""
     return set(rules.get("managed_breakpoint_roles", ("user", "developer", "system", "tool")))
