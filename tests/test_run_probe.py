@@ -120,6 +120,18 @@ def test_dry_run_shows_the_four_requests_and_costs(cli):
     assert all(r["estimated_cost_usd"] > 0 for r in data["requests"])
 
 
+def test_dry_run_on_gpt_5_6_predicts_its_breakpoint_cache_not_a_prefix_cache(cli):
+    """GPT-5.6+ reads only at breakpoints, and its managed one sits after the question: the identical request
+    reads what the first wrote (at 1.25x input), a new question reads nothing (a prefix cache would read the
+    document)."""
+    res = cli("run-probe", NOTES, "--provider", "openai", "--model", "gpt-5.6-sol", "--dry-run", "--json")
+    rows = [r["predicted"] for r in json.loads(res.stdout)["requests"]]
+    reads = [r["cache_read_tokens"] for r in rows]
+    writes = [r["cache_write_tokens"] for r in rows]
+    assert writes[0] > 4000 and reads == [0, writes[0], 0, 0]
+    assert writes[2] > 4000 and writes[3] > 4000
+
+
 def test_local_probe_runs_the_same_sdk_path_on_the_bundled_engine(tmp_path, monkeypatch):
     """The README's main job: no key, the local engine in Anthropic emulation, four requests."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
