@@ -16,6 +16,9 @@ from kvprobe.catalog import ModelRules
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest
 
 MANAGED = "managed"
+# the value of the marker GPT-5.6+ reads on a content block (the prompt-caching guide's prompt cache breakpoints;
+# langchain4j OpenAiOfficialPromptCacheBreakpoint.MODE_EXPLICIT): what `fix`, `lint` and run-probe write
+BREAKPOINT_MARKER = {"mode": "explicit"}
 
 
 def marker_ttl(part: dict[str, Any], rules: ModelRules, provider: str) -> str | None:
