@@ -277,17 +277,20 @@ def load_platforms(directory: Path | None = None) -> dict[str, PlatformCatalog]:
     return _load_all(str(directory or providers_dir())).platforms
 
 
-def rules_for(provider: str, model: str | None, platform: str | None = None, mode: str | None = None
-              ) -> ModelRules:
+def rules_for(provider: str, model: str | None, platform: str | None = None, mode: str | None = None,
+              retention: str | None = None) -> ModelRules:
     """The rules for a model of a provider, served by `platform` (None: the provider's own API), for a request
     cached in `mode` (a request's `cache_mode`: where a provider has two modes, `mode_rules` says what
-    differs in each)."""
-    return _rules_for(str(providers_dir()), provider, model, platform, mode)
+    differs in each) that asks for the cache `retention` it names (a request's own setting, OpenAI's
+    `prompt_cache_retention`: one of the rules' `retention_seconds`, which its entries then live)."""
+    return _rules_for(str(providers_dir()), provider, model, platform, mode, retention)
 
 
 @lru_cache(maxsize=1024)
 def _rules_for(directory: str, provider: str, model: str | None, platform: str | None,
-               mode: str | None = None) -> ModelRules:
+               mode: str | None = None, retention: str | None = None) -> ModelRules:
+    if retention is not None:
+        return _retained(_rules_for(directory, provider, model, platform, mode), retention)
     if mode is not None:
         return _in_mode(_rules_for(directory, provider, model, platform), mode)
     catalog = _load_all(directory)
@@ -298,6 +301,23 @@ def _rules_for(directory: str, provider: str, model: str | None, platform: str |
     if cat is None:
         return ModelRules(provider, model, None, {}, platform, None, _first_party(provider, platform))
     return cat.for_model(model, platform, serving)
+
+
+def _retained(rules: ModelRules, asked: str) -> ModelRules:
+    """The rules with the retention a request asks for in force (its `default_retention`), where the rules'
+    table of retentions names it (spelled with `-` or `_`: SDKs send both `in_memory` and `in-memory`); any
+    other value leaves the rules as they are (the provider refuses it, or does not read it)."""
+    table = rules.rule("retention_seconds")
+    if table is None or not isinstance(table.value, dict):
+        return rules
+    wanted = asked.replace("-", "_")
+    name = next((k for k in table.value if str(k).replace("-", "_") == wanted), None)
+    if name is None or name == rules.get("default_retention"):
+        return rules
+    merged = dict(rules.rules)
+    merged["default_retention"] = Rule("default_retention", name, table.source, table.checked, (),
+                                       f"{table.scope} (the request asks for {name})")
+    return replace(rules, rules=merged)
 
 
 def _in_mode(rules: ModelRules, mode: str) -> ModelRules:

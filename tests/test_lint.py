@@ -217,7 +217,7 @@ def test_openai_explicit_mode_without_breakpoints_and_implicit_wording(cli, tmp_
                              {"role": "user", "content": "Hi"}]}
     _, data = lint_json(cli, write(tmp_path, "explicit.json", explicit))
     assert found(data) == {("KV103", "explicit.json", None, None, None)}
-    assert "prompt_cache_breakpoint" in data["findings"][0]["fix"]
+    assert '"prompt_cache_breakpoint": {"mode": "explicit"}' in data["findings"][0]["fix"]  # the API's shape
     implicit = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Date: 2026-11-30." + FILLER}]}
     _, data = lint_json(cli, write(tmp_path, "implicit.json", implicit))
     assert found(data) == {("KV101", "implicit.json", "messages[0]", 6, 16)}  # "Date: " is 6 characters

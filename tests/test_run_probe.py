@@ -120,6 +120,28 @@ def test_dry_run_shows_the_four_requests_and_costs(cli):
     assert all(r["estimated_cost_usd"] > 0 for r in data["requests"])
 
 
+def test_dry_run_on_gpt_5_6_predicts_its_breakpoint_cache_with_the_document_marked(cli):
+    """GPT-5.6+ reads only at breakpoints, and its managed one sits after the question: the probe marks the
+    document's end (`prompt_cache_breakpoint`), so the identical request reads all the first wrote, a new
+    question reads the document and writes only its own span, and a changed beginning reads nothing."""
+    res = cli("run-probe", NOTES, "--provider", "openai", "--model", "gpt-5.6-sol", "--dry-run", "--json")
+    data = json.loads(res.stdout)
+    rows = [r["predicted"] for r in data["requests"]]
+    reads = [r["cache_read_tokens"] for r in rows]
+    writes = [r["cache_write_tokens"] for r in rows]
+    document = data["prefix_tokens"]
+    assert document > 4000 and writes[0] > document
+    assert reads == [0, writes[0], document, 0]
+    # request 4 is request 3 with one letter changed at its start: it writes all that request 3 read or wrote
+    assert 0 < writes[2] < 100 and reads[2] + writes[2] == writes[3]
+
+
+def test_the_document_is_marked_only_where_the_model_reads_at_breakpoints():
+    marked = build_cases("text " * 10, "openai", "gpt-5.6-sol", "run1")[0].body["messages"][0]["content"]
+    assert marked[0]["prompt_cache_breakpoint"] == {"mode": "explicit"}
+    assert isinstance(build_cases("text " * 10, "openai", "gpt-5", "run1")[0].body["messages"][0]["content"], str)
+
+
 def test_local_probe_runs_the_same_sdk_path_on_the_bundled_engine(tmp_path, monkeypatch):
     """The README's main job: no key, the local engine in Anthropic emulation, four requests."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -52,10 +52,11 @@ class Skeleton:
 
 
     @property
-    def rules_key(self) -> tuple[str, str | None, str | None, str | None]:
+    def rules_key(self) -> tuple[str, str | None, str | None, str | None, str | None]:
         """What the rules that apply to it depend on: `catalog.rules_for(*sk.rules_key)`."""
+        req = self.request
         return self.provider, self.model, self.extra.get("platform"), \
-            self.request.cache_mode if self.request is not None else None
+            req.cache_mode if req is not None else None, req.retention if req is not None else None
 
 
 class PendingCounts(Protocol):

@@ -109,10 +109,9 @@ def _dry_run(document: Path, provider: str, model: str | None, json_out: bool) -
     rows = []
     for case, pred, cost in zip(cases, est.predicted, est.costs):
         body = case.body
-        prefix = body["system"][0]["text"] if "system" in body else body["messages"][0]["content"]
-        question = body["messages"][-1]["content"]
         rows.append({"case": case.name, "model": body["model"], "max_tokens": body["max_tokens"],
-                     "prefix_start": prefix.split("\n")[1], "question": question, "predicted": pred,
+                     "prefix_start": f"Document version: {case.version}", "question": case.question,
+                     "predicted": pred,
                      "estimated_cost_usd": None if cost is None else round(cost, 6)})
     if json_out:
         print_json({"provider": provider, "model": model, "prefix_tokens": est.prefix_tokens,

@@ -2,8 +2,9 @@
 
 Quirks:
 * One model request = one `event_msg` whose `payload.type == "token_count"`; its `info.last_token_usage`
-  is that request's usage: `input_tokens` includes `cached_input_tokens` (OpenAI semantics), and
-  `reasoning_output_tokens` is part of `output_tokens`. `info` is null on rate-limit-only updates (skipped).
+  is that request's usage: `input_tokens` includes `cached_input_tokens` (OpenAI semantics) and, from GPT-5.6
+  on (whose writes cost 1.25x input), `cache_write_input_tokens`; `reasoning_output_tokens` is part of
+  `output_tokens`. `info` is null on rate-limit-only updates (skipped).
 * Codex repeats a token_count event when only rate limits change: an event whose `total_token_usage`
   equals the previous one's is a duplicate.
 * The model comes from the latest `turn_context` (or `session_meta`); the session id from `session_meta`
@@ -67,7 +68,9 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
     count that is none (the line is then a counted skip)."""
     prefix = "last_token_usage."
     return {"input_tokens": first_count(last, "input_tokens", prefix=prefix),
-            "input_tokens_details": {"cached_tokens": first_count(last, "cached_input_tokens", prefix=prefix)},
+            "input_tokens_details": {"cached_tokens": first_count(last, "cached_input_tokens", prefix=prefix),
+                                     "cache_write_tokens": first_count(last, "cache_write_input_tokens",
+                                                                       prefix=prefix)},
             "output_tokens": first_count(last, "output_tokens", prefix=prefix),
             "output_tokens_details": {"reasoning_tokens": first_count(last, "reasoning_output_tokens", prefix=prefix)},
             "total_tokens": first_count(last, "total_tokens", prefix=prefix)}

@@ -1,16 +1,18 @@
 """Checks on one request by itself: volatile text in the cached prefix, breakpoint count and placement."""
 from __future__ import annotations
 
+import json
 from itertools import accumulate
 
 from kvprobe.lint.catalog import LintCatalog, volatile_spans
 from kvprobe.lint.model import Finding, Subject, make_finding
 from kvprobe.request.model import Block
+from kvprobe.request.openai_cache import BREAKPOINT_MARKER
 from kvprobe.sim.positions import lookback_positions
 
 # How each API marks a breakpoint, for the fix text.
 _MARKERS = {"anthropic_messages": 'cache_control {"type": "ephemeral"}'}
-_DEFAULT_MARKER = '"prompt_cache_breakpoint": true'
+_DEFAULT_MARKER = f'"prompt_cache_breakpoint": {json.dumps(BREAKPOINT_MARKER)}'
 
 
 def _is_template(block: Block) -> bool:

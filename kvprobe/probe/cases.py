@@ -10,13 +10,15 @@ change: request 4 differs from request 3 (whose prefix is now cached) in the ver
 """
 from __future__ import annotations
 
-import copy
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from kvprobe.catalog import rules_for
 from kvprobe.errors import InputError, not_a_file
+from kvprobe.request.openai_cache import BREAKPOINT_MARKER
 
 MAX_OUTPUT_TOKENS = 96
 SUMMARY_QUESTION = "Summarise the document above in one sentence."
@@ -28,6 +30,8 @@ CASE_NAMES = ("prepare", "confirm", "new_question", "changed_beginning")
 class ProbeCase:
     name: str
     body: dict[str, Any]
+    version: str  # the marker at the document's start ("A", "B")
+    question: str
 
 
 def read_document(path: Path) -> str:
@@ -56,17 +60,24 @@ def _anthropic(model: str, prefix: str, question: str) -> dict[str, Any]:
             "messages": [{"role": "user", "content": question}]}
 
 
-def _openai(model: str, prefix: str, question: str) -> dict[str, Any]:
-    # implicit prefix caching: the long document first, the question last
+def _openai(model: str, prefix: str, question: str, marked: bool = False) -> dict[str, Any]:
+    # prefix caching: the long document first, the question last; where the model reads only at breakpoints
+    # (GPT-5.6+, whose managed breakpoint sits after the question), the document's end marked as well
+    system: Any = [{"type": "text", "text": prefix, "prompt_cache_breakpoint": dict(BREAKPOINT_MARKER)}] \
+        if marked else prefix
     return {"model": model, "max_tokens": MAX_OUTPUT_TOKENS, "stream": True,
             "stream_options": {"include_usage": True},
-            "messages": [{"role": "system", "content": prefix}, {"role": "user", "content": question}]}
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
 
 
 def build_cases(document: str, provider: str, model: str, run_id: str) -> list[ProbeCase]:
-    make = _anthropic if provider in ("anthropic", "local") else _openai
-    prepare = make(model, _prefix(run_id, "A", document), SUMMARY_QUESTION)
-    return [ProbeCase("prepare", prepare),
-            ProbeCase("confirm", copy.deepcopy(prepare)),
-            ProbeCase("new_question", make(model, _prefix(run_id, "A", document), OTHER_QUESTION)),
-            ProbeCase("changed_beginning", make(model, _prefix(run_id, "B", document), OTHER_QUESTION))]
+    if provider in ("anthropic", "local"):
+        make = _anthropic
+    else:
+        marked = bool(rules_for(provider, model).get("breakpoint_caching", False))
+        make = partial(_openai, marked=marked)
+
+    def case(name: str, version: str, question: str) -> ProbeCase:
+        return ProbeCase(name, make(model, _prefix(run_id, version, document), question), version, question)
+    return [case("prepare", "A", SUMMARY_QUESTION), case("confirm", "A", SUMMARY_QUESTION),
+            case("new_question", "A", OTHER_QUESTION), case("changed_beginning", "B", OTHER_QUESTION)]

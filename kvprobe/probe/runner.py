@@ -17,7 +17,7 @@ from kvprobe.probe.cases import MAX_OUTPUT_TOKENS, ProbeCase, build_cases, new_r
 from kvprobe.probe.client import Outcome, run_anthropic, run_openai
 from kvprobe.probe.verdict import Verdict, judge, usage_of
 from kvprobe.request import render_request
-from kvprobe.sim import cache_for
+from kvprobe.sim import cache_for, cache_name
 from kvprobe.tokens import TokenCounter
 from kvprobe.trace import TraceRecord, write_trace
 from kvprobe.usage import Usage
@@ -79,7 +79,7 @@ def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
     sim_provider = "anthropic" if provider == "local" else provider
     rules = rules_for(sim_provider, model)
     counter = TokenCounter(rules)
-    cache = cache_for(sim_provider)
+    caches: dict[str, Any] = {}  # by the cache a request's mode uses (GPT-5.6+: breakpoints, not a prefix cache)
     predicted, costs, prefix = [], [], 0
     book = PriceBook()
     for i, case in enumerate(cases):
@@ -87,7 +87,10 @@ def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
                              sim_provider)
         counter.count_request(req)
         prefix = prefix or req.blocks[0].tokens
-        p = cache.process(req, rules, case.name, float(i), float(i) + 0.5)
+        name = cache_name(sim_provider, None, req.cache_mode)
+        cache = caches.get(name) or caches.setdefault(name, cache_for(sim_provider, req.cache_mode))
+        p = cache.process(req, rules_for(sim_provider, model, None, req.cache_mode, req.retention), case.name,
+                          float(i), float(i) + 0.5)
         predicted.append(p.as_dict())
         usage = Usage(p.input_tokens, p.cache_read_tokens, p.cache_write_5m_tokens, p.cache_write_1h_tokens,
                       MAX_OUTPUT_TOKENS)  # the most a probe request can produce

@@ -96,6 +96,9 @@ class RenderedRequest:
     # interned when that request was, so a block store need not look them up again
     shared_prefix: int = field(default=0, compare=False)
     managed_breakpoint: int | None = None  # GPT-5.6+ implicit mode: the breakpoint OpenAI places itself
+    # the cache retention the request asks for (OpenAI's `prompt_cache_retention`: `in_memory`, `24h`), which
+    # selects the rules it is simulated under (`catalog.rules_for`); None: the provider's default
+    retention: str | None = None
 
     def __post_init__(self) -> None:
         if self.breakpoints is None:

@@ -16,6 +16,9 @@ from kvprobe.catalog import ModelRules
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest
 
 MANAGED = "managed"
+# the value of the marker GPT-5.6+ reads on a content block (the prompt-caching guide's prompt cache breakpoints;
+# langchain4j OpenAiOfficialPromptCacheBreakpoint.MODE_EXPLICIT): what `fix`, `lint` and run-probe write
+BREAKPOINT_MARKER = {"mode": "explicit"}
 
 
 def marker_ttl(part: dict[str, Any], rules: ModelRules, provider: str) -> str | None:
@@ -48,6 +51,12 @@ def cache_mode(body: dict[str, Any], rules: ModelRules, provider: str, blocks: l
     if any(b.breakpoint for b in blocks):
         return "breakpoints"  # only set where the provider reads markers (marker_ttl)
     return "implicit"
+
+
+def retention(body: dict[str, Any]) -> str | None:
+    """The cache retention the body asks for (`prompt_cache_retention`), or None."""
+    value = body.get("prompt_cache_retention")
+    return value if isinstance(value, str) and value else None
 
 
 def breakpoint_roles(rules: ModelRules) -> set[str]:

@@ -11,7 +11,7 @@ from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
-from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed
+from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed, retention
 
 _TEXT_KEY = {"text": "text", "input_text": "text", "refusal": "refusal"}
 
@@ -71,5 +71,5 @@ def render_openai_chat(body: dict[str, Any], rules: ModelRules, provider: str = 
     params = openai_params(body, rules, headers)
     chain_hashes(blocks, params)
     req = RenderedRequest(provider, "openai_chat", body.get("model"), blocks, params,
-                          cache_mode=cache_mode(body, rules, provider, blocks))
+                          cache_mode=cache_mode(body, rules, provider, blocks), retention=retention(body))
     return place_managed(req, rules)

@@ -84,7 +84,7 @@ class CacheEmulator:
 
     def rules(self, request: RenderedRequest, api: str) -> ModelRules:
         spec = self.spec_for(api, request.provider)
-        return rules_for(spec.provider, spec.model or request.model, None, request.cache_mode)
+        return rules_for(spec.provider, spec.model or request.model, None, request.cache_mode, request.retention)
 
     def admit(self, request: RenderedRequest, api: str, request_id: str, start: float) -> Prediction:
         """Usage for a request starting at `start` (block token counts must be set). What it writes stays

@@ -83,11 +83,14 @@ class PrefixCache:
             path = req.blocks[matched_block].path  # type: ignore[index]  # something matched: a block did
             pred.evidence.append(below_minimum(path, matched_block, matched, minimum))
         pred.fresh_input_tokens = cum[-1] - pred.cache_read_tokens
-        keep = retention_seconds(rules)
+        keep = retention_seconds(rules)  # the retention this request asks for, where it asks (catalog.rules_for)
         for block in req.blocks:
             old = self.entries.get(block.cache_key)
-            readable = min(old.readable_at, readable_at) if old and start < old.expires_at else readable_at
-            self.entries[block.cache_key] = PrefixEntry(start + keep, readable, request_id)
+            if old is not None and start < old.expires_at:  # a live entry: a shorter retention does not cut it
+                self.entries[block.cache_key] = PrefixEntry(max(old.expires_at, start + keep),
+                                                            min(old.readable_at, readable_at), request_id)
+            else:
+                self.entries[block.cache_key] = PrefixEntry(start + keep, readable_at, request_id)
         return pred
 
     def _longest_live(self, req: RenderedRequest, start: float, pred: Prediction) -> int | None:

@@ -13,7 +13,7 @@ import bisect
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
-from kvprobe.request.openai_cache import breakpoint_roles, takes_breakpoint
+from kvprobe.request.openai_cache import BREAKPOINT_MARKER, breakpoint_roles, takes_breakpoint
 from kvprobe.request.paths import part_at
 from kvprobe.sim import OPENAI_MODES
 from kvprobe.sim.positions import cumulative_tokens
@@ -22,9 +22,6 @@ from kvprobe.whatif.edits import copy_record, mark_breakpoint
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
 from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
-
-OPENAI_MARKER = {"mode": "explicit"}
-
 
 def _end_of(r: RequestResult) -> int | None:
     """The block that ends the prefix this request shares with an earlier one: the simulator's own answer
@@ -90,7 +87,7 @@ class _Marks:
             part = part_at(new.request, path, writable=True)
             if not isinstance(part, dict):  # a block no marker goes on (a string `instructions`)
                 return None
-            part["prompt_cache_breakpoint"] = dict(OPENAI_MARKER)
+            part["prompt_cache_breakpoint"] = dict(BREAKPOINT_MARKER)
             return new
         return map_records(records, set(self.paths), edit)
 
