@@ -305,4 +305,6 @@ def test_the_lifetimes_reach_is_the_requests_it_edits_not_those_only_its_move_ed
     fixes = {f["kind"]: f for f in rep["fixes"]}
     assert fixes["stabilize_prefix"]["reach"]["text"] == "13 of 13 sessions, 13 requests edited"
     assert fixes["ttl_1h"]["reach"]["text"] == "12 of 12 sessions, 12 requests edited"
+    # the cause it removes, the shared prefix written anew, is in each of the fleet's 12 (its rewrote_sessions)
+    assert fixes["ttl_1h"]["reach"]["sessions_with_cause"] == 12 == rep["fleet"][0]["rewrote_sessions"]
     assert [i["edited_requests"] for i in fixes["ttl_1h"]["instances"]] == [1] * 12
