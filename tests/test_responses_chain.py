@@ -95,3 +95,11 @@ def test_a_conversation_across_the_cut_of_a_two_core_parse_equals_one_pass(cli, 
     assert json.loads(two.output) == json.loads(one.output)
     reads = {r["id"]: r["cache_read_tokens"] for r in json.loads(two.output)["requests"]}
     assert (reads["r2"], reads["r3"]) == (2_048, 2_048)
+
+
+def test_diff_of_two_chained_records_compares_their_conversations(cli, tmp_path):
+    """r3 continues r2's conversation (r2's items, its answer, a new question): B extends A, nothing of A
+    changed, where the items each sent alone differ from the first one on."""
+    trace = _write(tmp_path / "t.jsonl", CHAIN)
+    data = json.loads(cli("diff", f"{trace}#r2", f"{trace}#r3", "--json").output)
+    assert data["first_change"] is None and data["extends"] is True
