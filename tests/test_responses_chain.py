@@ -103,3 +103,13 @@ def test_diff_of_two_chained_records_compares_their_conversations(cli, tmp_path)
     trace = _write(tmp_path / "t.jsonl", CHAIN)
     data = json.loads(cli("diff", f"{trace}#r2", f"{trace}#r3", "--json").output)
     assert data["first_change"] is None and data["extends"] is True
+
+
+def test_a_conversation_object_prepends_its_items_so_far():
+    """The same two turns through a conversation object (`conversation`: an id, then {"id": ...}) instead of
+    previous_response_id: the second is priced on 100 + 2,000 + 50 + 10 = 2,160 tokens and reads 2,048."""
+    rows = [turn("c1", T0, DOCUMENT, None, [100, 2_000]), turn("c2", T0 + 60, "What grew?", None, [100, 2_000, 50, 10])]
+    rows[0]["request"]["conversation"] = "conv_1"
+    rows[1]["request"]["conversation"] = {"id": "conv_1"}
+    results = build_report([], records=records(rows), top=0).results
+    assert [(r.usage.input_tokens, r.usage.cache_read_tokens) for r in results] == [(2_100, 0), (2_160, 2_048)]

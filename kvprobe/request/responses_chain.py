@@ -1,8 +1,9 @@
 """Stateful OpenAI Responses requests: `previous_response_id` has the API put a stored response's input and
-output before the request's own input, so the prompt the model sees (and the cache keys) is that whole
+output before the request's own input, and `conversation` the items of a conversation object (every earlier
+request's input and output in it), so the prompt the model sees (and the cache keys) is that whole
 conversation, not the few items the client sent. Instructions are the request's own (the API does not carry
 them over). `serve` does the same for the agents it answers; this is the trace side, where the earlier
-request and its response are records of the same trace.
+requests and their responses are records of the same trace.
 """
 from __future__ import annotations
 
@@ -22,35 +23,52 @@ def input_items(value: Any) -> list[Any] | None:
 
 
 class ResponseChain:
-    """The conversations behind the responses of a trace read in order, by response id."""
+    """The conversations behind the responses of a trace read in order: by response id, and by conversation
+    object."""
 
     def __init__(self, kept: int = KEPT) -> None:
         self.kept = kept
-        self._conversations: OrderedDict[str, list[Any]] = OrderedDict()
-        self.unresolved = 0  # requests whose previous response is not among those read (rendered as sent)
+        self._conversations: OrderedDict[Any, list[Any]] = OrderedDict()  # by response id, and by
+        # ("conversation", id) for a conversation object's items so far
+        self.unresolved = 0  # requests whose earlier state is not among those read (rendered as sent)
 
     def effective(self, body: Any, response: Any) -> tuple[Any, int]:
         """The body the model saw, and how many of its leading input items the API carried over: with the
-        conversation of its `previous_response_id` before its input when that response is in the trace (else
-        as sent: the history it names is unknown here). Its own conversation is remembered under its
-        response's id."""
+        conversation of its `previous_response_id` (or its `conversation` object's items) before its input
+        when the trace holds them (else as sent: the history it names is unknown here). Its own conversation
+        is remembered under its response's id and added to its conversation object."""
         if not isinstance(body, dict) or ("input" not in body and "previous_response_id" not in body):
             return body, 0
         items = input_items(body.get("input", []))
-        previous = body.get("previous_response_id")
-        earlier = self._conversations.get(previous) if isinstance(previous, str) else None
+        previous, conversation = body.get("previous_response_id"), _conversation_id(body)
+        state = previous if isinstance(previous, str) else conversation
+        earlier = self._conversations.get(state) if state is not None else None
         carried = 0
         if items is not None and earlier is not None:
             items, carried = [*earlier, *items], len(earlier)
             body = {**body, "input": items}
-        elif isinstance(previous, str):
+        elif state is not None:
             self.unresolved += 1
-        rid = response.get("id") if isinstance(response, dict) else None
         output = response.get("output") if isinstance(response, dict) else None
+        if items is None or not isinstance(output, list):
+            return body, carried
+        if conversation is not None:  # the conversation object holds this exchange from now on
+            self._remember(conversation, [*items, *output])
+        rid = response.get("id") if isinstance(response, dict) else None
         # (a response made with `store: false`, as Codex sends, cannot be named by a later request)
-        if isinstance(rid, str) and isinstance(output, list) and items is not None and body.get("store") is not False:
-            self._conversations[rid] = [*items, *output]
-            self._conversations.move_to_end(rid)
-            if len(self._conversations) > self.kept:
-                self._conversations.popitem(last=False)
+        if isinstance(rid, str) and body.get("store") is not False:
+            self._remember(rid, [*items, *output])
         return body, carried
+
+    def _remember(self, key: str | tuple[str, str], conversation: list[Any]) -> None:
+        self._conversations[key] = conversation
+        self._conversations.move_to_end(key)
+        if len(self._conversations) > self.kept:
+            self._conversations.popitem(last=False)
+
+
+def _conversation_id(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The conversation object a request adds to (`conversation`: its id, or {"id": ...}), as a chain key."""
+    value = body.get("conversation")
+    cid = value.get("id") if isinstance(value, dict) else value
+    return ("conversation", cid) if isinstance(cid, str) and cid else None
