@@ -129,16 +129,16 @@ class _Lifetime:
 
 
 class _Retention:
-    """Every request of the streams asks for the retention (`prompt_cache_retention`: a prefix cache's entries
-    live as long as the request that wrote or read them last asked)."""
+    """These requests ask for the retention (`prompt_cache_retention`: a prefix cache's entries live as long as
+    the request that wrote or read them last asked)."""
 
-    def __init__(self, name: str, streams: set[tuple[str, str]]) -> None:
-        self.name, self.streams = name, streams
+    def __init__(self, name: str, ids: set[str]) -> None:
+        self.name, self.ids = name, ids
 
     def reshape(self, sks: Skeletons) -> Skeletons:
         def edit(sk: Skeleton) -> Skeleton | None:
             req = sk.request
-            if (sk.session, sk.agent) not in self.streams or req.retention == self.name:
+            if origin(sk.id) not in self.ids or req.retention == self.name:
                 return None
             new = with_blocks(req, req.blocks)
             new.retention = self.name
@@ -147,11 +147,18 @@ class _Retention:
 
     def rewrite(self, records: Records) -> Records:
         def edit(rec: TraceRecord) -> TraceRecord | None:
-            if (rec.session or "-", rec.agent or "main") not in self.streams or rec.request.get(RETENTION_FIELD) \
-                    == self.name:
+            if rec.request.get(RETENTION_FIELD) == self.name:
                 return None
             return copy_record(rec, request={**rec.request, RETENTION_FIELD: self.name})
-        return map_records(records, None, edit)
+        return map_records(records, self.ids, edit)
+
+
+def _asking(ev: Evidence, streams: set[tuple[str, str]], mode: str, retention: str) -> set[str]:
+    """The requests of these streams that can ask for the retention: in a prefix cache whose rules offer it (a
+    stream may also hold another provider's requests, whose API would refuse the field)."""
+    return {r.sk.id for r in ev.results if (r.sk.session, r.sk.agent) in streams and r.sk.request is not None
+            and r.sk.request.cache_mode == mode
+            and (longer_lifetime(r.rules) or {}).get("retention") == retention}
 
 
 # the cache mode a longer lifetime applies to, the knob's key that says how, and the policy's key
@@ -177,7 +184,8 @@ def propose_longer_lifetime(ev: Evidence) -> list[Policy]:
         detail = (f"use {knob['setting']} for {plural(len(streams), 'agent stream')} with pauses of up to "
                   f"{longest:,.0f}s (entries then live {float(knob['seconds']):,.0f}s; writes cost "
                   f"{knob.get('write_multiplier', '?')}x input)")
-        edit = _Lifetime(str(knob[how]), streams) if how == "ttl" else _Retention(str(knob[how]), streams)
+        edit = _Lifetime(str(knob[how]), streams) if how == "ttl" else \
+            _Retention(str(knob[how]), _asking(ev, streams, mode, str(knob[how])))
         out.append(Policy("ttl_1h", key, detail, [c.sk.id for _, c in lasting], {s for s, _ in streams},
                           edit.reshape, edit.rewrite, cause_sessions=len({c.sk.session for _, c in found}),
                           extra={"setting": knob["setting"]}))
