@@ -47,9 +47,10 @@ def _from_record(record: TraceRecord, label: str) -> LoadedRequest:
 def _from_jsonl(path: Path, wanted: str | None) -> LoadedRequest:
     chain = ResponseChain()  # a request chained on an earlier one's response: the conversation the model saw
     for record in read_trace(path, check_duplicates=False):
-        body, carried = chain.effective(record.request, record.response)
+        body = chain.effective(record.request, record.response)
         if wanted is None or record.id == wanted:
-            return _from_record(replace(record, request=body) if carried else record, f"{path}#{record.id}")
+            return _from_record(replace(record, request=body) if body is not record.request else record,
+                                f"{path}#{record.id}")
     if wanted is None:
         raise InputError("the trace holds no records", file=str(path))
     raise InputError(f"no record with id {wanted!r}", file=str(path), field="id")

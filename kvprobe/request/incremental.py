@@ -82,7 +82,7 @@ class StreamRenderer:
     def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
                stream: Hashable = None, headers: dict[str, str] | None = None,
                platform: str | None = None) -> RenderedRequest:
-        body, carried = self.chain.effective(body, response)  # a `previous_response_id`'s conversation first
+        body = self.chain.effective(body, response)  # a `previous_response_id`'s conversation first
         prev = self._previous.get(stream)
         betas = betas_of(headers)
         if platform is None and isinstance(body, dict):
@@ -91,7 +91,6 @@ class StreamRenderer:
         req, known = self._extend(prev, body, provider) if same and prev is not None else (None, None)
         if req is None:
             req, known = render_request(body, provider, endpoint, response, headers, platform), None
-        req.carried_items = carried
         self._previous.pop(stream, None)
         if req.api == "anthropic_messages" and req.provider in ("anthropic", "local") \
                 and isinstance(body.get("messages"), list):

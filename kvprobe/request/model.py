@@ -99,15 +99,6 @@ class RenderedRequest:
     # the cache retention the request asks for (OpenAI's `prompt_cache_retention`: `in_memory`, `24h`), which
     # selects the rules it is simulated under (`catalog.rules_for`); None: the provider's default
     retention: str | None = None
-    # leading `input` items the API carried over from a `previous_response_id` (request.responses_chain):
-    # history the client did not send with this request, so no edit of this request can place a marker there
-    carried_items: int = 0
-
-    def sent(self, block: Block) -> bool:
-        """Whether the client sent this block with the request (not carried over by the API)."""
-        if not self.carried_items or not block.path.startswith("input["):
-            return True
-        return int(block.path[6:block.path.index("]")]) >= self.carried_items
 
     def __post_init__(self) -> None:
         if self.breakpoints is None:

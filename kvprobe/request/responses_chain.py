@@ -32,33 +32,32 @@ class ResponseChain:
         # ("conversation", id) for a conversation object's items so far
         self.unresolved = 0  # requests whose earlier state is not among those read (rendered as sent)
 
-    def effective(self, body: Any, response: Any) -> tuple[Any, int]:
-        """The body the model saw, and how many of its leading input items the API carried over: with the
-        conversation of its `previous_response_id` (or its `conversation` object's items) before its input
-        when the trace holds them (else as sent: the history it names is unknown here). Its own conversation
-        is remembered under its response's id and added to its conversation object."""
+    def effective(self, body: Any, response: Any) -> Any:
+        """The body the model saw: with the conversation of its `previous_response_id` (or its `conversation`
+        object's items) before its input when the trace holds them (else as sent: the history it names is
+        unknown here). Its own conversation is remembered under its response's id and added to its
+        conversation object."""
         if not isinstance(body, dict) or ("input" not in body and "previous_response_id" not in body):
-            return body, 0
+            return body
         items = input_items(body.get("input", []))
         previous, conversation = body.get("previous_response_id"), _conversation_id(body)
         state = previous if isinstance(previous, str) else conversation
         earlier = self._conversations.get(state) if state is not None else None
-        carried = 0
         if items is not None and earlier is not None:
-            items, carried = [*earlier, *items], len(earlier)
+            items = [*earlier, *items]
             body = {**body, "input": items}
         elif state is not None:
             self.unresolved += 1
         output = response.get("output") if isinstance(response, dict) else None
         if items is None or not isinstance(output, list):
-            return body, carried
+            return body
         if conversation is not None:  # the conversation object holds this exchange from now on
             self._remember(conversation, [*items, *output])
         rid = response.get("id") if isinstance(response, dict) else None
         # (a response made with `store: false`, as Codex sends, cannot be named by a later request)
         if isinstance(rid, str) and body.get("store") is not False:
             self._remember(rid, [*items, *output])
-        return body, carried
+        return body
 
     def _remember(self, key: str | tuple[str, str], conversation: list[Any]) -> None:
         self._conversations[key] = conversation

@@ -40,11 +40,9 @@ def _end_of(r: RequestResult) -> int | None:
 def _takes_mark(r: RequestResult, i: int) -> bool:
     """Whether the marker this request's cache reads can go on its block i: cache_control on any block;
     GPT-5.6+'s `prompt_cache_breakpoint` only where it takes a breakpoint (not on a Responses `instructions`
-    string: a mark priced there could not be written), and never on history the API carried over."""
+    string: a mark priced there could not be written)."""
     req = r.sk.request
     assert req is not None
-    if not req.sent(req.blocks[i]):  # history a previous_response_id carried: the client cannot mark it
-        return False
     return req.cache_mode not in OPENAI_MODES or takes_breakpoint(req.blocks[i], breakpoint_roles(r.rules))
 
 
@@ -59,11 +57,9 @@ class _Marks:
         self.openai: set[str] = set()
 
     def _index(self, sk: Skeleton) -> int | None:
-        """Where this request carries the block to mark, when the client sent it (not carried over)."""
-        req = sk.request
-        for i, b in enumerate(req.blocks):  # type: ignore[union-attr]
+        for i, b in enumerate(sk.request.blocks):  # type: ignore[union-attr]
             if b.content_hash in self.ends:
-                return i if req.sent(b) else None  # type: ignore[union-attr]
+                return i
         return None
 
     def reshape(self, sks: Skeletons) -> Skeletons:
