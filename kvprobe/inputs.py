@@ -1,7 +1,7 @@
 """Load what a user names on the command line: a request body, a trace record, or `file.jsonl#ID`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +9,7 @@ import orjson
 
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request import RenderedRequest, render_request
+from kvprobe.request.responses_chain import ResponseChain
 from kvprobe.trace import TraceRecord, read_trace
 from kvprobe.trace.reader import record_from_json
 from kvprobe.trace.validate import model_problem
@@ -44,9 +45,12 @@ def _from_record(record: TraceRecord, label: str) -> LoadedRequest:
 
 
 def _from_jsonl(path: Path, wanted: str | None) -> LoadedRequest:
+    chain = ResponseChain()  # a request chained on an earlier one's response: the conversation the model saw
     for record in read_trace(path, check_duplicates=False):
+        body = chain.effective(record.request, record.response)
         if wanted is None or record.id == wanted:
-            return _from_record(record, f"{path}#{record.id}")
+            return _from_record(replace(record, request=body) if body is not record.request else record,
+                                f"{path}#{record.id}")
     if wanted is None:
         raise InputError("the trace holds no records", file=str(path))
     raise InputError(f"no record with id {wanted!r}", file=str(path), field="id")

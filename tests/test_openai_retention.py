@@ -9,6 +9,8 @@ arithmetic on the rules: gpt-5 reads the matched prefix rounded down to 128 toke
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvprobe.report import build_report
@@ -77,3 +79,53 @@ def test_a_request_that_asked_for_a_day_is_not_told_to_ask_for_it():
     said = advice("24h", 90_000)
     assert "prompt_cache_retention" not in said
     assert said  # something is said: a keep-alive, or that nothing pays for a pause this long
+
+
+def _trace(tmp_path, retention: str | None, gaps=(0, 1_200, 2_400)) -> str:
+    path = tmp_path / "t.jsonl"
+    rows = []
+    for k, at in enumerate(gaps):
+        rec = record(f"r{k}", at, retention)
+        rows.append({"id": rec.id, "session": rec.session, "provider": "openai", "endpoint": rec.endpoint,
+                     "started_at": 1_764_583_200 + at, "request": rec.request, "block_tokens": SIZES})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_the_what_if_prices_a_day_of_retention_for_pauses_past_in_memory(cli, tmp_path):
+    """r1 and r2 come 20 minutes after the request before: in memory, both rebuild; asking for a day, both read
+    1,920 tokens at 0.1x instead of fresh (gpt-5 writes are free): 2 x 1,920 x 0.9 = 3,456 input equivalents.
+    `fix` writes the setting into every request, and the report of its output reproduces the saving."""
+    trace = _trace(tmp_path, None)
+    data = json.loads(cli("report", trace, "--json").stdout)
+    [fix] = data["fixes"]
+    assert (fix["kind"], fix["key"], fix["requests"]) == ("ttl_1h", "retention", ["r1", "r2"])
+    assert fix["saving_input_equivalent_tokens"] == 3_456.0
+    fixed = tmp_path / "fixed.jsonl"
+    assert cli("fix", trace, "-o", str(fixed)).exit_code == 0
+    written = [json.loads(line)["request"] for line in fixed.read_text().splitlines()]
+    assert [body["prompt_cache_retention"] for body in written] == ["24h", "24h", "24h"]
+    after = json.loads(cli("report", str(fixed), "--json").stdout)["totals"]["input_equivalent_tokens"]
+    assert data["totals"]["input_equivalent_tokens"] - after == 3_456.0
+
+
+def test_no_retention_is_proposed_to_requests_that_already_ask_for_a_day(cli, tmp_path):
+    """A day already asked for: the 20-minute pause is no miss; the 24h40m one outlasts a day, and only a ping
+    within the day (a read of 1,920 at 0.1x) is proposed for it, not the setting the requests already send."""
+    data = json.loads(cli("report", _trace(tmp_path, "24h", gaps=(0, 1_200, 90_000)), "--json").stdout)
+    assert [(f["kind"], f["requests"]) for f in data["fixes"]] == [("keep_alive", ["r2"])]
+
+
+def test_the_retention_is_written_only_where_the_api_takes_it(cli, tmp_path):
+    """A Claude call in the same session and agent (between r1 and r2) is left as it was: Anthropic's API
+    refuses fields it does not know."""
+    trace = tmp_path / "mixed.jsonl"
+    rows = [json.loads(line) for line in open(_trace(tmp_path, None))]
+    claude = {"id": "c1", "session": "agent", "provider": "anthropic", "endpoint": "/v1/messages",
+              "started_at": 1_764_583_200 + 1_800, "block_tokens": [10],
+              "request": {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}}
+    trace.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:2], claude, rows[2]]))
+    fixed = tmp_path / "fixed.jsonl"
+    assert cli("fix", str(trace), "-o", str(fixed), "--kind", "ttl_1h").exit_code == 0
+    written = {r["id"]: r["request"] for r in map(json.loads, fixed.read_text().splitlines())}
+    assert [written[i].get("prompt_cache_retention") for i in ("r0", "r1", "c1", "r2")] == ["24h", "24h", None, "24h"]

@@ -206,9 +206,10 @@ def ttls(sk) -> list[str]:
 
 def test_ttl_1h_for_the_breakpoint_streams_whose_pauses_an_hour_outlasts():
     """a (900 s), b (2,500 s), c (420 s) are Claude streams with 5m entries: 1h entries (3,600 s) outlast each
-    pause. gpt-5's pause (o) has no breakpoint to give a ttl: not counted, not edited."""
+    pause. gpt-5's pause (o) has no breakpoint to give a ttl: not counted, not edited by this policy (its own
+    is the retention, below)."""
     pricer, ev = evidence(FOUR_PAUSES)
-    [policy] = timing.propose_longer_lifetime(ev)
+    [policy] = [p for p in timing.propose_longer_lifetime(ev) if p.key == "lifetime"]
     assert (policy.kind, policy.key, policy.requests, policy.sessions, policy.cause_sessions, policy.extra) == (
         "ttl_1h", "lifetime", ["a1", "b1", "c1"], {"a", "b", "c"}, 3, {"setting": SETTING})
     assert policy.detail == (f"use {SETTING} for 3 agent streams with pauses of up to 2,500s (entries then live "
@@ -261,8 +262,31 @@ def test_ttl_1h_edits_only_the_streams_it_covers_and_requests_not_yet_at_1h():
         "f1": (["5m"], True)}
 
 
-def test_ttl_1h_not_proposed_without_a_breakpoint_cache():
-    _, ev = evidence(gpt_pause(700))  # gpt-5's longer retention has no breakpoint ttl to set
+RETENTION = '"prompt_cache_retention": "24h" (extended prompt cache retention)'  # providers/openai.toml
+
+
+def test_a_prefix_cache_is_given_the_retention_its_provider_offers():
+    """gpt-5's pause (o, 700 s) outlasts in-memory retention (600 s) and not a day's: every request of the
+    stream asks for 24h (in the skeletons the simulation prices, and in the records `fix` writes); the Claude
+    streams are another policy's."""
+    pricer, ev = evidence(FOUR_PAUSES)
+    [policy] = [p for p in timing.propose_longer_lifetime(ev) if p.key == "retention"]
+    assert (policy.kind, policy.requests, policy.sessions, policy.cause_sessions, policy.extra) == (
+        "ttl_1h", ["o1"], {"o"}, 1, {"setting": RETENTION})
+    assert policy.detail == (f"use {RETENTION} for 1 agent stream with pauses of up to 700s (entries then live "
+                             "86,400s; writes cost 1.0x input)")
+    out = policy.reshape(pricer.base_sks)
+    assert sorted(sk.id for sk in out if sk.request.retention == "24h") == ["o0", "o1"]
+    assert all(a is b for a, b in zip(out, pricer.base_sks) if a.session != "o")
+    written = policy.rewrite(sorted(FOUR_PAUSES, key=lambda r: r.started_at))
+    assert sorted(r.id for r in written if (r.request or {}).get("prompt_cache_retention") == "24h") == ["o0", "o1"]
+    assert all("prompt_cache_retention" not in r.request for r in FOUR_PAUSES)  # the input untouched
+
+
+@pytest.mark.parametrize("records", [gpt_pause(86_400), mistral_pause(700, 2_000)])
+def test_no_longer_retention_past_a_day_nor_where_the_provider_has_none(records):
+    """A pause of exactly a day outlasts 24h retention (gone at its lifetime); Mistral offers no setting."""
+    _, ev = evidence(records)
     assert timing.propose_longer_lifetime(ev) == []
 
 

@@ -17,6 +17,7 @@ from kvprobe.errors import InputError
 from kvprobe.request import RenderedRequest
 from kvprobe.request.incremental import StreamRenderer
 from kvprobe.request.model import Block
+from kvprobe.request.responses_chain import ResponseChain
 from kvprobe.sim.gemini_explicit import parse_ttl
 from kvprobe.tokens import TokenCounter, count_block_text, pooled_counter
 from kvprobe.trace import TraceRecord
@@ -185,10 +186,13 @@ def _name(value: str | None) -> str | None:
     return intern(value) if type(value) is str else value
 
 
-def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True) -> Iterator[Skeleton]:
-    """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if)."""
+def skeletons(records: Iterable[TraceRecord], store: BlockStore, use_observed: bool = True,
+              chain: ResponseChain | None = None) -> Iterator[Skeleton]:
+    """Skeletons in input order. use_observed=False simulates as if no usage had been logged (what-if).
+    chain: the stateful Responses conversations of the records before these (a parse of a file's second part)."""
     last_start = 0.0
-    renderer = StreamRenderer(share=True)  # each request's repeated history is not rendered (nor kept) twice
+    # each request's repeated history is not rendered (nor kept) twice
+    renderer = StreamRenderer(share=True, chain=chain)
     for order, rec in enumerate(records):
         start = rec.started_at if rec.started_at is not None else last_start + READABLE_EPSILON
         last_start = start

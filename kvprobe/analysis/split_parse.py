@@ -26,8 +26,9 @@ from pathlib import Path
 
 from kvprobe.analysis.helper import Helper, min_split_bytes, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
-from kvprobe.analysis.split_piece import Piece, leading_flags
+from kvprobe.analysis.split_piece import Piece, leading_flags, parse_range
 from kvprobe.errors import InputError
+from kvprobe.request.responses_chain import ResponseChain
 from kvprobe.tokens import count_block_text, count_elsewhere
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
@@ -68,13 +69,16 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     joined = _Joiner(store, stats_out, multi=len(paths) > 1)
     try:
         for path in paths:
-            cut = cuts[path]
-            joined.add(_read_here(path, cut, store, progress, helper, None))
+            cut, chain = cuts[path], ResponseChain()
+            joined.add(_read_here(path, cut, store, progress, helper, None, chain))
             if cut is not None and while_waiting is not None and len(paths) == 1:
                 while_waiting(joined.skeletons)  # read, not kept: the list grows on
             if cut is not None:
                 assert helper is not None
-                joined.add(helper.result(str(path), progress))  # its error, if any, is raised here
+                piece = helper.result(str(path), progress)
+                if piece.unresolved:  # a stateful conversation crosses the cut: read on from this part's end
+                    piece = parse_range(path, cut, path.stat().st_size, store, chain)
+                joined.add(piece)  # its error, if any, is raised here
         return joined.skeletons, None
     finally:
         if helper is not None:
@@ -181,7 +185,7 @@ def _cut(path: Path, share: float = 0.5) -> int | None:
 
 
 def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callable[[int], None] | None,
-               helper: Helper | None, kept: list[TraceRecord] | None) -> Piece:
+               helper: Helper | None, kept: list[TraceRecord] | None, chain: ResponseChain | None = None) -> Piece:
     """The first half (or the whole of a small file) in this process; its errors are raised at once, being
     the first in file order."""
     stats = ReadStats()
@@ -190,7 +194,7 @@ def _read_here(path: Path, cut: int | None, store: BlockStore, progress: Callabl
         records = _keeping(records, kept)
     piece = Piece(path, [], stats)
     last = 0
-    for sk in skeletons(leading_flags(records, piece.leading), store):
+    for sk in skeletons(leading_flags(records, piece.leading), store, chain=chain):
         piece.skeletons.append(sk)
         if progress is not None:
             progress(stats.bytes_read - last)

@@ -90,7 +90,8 @@ def plan(rules: ModelRules, cached_tokens: int, pause_s: float, tail_tokens: int
 def longer_lifetime(rules: ModelRules) -> dict[str, Any] | None:
     """The provider's own setting for a longer-lived entry (`longer_lifetime` in providers/), if any:
     {"setting": text to show, "seconds": its lifetime, "write_multiplier": its write price, and for a
-    breakpoint cache "ttl": the value a breakpoint's ttl takes}."""
+    breakpoint cache "ttl": the value a breakpoint's ttl takes, for a prefix cache "retention": the retention a
+    request asks for}."""
     value = rules.get("longer_lifetime")
     return value if isinstance(value, dict) and value.get("setting") else None
 

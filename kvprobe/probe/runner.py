@@ -88,7 +88,9 @@ def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
         counter.count_request(req)
         prefix = prefix or req.blocks[0].tokens
         name = cache_name(sim_provider, None, req.cache_mode)
-        cache = caches.get(name) or caches.setdefault(name, cache_for(sim_provider, req.cache_mode))
+        if name not in caches:
+            caches[name] = cache_for(sim_provider, req.cache_mode)
+        cache = caches[name]
         p = cache.process(req, rules_for(sim_provider, model, None, req.cache_mode, req.retention), case.name,
                           float(i), float(i) + 0.5)
         predicted.append(p.as_dict())

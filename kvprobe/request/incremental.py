@@ -19,6 +19,7 @@ from kvprobe.catalog import rules_for
 from kvprobe.request import betas_of, infer_platform, render_request
 from kvprobe.request.anthropic import extend_anthropic
 from kvprobe.request.model import RenderedRequest
+from kvprobe.request.responses_chain import ResponseChain
 
 
 @dataclass(slots=True)
@@ -70,15 +71,18 @@ class StreamRenderer:
     otherwise stay in memory to the end of a long trace); an older one is rendered whole when it resumes.
     """
 
-    def __init__(self, share: bool = False, streams: int = 64) -> None:
-        """share=True replaces a body's leading messages equal to the previous request's by those objects."""
+    def __init__(self, share: bool = False, streams: int = 64, chain: ResponseChain | None = None) -> None:
+        """share=True replaces a body's leading messages equal to the previous request's by those objects.
+        chain: the stateful Responses conversations read so far (a parse that goes on from another's)."""
         self.share = share
         self.streams = streams
         self._previous: OrderedDict[Hashable, _Previous] = OrderedDict()
+        self.chain = chain if chain is not None else ResponseChain()
 
     def render(self, body: Any, provider: str | None = None, endpoint: str | None = None, response: Any = None,
                stream: Hashable = None, headers: dict[str, str] | None = None,
                platform: str | None = None) -> RenderedRequest:
+        body = self.chain.effective(body, response)  # a `previous_response_id`'s conversation first
         prev = self._previous.get(stream)
         betas = betas_of(headers)
         if platform is None and isinstance(body, dict):

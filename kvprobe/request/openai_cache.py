@@ -53,9 +53,12 @@ def cache_mode(body: dict[str, Any], rules: ModelRules, provider: str, blocks: l
     return "implicit"
 
 
+RETENTION_FIELD = "prompt_cache_retention"  # the body field that asks for a retention (models before GPT-5.6)
+
+
 def retention(body: dict[str, Any]) -> str | None:
     """The cache retention the body asks for (`prompt_cache_retention`), or None."""
-    value = body.get("prompt_cache_retention")
+    value = body.get(RETENTION_FIELD)
     return value if isinstance(value, str) and value else None
 
 

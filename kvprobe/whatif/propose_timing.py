@@ -10,6 +10,7 @@ from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
 from kvprobe.economics.keep_alive import KeepAlivePlan, longer_lifetime, plan
+from kvprobe.request.openai_cache import RETENTION_FIELD
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import copy_record, mark_breakpoint, truncated_through, with_all_ttls
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
@@ -127,25 +128,68 @@ class _Lifetime:
         return map_records(records, None, edit)
 
 
+class _Retention:
+    """These requests ask for the retention (`prompt_cache_retention`: a prefix cache's entries live as long as
+    the request that wrote or read them last asked)."""
+
+    def __init__(self, name: str, ids: set[str]) -> None:
+        self.name, self.ids = name, ids
+
+    def reshape(self, sks: Skeletons) -> Skeletons:
+        def edit(sk: Skeleton) -> Skeleton | None:
+            req = sk.request
+            if origin(sk.id) not in self.ids or req.retention == self.name:
+                return None
+            new = with_blocks(req, req.blocks)
+            new.retention = self.name
+            return with_request(sk, new)
+        return map_skeletons(sks, edit)
+
+    def rewrite(self, records: Records) -> Records:
+        def edit(rec: TraceRecord) -> TraceRecord | None:
+            if rec.request.get(RETENTION_FIELD) == self.name:
+                return None
+            return copy_record(rec, request={**rec.request, RETENTION_FIELD: self.name})
+        return map_records(records, self.ids, edit)
+
+
+def _asking(ev: Evidence, streams: set[tuple[str, str]], mode: str, retention: str) -> set[str]:
+    """The requests of these streams that can ask for the retention: in a prefix cache whose rules offer it (a
+    stream may also hold another provider's requests, whose API would refuse the field)."""
+    return {r.sk.id for r in ev.results if (r.sk.session, r.sk.agent) in streams and r.sk.request is not None
+            and r.sk.request.cache_mode == mode
+            and (longer_lifetime(r.rules) or {}).get("retention") == retention}
+
+
+# the cache mode a longer lifetime applies to, the knob's key that says how, and the policy's key
+_LIFETIMES = (("breakpoints", "ttl", "lifetime"), ("implicit", "retention", "retention"))
+
+
 def propose_longer_lifetime(ev: Evidence) -> list[Policy]:
-    """The provider's own longer lifetime (Anthropic: ttl 1h) for the streams with pauses it outlasts."""
-    found = [(p, c) for p, c, _ in pauses(ev) if p.sk.request is not None and p.sk.request.cache_mode == "breakpoints"]
-    knob = longer_lifetime(found[0][0].rules) if found else None
-    if not found or knob is None or knob.get("ttl") is None:
-        return []
-    # an entry is gone at exactly its lifetime (as in kvprobe.sim): a pause of exactly that is not outlasted
-    lasting = [(p, c) for p, c in found if c.sk.started_at - p.sk.started_at < float(knob["seconds"])]
-    if not lasting:
-        return []
-    streams = {(c.sk.session, c.sk.agent) for _, c in lasting}
-    longest = max(c.sk.started_at - p.sk.started_at for p, c in lasting)
-    detail = (f"use {knob['setting']} for {plural(len(streams), 'agent stream')} with pauses of up to "
-              f"{longest:,.0f}s (entries then live {float(knob['seconds']):,.0f}s; writes cost "
-              f"{knob.get('write_multiplier', '?')}x input)")
-    lifetime = _Lifetime(str(knob["ttl"]), streams)
-    return [Policy("ttl_1h", "lifetime", detail, [c.sk.id for _, c in lasting], {s for s, _ in streams},
-                   lifetime.reshape, lifetime.rewrite, cause_sessions=len({c.sk.session for _, c in found}),
-                   extra={"setting": knob["setting"]})]
+    """The provider's own longer lifetime for the streams with pauses it outlasts: a breakpoint's TTL
+    (Anthropic: ttl 1h), or the retention a prefix cache's requests ask for (OpenAI: prompt_cache_retention
+    24h)."""
+    out = []
+    for mode, how, key in _LIFETIMES:
+        found = [(p, c) for p, c, _ in pauses(ev) if p.sk.request is not None and p.sk.request.cache_mode == mode]
+        knob = longer_lifetime(found[0][0].rules) if found else None
+        if not found or knob is None or knob.get(how) is None:
+            continue
+        # an entry is gone at exactly its lifetime (as in kvprobe.sim): a pause of exactly that is not outlasted
+        lasting = [(p, c) for p, c in found if c.sk.started_at - p.sk.started_at < float(knob["seconds"])]
+        if not lasting:
+            continue
+        streams = {(c.sk.session, c.sk.agent) for _, c in lasting}
+        longest = max(c.sk.started_at - p.sk.started_at for p, c in lasting)
+        detail = (f"use {knob['setting']} for {plural(len(streams), 'agent stream')} with pauses of up to "
+                  f"{longest:,.0f}s (entries then live {float(knob['seconds']):,.0f}s; writes cost "
+                  f"{knob.get('write_multiplier', '?')}x input)")
+        edit = _Lifetime(str(knob[how]), streams) if how == "ttl" else \
+            _Retention(str(knob[how]), _asking(ev, streams, mode, str(knob[how])))
+        out.append(Policy("ttl_1h", key, detail, [c.sk.id for _, c in lasting], {s for s, _ in streams},
+                          edit.reshape, edit.rewrite, cause_sessions=len({c.sk.session for _, c in found}),
+                          extra={"setting": knob["setting"]}))
+    return out
 
 
 # --- lookback ---------------------------------------------------------------------------------------------
