@@ -126,6 +126,17 @@ def test_storing_a_live_prefix_again_keeps_it_readable_from_the_first_store():
     assert evidence(third) == [("not_yet_readable", 1, None, "g2")]
 
 
+def test_a_live_prefix_not_yet_readable_names_the_request_that_stored_it_last():
+    """g1 (0 s, finishing at 30 s) and g2 (10 s, the same request, finishing at 40 s) both store the prefix;
+    g3 at 20 s finds it still being processed, by g2 (the latest to store it; readable from 30 s)."""
+    cache = OneCache(PrefixCache())
+    cache.send(gemini("Review PR 1.", 3_000), 0, "g1", readable_at=30)
+    cache.send(gemini("Review PR 1.", 3_000), 10, "g2", readable_at=40)
+    third = cache.send(gemini("Review PR 1.", 3_000), 20, "g3")
+    assert (third.cache_read_tokens, evidence(third)) == (0, [("not_yet_readable", 0, None, "g2")])
+    assert cache.send(gemini("Review PR 1.", 3_000), 30, "g4").cache_read_tokens == 3_009  # all but its last token
+
+
 def test_a_prefix_stored_again_after_it_expired_is_readable_only_from_the_new_store():
     """g1 at 0 s (finished at 5 s) keeps the prefix until 3,600 s. g2 at exactly 3,600 s finds it gone and
     stores it again, finishing at 3,650 s: g3 at 3,610 s can read nothing yet."""

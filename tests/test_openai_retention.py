@@ -118,14 +118,18 @@ def test_no_retention_is_proposed_to_requests_that_already_ask_for_a_day(cli, tm
 
 def test_the_retention_is_written_only_where_the_api_takes_it(cli, tmp_path):
     """A Claude call in the same session and agent (between r1 and r2) is left as it was: Anthropic's API
-    refuses fields it does not know."""
+    refuses fields it does not know; so is another session of the same model whose requests come a minute
+    apart (no pause to outlast)."""
     trace = tmp_path / "mixed.jsonl"
     rows = [json.loads(line) for line in open(_trace(tmp_path, None))]
     claude = {"id": "c1", "session": "agent", "provider": "anthropic", "endpoint": "/v1/messages",
               "started_at": 1_764_583_200 + 1_800, "block_tokens": [10],
               "request": {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}}
-    trace.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:2], claude, rows[2]]))
+    other = [{**row, "id": f"o{k}", "session": "other", "started_at": 1_764_583_200 + 60 * k}
+             for k, row in enumerate(rows[:2])]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:2], *other, claude, rows[2]]))
     fixed = tmp_path / "fixed.jsonl"
     assert cli("fix", str(trace), "-o", str(fixed), "--kind", "ttl_1h").exit_code == 0
     written = {r["id"]: r["request"] for r in map(json.loads, fixed.read_text().splitlines())}
-    assert [written[i].get("prompt_cache_retention") for i in ("r0", "r1", "c1", "r2")] == ["24h", "24h", None, "24h"]
+    assert [written[i].get("prompt_cache_retention") for i in ("r0", "r1", "o0", "o1", "c1", "r2")] == [
+        "24h", "24h", None, None, None, "24h"]

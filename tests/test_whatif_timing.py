@@ -283,6 +283,12 @@ def test_a_prefix_cache_is_given_the_retention_its_provider_offers():
     assert all("prompt_cache_retention" not in r.request for r in FOUR_PAUSES)  # the input untouched
 
 
+def test_a_claude_pause_past_an_hour_does_not_hide_the_openai_stream_s_retention():
+    """Claude's pause (4,000 s) outlasts even 1h entries: no ttl for it; gpt-5's (700 s) still gets a day."""
+    _, ev = evidence([*pause("e", 4_000, 2_000), *gpt_pause(700)])
+    assert [(p.key, p.requests) for p in timing.propose_longer_lifetime(ev)] == [("retention", ["o1"])]
+
+
 @pytest.mark.parametrize("records", [gpt_pause(86_400), mistral_pause(700, 2_000)])
 def test_no_longer_retention_past_a_day_nor_where_the_provider_has_none(records):
     """A pause of exactly a day outlasts 24h retention (gone at its lifetime); Mistral offers no setting."""

@@ -11,7 +11,7 @@ __all__ = ["AnthropicCache", "BreakpointCache", "PrefixCache", "Evidence", "Pred
 OPENAI_MODES = ("managed", "explicit")  # GPT-5.6+: breakpoints it reads as `prompt_cache_breakpoint`
 
 
-def cache_for(provider: str, mode: str = "implicit") -> AnthropicCache | BreakpointCache | PrefixCache:
+def cache_for(provider: str, mode: str) -> AnthropicCache | BreakpointCache | PrefixCache:
     """The cache model a request uses: entries at breakpoints within a lookback window (Anthropic, Qwen's
     explicit cache), entries at breakpoints read without a window (OpenAI GPT-5.6+, implicit and explicit
     modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini, xAI, Mistral, ...)."""

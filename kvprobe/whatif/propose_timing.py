@@ -146,11 +146,8 @@ class _Retention:
         return map_skeletons(sks, edit)
 
     def rewrite(self, records: Records) -> Records:
-        def edit(rec: TraceRecord) -> TraceRecord | None:
-            if rec.request.get(RETENTION_FIELD) == self.name:
-                return None
-            return copy_record(rec, request={**rec.request, RETENTION_FIELD: self.name})
-        return map_records(records, self.ids, edit)
+        return map_records(records, self.ids,
+                           lambda rec: copy_record(rec, request={**rec.request, RETENTION_FIELD: self.name}))
 
 
 def _asking(ev: Evidence, streams: set[tuple[str, str]], mode: str, retention: str) -> set[str]:
