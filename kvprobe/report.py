@@ -389,8 +389,8 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     price_results(results, prices)
     texts = TextSource(kept)
     fleet = find_shared_prefixes(results, texts, prices)  # reads no diagnosis
-    what_if = _diagnose_beside(results, (lambda beside: _what_if(kept, prices, sks, store, book, texts, fleet,
-                                                                  beside)) if fixes else None)
+    what_if = _diagnose_beside(results, (lambda beside: _what_if(kept, prices, sks, store, texts, fleet, beside))
+                               if fixes else None)
     fixed = _fixed_totals(what_if)
     considered = len(results) + len(failed)
     if filters:
@@ -450,11 +450,11 @@ def _diagnose_beside(results: list[RequestResult], what_if: Callable[[Callable[[
 
 
 def _what_if(records: list[TraceRecord] | None, prices: PriceBook, sks: list[Skeleton], store: BlockStore,
-             book: Any, texts: TextSource, fleet: list, beside: Callable[[], None]) -> Any:
-    """The fixes, priced on the report's sized skeletons (`book`: None unless the report is a prediction)."""
+             texts: TextSource, fleet: list, beside: Callable[[], None]) -> Any:
+    """The fixes, priced on the report's sized skeletons."""
     from kvprobe.whatif.evaluate import Prepared, evaluate  # only what-if needs it
 
-    return evaluate(records, prices, prepared=Prepared(store, sks, book), texts=texts, fleet=fleet, beside=beside,
+    return evaluate(records, prices, prepared=Prepared(store, sks), texts=texts, fleet=fleet, beside=beside,
                     keep=_baseline_totals)
 
 

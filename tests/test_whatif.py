@@ -12,6 +12,7 @@ from kvprobe.pricing import PriceBook
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord, write_trace
 from kvprobe.whatif.evaluate import evaluate
+from whatif_oracle import records_priced
 
 
 def rec(rid, start, body, first_token=None, session="s", agent="main"):
@@ -209,7 +210,7 @@ def test_policy_pricing_on_skeletons_equals_rendering_the_fixed_records_again():
     pricer = Pricer(records, PriceBook(), prepare(records))
     base = sum(r.input_equivalent for r in pricer.baseline)
     for policy in policies:
-        whole = base - sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
+        whole = base - sum(r.input_equivalent for r in records_priced(records, pricer.apply([policy])))
         assert policy.saving_input_equivalent_tokens == pytest.approx(whole, abs=0.01), policy.kind
         sessions = {i.session for i in policy.instances}
         # a and b share their prompt at the same time: holding a's tool_choice changes what b reads too

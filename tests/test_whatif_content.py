@@ -11,6 +11,7 @@ from test_simulator_rules import EPH, claude, words
 from test_whatif import rec, reproduce
 from kvprobe.pricing import PriceBook
 from kvprobe.whatif.evaluate import evaluate
+from whatif_oracle import records_priced
 
 STAMPS = ("10:00:00", "10:01:00", "10:02:00", "10:03:00")
 
@@ -172,7 +173,7 @@ def test_a_span_move_is_priced_as_the_records_it_writes_are(tmp_path):
     [policy] = [p for p in evaluate(records, PriceBook()).fixes if p.kind == "stabilize_prefix"]
     pricer = Pricer(records, PriceBook(), prepare(records))
     before = sum(r.input_equivalent for r in pricer.baseline)
-    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply([policy])))
+    after = sum(r.input_equivalent for r in records_priced(records, pricer.apply([policy])))
     assert before - after == pytest.approx(policy.saving_input_equivalent_tokens, abs=0.01)
     assert policy.saving_input_equivalent_tokens > 1000
 
@@ -209,7 +210,7 @@ def test_two_moves_in_one_request_are_priced_as_the_records_they_write():
     assert sorted(p.label for p in moves) == ["stabilize_prefix (system[0])", "stabilize_prefix (tools[0])"]
     pricer = Pricer(records, PriceBook(), prepare(records))
     before = sum(r.input_equivalent for r in pricer.baseline)
-    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply(moves)))
+    after = sum(r.input_equivalent for r in records_priced(records, pricer.apply(moves)))
     assert before - after == pytest.approx(pricer.price(moves).saving_ie, abs=0.01)
     assert before - after > 10_000
 
@@ -234,7 +235,7 @@ def _priced_as_written(records: list, kinds: tuple[str, ...] = ("stabilize_prefi
     chosen = [p for p in evaluate(records, PriceBook()).fixes if p.kind in kinds]
     pricer = Pricer(records, PriceBook(), prepare(records))
     before = sum(r.input_equivalent for r in pricer.baseline)
-    after = sum(r.input_equivalent for r in pricer.simulate_records(pricer.apply(chosen)))
+    after = sum(r.input_equivalent for r in records_priced(records, pricer.apply(chosen)))
     assert before - after == pytest.approx(pricer.price(chosen).saving_ie, abs=0.01)
     return before - after
 
@@ -325,7 +326,7 @@ def _priced_is_written(records: list, policy, pricer) -> list:
     written, sks = records, pricer.base_sks
     for one in policy if isinstance(policy, list) else [policy]:
         written, sks = one.rewrite(written), one.reshape(sks)
-    parsed_by_id = {r.sk.id: r.sk for r in pricer.simulate_records(written)}  # sized as `fix`'s output is priced
+    parsed_by_id = {r.sk.id: r.sk for r in records_priced(records, written)}  # sized as `fix`'s output is priced
     for priced in sks:
         parsed = parsed_by_id.pop(priced.id)
         if priced.request is None:  # usage only: nothing to edit

@@ -23,7 +23,7 @@ from kvprobe.analysis.costing import price_result, price_results, tally
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
 from kvprobe.analysis.simulate import RequestResult, replay, simulate
-from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer, SizeBook
+from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
@@ -52,10 +52,7 @@ class Prepared:
     """An anchored parse of the trace: its store, skeletons (observed usage kept) and the sizes it settled."""
 
     store: BlockStore
-    skeletons: list[Skeleton]
-    # the sizes by key and by body, for records rendered again (`simulate_records`); None where none will be
-    # (the report's what-if prices sized skeletons: a second table of every block's size is ~0.3 KB a request)
-    book: SizeBook | None
+    skeletons: list[Skeleton]  # sized: every simulation of the what-if prices them as they are
     results: list[RequestResult] | None = None  # its simulation, when no report holds it (fleet findings)
 
 
@@ -63,9 +60,8 @@ def prepare(records: list[TraceRecord]) -> Prepared:
     """Parse and size the trace once, anchored on its logged usage."""
     store = BlockStore()
     sks = list(skeletons(records, store))
-    sizer = BlockSizer()
-    results = simulate(sks, store, sizer, ideal=False)
-    return Prepared(store, sks, sizer.book_of(store), results)
+    results = simulate(sks, store, BlockSizer(), ideal=False)
+    return Prepared(store, sks, results)
 
 
 @dataclass(slots=True)
@@ -95,7 +91,7 @@ class Pricer:
     """Simulates the log with sets of policies applied, against one baseline."""
 
     def __init__(self, records: list[TraceRecord] | None, prices: PriceBook, prepared: Prepared) -> None:
-        self.records, self.prices, self.store, self.book = records, prices, prepared.store, prepared.book
+        self.records, self.prices, self.store = records, prices, prepared.store
         self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
         # each session's cost, added up as a policy's pricing adds up its own (the baseline's results are priced)
@@ -190,21 +186,13 @@ class Pricer:
         out.sort(key=lambda i: -i.saving_ie)
         return out
 
-    # record-level: what `fix` writes, and the reference the skeleton pricing is tested against
+    # record-level: what `fix` writes (the tests price it whole again: tests/whatif_oracle.py)
     def apply(self, policies: list[Policy]) -> list[TraceRecord]:
         assert self.records is not None, "the records are needed to write them"
         records = self.records
         for policy in sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind)):
             records = policy.apply(records)
         return records
-
-    def simulate_records(self, records: list[TraceRecord]) -> list[RequestResult]:
-        """A whole trace rendered again and simulated on the baseline's sizes."""
-        assert self.book is not None, "prepared without its sizes by key: `prepare` keeps them"
-        results = simulate(list(skeletons(records, self.store, use_observed=False)), self.store,
-                           BlockSizer(self.book), ideal=False)
-        price_results(results, self.prices)
-        return results
 
 
 def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int, ...]],
