@@ -161,7 +161,7 @@ def _params_changed(a: RenderedRequest, b: RenderedRequest) -> list[dict[str, An
 
 def _predict(a: RenderedRequest, b: RenderedRequest, ra: ModelRules, rb: ModelRules,
              common_keys: int, partial_tokens: int) -> Prediction:
-    cache = cache_for(b.provider, b.cache_mode)
+    cache = cache_for(b.cache_mode)
     if a.provider != b.provider:  # A went to another provider's cache: B starts cold
         return cache.process(b, rb, "B", start=1.0, readable_at=1.0)
     cache.process(a, ra, "A", start=0.0, readable_at=0.0)

@@ -38,7 +38,7 @@ class Sim:
     def send(self, req, at: float, rid: str, platform: str | None = None):
         rules = rules_for(req.provider, req.model, platform, req.cache_mode)
         cache = self.caches.setdefault((req.provider, platform, req.cache_mode in ("managed", "explicit")),
-                                       cache_for(req.provider, req.cache_mode))
+                                       cache_for(req.cache_mode))
         return cache.process(req, rules, rid, at, at + 1)
 
 

@@ -197,7 +197,7 @@ def test_a_second_writer_of_an_entry_not_yet_readable_leaves_it_to_the_first():
     tokens again (their responses at 40 and 50 s): the entries stay r1's, readable from 30 s."""
     body = responses("Fix the bug.", dev_marker=True)
     rules = rules_for("openai", "gpt-5.6-sol", None, "managed")
-    cache = cache_for("openai", "managed")
+    cache = cache_for("managed")
     cache.process(sized(body, [2_000, 10]), rules, "r1", 0, 30)
     assert cache.process(sized(body, [2_000, 10]), rules, "r2", 10, 40).cache_write_tokens == 2_010
     early = cache.process(sized(body, [2_000, 10]), rules, "r3", 20, 50)  # a third writer, as long
@@ -209,7 +209,7 @@ def test_an_entry_written_again_after_it_expired_is_readable_only_from_the_new_w
     """r1 at 0 s (expires at 1,800 s); r2 at exactly 1,800 s writes it again, its response at 1,850 s."""
     body = responses("Fix the bug.", dev_marker=True)
     rules = rules_for("openai", "gpt-5.6-sol", None, "managed")
-    cache = cache_for("openai", "managed")
+    cache = cache_for("managed")
     cache.process(sized(body, [2_000, 10]), rules, "r1", 0, 1)
     assert cache.process(sized(body, [2_000, 10]), rules, "r2", 1_800, 1_850).cache_write_tokens == 2_010
     third = cache.process(sized(body, [2_000, 10]), rules, "r3", 1_810, 1_811)

@@ -167,7 +167,7 @@ def anthropic_body(**extra) -> dict:
 
 def reread(before: dict, after: dict, headers: dict | None = None) -> int:
     """Tokens the second body reads after the first wrote: tools 1,000, system 1,000, messages 1,000."""
-    cache = cache_for("anthropic", "breakpoints")
+    cache = cache_for("breakpoints")
     rules = rules_for("anthropic", "claude-opus-5-5")
     for i, body in enumerate((before, after)):
         req = render_request(body, headers=headers)

@@ -139,7 +139,7 @@ class Simulator:
             name = cache_name(sk.provider, key[2], req.cache_mode)
             cache = self.caches.get(name)
             if cache is None:
-                cache = self.caches[name] = cache_for(sk.provider, req.cache_mode)
+                cache = self.caches[name] = cache_for(req.cache_mode)
                 if hasattr(cache, "explain"):
                     cache.explain = self.ideal is not None  # no diagnosis reads a pricing simulation's evidence
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)

@@ -89,7 +89,7 @@ def estimate(cases: list[ProbeCase], provider: str, model: str) -> Estimate:
         prefix = prefix or req.blocks[0].tokens
         name = cache_name(sim_provider, None, req.cache_mode)
         if name not in caches:
-            caches[name] = cache_for(sim_provider, req.cache_mode)
+            caches[name] = cache_for(req.cache_mode)
         cache = caches[name]
         p = cache.process(req, rules_for(sim_provider, model, None, req.cache_mode, req.retention), case.name,
                           float(i), float(i) + 0.5)

@@ -93,7 +93,7 @@ class CacheEmulator:
         name = cache_name(provider, None, request.cache_mode)
         cache = self.caches.get(name)
         if cache is None:
-            cache = self.caches[name] = cache_for(provider, request.cache_mode)
+            cache = self.caches[name] = cache_for(request.cache_mode)
         pred = cache.process(request, self.rules(request, api), request_id, start, math.inf)
         keys = {b.cache_key for b in request.blocks}
         self._pending[request_id] = (name, [k for k in keys if self._is_pending(cache, k, request_id)])

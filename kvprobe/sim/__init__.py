@@ -11,13 +11,14 @@ __all__ = ["AnthropicCache", "BreakpointCache", "PrefixCache", "Evidence", "Pred
 OPENAI_MODES = ("managed", "explicit")  # GPT-5.6+: breakpoints it reads as `prompt_cache_breakpoint`
 
 
-def cache_for(provider: str, mode: str) -> AnthropicCache | BreakpointCache | PrefixCache:
-    """The cache model a request uses: entries at breakpoints within a lookback window (Anthropic, Qwen's
-    explicit cache), entries at breakpoints read without a window (OpenAI GPT-5.6+, implicit and explicit
-    modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini, xAI, Mistral, ...)."""
+def cache_for(mode: str) -> AnthropicCache | BreakpointCache | PrefixCache:
+    """The cache model a request's cache mode uses: entries at breakpoints within a lookback window (Anthropic's
+    and `local`'s every request, Qwen's explicit cache), entries at breakpoints read without a window (OpenAI
+    GPT-5.6+, implicit and explicit modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini,
+    xAI, Mistral, ...)."""
     if mode in OPENAI_MODES:
         return BreakpointCache()
-    if provider == "anthropic" or mode == "breakpoints":  # (every request rendered for `local` is "breakpoints")
+    if mode == "breakpoints":
         return AnthropicCache()
     return PrefixCache()
 
