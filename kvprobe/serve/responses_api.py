@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from kvprobe.errors import InputError
 from kvprobe.request import render_request
+from kvprobe.request.responses_chain import input_items
 from kvprobe.serve.errors import ApiError, invalid
 from kvprobe.serve.openai_api import emulated_provider, temperature_of
 from kvprobe.serve.service import Done, Job, ServeState, UsageFacts, kvprobe_extension
@@ -41,12 +42,11 @@ _TEXT_CHUNK = 64
 
 
 def _items(value: Any, field: str) -> list[Any]:
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
-    if isinstance(value, list):
-        return list(value)
-    raise ApiError(400, f"Invalid type for '{field}': expected a string or an array of input items.", field,
-                   "invalid_type")
+    items = input_items(value)
+    if items is None:
+        raise ApiError(400, f"Invalid type for '{field}': expected a string or an array of input items.", field,
+                       "invalid_type")
+    return items
 
 
 def _validate(body: Any) -> None:
