@@ -23,6 +23,7 @@ from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_re
 from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
+
 def _end_of(r: RequestResult) -> int | None:
     """The block that ends the prefix this request shares with an earlier one: the simulator's own answer
     (GPT-5.6+), else where the ideal read ends."""
