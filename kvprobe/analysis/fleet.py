@@ -21,6 +21,7 @@ from kvprobe.analysis.texts import TextSource
 from kvprobe.economics.keep_alive import entry_lifetime_s
 from kvprobe.pricing import PriceBook
 from kvprobe.request.paths import text_at
+from kvprobe.sim import cache_name
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.wording import show
 
@@ -94,15 +95,21 @@ def _firsts(results: list[RequestResult]) -> list[RequestResult]:
     return out
 
 
+def _cache_of(r: RequestResult) -> str:
+    """The cache a request's entries live in: sessions served by another platform (or in another cache mode)
+    share no entry, whatever their prompts share (`sim.cache_name`)."""
+    return cache_name(r.sk.provider, r.sk.rules_key[2], r.sk.request.cache_mode)  # type: ignore[union-attr]
+
+
 def _walk(group: list[RequestResult]) -> tuple[list[RequestResult], int]:
-    """The largest set of sessions agreeing on the most leading blocks, and how many."""
+    """The largest set of sessions of one cache agreeing on the most leading blocks, and how many."""
     depth = 0
     while True:
-        parts: dict[int, list[RequestResult]] = {}
+        parts: dict[tuple[str, int], list[RequestResult]] = {}
         for r in group:
             blocks = r.sk.request.blocks  # type: ignore[union-attr]
             if depth < len(blocks):
-                parts.setdefault(blocks[depth].cache_key, []).append(r)
+                parts.setdefault((_cache_of(r), blocks[depth].cache_key), []).append(r)
         best = max(parts.values(), key=_session_count, default=[])
         if _session_count(best) < MIN_SESSIONS:
             return group, depth
