@@ -104,12 +104,13 @@ def _cache_of(r: RequestResult) -> str:
 def _walk(group: list[RequestResult]) -> tuple[list[RequestResult], int]:
     """The largest set of sessions of one cache agreeing on the most leading blocks, and how many."""
     depth = 0
+    caches = {id(r): _cache_of(r) for r in group}  # (once per request, not once per block it is walked at)
     while True:
         parts: dict[tuple[str, int], list[RequestResult]] = {}
         for r in group:
             blocks = r.sk.request.blocks  # type: ignore[union-attr]
             if depth < len(blocks):
-                parts.setdefault((_cache_of(r), blocks[depth].cache_key), []).append(r)
+                parts.setdefault((caches[id(r)], blocks[depth].cache_key), []).append(r)
         best = max(parts.values(), key=_session_count, default=[])
         if _session_count(best) < MIN_SESSIONS:
             return group, depth
