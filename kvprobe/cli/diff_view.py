@@ -1,13 +1,14 @@
 """What `kvprobe diff` prints and reads beside its two requests, without Typer: the full command
-(cli/diff_cmd.py) and the one answered before Typer loads (cli/fastdiff.py) share it, byte for byte."""
+(cli/diff_cmd.py) and the one answered before Typer loads (cli/fastdiff.py) share it, byte for byte.
+
+The text is made as lines of styled pieces (`Line`), printed through rich on a terminal and written as plain
+text off one (cli/plainout.py: the same bytes, without rich's import)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.text import Text
-
-from kvprobe.cli.console import out
+from kvprobe.cli import plainout
 from kvprobe.cli.jsonout import print_json
 from kvprobe.diff import DiffResult, diff_requests
 from kvprobe.inputs import load_request
@@ -39,6 +40,20 @@ def answer(done: Compared, json_out: bool, no_content: bool) -> None:
         render(done.result, done.a, done.b, show_content=not no_content)
 
 
+@dataclass(slots=True)
+class Line:
+    """One line of the text: pieces of text with their styles, the style of the whole line, and whether it
+    is cut to the console's width (a snippet of prompt content) instead of printed whole."""
+
+    pieces: list[tuple[str, str | None]]
+    style: str = ""
+    cut: bool = False
+
+
+def _line(*pieces: str | tuple[str, str], style: str = "", cut: bool = False) -> Line:
+    return Line([(p, None) if isinstance(p, str) else p for p in pieces], style, cut)
+
+
 def _trace_sizes(args: list[str]):
     """The sizes `report` gives named trace records; the analysis is imported only when a record is named."""
     if not any("#" in arg for arg in args):
@@ -52,11 +67,8 @@ def _fmt_value(value: object) -> str:
     return show(value)
 
 
-def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Text:
-    line = Text(f"  {sign} ", style=style)
-    line.append(snippet[:mark], style="dim")
-    line.append(snippet[mark:], style=f"bold {style}")
-    return line
+def _snippet_line(sign: str, snippet: str, mark: int, style: str) -> Line:
+    return _line(f"  {sign} ", (snippet[:mark], "dim"), (snippet[mark:], f"bold {style}"), style=style, cut=True)
 
 
 def title(a: str, b: str) -> str:
@@ -70,64 +82,80 @@ def title(a: str, b: str) -> str:
 
 def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
     """`a` and `b`: the requests' labels (`body.json`, `trace.jsonl#ID`)."""
+    text = lines(result, a, b, show_content)
+    if not plainout.write([("".join(piece for piece, _ in line.pieces), line.cut) for line in text]):
+        _print_rich(text)
+
+
+def _print_rich(text: list[Line]) -> None:
+    from rich.text import Text
+
+    from kvprobe.cli.console import out
+
+    for line in text:
+        styled = Text(style=line.style)
+        for piece, style in line.pieces:
+            styled.append(piece, style)
+        if line.cut:
+            out.print(styled, no_wrap=True, overflow="ellipsis")
+        else:
+            out.print(styled)
+
+
+def lines(result: DiffResult, a: str, b: str, show_content: bool = True) -> list[Line]:
+    """The text's lines; `a` and `b`: the requests' labels (`body.json`, `trace.jsonl#ID`)."""
     model = result.model or "model not named"
     flag = f" (not in the catalog: {result.rules.fallback})" if result.rules.fallback else ""
-    out.print(Text.assemble(("kvprobe diff ", "bold"), f"{title(a, b)}  ",
-                            (f"{result.provider} · {model}{flag}", "cyan")))
+    text = [_line(("kvprobe diff ", "bold"), f"{title(a, b)}  ", (f"{result.provider} · {model}{flag}", "cyan"))]
     est = {"anchored": "sized on the trace's logged usage"}.get(result.tokens_source, result.tokens_source)
-    out.print(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})")
+    text.append(_line(f"A: {result.a_tokens:,} tokens   B: {result.b_tokens:,} tokens ({est})"))
     if not result.shared_cache:
-        out.print(Text(f"A goes to {result.a_provider} and B to {result.provider}: providers do not share a "
-                       "cache, so B can reuse nothing of A. Content compared only.", style="yellow"))
-    _render_change(result, show_content)
-    _render_params(result)
-    _render_breakpoints(result)
+        text.append(_line(f"A goes to {result.a_provider} and B to {result.provider}: providers do not share a "
+                          "cache, so B can reuse nothing of A. Content compared only.", style="yellow"))
+    text += _change_lines(result, show_content)
+    text += _param_lines(result)
+    text += _breakpoint_lines(result)
     p = result.predicted
     head = "Predicted for B if A was cached: " if result.shared_cache else "Predicted for B (a cold cache): "
-    out.print(Text.assemble((head, "bold"),
-                            (f"read {p.cache_read_tokens:,}", "green"), " · ",
-                            (f"write {p.cache_write_tokens:,}", "yellow"), " · ",
-                            (f"fresh {p.fresh_input_tokens:,}", "red"), " tokens"))
-    for warning in result.warnings:
-        out.print(Text(f"warning: {warning}", style="yellow"))
+    text.append(_line((head, "bold"), (f"read {p.cache_read_tokens:,}", "green"), " · ",
+                      (f"write {p.cache_write_tokens:,}", "yellow"), " · ",
+                      (f"fresh {p.fresh_input_tokens:,}", "red"), " tokens"))
+    text += [_line(f"warning: {warning}", style="yellow") for warning in result.warnings]
+    return text
 
 
-def _render_change(result: DiffResult, show_content: bool) -> None:
+def _change_lines(result: DiffResult, show_content: bool) -> list[Line]:
     fc = result.first_change
     if fc is None and not result.shared_cache:
-        out.print("Same content." if not result.extends else "B's content extends A's (append-only).")
-        return
+        return [_line("Same content." if not result.extends else "B's content extends A's (append-only).")]
     if result.identical:
-        out.print(Text("Identical: B reuses all of A.", style="green"))
-        return
+        return [_line("Identical: B reuses all of A.", style="green")]
     if fc is None:
         msg = "B extends A (append-only): A's whole prefix is reusable." if result.extends else \
             "Content identical; only parameters changed."
-        out.print(Text(msg, style="green"))
-        return
+        return [_line(msg, style="green")]
     approx = "" if fc.token_position_exact else "≈"
-    out.print(Text.assemble(("First change: ", "bold"), (fc.path, "bold magenta"),
-                            f"  char {fc.char_offset:,}  token {approx}{fc.token_position:,}"))
+    text = [_line(("First change: ", "bold"), (fc.path, "bold magenta"),
+                  f"  char {fc.char_offset:,}  token {approx}{fc.token_position:,}")]
     if show_content:
         for sign, snippet, style in (("-", fc.a_snippet, "red"), ("+", fc.b_snippet, "green")):
-            out.print(_snippet_line(sign, snippet or "(nothing)", fc.snippet_mark if snippet else 0, style),
-                      no_wrap=True, overflow="ellipsis")
-    out.print(Text(f"  {fc.detail}", style="italic"))
+            text.append(_snippet_line(sign, snippet or "(nothing)", fc.snippet_mark if snippet else 0, style))
+    text.append(_line(f"  {fc.detail}", style="italic"))
+    return text
 
 
-def _render_params(result: DiffResult) -> None:
-    for p in result.params_changed:
-        out.print(Text.assemble(("Parameter changed: ", "bold"), (p["name"], "magenta"),
-                                f" {_fmt_value(p['a'])} → {_fmt_value(p['b'])} ",
-                                (f"(invalidates {p['invalidates']})", "yellow")))
+def _param_lines(result: DiffResult) -> list[Line]:
+    return [_line(("Parameter changed: ", "bold"), (p["name"], "magenta"),
+                  f" {_fmt_value(p['a'])} → {_fmt_value(p['b'])} ", (f"(invalidates {p['invalidates']})", "yellow"))
+            for p in result.params_changed]
 
 
-def _render_breakpoints(result: DiffResult) -> None:
+def _breakpoint_lines(result: DiffResult) -> list[Line]:
     if not result.breakpoints:
-        out.print(Text("B has no cache breakpoints: nothing in it can be written or read from cache.",
-                       style="yellow") if result.provider == "anthropic" else "")
-        return
-    out.print(Text("Breakpoints in B:", style="bold"))
+        return [_line("B has no cache breakpoints: nothing in it can be written or read from cache.",
+                      style="yellow") if result.provider == "anthropic" else _line()]
+    text = [_line("Breakpoints in B:", style="bold")]
     for bp in result.breakpoints:
-        mark = Text("reusable", style="green") if bp.reusable else Text("not reusable", style="red")
-        out.print(Text.assemble(f"  {bp.path} ({bp.ttl}) through {bp.prefix_tokens:,} tokens: ", mark))
+        mark = ("reusable", "green") if bp.reusable else ("not reusable", "red")
+        text.append(_line(f"  {bp.path} ({bp.ttl}) through {bp.prefix_tokens:,} tokens: ", mark))
+    return text
