@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 from bisect import bisect_right
 import tomllib
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from typing import Any
 from kvprobe.catalog import ModelRules, providers_dir, rules_for
 from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
+from kvprobe import user_cache
 from kvprobe.price_overlay import PRICE_KEYS, alias_of, overlay_row, per_token
 from kvprobe.usage import Usage
 from kvprobe.wording import show
@@ -88,8 +88,7 @@ class DatasetCache:
     def _load(self) -> dict[str, Any]:
         if self._data is None:
             tag = _dataset_version()
-            folder = self.folder or Path(os.environ.get("KVPROBE_CACHE_DIR") or
-                                         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvprobe")
+            folder = self.folder or user_cache.folder()
             self._path = folder / f"genai-prices-{tag}.json"
             try:
                 self._data = json.loads(self._path.read_text(encoding="utf-8"))
