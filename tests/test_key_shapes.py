@@ -87,6 +87,18 @@ def test_the_table_is_dated_and_sourced():
         assert provider in kinds
 
 
+def test_every_shipped_pattern_compiles():
+    # kvprobe compiles the shipped table's patterns when a text first holds their words, not when it loads
+    # the table (a user's own table is compiled at once): a broken row would otherwise surface mid-run
+    from kvprobe.secrets import _scrubber
+
+    table = _scrubber("")
+    rows = tomllib.loads((ROOT / "providers" / "key_shapes.toml").read_text())["shapes"]
+    assert len(table.shapes) == len(rows) + 5  # and the five shapes of a value named as a credential
+    for shape in table.shapes:
+        assert isinstance(shape.pattern, re.Pattern), shape.kind
+
+
 @pytest.mark.parametrize("name", KEYS)
 def test_every_key_shape_is_scrubbed_in_error_text(name):
     key = KEYS[name]
