@@ -1,12 +1,26 @@
-"""Cache simulators per provider."""
+"""Cache simulators per provider, each imported when first used (`kvprobe diff` of two requests needs one)."""
 from __future__ import annotations
 
-from kvprobe.sim.anthropic import AnthropicCache
-from kvprobe.sim.implicit import PrefixCache
-from kvprobe.sim.openai import BreakpointCache
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from kvprobe.sim.result import Evidence, Prediction
 
+if TYPE_CHECKING:
+    from kvprobe.sim.anthropic import AnthropicCache
+    from kvprobe.sim.implicit import PrefixCache
+    from kvprobe.sim.openai import BreakpointCache
+
 __all__ = ["AnthropicCache", "BreakpointCache", "PrefixCache", "Evidence", "Prediction", "cache_for", "cache_name"]
+
+_CACHES = {"AnthropicCache": "kvprobe.sim.anthropic", "BreakpointCache": "kvprobe.sim.openai",
+           "PrefixCache": "kvprobe.sim.implicit"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CACHES:
+        return getattr(importlib.import_module(_CACHES[name]), name)
+    raise AttributeError(f"module 'kvprobe.sim' has no attribute {name!r}")
 
 OPENAI_MODES = ("managed", "explicit")  # GPT-5.6+: breakpoints it reads as `prompt_cache_breakpoint`
 
@@ -17,9 +31,15 @@ def cache_for(mode: str) -> AnthropicCache | BreakpointCache | PrefixCache:
     GPT-5.6+, implicit and explicit modes), or an implicit prefix cache (OpenAI before 5.6, DeepSeek, Gemini,
     xAI, Mistral, ...)."""
     if mode in OPENAI_MODES:
+        from kvprobe.sim.openai import BreakpointCache
+
         return BreakpointCache()
     if mode == "breakpoints":
+        from kvprobe.sim.anthropic import AnthropicCache
+
         return AnthropicCache()
+    from kvprobe.sim.implicit import PrefixCache
+
     return PrefixCache()
 
 
