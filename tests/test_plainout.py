@@ -99,16 +99,20 @@ def test_rich_writes_where_it_would_write_something_else(env, pipe, monkeypatch)
     assert _plain(CASES["ascii"]) == (False, "")
 
 
-def test_kvprobe_diff_text_loads_no_rich():
-    """The example pair's text, from a pipe: written without rich, and what rich writes (test_diff_fast
-    compares it with the full command's)."""
+@pytest.mark.parametrize("flags, start", [
+    ((), "kvprobe diff request_a.json → request_b.json  anthropic · claude-sonnet-4-5\n"),
+    (("--json",), '{\n  "provider": "anthropic",\n  "model": "claude-sonnet-4-5",\n'),
+], ids=["text", "json"])
+def test_kvprobe_diff_loads_no_rich(flags, start):
+    """The example pair, from a pipe: written without rich (test_diff_fast compares it with the full
+    command's output)."""
     code = ("import sys; from kvprobe.cli import main\n"
             "sys.argv = ['kvprobe', 'diff', *sys.argv[1:]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "sys.stdout.flush(); sys.stderr.write(str('rich' in sys.modules))")
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     res = subprocess.run([sys.executable, "-c", code, str(ROOT / "examples" / "request_a.json"),
-                          str(ROOT / "examples" / "request_b.json")], capture_output=True, text=True, timeout=120,
-                         env=env, stdin=subprocess.DEVNULL)
+                          str(ROOT / "examples" / "request_b.json"), *flags], capture_output=True, text=True,
+                         timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert res.stderr == "False"
-    assert res.stdout.startswith("kvprobe diff request_a.json → request_b.json  anthropic · claude-sonnet-4-5\n")
+    assert res.stdout.startswith(start)
