@@ -3,16 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request import RenderedRequest, render_request
-from kvprobe.request.responses_chain import ResponseChain
-from kvprobe.trace import TraceRecord, read_trace
-from kvprobe.trace.reader import record_from_json
-from kvprobe.trace.validate import model_problem
+
+if TYPE_CHECKING:
+    from kvprobe.trace import TraceRecord
 
 
 BODY_KEYS = ("messages", "input", "contents")  # Anthropic and OpenAI Chat, OpenAI Responses, Gemini
@@ -45,6 +44,10 @@ def _from_record(record: TraceRecord, label: str) -> LoadedRequest:
 
 
 def _from_jsonl(path: Path, wanted: str | None) -> LoadedRequest:
+    # the trace modules are imported where a trace is read: `diff` of two request bodies reads none
+    from kvprobe.request.responses_chain import ResponseChain
+    from kvprobe.trace import read_trace
+
     chain = ResponseChain()  # a request chained on an earlier one's response: the conversation the model saw
     for record in read_trace(path, check_duplicates=False):
         body = chain.effective(record.request, record.response)
@@ -72,8 +75,12 @@ def is_trace_record(raw: dict[str, Any]) -> bool:
 
 
 def _from_json(path: Path) -> LoadedRequest:
+    from kvprobe.trace.validate import model_problem
+
     raw = read_json_object(path)
     if is_trace_record(raw):
+        from kvprobe.trace.reader import record_from_json
+
         return _from_record(record_from_json(raw, str(path), 1), str(path))
     if not any(key in raw for key in BODY_KEYS):
         raise InputError("not a known request format: expected an Anthropic Messages, OpenAI Chat/Responses "
