@@ -33,6 +33,8 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class ModelFamily:
+    """A model family's rules (over the provider's defaults) and the model ids it names."""
+
     family: str
     patterns: tuple[str, ...]  # model stems (kvprobe.model_ids.stem_matches), or fnmatch globs
     rules: dict[str, Rule]
@@ -71,6 +73,8 @@ class PlatformCatalog:
 
 @dataclass(frozen=True, slots=True)
 class ProviderCatalog:
+    """One provider's file: its API paths, model id prefixes, default rules and model families."""
+
     provider: str
     endpoints: tuple[str, ...]
     model_prefixes: tuple[str, ...]
@@ -234,6 +238,8 @@ def load_platform_file(path: Path, data: dict[str, Any] | None = None) -> Platfo
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
+    """Every provider and platform file of a rules folder, by name."""
+
     providers: dict[str, ProviderCatalog]
     platforms: dict[str, PlatformCatalog]
 

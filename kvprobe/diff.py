@@ -21,6 +21,8 @@ SNIPPET_BEFORE, SNIPPET_AFTER = 16, 40
 
 @dataclass(slots=True)
 class FirstChange:
+    """Where B first differs from A: the block, the character and token positions, and what changed."""
+
     path: str
     block_index: int
     char_offset: int
@@ -34,6 +36,8 @@ class FirstChange:
 
 @dataclass(slots=True)
 class BreakpointStatus:
+    """One of B's cache breakpoints: the prefix it closes and whether A's cache holds it."""
+
     path: str
     ttl: str
     prefix_tokens: int
@@ -42,6 +46,8 @@ class BreakpointStatus:
 
 @dataclass(slots=True)
 class DiffResult:
+    """What `diff` answers: the first change, the parameters changed and what B would reuse of A."""
+
     provider: str
     model: str | None
     rules: ModelRules

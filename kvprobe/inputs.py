@@ -19,6 +19,9 @@ BODY_KEYS = ("messages", "input", "contents")  # Anthropic and OpenAI Chat, Open
 
 @dataclass(slots=True)
 class LoadedRequest:
+    """A request named on the command line: its label and body, and the provider, endpoint and response its
+    trace record names (None for a bare body)."""
+
     label: str
     body: dict[str, Any]
     provider: str | None

@@ -17,6 +17,8 @@ from kvprobe.wording import show
 
 @dataclass(slots=True)
 class Compared:
+    """The diff of the two requests named on the command line, with their labels."""
+
     result: DiffResult
     a: str  # the requests' labels (`body.json`, `trace.jsonl#ID`)
     b: str

@@ -47,6 +47,8 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class IdentityParam:
+    """A request parameter that is part of the cache identity, and the level a change of it invalidates."""
+
     name: str
     value: Any
     invalidates: str  # tools | system | messages | all
@@ -78,6 +80,8 @@ _MAX_INTERNED = 100_000  # a bound for pathological traces (a new value on every
 
 @dataclass(slots=True)
 class RenderedRequest:
+    """A request as its provider caches it: ordered blocks, identity parameters and breakpoints."""
+
     provider: str
     api: str  # anthropic_messages | openai_chat | openai_responses
     model: str | None

@@ -43,6 +43,9 @@ class Settings:
 
 @dataclass(slots=True)
 class Entry:
+    """A cache entry at a breakpoint: its lifetime, until when it lives, from when it can be read, and the
+    request that wrote it."""
+
     ttl: str
     expires_at: float
     readable_at: float

@@ -17,6 +17,8 @@ from kvprobe.sim.result import Evidence, Prediction, below_minimum
 
 @dataclass(slots=True)
 class PrefixEntry:
+    """A cached prefix: until when it lives, from when it can be read, and the request that wrote it."""
+
     expires_at: float
     readable_at: float
     writer_id: str

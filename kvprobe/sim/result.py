@@ -20,6 +20,8 @@ class Evidence:
 
 @dataclass(slots=True)
 class Prediction:
+    """The input tokens one request reads from cache, writes to it (by lifetime) and sends fresh."""
+
     cache_read_tokens: int = 0
     cache_write_5m_tokens: int = 0
     cache_write_1h_tokens: int = 0
