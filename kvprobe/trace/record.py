@@ -17,6 +17,8 @@ KNOWN_KEYS = frozenset(("kvprobe", "id", "session", "agent", "provider", "endpoi
 
 @dataclass(slots=True)
 class TraceRecord:
+    """One request of a trace (docs/contracts.md §1): its body, response, timing and where it was read."""
+
     id: str
     provider: str | None
     started_at: float | None  # seconds since the epoch (UTC)
