@@ -22,6 +22,7 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_CACHES[name]), name)
     raise AttributeError(f"module 'kvprobe.sim' has no attribute {name!r}")
 
+
 OPENAI_MODES = ("managed", "explicit")  # GPT-5.6+: breakpoints it reads as `prompt_cache_breakpoint`
 
 
