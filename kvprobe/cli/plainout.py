@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-# ASCII, Latin-1 and Latin Extended-A letters, punctuation (– — ' " … •), arrows (→) and maths (≈ ≤): every
-# one a cell wide in rich's table
+# ASCII, Latin-1 and Latin Extended-A letters, punctuation (– — ‘ ’ “ ” … •), arrows (→) and maths (≈ ≤):
+# every one a cell wide in rich's table
 _SAFE = re.compile("[\x20-\x7e\xa0-\u017f\u2010-\u2027\u2190-\u22ff]*")
 
 
