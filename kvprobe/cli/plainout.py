@@ -20,14 +20,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 # ASCII, Latin-1 and Latin Extended-A letters, punctuation (– — ‘ ’ “ ” … •), arrows (→) and maths (≈ ≤):
-# every one a cell wide in rich's table
-_SAFE = re.compile("[\x20-\x7e\xa0-\u017f\u2010-\u2027\u2190-\u22ff]*")
+# every one a cell wide in rich's table (compiled only for text that is not all printable ASCII)
+_SAFE = "[\x20-\x7e\xa0-\u017f\u2010-\u2027\u2190-\u22ff]*"
 
 
 def write(lines: list[tuple[str, bool]]) -> bool:
     """Write `lines` (text, whether it is cut to the width) as the console would, and return True; or write
     nothing and return False where the console might write anything else (the caller prints through it)."""
-    if not _SAFE.fullmatch("".join(line for line, _ in lines)):
+    text = "".join(line for line, _ in lines)
+    if not (text.isprintable() if text.isascii() else re.fullmatch(_SAFE, text)):
         return False
     console = _loaded_console()
     if console is not None:  # rich is loaded already (the full CLI, tests): its own settings decide
