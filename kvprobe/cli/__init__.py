@@ -94,8 +94,17 @@ def __getattr__(name: str) -> Any:
 # keeps millions (blocks, skeletons, results), and those re-scans were 18% of `report` on a 1 GB trace
 # (3.7 s -> 3.1 s with these settings, same output and peak memory). Nearly everything is freed by reference
 # counting anyway; collecting every 200,000 allocations instead of 700 (as mypy does) keeps the collector for
-# the long-running commands (serve, watch, capture) at a fraction of the cost.
+# the long-running commands (serve, watch, capture) and those that drive an engine or a network client (replay,
+# run-probe: PyTorch's and asyncio's objects do form cycles) at a fraction of the cost.
 GC_THRESHOLDS = (200_000, 30, 30)
+# The analyses run with no cyclic collection at all. Even every 200,000 allocations, a young collection walks
+# what its objects point to, across a heap that grows with the log: 19 ms each at 10,000 requests, 31 ms at
+# 31,500, 67 ms at 105,000 (plus 1 s for each older one), 10% of the report's CPU at 105,000 requests and the
+# reason its time per request grew with the log. What it found was cycles of a few hundred objects a run (603
+# at 105,000 requests, 770 at 31,500): gen_fleet's fleets, fixes on, one process: CPU 72.6 -> 63.4 s at 105,000
+# requests (0.69 -> 0.60 ms a request, flat from 10,000), 22.6 -> 20.1 s at 31,500; the same output and the
+# same peak RSS (1,126 MB; 386 MB).
+ANALYSES = ("report", "fix", "compare", "gate", "baseline", "html", "plot", "db")
 
 
 def main() -> None:
@@ -138,7 +147,11 @@ def _flush_stdout(failed: OSError | None = None) -> None:
 
 
 def _run() -> None:
-    gc.set_threshold(*GC_THRESHOLDS)
+    first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    if first in ANALYSES:
+        gc.disable()  # (before the report's helper and pool processes are forked: they inherit it)
+    else:
+        gc.set_threshold(*GC_THRESHOLDS)
     allow_deep_json()  # before the report's helper process is forked
     if sys.argv[1:] in ([], ["--help"]):  # answered without Typer or any command module
         from kvprobe.cli import fasthelp
@@ -146,7 +159,6 @@ def _run() -> None:
         if (text := fasthelp.render(COMMANDS)) is not None:
             sys.stdout.write(text)
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
-    first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if sys.argv[1:2] == ["diff"]:  # answered before Typer loads (cli/fastdiff.py)
         from kvprobe.cli import fastdiff
 
