@@ -14,8 +14,8 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
+from kvprobe.cli.plainout import HANG  # (cli/plainout.py prints diff's indented lines as `hanging` does)
 
-HANG = 2  # continuation lines of an indented line start this much further in than its first line
 _PLAIN_KWARGS = frozenset(("markup", "highlight"))
 
 

@@ -1,14 +1,15 @@
 """What `kvprobe diff` prints and reads beside its two requests, without Typer: the full command
 (cli/diff_cmd.py) and the one answered before Typer loads (cli/fastdiff.py) share it, byte for byte.
 
-The text is made as lines of styled pieces (`Line`), printed through rich on a terminal and written as plain
-text off one (cli/plainout.py: the same bytes, without rich's import)."""
+The text is made as lines of styled pieces (cli/plainout.py's `Line`), written without rich where that gives
+the bytes rich would print (cli/plainout.py), else printed through rich."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvprobe.cli import plainout
+from kvprobe.cli.plainout import Line
 from kvprobe.cli.jsonout import print_json
 from kvprobe.diff import DiffResult, diff_requests
 from kvprobe.inputs import load_request
@@ -40,16 +41,6 @@ def answer(done: Compared, json_out: bool, no_content: bool) -> None:
         print_json(data)
     else:
         render(done.result, done.a, done.b, show_content=not no_content)
-
-
-@dataclass(slots=True)
-class Line:
-    """One line of the text: pieces of text with their styles, the style of the whole line, and whether it
-    is cut to the console's width (a snippet of prompt content) instead of printed whole."""
-
-    pieces: list[tuple[str, str | None]]
-    style: str = ""
-    cut: bool = False
 
 
 def _line(*pieces: str | tuple[str, str], style: str = "", cut: bool = False) -> Line:
@@ -85,7 +76,7 @@ def title(a: str, b: str) -> str:
 def render(result: DiffResult, a: str, b: str, show_content: bool = True) -> None:
     """`a` and `b`: the requests' labels (`body.json`, `trace.jsonl#ID`)."""
     text = lines(result, a, b, show_content)
-    if not plainout.write([("".join(piece for piece, _ in line.pieces), line.cut) for line in text]):
+    if not plainout.write(text):
         _print_rich(text)
 
 
