@@ -89,6 +89,8 @@ def _target() -> tuple[bool, bool, int | None] | None:
         return None
     if hasattr(builtins, "get_ipython"):  # Jupyter or IPython: rich renders for the notebook
         return None
+    if getattr(sys.stdin, "__module__", "").startswith("idlelib"):  # IDLE: a "terminal" rich writes plain to
+        return None
     isatty = getattr(sys.stdout, "isatty", None)
     try:
         terminal = isatty is not None and isatty()
