@@ -9,7 +9,7 @@
 
 Equal secrets get equal placeholders (`[REDACTED:kind#digest]`), so cache identity (what diff and report
 compare) is unchanged by redaction. The shapes are data: providers/key_shapes.toml, one dated, sourced table
-(read once, on the first scrub). Light on purpose (re, tomllib and xxhash only): the trace reader, the trace
+(read once, on the first scrub). Light on purpose (re and xxhash; tomllib when the table is read): the trace reader, the trace
 writer and every importer use it.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import binascii
 import dataclasses
 import os
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -45,6 +44,8 @@ _WORD_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
+    """One shape of credential: its kind, its expression and the words its every match holds."""
+
     kind: str
     source: str  # the regular expression, compiled when a text first holds one of `words` (below)
     words: tuple[str, ...]  # every match's lower-cased text holds one of these: without one, it is not run
@@ -58,6 +59,8 @@ class _Shape:
 
 @dataclass(frozen=True, slots=True)
 class _Scrubber:
+    """The credential shapes, in the order they are tried, and the words that let a text skip them."""
+
     shapes: tuple[_Shape, ...]  # tried in order
     words: tuple[str, ...]  # a text whose lower-cased form holds none of these holds no credential
     # texts `clean` was asked about, with its answer (the identity fields of one log repeat on every request)
@@ -119,6 +122,8 @@ def _scrubber(override: str) -> _Scrubber:
     """The compiled table, once per $KVPROBE_PROVIDERS_DIR value (`override`, the cache key): every string
     kvprobe writes passes through redact_text, which must not stat or parse anything per call."""
     where = shapes_path()
+    import tomllib  # (here: the table is read once, and many runs scrub nothing)
+
     try:
         data = tomllib.loads(where.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

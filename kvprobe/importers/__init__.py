@@ -27,7 +27,7 @@ from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har,
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.secrets import scrub_identity, shapes_table
-from kvprobe.trace import ReadStats, TraceRecord, read_trace
+from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
 
@@ -175,6 +175,8 @@ def _times_in_range(record: TraceRecord) -> bool:
 
 def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None,
                   strict: bool) -> Iterator[TraceRecord]:
+    from kvprobe.trace.reader import ReadStats, read_trace  # (here: `diff` asks this module about agent logs)
+
     read_stats = ReadStats()
     last = 0
     for record in read_trace(path, strict=strict, stats=read_stats, check_duplicates=False, keyed=True):

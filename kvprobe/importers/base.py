@@ -12,8 +12,7 @@ from datetime import datetime
 
 import orjson
 
-from kvprobe.trace.reader import READ_BUFFER
-from kvprobe.trace.record import parse_time
+from kvprobe.trace.record import READ_BUFFER, parse_time
 from kvprobe.trace.validate import MAX_TOKENS
 from kvprobe.wording import show
 

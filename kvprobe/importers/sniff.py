@@ -44,6 +44,8 @@ class CutList(list):
 
 @dataclass(frozen=True, slots=True)
 class Sniffed:
+    """What a file's bounded prefix shows of its format."""
+
     value: Any  # the first JSON value (see the module docstring), None when nothing parses
     document: bool = False  # read as one JSON value, not line by line
     array: bool = False  # the file is a JSON array; value is its first element
