@@ -49,7 +49,7 @@ from kvprobe.importers.events import Events
 from kvprobe.importers.history import Sequence
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import content_key
+from kvprobe.trace.record import content_key
 
 NAME = "codex"
 

@@ -32,7 +32,7 @@ from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import Credentials, redact_secrets, redact_text
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import content_key
+from kvprobe.trace.record import content_key
 
 NAME = "har"
 _MODEL_PATHS = ("/messages", "/chat/completions", "/responses", "/completions")

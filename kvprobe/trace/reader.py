@@ -7,16 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import xxhash
 
 from kvprobe.catalog import PROVIDERS
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request.detect import infer_provider
 from kvprobe.secrets import scrub_identity
-from kvprobe.trace.record import FORMAT_VERSION, KNOWN_KEYS, READ_BUFFER, TraceRecord, parse_time
+from kvprobe.trace.record import FORMAT_VERSION, KNOWN_KEYS, READ_BUFFER, TraceRecord, content_key, parse_time
 from kvprobe.trace.validate import model_problem, response_usage_problem
 from kvprobe.wording import show
-
 
 
 @dataclass(slots=True)
@@ -136,11 +134,6 @@ def read_trace(path: str | Path, *, strict: bool = True, stats: ReadStats | None
                 continue
             stats.records += 1
             yield record
-
-
-def content_key(local_id: str, content: bytes) -> str:
-    """A local id made an identity across files: the id and a digest of what the record says."""
-    return f"{local_id}#{xxhash.xxh3_64_hexdigest(content)}"
 
 
 def read_record_at(path: str | Path, offset: int, line: int | None = None) -> TraceRecord:

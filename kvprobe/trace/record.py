@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import xxhash
+
 from kvprobe.errors import InputError
 from kvprobe.wording import show
 
@@ -116,6 +118,11 @@ def _infer_platform() -> Callable[..., str | None]:
 _EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc).timestamp()
 _LATEST = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc).timestamp()
 
+
+
+def content_key(local_id: str, content: bytes) -> str:
+    """A local id made an identity across files: the id and a digest of what the record says."""
+    return f"{local_id}#{xxhash.xxh3_64_hexdigest(content)}"
 
 def parse_time(value: Any) -> float:
     """RFC 3339 text (or epoch seconds) to epoch seconds; ValueError when it is neither or out of range."""

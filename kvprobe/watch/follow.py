@@ -28,7 +28,8 @@ from kvprobe.errors import InputError
 from kvprobe.importers import IMPORTERS, detect_format
 from kvprobe.importers.base import SourceStats
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import content_key, record_from_json
+from kvprobe.trace.reader import record_from_json
+from kvprobe.trace.record import content_key
 from kvprobe.watch.tail import FileTail, TailEvent
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".har")
