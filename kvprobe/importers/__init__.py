@@ -26,7 +26,6 @@ from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har,
                                qwen_code)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
-from kvprobe.secrets import scrub_identity, shapes_table
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
@@ -213,6 +212,8 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
     texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
     cwd, project_hash, ...) are scrubbed of credentials. The records a cloud platform served (importers label
     them `extra["platform"]`) are counted, valid or not. (One loop: it runs for every record read.)"""
+    from kvprobe.secrets import scrub_identity, shapes_table  # (here: diff only asks about a file's format)
+
     platforms, table = stats.platforms, shapes_table()
     for record in records:
         platform = record.extra.get("platform")

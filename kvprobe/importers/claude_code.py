@@ -37,14 +37,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
 from kvprobe.importers.events import Events, event
-from kvprobe.importers.history import Chains
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from kvprobe.importers.history import Chains
 
 NAME = "claude_code"
 SYNTHETIC_MODEL = "<synthetic>"
@@ -110,7 +112,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     provisional: dict[str, TraceRecord] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams() if history else None  # the events between each stream's requests
-    chains = Chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
+    chains = _chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
     lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
@@ -138,6 +140,12 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         stats.records += 1
         yield record
     yield from provisional.values()  # counted by load_any once it knows whether a transcript had them
+
+
+def _chains() -> Chains:
+    from kvprobe.importers.history import Chains  # (here: diff only asks this module about a file's format)
+
+    return Chains()
 
 
 def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:

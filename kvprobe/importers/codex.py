@@ -41,14 +41,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
                                    local_server, served_locally, time_or_none)
 from kvprobe.importers.events import Events
-from kvprobe.importers.history import Sequence
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from kvprobe.importers.history import Sequence
 from kvprobe.trace.record import content_key
 
 NAME = "codex"
@@ -77,6 +79,8 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    from kvprobe.importers.history import Sequence  # (here: diff only asks this module about a file's format)
+
     state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
     events = Events()

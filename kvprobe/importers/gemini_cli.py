@@ -22,13 +22,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
-from kvprobe.importers.history import Sequence
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from kvprobe.importers.history import Sequence
 
 NAME = "gemini_cli"
 ENDPOINT = "/v1beta/models:generateContent"
@@ -57,6 +59,8 @@ def usage_metadata(tokens: dict[str, Any]) -> dict[str, Any]:
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    from kvprobe.importers.history import Sequence  # (here: diff only asks this module about a file's format)
+
     meta, messages = _document(path, stats, progress)
     session = as_str(meta.get("sessionId")) or path.stem
     agent = f"subagent-{path.stem[:8]}" if meta.get("kind") == "subagent" else "main"

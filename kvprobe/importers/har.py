@@ -18,8 +18,6 @@ Quirks:
 """
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,6 @@ import orjson
 from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
 from kvprobe.request.detect import infer_provider
-from kvprobe.secrets import Credentials, redact_secrets, redact_text
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.record import content_key
 
@@ -59,6 +56,9 @@ def _text(holder: Any) -> bytes | None:
         return None
     text = holder["text"]
     if holder.get("encoding") == "base64":
+        import base64
+        import binascii
+
         try:
             return base64.b64decode(text, validate=False)
         except (binascii.Error, ValueError):
@@ -121,6 +121,8 @@ def _entry(entry: Any, index: int, path: Path, stats: SourceStats) -> TraceRecor
     # the exact credentials this exchange carried (any shape) are scrubbed wherever the response echoes them;
     # and, as capture does, every credential-shaped string of the response: a browser's HAR export drops
     # Authorization and cookies, so a key a 4xx body echoes has no exact value to match
+    from kvprobe.secrets import Credentials, redact_secrets, redact_text  # (here: diff asks only the format)
+
     creds = Credentials().add_headers(headers).add_headers(rheaders).add_url(url)
     request, response = creds.scrub(request), redact_secrets(creds.scrub(result.response or {}))
     error = redact_text(creds.text(error)) if error else error

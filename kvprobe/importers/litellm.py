@@ -20,14 +20,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
 from kvprobe.request.detect import infer_provider
-from kvprobe.secrets import Credentials, redact_text
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from kvprobe.secrets import Credentials
 
 NAME = "litellm"
 _CHAT_CALLS = {"completion": "/v1/chat/completions", "acompletion": "/v1/chat/completions",
@@ -93,6 +95,8 @@ _SECRET_PARAM = re.compile(r"(?i)api_?key|secret|password|credential|access_toke
 
 def _body_params(params: dict[str, Any]) -> tuple[dict[str, Any], Credentials]:
     """The request-body parameters of model_parameters, and the credentials found among the others."""
+    from kvprobe.secrets import Credentials  # (here: diff only asks this module about a file's format)
+
     creds = Credentials()
     body = {}
     for name, value in params.items():
@@ -158,6 +162,8 @@ def _record(p: dict[str, Any], stats: SourceStats, lineno: int) -> TraceRecord |
     params, creds = _body_params(params if isinstance(params, dict) else {})
     if provider in ("openai", "deepseek") and endpoint == "/v1/chat/completions" and isinstance(messages, list):
         request = creds.scrub({"model": model, "messages": messages, **params})
+    from kvprobe.secrets import redact_text
+
     response, error = creds.scrub(response), redact_text(creds.text(error)) if error else error
     session = as_str(p.get("session_id")) or as_str(metadata.get("session_id")) or as_str(p.get("trace_id"))
     extra: dict[str, Any] = {"source_format": NAME}

@@ -27,12 +27,13 @@ import orjson
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
                                    token_count)
 from kvprobe.importers.events import Events
-from kvprobe.importers.history import BYTES_PER_TOKEN, Sequence
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
 if TYPE_CHECKING:  # imported where a database is read: every `usage` and `import` run imports this module
     import sqlite3
+
+    from kvprobe.importers.history import Sequence
 
 NAME = "opencode"
 DATABASE = "opencode.db"
@@ -112,6 +113,8 @@ def _database_parts(path: Path) -> dict[str, tuple[int, int]] | None:
     usage is read all the same)."""
     import sqlite3
 
+    from kvprobe.importers.history import BYTES_PER_TOKEN
+
     out: dict[str, tuple[int, int]] = {}
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
@@ -138,6 +141,8 @@ def _why(exc: sqlite3.Error) -> str:
 
 def _records(messages: list[dict[str, Any]], source: str, stats: SourceStats,
              seen: set[str], parts: dict[str, tuple[int, int]] | None = None) -> Iterator[TraceRecord]:
+    from kvprobe.importers.history import Sequence  # (here: diff only asks this module about a file's format)
+
     events: dict[str, Events] = {}
     conversations: dict[str, Sequence] = {}  # per session, when the parts were read
     for message in messages:

@@ -18,14 +18,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
 from kvprobe.importers.claude_code import EXTRA_FIELDS
 from kvprobe.importers.events import Events
-from kvprobe.importers.history import Chains
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from kvprobe.importers.history import Chains
 
 NAME = "qwen_code"
 _SYSTEM_SUBTYPES = ("chat_compression", "notification", "background_task_completed", "slash_command",
@@ -48,6 +50,8 @@ def sniff(first: Any) -> bool:
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+    from kvprobe.importers.history import Chains  # (here: diff only asks this module about a file's format)
+
     times: dict[str, Any] = {}
     events: dict[str, Events] = {}
     chains = Chains()  # each request's message list, rebuilt (kvprobe.importers.history)
