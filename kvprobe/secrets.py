@@ -9,8 +9,9 @@
 
 Equal secrets get equal placeholders (`[REDACTED:kind#digest]`), so cache identity (what diff and report
 compare) is unchanged by redaction. The shapes are data: providers/key_shapes.toml, one dated, sourced table
-(read once, on the first scrub). Light on purpose (re and xxhash; tomllib when the table is read): the trace reader, the trace
-writer and every importer use it.
+(read once, on the first scrub, and each shape's expression compiled when a text first holds its words).
+Light on purpose (re and xxhash; tomllib when the table is read): the trace reader, the trace writer and
+every importer use it.
 """
 from __future__ import annotations
 
@@ -121,9 +122,9 @@ def shapes_table() -> _Scrubber:
 def _scrubber(override: str) -> _Scrubber:
     """The compiled table, once per $KVPROBE_PROVIDERS_DIR value (`override`, the cache key): every string
     kvprobe writes passes through redact_text, which must not stat or parse anything per call."""
-    where = shapes_path()
     import tomllib  # (here: the table is read once, and many runs scrub nothing)
 
+    where = shapes_path()
     try:
         data = tomllib.loads(where.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -17,8 +17,8 @@ _LATER = {"ReadStats": "reader", "read_trace": "reader", "TraceWriter": "writer"
 def __getattr__(name: str) -> Any:
     """The reader and the writer, imported when first named: every importer imports this package for
     TraceRecord, while the reader (the provider rules, the renderers, the credential shapes) and the writer
-    (threading, signals) are for the commands that read or write a trace: ~9 ms of `diff`'s start, which
-    asks the importers whether a file is an agent log."""
+    (threading, signals) are for the commands that read or write a trace, not for `diff`, which asks the
+    importers only whether a file is an agent log."""
     module = _LATER.get(name)
     if module is None:
         raise AttributeError(f"module 'kvprobe.trace' has no attribute {name!r}")
