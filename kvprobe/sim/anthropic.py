@@ -143,9 +143,10 @@ class AnthropicCache:
         for (bp, marked) in req.breakpoints:
             block = req.blocks[bp]
             ttl = marked if marked in ttl_seconds else settings.default_ttl
-            if cum[bp] < minimum:
+            through = cum[bp]  # (read once: each read of a Column is a look-up by block)
+            if through < minimum:
                 if bp == bps[-1]:
-                    pred.evidence.append(below_minimum(block.path, bp, cum[bp], minimum))
+                    pred.evidence.append(below_minimum(block.path, bp, through, minimum))
                 continue
             entry = self.entries.get(block.cache_key)
             live = entry is not None and start < entry.expires_at
@@ -153,12 +154,12 @@ class AnthropicCache:
                 entry.expires_at = max(entry.expires_at, start + ttl_seconds[ttl])
                 continue
             if hit is None or bp > hit:
-                span = cum[bp] - prev
+                span = through - prev
                 if ttl == "1h":
                     pred.cache_write_1h_tokens += span
                 else:
                     pred.cache_write_5m_tokens += span
-                prev = cum[bp]
+                prev = through
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id  # the first writer of a live entry
             self.entries[block.cache_key] = Entry(ttl, start + ttl_seconds[ttl], readable, writer)

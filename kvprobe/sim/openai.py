@@ -119,10 +119,10 @@ class BreakpointCache:
         prev = cum[hit] if hit is not None else 0
         written = written_breakpoints(req, rules)
         for bp in written:
-            block = req.blocks[bp]
-            if cum[bp] < minimum:
+            block, through = req.blocks[bp], cum[bp]  # (read once: each read of a Column is a look-up by block)
+            if through < minimum:
                 if bp == written[-1]:
-                    pred.evidence.append(below_minimum(block.path, bp, cum[bp], minimum))
+                    pred.evidence.append(below_minimum(block.path, bp, through, minimum))
                 continue
             entry = self.entries.get(block.cache_key)
             if hit is not None and bp <= hit:
@@ -130,8 +130,8 @@ class BreakpointCache:
                     entry.expires_at = max(entry.expires_at, start + life)
                 continue
             live = entry is not None and entry.expires_at > start
-            pred.cache_write_5m_tokens += cum[bp] - prev
-            prev = cum[bp]
+            pred.cache_write_5m_tokens += through - prev
+            prev = through
             readable = min(entry.readable_at, readable_at) if live and entry else readable_at
             writer = entry.writer_id if live and entry else request_id
             self.entries[block.cache_key] = Entry(start + life, readable, writer)
