@@ -5,7 +5,8 @@ import re
 
 from kvprobe.request.model import Block
 
-# tried in order, each compiled when first tried: a timestamp, the usual change, needs one of the five
+# tried in order, each compiled when first tried (and kept by `re`'s own cache): a timestamp, the usual
+# change, needs one of the five
 _PATTERNS = [
     ("a timestamp", r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?|\d{1,2}:\d{2}:\d{2}", 0),
     ("a date", r"\d{4}-\d{2}-\d{2}|\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? ", 0),
@@ -13,14 +14,6 @@ _PATTERNS = [
     ("an id", r"\b[0-9a-f]{12,}\b|\b(run|req|session|msg|toolu|call)[_-][A-Za-z0-9]{4,}", re.I),
     ("a number", r"\d+", 0),
 ]
-_COMPILED: dict[str, re.Pattern[str]] = {}
-
-
-def _compiled(source: str, flags: int) -> re.Pattern[str]:
-    found = _COMPILED.get(source)
-    if found is None:
-        found = _COMPILED[source] = re.compile(source, flags)
-    return found
 
 
 def _window(text: str, offset: int, before: int = 40, after: int = 40) -> str:
@@ -31,7 +24,7 @@ def classify_text_change(a: str, b: str, offset: int) -> str | None:
     """Name the kind of token that changed around `offset`, if it looks volatile."""
     wa, wb = _window(a, offset), _window(b, offset)
     for label, source, flags in _PATTERNS:
-        pattern = _compiled(source, flags)
+        pattern = re.compile(source, flags)
         ma = [m for m in pattern.finditer(wa) if m.start() <= min(offset, 40) + 1 and m.end() >= min(offset, 40)]
         mb = [m for m in pattern.finditer(wb) if m.start() <= min(offset, 40) + 1 and m.end() >= min(offset, 40)]
         if ma or mb:
