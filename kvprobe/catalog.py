@@ -10,11 +10,14 @@ import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from kvprobe import toml_cache
 from kvprobe.errors import CatalogError
 from kvprobe.model_ids import canonical_model, stem_matches
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 PROVIDERS = ("anthropic", "openai", "deepseek", "gemini", "xai", "mistral", "moonshot", "qwen", "local")
 

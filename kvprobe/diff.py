@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.changes import describe_change
@@ -12,6 +11,10 @@ from kvprobe.sim import Prediction, cache_for
 from kvprobe.sim.implicit import round_cached
 from kvprobe.sim.positions import cumulative_tokens
 from kvprobe.tokens import TokenCounter
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:  # analysis imports diff (reported causes), never the other way round
     from kvprobe.analysis.sizing import SizeBook

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.request import RenderedRequest, render_request
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.trace import TraceRecord
 
 
@@ -101,7 +102,7 @@ def load_request(arg: str) -> LoadedRequest:
     path = Path(name)
     if not path.is_file():
         raise not_a_file(name)
-    from kvprobe.importers import agent_log
+    from kvprobe.importers.formats import agent_log
 
     kind = agent_log(path)
     if kind is not None:  # an agent log or recording: its requests with bodies, as the importers read them

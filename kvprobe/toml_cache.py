@@ -14,9 +14,12 @@ import marshal
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvprobe import user_cache
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = 1  # raised when what is kept changes
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from typing import Any
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_CHARS = 60
 

@@ -64,6 +64,16 @@ def test_detects_each_format():
     assert detect_format(FIX / "claude/projects/-home-me-app/1f0c-sess.jsonl") == "claude_code"
 
 
+def test_every_format_detected_has_an_importer_and_every_importer_is_detected():
+    """Detection (importers.formats) lives apart from the importers it names: a format it can answer with
+    and no importer reads would crash `load_any`; an importer it cannot answer with is never used."""
+    from kvprobe.importers import IMPORTERS
+    from kvprobe.importers.formats import SNIFFERS
+
+    assert set(SNIFFERS) == set(IMPORTERS)
+    assert all(IMPORTERS[name].sniff is test for name, test in SNIFFERS.items())
+
+
 def test_claude_code_merges_repeated_lines_skips_synthetic_and_attributes_subagents():
     records, report = _load(FIX / "claude/projects")
     by_id = {r.id: r for r in records}

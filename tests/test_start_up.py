@@ -40,3 +40,22 @@ def test_the_commands_typed_most_import_no_heavy_dependency(args, tmp_path):
                              timeout=120, cwd=ROOT, env=env)
         assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_diff_of_two_request_bodies_loads_no_importer_and_not_typing(tmp_path):
+    """A request body could be an agent log, so `diff` asks, from a table of tests that imports no importer
+    (importers.formats): loading them all to ask was ~3 ms of diff's ~45. typing, never needed at run time
+    (annotations are strings), was ~2 ms: together what kept diff behind cachelint (issue #41)."""
+    code = ("import sys, io, contextlib; from kvprobe.cli import main\n"
+            "sys.argv = ['kvprobe', 'diff', *sys.argv[1:]]\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main()\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('typing', 'kvprobe.importers.loading', 'kvprobe.importers.claude_code')"
+            " if m in sys.modules))")
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):  # the second run: the first parses the provider rules (tomllib imports typing) and keeps them
+        res = subprocess.run([sys.executable, "-c", code, str(EXAMPLES / "request_a.json"),
+                              str(EXAMPLES / "request_b.json")], capture_output=True, text=True, timeout=120,
+                             cwd=ROOT, env=env)
+        assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]"

@@ -10,11 +10,12 @@ import gc
 import importlib
 import sys
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
 
 from kvprobe.nesting import allow_deep_json
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     import typer
 
 # name -> (module, attribute, kind, command settings); kind "command" or "group" (a Typer sub-app)

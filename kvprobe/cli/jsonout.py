@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import orjson
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 # JSON encoders escape C0 controls but write DEL and the C1 range (U+0080-U+009F, e.g. U+009B, a one-byte CSI)
 # as they are: valid JSON, but a terminal acts on them. Inside JSON strings they are spelled as \u escapes

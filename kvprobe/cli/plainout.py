@@ -20,8 +20,8 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
     from rich.console import Console
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.events import Events, event
 from kvprobe.trace import TraceRecord
 
@@ -61,18 +62,7 @@ def default_paths() -> list[Path]:
     return [r / "projects" for r in roots if (r / "projects").is_dir()]
 
 
-# Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
-# a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
-_OWN_LINE_TYPES = ("file-history-snapshot", "teleported-from", "pr-link", "custom-title", "agent-name",
-                   "last-prompt")
-
-
-def sniff(first: Any) -> bool:
-    if not isinstance(first, dict):
-        return False
-    keys = first.keys()
-    return ("sessionId" in keys and ("uuid" in keys or "type" in keys)) or "parentUuid" in keys or \
-        ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") in _OWN_LINE_TYPES
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 class _Origin:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
                                    local_server, served_locally, time_or_none)
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -61,8 +62,7 @@ def default_paths() -> list[Path]:
     return [home / "sessions"] if (home / "sessions").is_dir() else []
 
 
-def sniff(first: Any) -> bool:
-    return isinstance(first, dict) and "payload" in first and "type" in first and "timestamp" in first
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def _usage(last: dict[str, Any]) -> dict[str, Any]:

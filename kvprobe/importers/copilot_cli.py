@@ -29,6 +29,7 @@ from typing import Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_objects,
                                    time_or_none)
+from kvprobe.importers.formats import SNIFFERS, copilot_side_file as side_file
 from kvprobe.importers.otel import genai_usage
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -36,10 +37,6 @@ from kvprobe.trace import TraceRecord
 NAME = "copilot_cli"
 EVENTS = "events.jsonl"  # a session file: ~/.copilot/session-state/<session id>/events.jsonl
 PLATFORM = "github-copilot"
-_KINDS = ("span", "metric", "log")
-
-
-SIDE_FILES = ("config.json", "command-history-state.json", "mcp-config.json")  # beside session-state/: no usage
 
 
 def default_paths() -> list[Path]:
@@ -49,21 +46,7 @@ def default_paths() -> list[Path]:
     return [p for p in paths + [home / "otel", home / "session-state"] if p.exists()]
 
 
-def side_file(path: Path) -> bool:
-    """A file of the Copilot folder that holds no usage (read as this format: nothing skipped)."""
-    return path.name in SIDE_FILES and (path.parent / "session-state").is_dir()
-
-
-def sniff(first: Any) -> bool:
-    if not isinstance(first, dict):
-        return False
-    kind = first.get("type")
-    if isinstance(kind, str) and kind.startswith("session.") and isinstance(first.get("data"), dict) \
-            and "parentId" in first:
-        return True  # a session file's event
-    if not isinstance(first.get("attributes"), dict | None):
-        return False
-    return (kind in _KINDS and ("spanId" in first or "name" in first)) or ("hrTime" in first and "attributes" in first)
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def _time(value: Any) -> float | None:

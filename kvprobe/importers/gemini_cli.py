@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ def default_paths() -> list[Path]:
     return [r for r in roots if r.is_dir()]
 
 
-def sniff(first: Any) -> bool:
-    return isinstance(first, dict) and "sessionId" in first and "projectHash" in first
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def usage_metadata(tokens: dict[str, Any]) -> dict[str, Any]:

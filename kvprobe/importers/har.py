@@ -27,6 +27,7 @@ import orjson
 
 from kvprobe.errors import InputError
 from kvprobe.importers.base import Progress, SourceStats, as_str, time_or_none
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.record import content_key
@@ -35,8 +36,7 @@ NAME = "har"
 _MODEL_PATHS = ("/messages", "/chat/completions", "/responses", "/completions")
 
 
-def sniff(first: Any) -> bool:
-    return isinstance(first, dict) and isinstance(first.get("log"), dict)
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def _is_model_call(method: str, path: str) -> bool:

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
+from kvprobe.importers.formats import KIMI_WIRE as WIRE, SNIFFERS
 from kvprobe.importers.events import Events
 from kvprobe.trace import TraceRecord
 
 NAME = "kimi_cli"
-WIRE = "wire.jsonl"
-SIDE_FILES = ("context.jsonl", "state.json", "metadata.json")  # beside wire.jsonl: no usage in them
 PROVIDER = "moonshot"
 
 
@@ -36,19 +35,7 @@ def default_paths() -> list[Path]:
     return [share / "sessions"] if (share / "sessions").is_dir() else []
 
 
-def sniff(first: Any) -> bool:
-    if not isinstance(first, dict):
-        return False
-    if first.get("type") == "metadata" and "protocol_version" in first:
-        return True
-    message = first.get("message")
-    return isinstance(first.get("timestamp"), (int, float)) and isinstance(message, dict) \
-        and isinstance(message.get("type"), str) and isinstance(message.get("payload"), dict)
-
-
-def side_file(path: Path) -> bool:
-    """A file of a Kimi session folder that holds no usage (read as this format: nothing skipped)."""
-    return path.name in SIDE_FILES and (path.parent / WIRE).is_file()
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 class _Stream:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -40,13 +41,7 @@ _LITELLM_PROVIDERS = {"openai": "openai", "azure": "openai", "text-completion-op
                       "anthropic": "anthropic", "deepseek": "deepseek", "gemini": "gemini"}
 
 
-def sniff(first: Any) -> bool:
-    if not isinstance(first, dict):
-        return False
-    if isinstance(first.get("standard_logging_object"), dict):
-        return True
-    return ("call_type" in first and ("startTime" in first or "response_cost" in first)) or \
-        ("request_id" in first and "spend" in first)
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def _json_field(value: Any) -> Any:

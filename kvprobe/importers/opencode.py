@@ -26,6 +26,7 @@ import orjson
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
                                    token_count)
+from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
@@ -36,7 +37,6 @@ if TYPE_CHECKING:  # imported where a database is read: every `usage` and `impor
     from kvprobe.importers.history import Sequence
 
 NAME = "opencode"
-DATABASE = "opencode.db"
 SUMMARY_AGENT = "compaction"
 _PLATFORMS = {"amazon-bedrock": "bedrock", "google-vertex-anthropic": "vertex", "google-vertex": "vertex"}
 _PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "google": "gemini", "deepseek": "deepseek"}
@@ -49,13 +49,7 @@ def default_paths() -> list[Path]:
     return [r for r in roots if (r / DATABASE).is_file() or (r / "storage" / "message").is_dir()]
 
 
-def sniff(first: Any) -> bool:
-    """A storage file of OpenCode's: a message, a part or a session (ids carry OpenCode's prefixes)."""
-    if not isinstance(first, dict):
-        return False
-    ident = first.get("id")
-    return isinstance(ident, str) and ident.startswith(("msg_", "prt_", "ses_")) and \
-        ("sessionID" in first or "projectID" in first)
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:

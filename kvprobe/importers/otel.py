@@ -28,6 +28,7 @@ import orjson
 from kvprobe.errors import InputError
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_int, as_str, first_count, iter_lines,
                                    loads_line, time_or_none)
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -36,8 +37,7 @@ _PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "azure.ai.openai": "
               "gcp.gemini": "gemini", "gcp.gen_ai": "gemini", "gemini": "gemini"}
 
 
-def sniff(first: Any) -> bool:
-    return isinstance(first, dict) and ("resourceSpans" in first or "resource_spans" in first)
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def _value(v: Any) -> Any:

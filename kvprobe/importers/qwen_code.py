@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.claude_code import EXTRA_FIELDS
 from kvprobe.importers.events import Events
 from kvprobe.request.detect import infer_provider
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from kvprobe.importers.history import Chains
 
 NAME = "qwen_code"
-_SYSTEM_SUBTYPES = ("chat_compression", "notification", "background_task_completed", "slash_command",
-                    "session_model", "ui_telemetry", "session_source", "custom_title", "at_command")
 
 
 def default_paths() -> list[Path]:
@@ -40,13 +39,7 @@ def default_paths() -> list[Path]:
     return [r / "projects" for r in roots if (r / "projects").is_dir()]
 
 
-def sniff(first: Any) -> bool:
-    """A Qwen Code record: Claude Code's chaining keys, but Gemini-shaped content or Qwen's own payloads."""
-    if not isinstance(first, dict) or "sessionId" not in first or "uuid" not in first:
-        return False
-    message = first.get("message")
-    return (isinstance(message, dict) and "parts" in message) or "usageMetadata" in first or \
-        "systemPayload" in first or first.get("subtype") in _SYSTEM_SUBTYPES
+sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:

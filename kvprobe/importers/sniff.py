@@ -20,9 +20,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 SNIFF_BYTES = 1 << 20
 SNIFF_FIRST = 64 << 10  # read first: the prefix read further only when no line complete in it parses

@@ -1,7 +1,6 @@
 """Provider request bodies rendered into ordered, hashed, cacheable blocks."""
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import unquote
 
 from kvprobe.catalog import rules_for
@@ -12,6 +11,10 @@ from kvprobe.request.gemini import render_gemini
 from kvprobe.request.model import LEVELS, Block, IdentityParam, RenderedRequest
 from kvprobe.request.openai_chat import render_openai_chat
 from kvprobe.request.openai_responses import render_openai_responses
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Block", "IdentityParam", "LEVELS", "RenderedRequest", "render_request", "infer_provider",
            "infer_platform"]

@@ -1,12 +1,14 @@
 """Render an Anthropic Messages body into cacheable blocks: tools -> system -> messages."""
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest, canonical_json, chain_hashes
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Which field of a content block holds its diffable text.
 _TEXT_KEY = {"text": "text", "thinking": "thinking", "redacted_thinking": "data", "tool_result": "content",

@@ -1,9 +1,11 @@
 """Canonical text and identity bytes of individual content parts, shared by all request formats."""
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.request.model import canonical_json, digest
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Keys that are cache markers, never content.
 MARKER_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any
 
 from kvprobe.catalog import load_catalog, load_platforms
 from kvprobe.model_ids import canonical_model
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _ANTHROPIC_PART_TYPES = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
 

@@ -1,12 +1,14 @@
 """Render a Gemini generateContent body: tools, systemInstruction, then contents (parts)."""
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest, canonical_json, chain_hashes
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _KIND = {"text": "text", "inlineData": "image", "inline_data": "image", "fileData": "document",
          "file_data": "document", "functionCall": "tool_use", "function_call": "tool_use",

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 import xxhash
 
 from kvprobe.errors import InputError
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 LEVELS = ("tools", "system", "messages")
 

@@ -10,10 +10,12 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.catalog import ModelRules
 from kvprobe.request.model import Block, IdentityParam, RenderedRequest
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 MANAGED = "managed"
 # the value of the marker GPT-5.6+ reads on a content block (the prompt-caching guide's prompt cache breakpoints;

@@ -5,13 +5,15 @@ message content part (string contents are one block), one per assistant tool cal
 """
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
 from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed, retention
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _TEXT_KEY = {"text": "text", "input_text": "text", "refusal": "refusal"}
 

@@ -1,13 +1,15 @@
 """Render an OpenAI Responses body into blocks: tools, instructions, then input items."""
 from __future__ import annotations
 
-from typing import Any
-
 from kvprobe.catalog import ModelRules
 from kvprobe.errors import InputError
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, RenderedRequest, canonical_json, chain_hashes
 from kvprobe.request.openai_cache import cache_mode, marker_ttl, openai_params, place_managed, retention
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _TEXT_KEY = {"input_text": "text", "output_text": "text", "text": "text", "function_call_output": "output",
              "reasoning": "summary"}

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from kvprobe.sim.result import Evidence, Prediction
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.sim.anthropic import AnthropicCache
     from kvprobe.sim.implicit import PrefixCache
     from kvprobe.sim.openai import BreakpointCache

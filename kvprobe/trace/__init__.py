@@ -1,24 +1,24 @@
 """Trace records (docs/contracts.md §1): read, validate and write JSON Lines, streaming."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from kvprobe.trace.record import TraceRecord
-
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.trace.reader import ReadStats, read_trace
+    from kvprobe.trace.record import TraceRecord
     from kvprobe.trace.writer import TraceWriter, write_trace
 
 __all__ = ["TraceRecord", "ReadStats", "read_trace", "TraceWriter", "write_trace"]
 
-_LATER = {"ReadStats": "reader", "read_trace": "reader", "TraceWriter": "writer", "write_trace": "writer"}
+_LATER = {"TraceRecord": "record", "ReadStats": "reader", "read_trace": "reader", "TraceWriter": "writer",
+          "write_trace": "writer"}
 
 
 def __getattr__(name: str) -> Any:
-    """The reader and the writer, imported when first named: every importer imports this package for
-    TraceRecord, while the reader (the provider rules, the renderers, the credential shapes) and the writer
-    (threading, signals) are for the commands that read or write a trace, not for `diff`, which asks the
-    importers only whether a file is an agent log."""
+    """The record, the reader and the writer, imported when first named: the reader (the provider rules, the
+    renderers, the credential shapes) and the writer (threading, signals) are for the commands that read or
+    write a trace, and the record for those that hold one, not for `diff` of two request bodies, which
+    imports `trace.validate` only."""
     module = _LATER.get(name)
     if module is None:
         raise AttributeError(f"module 'kvprobe.trace' has no attribute {name!r}")

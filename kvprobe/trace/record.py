@@ -5,12 +5,15 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import xxhash
 
 from kvprobe.errors import InputError
 from kvprobe.wording import show
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT_VERSION = 1
 # Read buffer for JSON Lines logs (traces and agents' logs). Their lines run from KBs to MBs (each request

@@ -12,7 +12,10 @@ within output). Each count alone can be valid while together they make fresh inp
 from __future__ import annotations
 
 import math
-from typing import Any
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_TOKENS = 10**10  # no request reads or writes ten billion tokens; beyond that a figure is corrupt
 # Keys whose value kvprobe reads as a token count (kvprobe.usage), in every provider's spelling.

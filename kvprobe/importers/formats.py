@@ -1,0 +1,166 @@
+"""Which importer reads a file: each format's test of the first JSON value the file holds, in one table.
+
+`detect_format` reads a bounded prefix (`sniff`) and asks the tests in order; each importer module takes its
+own test from here (`sniff = formats.SNIFFERS[NAME]`). This module imports no importer: a command that only
+asks what a file is (`diff` of two request bodies, which must not be an agent log) does not load them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvprobe.importers.sniff import Sniffed, sniff
+
+TYPE_CHECKING = False  # (typing is not imported on `diff`'s path: ~2 ms of its start)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+OPENCODE_DATABASE = "opencode.db"  # OpenCode's SQLite store: no JSON to sniff
+KIMI_WIRE = "wire.jsonl"
+KIMI_SIDE_FILES = ("context.jsonl", "state.json", "metadata.json")  # beside wire.jsonl: no usage in them
+COPILOT_SIDE_FILES = ("config.json", "command-history-state.json", "mcp-config.json")  # beside session-state/
+
+# Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
+# a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
+_CLAUDE_OWN_LINE_TYPES = ("file-history-snapshot", "teleported-from", "pr-link", "custom-title", "agent-name",
+                          "last-prompt")
+_QWEN_SYSTEM_SUBTYPES = ("chat_compression", "notification", "background_task_completed", "slash_command",
+                         "session_model", "ui_telemetry", "session_source", "custom_title", "at_command")
+_COPILOT_KINDS = ("span", "metric", "log")
+
+
+def _har(first: Any) -> bool:
+    return isinstance(first, dict) and isinstance(first.get("log"), dict)
+
+
+def _otel(first: Any) -> bool:
+    return isinstance(first, dict) and ("resourceSpans" in first or "resource_spans" in first)
+
+
+def _gemini_cli(first: Any) -> bool:
+    return isinstance(first, dict) and "sessionId" in first and "projectHash" in first
+
+
+def _qwen_code(first: Any) -> bool:
+    """A Qwen Code record: Claude Code's chaining keys, but Gemini-shaped content or Qwen's own payloads."""
+    if not isinstance(first, dict) or "sessionId" not in first or "uuid" not in first:
+        return False
+    message = first.get("message")
+    return (isinstance(message, dict) and "parts" in message) or "usageMetadata" in first or \
+        "systemPayload" in first or first.get("subtype") in _QWEN_SYSTEM_SUBTYPES
+
+
+def _opencode(first: Any) -> bool:
+    """A storage file of OpenCode's: a message, a part or a session (ids carry OpenCode's prefixes)."""
+    if not isinstance(first, dict):
+        return False
+    ident = first.get("id")
+    return isinstance(ident, str) and ident.startswith(("msg_", "prt_", "ses_")) and \
+        ("sessionID" in first or "projectID" in first)
+
+
+def _claude_code(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    keys = first.keys()
+    return ("sessionId" in keys and ("uuid" in keys or "type" in keys)) or "parentUuid" in keys or \
+        ("leafUuid" in keys and first.get("type") == "summary") or first.get("type") in _CLAUDE_OWN_LINE_TYPES
+
+
+def _codex(first: Any) -> bool:
+    return isinstance(first, dict) and "payload" in first and "type" in first and "timestamp" in first
+
+
+def _litellm(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    if isinstance(first.get("standard_logging_object"), dict):
+        return True
+    return ("call_type" in first and ("startTime" in first or "response_cost" in first)) or \
+        ("request_id" in first and "spend" in first)
+
+
+def _kimi_cli(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    if first.get("type") == "metadata" and "protocol_version" in first:
+        return True
+    message = first.get("message")
+    return isinstance(first.get("timestamp"), (int, float)) and isinstance(message, dict) \
+        and isinstance(message.get("type"), str) and isinstance(message.get("payload"), dict)
+
+
+def _copilot_cli(first: Any) -> bool:
+    if not isinstance(first, dict):
+        return False
+    kind = first.get("type")
+    if isinstance(kind, str) and kind.startswith("session.") and isinstance(first.get("data"), dict) \
+            and "parentId" in first:
+        return True  # a session file's event
+    if not isinstance(first.get("attributes"), dict | None):
+        return False
+    return (kind in _COPILOT_KINDS and ("spanId" in first or "name" in first)) or \
+        ("hrTime" in first and "attributes" in first)
+
+
+# In the order they are asked (after HAR and OTLP, whose keys no other format has): Qwen's lines look like
+# Claude's, so Qwen is asked first.
+SNIFFERS: dict[str, Callable[[Any], bool]] = {
+    "har": _har, "otel": _otel, "gemini_cli": _gemini_cli, "qwen_code": _qwen_code, "opencode": _opencode,
+    "claude_code": _claude_code, "codex": _codex, "litellm": _litellm, "kimi_cli": _kimi_cli,
+    "copilot_cli": _copilot_cli}
+
+
+def is_kvprobe(first: Any) -> bool:
+    """A record of kvprobe's own trace format."""
+    if not isinstance(first, dict):
+        return False
+    return "kvprobe" in first or ("id" in first and ("request" in first or isinstance(first.get("response"), dict)))
+
+
+def kimi_side_file(path: Path) -> bool:
+    """A file of a Kimi session folder that holds no usage (read as that format: nothing skipped)."""
+    return path.name in KIMI_SIDE_FILES and (path.parent / KIMI_WIRE).is_file()
+
+
+def copilot_side_file(path: Path) -> bool:
+    """A file of the Copilot folder that holds no usage (read as that format: nothing skipped)."""
+    return path.name in COPILOT_SIDE_FILES and (path.parent / "session-state").is_dir()
+
+
+def side_format(path: Path) -> str | None:
+    """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
+    context.jsonl, Copilot's config.json): read as that format, so a named folder skips none of them."""
+    if kimi_side_file(path):
+        return "kimi_cli"
+    if copilot_side_file(path):
+        return "copilot_cli"
+    return None
+
+
+def format_of(sniffed: Sniffed) -> str | None:
+    """The format of a file whose bounded prefix showed this: an importer's name, "kvprobe", or None."""
+    first = sniffed.value
+    if sniffed.array:  # a JSON array of lines: Claude Code's, as a transcript hook writes them (logs/chat.json)
+        return "claude_code" if _claude_code(first) else None
+    for name, test in SNIFFERS.items():
+        if test(first):
+            return name
+    return "kvprobe" if is_kvprobe(first) else None
+
+
+def detect_format(path: str | Path) -> str | None:
+    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | otel | litellm | kimi_cli |
+    copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
+    path = Path(path)
+    if path.name == OPENCODE_DATABASE:
+        return "opencode"
+    side = side_format(path)
+    return side if side is not None else format_of(sniff(path))
+
+
+def agent_log(path: str | Path) -> str | None:
+    """The importer format of a file that is not a kvprobe trace (an agent log, HAR, spans), else None."""
+    path = Path(path)
+    kind = detect_format(path) if path.is_file() else None
+    return kind if kind in SNIFFERS else None

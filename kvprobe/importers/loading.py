@@ -1,0 +1,440 @@
+"""Reading named files and folders of logs: discovery, detection, the importers in parallel, usage checks
+and scrubbing (`load_any`; the package's names, `kvprobe.importers`, come from here)."""
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kvprobe.cpus import usable_cpus
+from kvprobe.errors import InputError, not_a_file
+from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode, otel,
+                               qwen_code)
+from kvprobe.importers.base import ImportReport, Progress, SourceStats
+from kvprobe.importers.formats import agent_log, detect_format, format_of, side_format
+from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
+from kvprobe.trace import TraceRecord
+from kvprobe.trace.validate import response_usage_problem
+from kvprobe.wording import show
+
+IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, gemini_cli, qwen_code, opencode, otel,
+                                                         litellm, kimi_cli, copilot_cli)}
+FORMATS = ("kvprobe", *IMPORTERS)
+_SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
+_WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever their first line looks like
+# a broken whole-file document is given to its importer only where that importer counts it as a skip (an
+# OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
+_COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
+# readers that can leave out each request's rebuilt message list and events (`history=False`: what `usage` reads)
+_HISTORY_OPTIONAL = (claude_code.NAME,)
+
+__all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
+
+
+FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
+                "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
+                "opencode": "an OpenCode session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
+                "kimi_cli": "a Kimi CLI session", "copilot_cli": "a Copilot CLI OpenTelemetry export"}
+
+
+def bodies_of(path: str | Path, kind: str, command: str) -> Iterator[TraceRecord]:
+    """The records of an agent log that carry request bodies (HAR, LiteLLM); an InputError saying so plainly
+    when the log has usage only (Claude Code, Codex, …), which `command` cannot work on."""
+    found = False
+    for record in load_any(path, fmt=kind):
+        if record.request is not None:
+            found = True
+            yield record
+    if not found:
+        raise InputError(f"{FORMAT_NAMES.get(kind, kind)} logs usage, not request bodies, so there is nothing to "
+                         f"{command}: `kvprobe report` explains its misses from the usage it logs, and "
+                         "`kvprobe capture` records the bodies", file=str(path))
+
+
+def default_sources() -> list[Path]:
+    """Where agents keep their logs on this machine: Claude Code projects, Codex sessions (and Gemini CLI,
+    Qwen Code and OpenCode data where they exist)."""
+    return (claude_code.default_paths() + codex.default_paths() + gemini_cli.default_paths()
+            + qwen_code.default_paths() + opencode.default_paths() + kimi_cli.default_paths()
+            + copilot_cli.default_paths())
+
+
+def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Files named directly, plus every .jsonl/.json/.har/.ndjson file under named directories (sorted).
+    Sub-folders that cannot be listed are added to `unreadable` (path, why), when given."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            files.extend(sorted(_walk(path, unreadable)))
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            raise not_a_file(raw)
+        elif path.is_symlink():
+            raise InputError(_bad_link(path), file=str(raw))
+        else:
+            raise InputError("file or directory does not exist", file=str(raw))
+    return files
+
+
+def _bad_link(path: Path) -> str:
+    """Why a symbolic link leads nowhere: a loop (ELOOP) or a target that does not exist."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop: it leads back to itself"
+        return f"symbolic link to nothing: {os.readlink(path)} does not exist"
+    return "symbolic link cannot be followed"
+
+
+def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Path]:
+    def failed(exc: OSError) -> None:
+        if exc.filename is not None and unreadable is not None:
+            unreadable.append((Path(exc.filename), exc.strerror or str(exc)))
+    for folder, _dirs, names in os.walk(root, onerror=failed):
+        for name in names:  # (a link that loops is listed here: following it finds no folder)
+            path = Path(folder) / name
+            log = path.suffix in _SUFFIXES or name == opencode.DATABASE
+            if log and path.is_file():
+                yield path
+            elif unreadable is not None and path.is_symlink() and not path.exists():
+                why = _bad_link(path)  # a loop, whatever its name (it may have been a folder of logs); a
+                if log or "loop" in why:  # dangling link only where it would have been a log
+                    unreadable.append((path, why))
+
+
+def _times_in_range(record: TraceRecord) -> bool:
+    return all(t is None or 0 <= t < 253402300800 for t in (record.started_at, record.first_token_at,
+                                                            record.finished_at))  # up to year 9999
+
+
+def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None,
+                  strict: bool) -> Iterator[TraceRecord]:
+    from kvprobe.trace.reader import ReadStats, read_trace  # (here: `diff` asks this module about agent logs)
+
+    read_stats = ReadStats()
+    last = 0
+    for record in read_trace(path, strict=strict, stats=read_stats, check_duplicates=False, keyed=True):
+        stats.lines += 1
+        if progress is not None and read_stats.bytes_read - last > 1 << 20:
+            progress(read_stats.bytes_read - last)
+            last = read_stats.bytes_read
+        if not _times_in_range(record):  # parse_time accepts any epoch number; format_time does not
+            stats.skip("timestamp out of range", record.line)
+            continue
+        if stats.first_time(record.identity, seen):  # the same line in another file: read once
+            yield record
+    if progress is not None:
+        progress(read_stats.bytes_read - last)
+    for message in read_stats.errors:
+        stats.examples.append(message) if len(stats.examples) < 5 else None
+    if read_stats.skipped:
+        stats.skipped["malformed trace record"] += read_stats.skipped
+        stats.lines += read_stats.skipped
+
+
+def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progress: Progress | None,
+              strict: bool, history: bool = True) -> Iterator[TraceRecord]:
+    if kind == "kvprobe":
+        return _read_kvprobe(path, stats, seen, progress, strict)  # read_trace checks usage itself
+    read = IMPORTERS[kind].read
+    records = read(path, stats, seen, progress) if history or kind not in _HISTORY_OPTIONAL else \
+        read(path, stats, seen, progress, history=False)
+    return _valid_usage(records, stats)
+
+
+def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
+    """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
+    texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
+    cwd, project_hash, ...) are scrubbed of credentials. The records a cloud platform served (importers label
+    them `extra["platform"]`) are counted, valid or not. (One loop: it runs for every record read.)"""
+    from kvprobe.secrets import scrub_identity, shapes_table  # (here: diff only asks about a file's format)
+
+    platforms, table = stats.platforms, shapes_table()
+    for record in records:
+        platform = record.extra.get("platform")
+        if isinstance(platform, str):
+            platforms[platform] += 1
+        problem = response_usage_problem(record.response)
+        if problem is None:
+            yield scrub_identity(record, table)
+            continue
+        stats.records -= 1
+        stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
+
+
+def _read_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None = None,
+                history: bool = True) -> list[tuple[SourceStats, list[Any], type | None]]:
+    """Worker side of a parallel load: every file of one batch, with its own stats; each record passed
+    through `reduce` here, when given (what travels back is then only what the caller needs). Named tuples
+    travel as plain tuples with their class beside them: pickle rebuilds a named tuple through a Python-level
+    `__new__`, which made unpickling 100k of them ~4x slower than plain tuples in the parent."""
+    seen: set[str] = set()
+    out = []
+    for name, kind in batch:
+        stats = SourceStats(name, kind)
+        records = _read_one(Path(name), kind, stats, seen, None, strict, history)
+        if reduce is None:
+            out.append((stats, list(records), None))
+            continue
+        rows = [reduce(r) for r in records]
+        row_class = type(rows[0]) if rows and isinstance(rows[0], tuple) and hasattr(rows[0], "_make") else None
+        out.append((stats, [tuple(r) for r in rows] if row_class is not None else rows, row_class))
+    return out
+
+
+def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
+              report: ImportReport) -> list[tuple[Path, str]]:
+    chosen = []
+    named_files = {Path(p).expanduser() for p in named}  # (a file named itself, not found in a named folder)
+    for path in files:
+        try:
+            kind, sniffed = _detect(path, fmt)
+            if kind is not None and _too_large(path, kind, sniffed, path in named_files, report):
+                continue
+            if sniffed is not None and sniffed.broken and not fmt and kind not in _COUNTS_BROKEN:
+                kind = None
+        except OSError as exc:  # (an unreadable file named on the command line is an error: user_errors)
+            if path in named_files:
+                raise
+            _unreadable(report, path, "file", exc.strerror or str(exc))
+            continue
+        if kind is None and path.suffix.lower() == ".har":
+            kind = _broken_har(path, path in named_files, report)
+            if kind is None:
+                continue
+        if kind is None:
+            if path in named_files:
+                raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code, "
+                                 "Codex, Gemini CLI, Qwen Code or OpenCode logs, OTLP JSON spans or LiteLLM logs",
+                                 file=str(path))
+            stats = SourceStats(str(path), "unknown")
+            stats.skip("file in a named directory is no known format", None)
+            report.sources.append(stats)
+            continue
+        chosen.append((path, kind))
+    return chosen
+
+
+def _detect(path: Path, fmt: str | None) -> tuple[str | None, Sniffed | None]:
+    """The file's format (`fmt` when forced) and what its bounded prefix showed (None: a database)."""
+    if path.name == opencode.DATABASE and fmt in (None, opencode.NAME):
+        return opencode.NAME, None
+    side = side_format(path)
+    if side is not None and fmt in (None, side):
+        return side, None
+    sniffed = sniff(path)
+    return fmt or format_of(sniffed), sniffed
+
+
+def _too_large(path: Path, kind: str, sniffed: Sniffed | None, named: bool, report: ImportReport) -> bool:
+    """A file its importer would parse as one JSON document, over the size kvprobe holds in memory at once:
+    refused (named: an error; in a folder: a counted skip), never read in part."""
+    if sniffed is None or not (sniffed.document or kind in _WHOLE_FORMATS):
+        return False
+    size, limit = path.stat().st_size, max_document_bytes()
+    if size <= limit:
+        return False
+    why = (f"{size / (1 << 20):,.0f} MB to parse as one JSON document, over the {limit >> 20:,} MB kvprobe reads "
+           "whole (KVPROBE_MAX_DOCUMENT_MB raises it)")
+    if named:
+        raise InputError(f"file too large: {why}", file=str(path))
+    stats = SourceStats(str(path), kind)
+    stats.skip("file too large to read as one JSON document", None, why)
+    report.sources.append(stats)
+    return True
+
+
+def _unreadable(report: ImportReport, path: Path, what: str, why: str) -> None:
+    """A file or sub-folder of a named folder that cannot be read: a counted skip naming it, never silence."""
+    stats = SourceStats(str(path), "unknown")
+    stats.skip(f"{what} cannot be read ({why})", None)
+    report.sources.append(stats)
+
+
+def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
+    """A .har file no importer recognised: its JSON broken (named: the error, with its line; in a folder: a
+    counted skip saying where), or "har" when it parses after all (har.read then says what is missing)."""
+    try:
+        har.parse(path)
+    except InputError as exc:
+        if named:
+            raise
+        stats = SourceStats(str(path), har.NAME)
+        stats.skip("HAR file is not valid JSON (cut short?)" if "cut short" in exc.message
+                   else "HAR file is not valid JSON", exc.line)
+        report.sources.append(stats)
+        return None
+    return har.NAME
+
+
+def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:
+    """Contiguous runs of files of about equal size (order kept, so output order is stable)."""
+    sizes = [p.stat().st_size for p, _ in files]
+    target = max(sum(sizes) / parts, 1)
+    batches: list[list[tuple[str, str]]] = [[]]
+    filled = 0.0
+    for (path, kind), size in zip(files, sizes):
+        if filled >= target and batches[-1]:
+            batches.append([])
+            filled = 0.0
+        batches[-1].append((str(path), kind))
+        filled += size
+    return batches
+
+
+def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceRecord]:
+    """Pass records through, holding back the provisional ones (a subagent call known from its parent's
+    progress line) until every file is read: one is kept only when no transcript had the same request."""
+    seen: set[str] = set()
+    held: dict[str, tuple[SourceStats, TraceRecord]] = {}
+    for stats, record in pairs:
+        identity = _identity(record)
+        if record.via == claude_code.VIA_PROGRESS:
+            if identity in held:
+                stats.duplicates += 1
+            else:
+                held[identity] = (stats, record)
+            continue
+        seen.add(identity)
+        yield record
+    for rid, (stats, record) in held.items():
+        if rid in seen:
+            stats.duplicates += 1
+            continue
+        stats.records += 1
+        stats.from_progress += 1
+        yield record
+
+
+def _identity(record: Any) -> str:
+    """What tells requests apart across files (TraceRecord.identity); a `reduce` row carries it as its id."""
+    return record.identity if isinstance(record, TraceRecord) else record.id
+
+
+def _unique_ids(records: Iterator[TraceRecord]) -> Iterator[TraceRecord]:
+    """Different requests that reuse a local id (req_1 in two traces, one Codex session id in two rollouts)
+    both stay; the later one's id gets its file's name in front (`b:req_1`), as `report` does."""
+    taken: set[str] = set()
+    for record in records:
+        if record.id in taken:
+            stem = Path(record.source).stem if record.source else "input"
+            base = f"{stem}:{record.id}"
+            record.id, n = base, 1
+            while record.id in taken:
+                n += 1
+                record.id = f"{base}~{n}"
+        taken.add(record.id)
+        yield record
+
+
+def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Iterator[tuple[SourceStats, Any]]:
+    """The same request in files read by different processes: the first one read (in file order) counts."""
+    for record in records:
+        if record.via == claude_code.VIA_PROGRESS:
+            yield stats, record  # provisional: settled once every file is read
+            continue
+        identity = _identity(record)
+        if identity in seen:
+            stats.duplicates += 1
+            stats.records -= 1
+            continue
+        seen.add(identity)
+        yield stats, record
+
+
+def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
+                   strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True
+                   ) -> Iterator[tuple[SourceStats, Any]]:
+    """The first files are read here while `workers - 1` forked processes read the rest (a pool of as many
+    processes as cores would leave this one idle but for its share of the CPU: one process too many)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    seen: set[str] = set()
+    batches = _batches(files, workers * 4)
+    # this process takes an equal share (less, to leave it time for its other work, was not faster in A/B runs
+    # on the 1 GB Claude Code folder), and leaves at least one batch to the workers
+    own = max(1, min(len(batches) - 1, round(len(batches) / workers)))
+    rest = batches[own:]
+    pool = ProcessPoolExecutor(workers - 1, mp_context=context)
+    try:
+        results = pool.map(_read_batch, rest, [strict] * len(rest), [reduce] * len(rest), [history] * len(rest))
+        own_seen: set[str] = set()  # (the workers are at work from here on)
+        for name, kind in (file for batch in batches[:own] for file in batch):
+            stats = SourceStats(name, kind)
+            report.sources.append(stats)
+            records = _read_one(Path(name), kind, stats, own_seen, progress, strict, history)
+            yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
+        for result in results:
+            for stats, records, row_class in result:
+                report.sources.append(stats)
+                yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
+                if progress is not None:
+                    progress(Path(stats.path).stat().st_size)
+    finally:  # an error here (or the caller stopping early) leaves batches not started: drop them
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
+             report: ImportReport | None = None, progress: Progress | None = None,
+             strict_traces: bool = False, workers: int = 1,
+             reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True) -> Iterator[Any]:
+    """Yield trace records from traces and agent logs, whatever their format.
+
+    `paths`: files and/or directories. `fmt` forces one format for every file. `report` collects per-file
+    counts (records, duplicates, skipped lines by reason). `progress` is called with bytes read.
+    `strict_traces=True` makes a malformed line in a kvprobe trace an InputError (as `read_trace` does)
+    instead of a counted skip; agent logs are always read leniently. `workers > 1` parses files in that
+    many processes (same records, same order); worth it from a few tens of MB; 0 chooses: one per core (up
+    to 4) from 64 MB of files on. `reduce` (a module-level function, with `id` and `via` on what it returns)
+    maps each record where it is read: the caller gets its results instead of records. `history=False`
+    leaves out each request's rebuilt message list and the events before it (`extra["history"]` and
+    `extra["events"]`, Claude Code's): faster where only usage is read.
+    Records are deduplicated across all files: the same request logged twice (the same provider id, or the
+    same local id with the same content) is read once; different requests that reuse a local id are both
+    kept, the later one's id prefixed with its file's name (`b:req_1`).
+    Raises InputError for a missing path, an unknown format, or an unparseable HAR/OTLP document.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format {show(fmt)}: expected one of {', '.join(FORMATS)}", field="--format")
+    report = report if report is not None else ImportReport()
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    unreadable: list[tuple[Path, str]] = []
+    found = discover(named, unreadable)
+    for where, why in unreadable:
+        _unreadable(report, where, "file" if where.is_symlink() else "folder", why)
+    if workers == 0:
+        workers = _auto_workers(found)
+    files = _classify(found, named, fmt, report)
+    if workers > 1 and len(files) > 1:
+        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce, history))
+    else:
+        pairs = _load_sequential(files, report, progress, strict_traces, history)
+        settled = _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
+    yield from settled if reduce is not None else _unique_ids(settled)
+
+
+def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,
+                     strict: bool, history: bool = True) -> Iterator[tuple[SourceStats, TraceRecord]]:
+    seen: set[str] = set()
+    for path, kind in files:
+        stats = SourceStats(str(path), kind)
+        report.sources.append(stats)
+        for record in _read_one(path, kind, stats, seen, progress, strict, history):
+            yield stats, record
+
+
+def _auto_workers(files: list[Path]) -> int:
+    """Processes worth using for these files: one per core (up to 4) from 64 MB on."""
+    try:
+        total = sum(p.stat().st_size for p in files)
+    except OSError:
+        return 1
+    return min(usable_cpus(), 4) if total > 64 << 20 else 1
