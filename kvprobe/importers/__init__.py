@@ -6,21 +6,26 @@
     report.summary()   # what was read, and each kind of skipped line with its count
 
 One module per source, each owning its quirks (see each module's docstring): `har`, `claude_code`, `codex`,
-`gemini_cli`, `qwen_code`, `opencode`, `otel`, `litellm`; kvprobe's own JSONL traces are read too. Formats are detected from the file's first
-JSON value; directories are walked. Malformed lines are counted per reason, never dropped silently; a file
-that is no known format, or a whole-document format (HAR, OTLP JSON) that does not parse, is an InputError
-naming the file and line.
+`gemini_cli`, `qwen_code`, `opencode`, `otel`, `litellm`, `kimi_cli`, `copilot_cli`; kvprobe's own JSONL traces
+are read too. Formats are detected (`formats`) from the file's first JSON value; directories are walked.
+Malformed lines are counted per reason, never dropped silently; a file that is no known format, or a
+whole-document format (HAR, OTLP JSON) that does not parse, is an InputError naming the file and line.
 """
 from __future__ import annotations
 
-# The names below live in `loading`, imported on first use: that imports every importer (~3 ms), which a
-# command asking only what a file is (`formats.agent_log`, `diff`) does not need.
-_LOADED = ("load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS",
-           "IMPORTERS", "FORMAT_NAMES", "agent_log", "bodies_of")
+# The names below are imported on first use: `loading` imports every importer (~3 ms), which a command asking
+# only what a file is (`detect_format`, `agent_log`: `diff`) does not need.
+_DETECTING = ("detect_format", "agent_log")
+_LOADED = ("load_any", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS", "IMPORTERS",
+           "FORMAT_NAMES", "bodies_of")
 __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
 
 
 def __getattr__(name: str) -> object:
+    if name in _DETECTING:
+        from kvprobe.importers import formats
+
+        return getattr(formats, name)
     if name in _LOADED:
         from kvprobe.importers import loading
 

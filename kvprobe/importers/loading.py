@@ -14,7 +14,7 @@ from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode, otel,
                                qwen_code)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats
-from kvprobe.importers.formats import agent_log, detect_format, format_of, side_format
+from kvprobe.importers.formats import format_of, side_format
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
@@ -30,9 +30,6 @@ _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever thei
 _COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
 # readers that can leave out each request's rebuilt message list and events (`history=False`: what `usage` reads)
 _HISTORY_OPTIONAL = (claude_code.NAME,)
-
-__all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportReport", "SourceStats", "FORMATS"]
-
 
 FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
                 "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
