@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.catalog import ModelRules, providers_dir, rules_for
+from kvprobe.catalog import ModelRules, providers_dir_key, rules_for
 from kvprobe.errors import InputError
 from kvprobe.model_ids import canonical_model
 from kvprobe import user_cache
@@ -183,7 +183,7 @@ class PriceBook:
         What is chosen is kept per model, day and platform (every request asks): overlay prices as they are,
         a dataset look-up as its (price key, model id), since the tier, and so the prices, follow each
         request's input (whether a look-up prices the model does not: `_unit_prices`' day memo)."""
-        memo = ("resolve", provider, model, day, platform, str(providers_dir()))  # whose prices.toml was read
+        memo = ("resolve", provider, model, day, platform, providers_dir_key())  # whose prices.toml was read
         chosen = self._memo.get(memo)
         if chosen is None:
             chosen = self._memo[memo] = self._choose(provider, model, day, input_tokens, platform)
