@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import math
 from bisect import bisect_right
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -417,6 +416,8 @@ def _price(value: Any, path: Path, where: str) -> float:
 def load_price_file(path: Path) -> dict[str, dict[str, float]]:
     if not path.is_file():
         raise InputError("price file does not exist", file=str(path))
+    import tomllib  # (here: a price file is rare, and tomllib ~1.5 ms of every `usage` start)
+
     text = _decode(path)
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)

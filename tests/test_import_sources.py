@@ -200,3 +200,37 @@ def test_a_strict_error_read_in_parallel_names_its_file_and_line(tmp_path):
         with pytest.raises(InputError) as info:
             _load(logs, strict_traces=True, workers=workers)
         assert info.value.file == str(logs / "a.jsonl") and info.value.line == 2
+
+
+def test_an_error_in_the_other_process_s_files_is_raised_here_naming_its_file_and_line(tmp_path):
+    """The later files are read by a forked child: what it raises travels back and is raised as it was."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    good = '{"kvprobe": 1, "id": "%s", "response": {"usage": {"input_tokens": 5}}}\n'
+    for name in ("a", "b", "c"):
+        (logs / f"{name}.jsonl").write_text("".join(good % f"{name}{i}" for i in range(50)))
+    (logs / "d.jsonl").write_text(good % "d1" + good % "d2" + '{"kvprobe": 1, "id": 7}\n')
+    with pytest.raises(InputError) as info:
+        _load(logs, strict_traces=True, workers=2)
+    assert info.value.file == str(logs / "d.jsonl") and info.value.line == 3
+
+
+def test_a_child_that_dies_costs_time_not_answers(tmp_path, monkeypatch):
+    """A child killed mid-read (out of memory, a signal) leaves its files to this process: the same records
+    and counts as one process reading them all."""
+    import os
+
+    from kvprobe.importers import loading
+
+    shutil.copytree(FIX, tmp_path / "logs")
+    serial, serial_report = _load(tmp_path / "logs")
+    parent, read_batch = os.getpid(), loading._read_batch
+
+    def dies_in_the_child(*args, **kwargs):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), 9)
+        return read_batch(*args, **kwargs)
+    monkeypatch.setattr(loading, "_read_batch", dies_in_the_child)
+    parallel, parallel_report = _load(tmp_path / "logs", workers=2)
+    assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
+    assert parallel_report.to_json() == serial_report.to_json()
