@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -45,12 +46,15 @@ def _memos_start_empty():
                 obj.derived.clear()
         catalog._rules_for.cache_clear()
         secrets._scrubber.cache_clear()
-        pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
+        folder = pricing._DATASET.folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-prices-"))
         pricing._DATASET._data, pricing._DATASET._path = None, None
         from kvprobe.whatif import reshape
 
         reshape._SLOTS.clear()  # clone's constructor per class
         reshape._SALTS.clear()  # level salts per parameter set
+        yield
+        shutil.rmtree(folder, ignore_errors=True)  # (one per mutant run: 26,000 were left behind)
+        return
     yield
 
 

@@ -15,9 +15,26 @@ from kvprobe.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_OWN_CACHE = pytest.StashKey[str]()  # the cache folder this run made (none when the caller named one)
+
+
 def pytest_configure(config):
     # the price-dataset cache (kvprobe.pricing) goes to a folder of this run, not the user's ~/.cache
-    os.environ.setdefault("KVPROBE_CACHE_DIR", tempfile.mkdtemp(prefix="kvprobe-test-cache-"))
+    if "KVPROBE_CACHE_DIR" not in os.environ:
+        config.stash[_OWN_CACHE] = os.environ["KVPROBE_CACHE_DIR"] = tempfile.mkdtemp(prefix="kvprobe-test-cache-")
+
+
+def pytest_unconfigure(config):
+    """The run's cache folder removed (by the run that made it, not a pytest run inside a test): left
+    behind, every run and every pytest a test starts added one to the temporary folder (28,000 of them,
+    which also slowed every Python started there: its first import path entry is that folder)."""
+    import shutil
+
+    folder = config.stash.get(_OWN_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get("KVPROBE_CACHE_DIR") == folder:
+            del os.environ["KVPROBE_CACHE_DIR"]
 
 
 @pytest.fixture
