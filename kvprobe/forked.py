@@ -62,7 +62,12 @@ class Forked:
         import pickle  # (here: the report's early helper imports this module before anything else)
 
         read, write = os.pipe()
-        self.pid: int | None = os.fork()
+        try:
+            self.pid: int | None = os.fork()
+        except OSError:  # no process to spare (EAGAIN, ENOMEM): the caller does the work itself
+            os.close(read)
+            os.close(write)
+            raise
         if self.pid == 0:  # the child: never returns into the caller's code
             code = 1
             try:

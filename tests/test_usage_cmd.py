@@ -155,3 +155,25 @@ def test_one_model_served_first_party_and_by_bedrock_is_two_rows(cli, tmp_path):
     # a million 5m-written tokens: $1.25 first-party, $1.375 on Bedrock
     rows = {(r["model"], r["platform"]): r["cost_usd"] for r in data["by_model"]}
     assert rows == {("claude-haiku-4-5-20251001", None): 1.25, ("claude-haiku-4-5-20251001", "bedrock"): 1.375}
+
+
+def test_a_folder_of_files_cut_short_quotes_a_few_skipped_lines_and_counts_the_rest(cli, tmp_path):
+    """Twelve transcripts, each ending in a line cut short (a session still being written): the summary says
+    12 skipped, quotes five of them, and counts the seven it does not quote, instead of two lines a file."""
+    user = {"parentUuid": None, "sessionId": "s", "type": "user", "uuid": "u1",
+            "timestamp": "2026-09-10T10:00:00.000Z", "message": {"role": "user", "content": "hi"}}
+    answer = {"parentUuid": "u1", "sessionId": "s", "type": "assistant", "uuid": "a1", "requestId": "req_1",
+              "timestamp": "2026-09-10T10:00:03.000Z",
+              "message": {"id": "msg_1", "model": "claude-sonnet-4-5", "role": "assistant", "content": [],
+                          "usage": {"input_tokens": 10, "output_tokens": 5}}}
+    for k in range(12):
+        lines = [dict(user, sessionId=f"s{k}"), dict(answer, sessionId=f"s{k}", requestId=f"req_{k}",
+                                                     message={**answer["message"], "id": f"msg_{k}"})]
+        text = "\n".join(json.dumps(line) for line in lines) + '\n{"parentUuid": "a1", "sessionId": "s'
+        (tmp_path / f"{k:02d}-session.jsonl").write_text(text + "\n")
+    result = cli("usage", tmp_path)
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert "skipped 12: truncated JSON line" in err
+    assert err.count("  e.g. ") == 5
+    assert "7 more skipped line(s) not quoted" in err

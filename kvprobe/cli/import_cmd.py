@@ -30,13 +30,23 @@ def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterato
         yield lambda n: bar.advance(task, n)
 
 
+EXAMPLES_SHOWN = 5  # skipped lines quoted without --verbose, whatever the number of files they are in
+
+
 def report_skips(report: ImportReport, verbose: bool = False) -> None:
+    """What was read and skipped; a few skipped lines quoted (--verbose: up to five of every file). A folder of
+    179 transcripts each cut short quoted two of each: 313 lines of examples under a one-line summary."""
     for line in report.summary():
         err.print(line, soft_wrap=True, markup=False)
-    if verbose or report.skipped:
-        for source in report.sources:
-            for example in source.examples[: 5 if verbose else 2]:
-                err.print(f"  e.g. {example}", soft_wrap=True, markup=False, style="dim")
+    if not (verbose or report.skipped):
+        return
+    examples = [example for source in report.sources for example in source.examples[: 5 if verbose else 2]]
+    shown = examples if verbose else examples[:EXAMPLES_SHOWN]
+    for example in shown:
+        err.print(f"  e.g. {example}", soft_wrap=True, markup=False, style="dim")
+    if not verbose and len(shown) < report.skipped:
+        err.print(f"  ... {report.skipped - len(shown):,} more skipped line(s) not quoted (`kvprobe import --verbose` "
+                  "quotes up to five a file)", soft_wrap=True, markup=False, style="dim")
 
 
 def import_(

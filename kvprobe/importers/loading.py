@@ -355,10 +355,13 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     from kvprobe.forked import ChildLost, Forked
 
     runs = _batches(files, workers) if hasattr(os, "fork") else [[(str(p), kind) for p, kind in files]]
-    children: list[tuple[list[tuple[str, str]], Forked]] = []
+    children: list[tuple[list[tuple[str, str]], Forked | None]] = []
     try:
         for run in runs[1:]:
-            children.append((run, Forked(_read_batch, run, strict, reduce, history)))
+            try:
+                children.append((run, Forked(_read_batch, run, strict, reduce, history)))
+            except OSError:  # no process to spare: read here, after this process's own run
+                children.append((run, None))
         seen: set[str] = set()
         own_seen: set[str] = set()  # (the children are at work from here on)
         for name, kind in runs[0]:
@@ -368,7 +371,7 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
             yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
         for run, child in children:
             try:
-                result = child.result()
+                result = child.result() if child is not None else _read_batch(run, strict, reduce, history)
             except ChildLost:
                 result = _read_batch(run, strict, reduce, history)
             for stats, records, row_class in result:
@@ -378,7 +381,8 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
                     progress(Path(stats.path).stat().st_size)
     finally:  # an error here (or the caller stopping early) leaves no child behind
         for _, child in children:
-            child.close()
+            if child is not None:
+                child.close()
 
 
 def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None,
