@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
-from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.events import Events, event
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
 
 if TYPE_CHECKING:

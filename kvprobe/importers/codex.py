@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
                                    local_server, served_locally, time_or_none)
-from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.events import Events
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
-from kvprobe.importers.formats import KIMI_WIRE as WIRE, SNIFFERS
 from kvprobe.importers.events import Events
+from kvprobe.importers.formats import KIMI_WIRE as WIRE, SNIFFERS
 from kvprobe.trace import TraceRecord
 
 NAME = "kimi_cli"

@@ -26,8 +26,8 @@ import orjson
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
                                    token_count)
-from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
 from kvprobe.importers.events import Events
+from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 

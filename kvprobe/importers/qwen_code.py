@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
-from kvprobe.importers.formats import SNIFFERS
 from kvprobe.importers.claude_code import EXTRA_FIELDS
 from kvprobe.importers.events import Events
+from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
