@@ -234,3 +234,19 @@ def test_a_child_that_dies_costs_time_not_answers(tmp_path, monkeypatch):
     parallel, parallel_report = _load(tmp_path / "logs", workers=2)
     assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
     assert parallel_report.to_json() == serial_report.to_json()
+
+
+def test_no_process_to_fork_reads_every_file_here(tmp_path, monkeypatch):
+    """A system out of processes (fork fails with EAGAIN): the same records and counts, read in one."""
+    import errno
+    import os
+
+    shutil.copytree(FIX, tmp_path / "logs")
+    serial, serial_report = _load(tmp_path / "logs")
+
+    def no_fork():
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+    monkeypatch.setattr(os, "fork", no_fork)
+    parallel, parallel_report = _load(tmp_path / "logs", workers=2)
+    assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
+    assert parallel_report.to_json() == serial_report.to_json()
