@@ -23,11 +23,10 @@ __all__ = ["load_any", "detect_format", "discover", "default_sources", "ImportRe
 
 def __getattr__(name: str) -> object:
     if name in _DETECTING:
-        from kvprobe.importers import formats
-
-        return getattr(formats, name)
-    if name in _LOADED:
-        from kvprobe.importers import loading
-
-        return getattr(loading, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from kvprobe.importers import formats as module
+    elif name in _LOADED:
+        from kvprobe.importers import loading as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(module, name)  # kept: the next look-up does not come here
+    return value

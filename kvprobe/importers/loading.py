@@ -112,7 +112,7 @@ def _times_in_range(record: TraceRecord) -> bool:
 
 def _read_kvprobe(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None,
                   strict: bool) -> Iterator[TraceRecord]:
-    from kvprobe.trace.reader import ReadStats, read_trace  # (here: `diff` asks this module about agent logs)
+    from kvprobe.trace.reader import ReadStats, read_trace  # (here: a folder of agent logs holds no trace)
 
     read_stats = ReadStats()
     last = 0
@@ -150,7 +150,7 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
     texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
     cwd, project_hash, ...) are scrubbed of credentials. The records a cloud platform served (importers label
     them `extra["platform"]`) are counted, valid or not. (One loop: it runs for every record read.)"""
-    from kvprobe.secrets import scrub_identity, shapes_table  # (here: diff only asks about a file's format)
+    from kvprobe.secrets import scrub_identity, shapes_table  # (here: an option list naming FORMATS reads no log)
 
     platforms, table = stats.platforms, shapes_table()
     for record in records:

@@ -24,4 +24,5 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'kvprobe.trace' has no attribute {name!r}")
     from importlib import import_module
 
-    return getattr(import_module(f"kvprobe.trace.{module}"), name)
+    value = globals()[name] = getattr(import_module(f"kvprobe.trace.{module}"), name)  # the next look-up: direct
+    return value
