@@ -472,7 +472,7 @@ def _fixed_totals(what_if: Any) -> dict | None:
     """The totals of the log with every chosen fix applied (one simulation, summed as it runs). Made as soon
     as the what-if returns: its edited log (~2.5 KB a request of a fleet while it is simulated) then comes on
     top of less than it would once the report's attribution and bill are built."""
-    return summarize(what_if.fixed_results()) if what_if is not None and what_if.fixes else None
+    return what_if.fixed_summary(summarize) if what_if is not None and what_if.fixes else None
 
 
 def _add_fixes(rep: Report, what_if: Any, fixed: dict | None) -> None:

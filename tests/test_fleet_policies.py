@@ -338,3 +338,27 @@ def test_fleet1_the_moved_clock_answers_each_refresh_and_every_later_sessions_fi
     [span] = _by_kind(fleet1)["stabilize_prefix"]
     assert span["requests"] == [f"f1s{k:03d}-r05" for k in range(N1)] + [f"f1s{k:03d}-r01" for k in range(1, N1)]
     assert span["reach"]["sessions"] == N1
+
+
+@pytest.mark.parametrize("session", [fleet1_session, fleet2_session])
+def test_an_edited_log_streamed_a_few_requests_at_a_time_prices_as_the_whole_log(session, monkeypatch):
+    """Each pricing streams its edited log in start order, a part at a time (`Pricer.stream`): in parts of 3
+    requests, with each policy's memo of new blocks bounded at 4, the pings, the staggered siblings and the
+    moved spans land in other parts than the requests they come from, and the fixes, their savings, edited
+    requests and instances, the alternatives and the log with every fix applied are the same as in one part."""
+    from kvprobe.whatif import evaluate, reshape
+
+    records = [r for k in range(4) for r in session(k)]
+
+    def priced() -> tuple:
+        rep = build_report([], records=records, fixes=True, prices=PriceBook())
+        return rep.fixes, rep.alternatives, rep.with_all_fixes
+
+    monkeypatch.setattr(evaluate, "STREAM_PART", 10_000)
+    whole = priced()
+    monkeypatch.setattr(evaluate, "STREAM_PART", 3)
+    monkeypatch.setattr(reshape, "MEMO_BLOCKS", 4)
+    assert priced() == whole
+    fixes = {f["kind"] for f in whole[0]}
+    assert fixes >= ({"keep_alive", "stabilize_prefix"} if session is fleet1_session else
+                     {"shared_breakpoint", "stabilize_prefix"})

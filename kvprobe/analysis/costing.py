@@ -51,17 +51,21 @@ class Tally:
 
 
 def tally(results: Iterable[RequestResult]) -> Tally:
+    return tally_rows((r.sk.session, r.input_equivalent, r.cost_usd) for r in results)
+
+
+def tally_rows(rows: Iterable[tuple[str, float, float | None]]) -> Tally:
+    """`tally` of (session, input equivalents, USD) rows: what a streamed pricing keeps of each result."""
     out = Tally()
     sessions = out.sessions
-    for r in results:
-        ie, usd = r.input_equivalent, r.cost_usd
+    for session, ie, usd in rows:
         out.input_equivalent += ie
         out.usd = None if out.usd is None or usd is None else out.usd + usd
-        was = sessions.get(r.sk.session)
+        was = sessions.get(session)
         if was is None:
-            sessions[r.sk.session] = (ie, usd)
+            sessions[session] = (ie, usd)
         else:
-            sessions[r.sk.session] = (was[0] + ie, None if was[1] is None or usd is None else was[1] + usd)
+            sessions[session] = (was[0] + ie, None if was[1] is None or usd is None else was[1] + usd)
     return out
 
 

@@ -51,7 +51,7 @@ class Diagnoser:
     def _explain(self, result: RequestResult) -> list[Diagnosis]:
         sk, tol = result.sk, tolerance(result.rules)
         reported = [from_provider_reason(sk.observed.miss_reason, sk.extra.get("reported_missed_tokens"))] \
-            if sk.observed and sk.observed.miss_reason else []
+            if result.observed and sk.observed.miss_reason else []
         short = result.usage.cache_read_tokens + tol < result.reusable_tokens
         mismatch = result.observed and result.predicted is not None and \
             abs(result.usage.cache_read_tokens - result.predicted.cache_read_tokens) > tol

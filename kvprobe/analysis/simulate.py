@@ -109,10 +109,13 @@ class Simulator:
 
     presized: the blocks carry their sizes already (what-if skeletons, edited on sized ones): no sizing.
     ideal: also track what an ideal cache could have read (the diagnose stage needs it; pricing does not).
+    predict: the logged usage is not read; every request's usage is the prediction (the what-if prices the
+    report's own skeletons: a copy of each without its usage was ~0.2 KB a request of every pricing's floor).
     """
 
     def __init__(self, store: BlockStore | None = None, sizer: BlockSizer | None = None, *,
-                 presized: bool = False, ideal: bool = True) -> None:
+                 presized: bool = False, ideal: bool = True, predict: bool = False) -> None:
+        self.predict = predict
         self.caches: dict[str, AnthropicCache | BreakpointCache | PrefixCache] = {}
         self.context_caches = GeminiContextCaches()
         # per provider and model, as the providers cache: another model's entries are no request's to read
@@ -143,10 +146,11 @@ class Simulator:
                 if hasattr(cache, "explain"):
                     cache.explain = self.ideal is not None  # no diagnosis reads a pricing simulation's evidence
             pred = cache.process(req, rules, sk.id, sk.started_at, sk.readable_at)
-        usage = sk.observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
-                                     pred.cache_write_1h_tokens, _output_tokens(sk))
+        observed = None if self.predict else sk.observed
+        usage = observed or Usage(pred.input_tokens, pred.cache_read_tokens, pred.cache_write_5m_tokens,
+                                  pred.cache_write_1h_tokens, _output_tokens(sk))
         seen = Seen(None, sk.model, req, 0)
-        result = RequestResult(sk, rules, usage, sk.observed is not None, pred, 0, how,
+        result = RequestResult(sk, rules, usage, observed is not None, pred, 0, how,
                                previous=self.streams.previous((sk.session, sk.agent), seen))
         if self.ideal is not None:
             self._ideals(result, req, rules)
@@ -188,9 +192,10 @@ class Simulator:
     def _usage_only(self, sk: Skeleton, rules: ModelRules) -> RequestResult:
         """No body to simulate: what it could have read is inferred from the log (`analysis.usage_only`, in the
         diagnose stage)."""
-        usage = sk.observed or Usage()
+        observed = None if self.predict else sk.observed
+        usage = observed or Usage()
         seen = Seen(None, sk.model, None, usage.input_tokens)
-        result = RequestResult(sk, rules, usage, sk.observed is not None, None, 0, "usage-only",
+        result = RequestResult(sk, rules, usage, observed is not None, None, 0, "usage-only",
                                previous=self.streams.previous((sk.session, sk.agent), seen))
         seen.item = result
         self.streams.add((sk.session, sk.agent), seen)
@@ -229,31 +234,33 @@ def _write_kind(usage: Usage, ideal: int, tol: int) -> str:
     return "rebuild" if usage.cache_read_tokens + tol < ideal else "extension"
 
 
-def _start_order(sk: Skeleton) -> tuple[float, int]:
+def start_order(sk: Skeleton) -> tuple[float, int]:
     return sk.started_at, sk.order
 
 
 def simulate(skeletons: Iterable[Skeleton], store: BlockStore | None = None, sizer: BlockSizer | None = None,
-             *, presized: bool = False, ideal: bool = True) -> list[RequestResult]:
+             *, presized: bool = False, ideal: bool = True, predict: bool = False) -> list[RequestResult]:
     """Simulate a whole trace (skeletons in any order: they are replayed by start time), in start order.
 
     Failed requests (`skeleton.failed_call`) are left out: they reached no cache, so they are neither
     simulated nor given a result to price or diagnose (the report lists them apart).
     sizer: pass one to keep the sizes it settles (`BlockSizer.book_of`), or one holding a `SizeBook`."""
-    sim = Simulator(store, sizer, presized=presized, ideal=ideal)
-    return [sim.step(sk) for sk in sorted(skeletons, key=_start_order) if not sk.failed]
+    sim = Simulator(store, sizer, presized=presized, ideal=ideal, predict=predict)
+    return [sim.step(sk) for sk in sorted(skeletons, key=start_order) if not sk.failed]
 
 
 # how often a replay drops the entries no later request can read: a pricing's entries stay those alive
 SWEEP_EVERY = 4096
 
 
-def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None) -> Iterator[RequestResult]:
+def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None, ordered: bool = False
+           ) -> Iterator[RequestResult]:
     """`simulate` of presized skeletons one result at a time, for a pass that adds the results up and keeps
-    none (the what-if's pricing): no ideal cache, and no result holds its stream's previous one (that chain
-    kept every result of a session alive as long as its last; only the ideal cache's stage reads it)."""
-    sim = Simulator(store, presized=True, ideal=False)
-    for n, sk in enumerate(sorted(skeletons, key=_start_order)):
+    none (the what-if's pricing): predicted usage, no ideal cache, and no result holds its stream's previous
+    one (that chain kept every result of a session alive as long as its last; only the ideal cache's stage
+    reads it). ordered: the skeletons come in start order already (an edited log streamed a part at a time)."""
+    sim = Simulator(store, presized=True, ideal=False, predict=True)
+    for n, sk in enumerate(skeletons if ordered else sorted(skeletons, key=start_order)):
         if not sk.failed:
             if n % SWEEP_EVERY == SWEEP_EVERY - 1:
                 sim.forget_expired(sk.started_at)
@@ -279,13 +286,13 @@ class LeadingSimulation:
     def lead(self, leading: list[Skeleton]) -> None:
         self._sim = Simulator(self._store, self.sizer)
         self._led = len(leading)
-        self._results = [self._sim.step(sk) for sk in sorted(leading, key=_start_order) if not sk.failed]
+        self._results = [self._sim.step(sk) for sk in sorted(leading, key=start_order) if not sk.failed]
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
         """All the skeletons, the leading share first (as the parse joined them)."""
-        rest = sorted((sk for sk in skeletons[self._led:] if not sk.failed), key=_start_order)
+        rest = sorted((sk for sk in skeletons[self._led:] if not sk.failed), key=start_order)
         led = self._results
-        if self._sim is None or (rest and led and _start_order(rest[0]) < _start_order(led[-1].sk)):
+        if self._sim is None or (rest and led and start_order(rest[0]) < start_order(led[-1].sk)):
             self.sizer = BlockSizer()
             return simulate(skeletons, self._store, self.sizer)
         return led + [self._sim.step(sk) for sk in rest]

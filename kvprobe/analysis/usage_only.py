@@ -190,7 +190,7 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
     elif compacted or shrank:  # the history was replaced or cut: at most the tools+system level is reusable
         ideal, on_level = min(levels.tools_system(r) or usage.cache_read_tokens, usage.input_tokens), True
     r.ideal_read_tokens = ideal
-    reported = sk.observed.miss_reason if sk.observed else None
+    reported = sk.observed.miss_reason if r.observed else None
     if reported:
         r.diagnoses = [_with_missed(r, from_provider_reason(reported, sk.extra.get("reported_missed_tokens")))]
         return usage.cache_read_tokens < ideal, on_level

@@ -9,28 +9,34 @@ Cost: a constant number of whole-log simulations — the baseline, one per polic
 compete for the same misses (at most `EXHAUSTIVE_MAX` at a time; greedily beyond) and the final one — each
 linear in the log. No record is rendered again: policies edit skeletons (`reshape`).
 
+Memory: a pricing never holds its whole edited log. `Pricer.stream` edits the log a part at a time in start
+order (each policy's memo of new blocks bounded), and the simulation takes each part as it comes; the domains
+the edits reach are known once they have all passed (docs/scale.md).
+
 Overlap: policies for the same misses (a keep-alive and a longer lifetime for the same pauses, a stagger and
 a warm-up for the same siblings) are alternatives, not stacked blindly: per group, the best compatible subset
 is chosen by simulating the subsets; the others are kept as alternatives with their own prices.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import combinations
+from typing import TypeVar
 
-from kvprobe.analysis.costing import price_result, price_results, tally
+from kvprobe.analysis.costing import Tally, price_result, price_results, tally, tally_rows
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
-from kvprobe.analysis.simulate import RequestResult, replay, simulate
+from kvprobe.analysis.simulate import RequestResult, replay, simulate, start_order
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer
-from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons, without_usage
+from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
 from kvprobe.whatif.domains import add_spans, domains_of
 from kvprobe.whatif.parallel import Summary, price_sets, summary_of
+from kvprobe.whatif.reshape import held_memos
 from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
 from kvprobe.whatif.propose_fleet import propose_fleet
@@ -74,8 +80,9 @@ class Priced:
     # priced were ~1.5 KB a request on a fleet)
     costs: dict[str, tuple[float, float | None]]
     edited: dict[str, int]  # session -> requests edited or added
-    sks: list[Skeleton]  # the skeletons simulated
+    sks: list[Skeleton] | None  # the skeletons simulated; None: streamed (`Pricer.stream`), not held
     under: dict[str, tuple[float, float | None]] | None = None  # what it is compared with, if not the baseline
+    differs: dict[str, int] | None = None  # streamed on top of a set: per session, requests that differ from it
 
 
 def _sum_usd(values) -> float | None:
@@ -87,12 +94,56 @@ def _sum_usd(values) -> float | None:
     return total
 
 
+T = TypeVar("T")
+STREAM_PART = 4096  # requests edited at a time when an edited log is streamed (`Pricer.stream`)
+
+
+class OutOfOrder(Exception):
+    """An edited log streamed in start order met a request an edit moved before one already given."""
+
+
+def _item_order(item: tuple[Skeleton, bool, bool]) -> tuple[float, int]:
+    return start_order(item[0])
+
+
+def _in_order(policies: list[Policy]) -> list[Policy]:
+    return sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind))
+
+
+def _applied(policies: list[Policy], sks: list[Skeleton]) -> list[Skeleton]:
+    for policy in policies:
+        sks = policy.reshape(sks)
+    return sks
+
+
+def _edited(part: list[Skeleton], policies: list[Policy], under: list[Policy] | None
+            ) -> list[tuple[Skeleton, bool, bool]]:
+    """A part of the log with the policies applied: each skeleton, whether an edit changed it (or added it),
+    and whether it differs from the part with `under` applied (as `Pricer.marginal` compares whole logs: a
+    set applied on top of `under` starts from its result, as `Pricer.reshape` does)."""
+    ordered = _in_order(policies)
+    if under is None:
+        out, n = _applied(ordered, part), len(part)
+        return [(sk, k >= n or sk is not part[k], True) for k, sk in enumerate(out)]
+    first = _in_order(under)
+    below = _applied(first, part)
+    rest = ordered[len(first):] if [id(p) for p in ordered[:len(first)]] == [id(p) for p in first] else None
+    out = _applied(rest, below) if rest is not None else _applied(ordered, part)
+    n = len(part)
+    changed = [k >= n or sk is not part[k] for k, sk in enumerate(out)]
+    beyond = [True] * max(len(out) - len(below), 0)
+    differs = [a is not b and (a.request is not b.request or a.started_at != b.started_at)
+               for a, b in zip(below, out)] + beyond
+    return list(zip(out, changed, differs))
+
+
 class Pricer:
     """Simulates the log with sets of policies applied, against one baseline."""
 
     def __init__(self, records: list[TraceRecord] | None, prices: PriceBook, prepared: Prepared) -> None:
         self.records, self.prices, self.store = records, prices, prepared.store
-        self.base_sks = [without_usage(sk) for sk in prepared.skeletons]
+        # the parse's own skeletons, their logged usage left unread (every simulation here predicts)
+        self.base_sks = list(prepared.skeletons)
         self.baseline = diagnose(self.simulate(self.base_sks, ideal=True))
         # each session's cost, added up as a policy's pricing adds up its own (the baseline's results are priced)
         self.base_sessions = tally(self.baseline).sessions
@@ -100,6 +151,7 @@ class Pricer:
         self.spans = add_spans(self.base_sks, {})  # cache domains of the log as it is
         self.reshaped: dict[tuple[int, ...], list[Skeleton]] = {}  # policy sets another starts from
         self.keep_reshaped: set[tuple[int, ...]] = set()
+        self._by_start: list[Skeleton] | None = None
 
     def __getstate__(self) -> dict:
         """What a cluster's worker prices with (`parallel`: the pricer is sent to each once): not the diagnosed
@@ -108,20 +160,57 @@ class Pricer:
         return {**self.__dict__, "baseline": [], "records": None}
 
     def simulate(self, sks: list[Skeleton], ideal: bool = False) -> list[RequestResult]:
-        results = simulate(sks, self.store, presized=True, ideal=ideal)
+        results = simulate(sks, self.store, presized=True, ideal=ideal, predict=True)
         price_results(results, self.prices)
         return results
 
-    def replay(self, sks: list[Skeleton]) -> Iterator[RequestResult]:
-        """`simulate` one priced result at a time, for a pass that keeps none (`simulate.replay`)."""
-        for result in replay(sks, self.store):
+    def replay(self, sks: Iterable[Skeleton], ordered: bool = False) -> Iterator[RequestResult]:
+        """`simulate` one priced result at a time, for a pass that keeps none (`simulate.replay`); ordered:
+        the skeletons come in start order already (`stream`)."""
+        for result in replay(sks, self.store, ordered=ordered):
             price_result(result, self.prices)
             yield result
+
+    def stream(self, policies: list[Policy], under: list[Policy] | None = None, sessions: set[str] | None = None
+               ) -> Iterator[tuple[Skeleton, bool, bool]]:
+        """The log with these policies applied, in start order, edited a part at a time (`STREAM_PART`
+        requests): the whole edited log is never held (~1.7 KB a request of a fleet while it was simulated).
+        Yields (skeleton, whether it differs from the log's own, whether it differs from the log with `under`
+        applied: a marginal price). sessions: only these sessions' requests (and what edits add to them).
+        Raises `OutOfOrder` if an edit moved a request before one already given (no policy does: a staggered
+        sibling and a ping start later, a warm-up with its group's first)."""
+        base = self.by_start()
+        pending: list[tuple[Skeleton, bool, bool]] = []
+        last: tuple[float, int] | None = None
+        with held_memos():
+            for lo in range(0, len(base), STREAM_PART):
+                part = base[lo:lo + STREAM_PART]
+                if sessions is not None:
+                    part = [sk for sk in part if sk.session in sessions]
+                items = pending + _edited(part, policies, under)
+                items.sort(key=_item_order)
+                cut = len(items)
+                if lo + STREAM_PART < len(base):  # what starts before the next part's first is final
+                    bound = start_order(base[lo + STREAM_PART])
+                    while cut and _item_order(items[cut - 1]) >= bound:
+                        cut -= 1
+                if cut:
+                    if last is not None and _item_order(items[0]) < last:
+                        raise OutOfOrder
+                    last = _item_order(items[cut - 1])
+                yield from items[:cut]
+                pending = items[cut:]
+
+    def by_start(self) -> list[Skeleton]:
+        """The log's own skeletons in start order (sorted once)."""
+        if self._by_start is None:
+            self._by_start = sorted(self.base_sks, key=start_order)
+        return self._by_start
 
     def reshape(self, policies: list[Policy]) -> list[Skeleton]:
         """The log with these policies applied (in apply order); a set that extends one applied just before
         starts from its result (a policy priced on top of the one it requires, the final set)."""
-        ordered = sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind))
+        ordered = _in_order(policies)
         sks, done = self.base_sks, 0
         for n in range(len(ordered), 0, -1):
             found = self.reshaped.get(tuple(id(p) for p in ordered[:n]))
@@ -135,9 +224,67 @@ class Pricer:
             self.reshaped[key] = sks
         return sks
 
-    def price(self, policies: list[Policy]) -> Priced:
+    def price(self, policies: list[Policy], under: list[Policy] | None = None) -> Priced:
         """The log simulated with these policies: only the cache domains their edits reach (sessions outside
-        them read and write exactly as in the baseline)."""
+        them read and write exactly as in the baseline). Streamed a part at a time (`stream`); whole where an
+        edit moved a request earlier.
+        under: the set a marginal price compares with (`Priced.edited` counts the requests that differ)."""
+        try:
+            return self._price_streamed(policies, under)
+        except OutOfOrder:
+            return self._price_whole(policies)
+
+    def _price_streamed(self, policies: list[Policy], under: list[Policy] | None) -> Priced:
+        """`price` on the edited log as it streams: its edits noted as they pass, then the domains they reach
+        priced. Where the policies edit most sessions, every session is simulated in the one pass and the
+        reached ones' results added up after (in the order the simulation gave them, as a simulation of those
+        alone adds them); else a first pass finds the reached domains and a second simulates only them."""
+        edited: dict[str, int] = {}
+        differs: dict[str, int] = {}
+        spans = {key: list(span) for key, span in self.spans.items()}
+        changed: list[Skeleton] = []
+
+        def noted(items: Iterable[tuple[Skeleton, bool, bool]]) -> Iterator[Skeleton]:
+            for sk, edit, diff in items:
+                if edit:
+                    edited[sk.session] = edited.get(sk.session, 0) + 1
+                    changed.append(sk)
+                    if len(changed) >= STREAM_PART:
+                        add_spans(changed, spans)
+                        changed.clear()
+                if diff:
+                    differs[sk.session] = differs.get(sk.session, 0) + 1
+                yield sk
+        touched = set().union(*(p.sessions for p in [*policies, *(under or [])]))
+        if 2 * len(touched) >= len(self.base_sessions):  # most sessions: one pass, every one simulated
+            rows = [(r.sk.session, r.input_equivalent, r.cost_usd)
+                    for r in self.replay(noted(self.stream(policies, under)), ordered=True)]
+            add_spans(changed, spans)
+            reached = domains_of(set(edited), spans)
+            if len(reached) < len(self.base_sessions):
+                rows = [row for row in rows if row[0] in reached]
+            summed = tally_rows(rows)
+        else:
+            for _ in noted(self.stream(policies, under)):
+                pass
+            add_spans(changed, spans)
+            reached = domains_of(set(edited), spans)
+            summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, reached)
+                                        if sk.session in reached), ordered=True))
+        return self._priced(summed, reached, edited, None, differs if under is not None else None)
+
+    def _priced(self, summed: Tally, reached: set[str], edited: dict[str, int], sks: list[Skeleton] | None,
+                differs: dict[str, int] | None = None) -> Priced:
+        ie, usd = summed.input_equivalent, summed.usd
+        # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
+        before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
+        base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
+        saving_usd = None if usd is None or base_usd is None else base_usd - usd
+        edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
+        return Priced(base_ie - ie, saving_usd, edited_ie, summed.sessions, edited, sks, differs=differs)
+
+    def _price_whole(self, policies: list[Policy]) -> Priced:
+        """`price` on the whole edited log, held (kept for the sets that start from it)."""
         sks = self.reshape(policies)
         edited: dict[str, int] = {}
         changed: list[Skeleton] = []
@@ -148,26 +295,24 @@ class Pricer:
         spans = add_spans(changed, {key: list(span) for key, span in self.spans.items()})
         reached = domains_of(set(edited), spans)
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
-        summed = tally(self.replay(sub))
-        ie, usd = summed.input_equivalent, summed.usd
-        # summed in a fixed order: a set's order follows the process's string hash seed, and float sums their order
-        before = [self.base_sessions[s] for s in sorted(reached) if s in self.base_sessions]
-        base_ie, base_usd = sum(c[0] for c in before), _sum_usd(c[1] for c in before)
-        saving_usd = None if usd is None or base_usd is None else base_usd - usd
-        edited_ie = sum(self.base_sessions[s][0] for s in edited if s in self.base_sessions)
-        return Priced(base_ie - ie, saving_usd, edited_ie, summed.sessions, edited, sks)
+        return self._priced(tally(self.replay(sub)), reached, edited, sks)
 
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
         key = tuple(id(p) for p in policy.requires)
         under = self.kept.get(key) or self.price(policy.requires)
-        both = self.price([*policy.requires, policy])
-        edited: dict[str, int] = {}
-        for a, b in zip(under.sks, both.sks):
-            if a is not b and (a.request is not b.request or a.started_at != b.started_at):
-                edited[b.session] = edited.get(b.session, 0) + 1
-        for sk in both.sks[len(under.sks):]:
-            edited[sk.session] = edited.get(sk.session, 0) + 1
+        both = self.price([*policy.requires, policy], under=policy.requires)
+        if both.differs is not None:
+            edited = both.differs
+        else:
+            if under.sks is None:  # (streamed: the set it starts from is edited again, whole)
+                under = self._price_whole(policy.requires)
+            edited = {}
+            for a, b in zip(under.sks, both.sks):
+                if a is not b and (a.request is not b.request or a.started_at != b.started_at):
+                    edited[b.session] = edited.get(b.session, 0) + 1
+            for sk in both.sks[len(under.sks):]:
+                edited[sk.session] = edited.get(sk.session, 0) + 1
         usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
         return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.costs, edited, both.sks,
                       under.costs)
@@ -310,10 +455,18 @@ class WhatIf:
         return self._fixed
 
     def fixed_results(self) -> Iterator[RequestResult]:
-        """The results of `fixed` one at a time, priced, and kept only when `fixed` already was."""
+        """The results of `fixed` one at a time, priced, and kept only when `fixed` already was; the edited log
+        streamed (`Pricer.stream`: it raises `OutOfOrder` where an edit moved a request earlier)."""
         if self._fixed is not None or not self.fixes:
             return iter(self.fixed)
-        return self.pricer.replay(self.pricer.reshape(self.fixes))
+        return self.pricer.replay((sk for sk, _, _ in self.pricer.stream(self.fixes)), ordered=True)
+
+    def fixed_summary(self, add_up: Callable[[Iterable[RequestResult]], T]) -> T:
+        """`add_up(fixed_results())`, over the whole edited log where an edit moved a request earlier."""
+        try:
+            return add_up(self.fixed_results())
+        except OutOfOrder:
+            return add_up(self.pricer.replay(self.pricer.reshape(self.fixes)))
 
     @property
     def fixed_records(self) -> list[TraceRecord]:
@@ -337,7 +490,7 @@ class WhatIf:
 
 def propose(pricer: Pricer, texts: TextSource, kinds: set[str] | None = None, fleet: list | None = None
             ) -> list[Policy]:
-    ev = Evidence(pricer.baseline, texts, fleet or [])
+    ev = Evidence(pricer.baseline, texts, fleet or [], size=len(pricer.base_sks))
     out = [p for propose_one in PROPOSERS for p in propose_one(ev)]
     out += propose_fleet(ev, out)  # on top of the policies that remove what breaks the sharing
     return [p for p in out if not kinds or p.kind in kinds]

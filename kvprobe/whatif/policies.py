@@ -95,6 +95,14 @@ class Evidence:
     texts: TextSource
     fleet: list = field(default_factory=list)  # analysis.fleet.SharedPrefix findings
     _found: dict[Any, Any] = field(default_factory=dict)  # what several proposers read, found once
+    size: int | None = None  # skeletons in the log (failed ones too); None: past the last result's
+
+    @property
+    def log_size(self) -> int:
+        """The number a request a policy adds is given after (`Skeleton.order`: the log's own are below it)."""
+        if self.size is not None:
+            return self.size
+        return max((r.sk.order for r in self.results), default=-1) + 1
 
     def once(self, key: Any, find: Callable[[], Any]) -> Any:
         """`find()`, computed for the first proposer that asks for `key`."""

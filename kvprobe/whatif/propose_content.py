@@ -351,8 +351,9 @@ def propose_tools(ev: Evidence) -> list[Policy]:
         return []
     lists = _ToolLists()
     sessions = ev.sessions()
+    known: dict[str, dict] = {}  # one object per distinct definition, however many sessions send it
     for name in sorted({r.sk.session for r in changed}):
-        union, blocks = _session_union(ev, sessions[name])
+        union, blocks = _session_union(ev, sessions[name], known)
         if union is not None:
             lists.union[name], lists.blocks[name] = union, blocks
     if not lists.union:
@@ -367,7 +368,7 @@ def propose_tools(ev: Evidence) -> list[Policy]:
                    cause_sessions=len(lists.union), extra={"path": "tools"})]
 
 
-def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block]]:
+def _session_union(ev: Evidence, session, known: dict[str, dict]) -> tuple[list[dict] | None, list[Block]]:
     """Every tool the session sends, in the order of the last list it sent (so its later requests stay as
     they are) with tools that list lacks after them, first seen first; None when a definition changed (no
     stable list keeps both versions)."""
@@ -393,7 +394,9 @@ def _session_union(ev: Evidence, session) -> tuple[list[dict] | None, list[Block
             name = _tool_name(tool)
             if name in union and _plain(union[name]) != _plain(tool):
                 return None, []  # a definition changed: that is a span or a new tool, not an order
-            union.setdefault(name, _plain(tool))
+            if name not in union:  # (a fleet's sessions send the same definitions: held once, not per session)
+                plain = _plain(tool)
+                union[name] = known.setdefault(canonical_json(plain), plain)
             blocks.setdefault(name, block)
             last.append(name)
     order = list(dict.fromkeys(last + list(union)))

@@ -18,6 +18,9 @@ from kvprobe.wording import plural
 from kvprobe.whatif.reshape import index_of, with_blocks, with_request
 
 STAGGER_MARGIN_S = 0.01  # start a staggered sibling this long after the first response began
+# Requests a policy adds are numbered after the log's own (`Skeleton.order`: the tie-break among requests that
+# start at the same time): warm-ups from the log's size on, keep-alive pings from this far past it
+PINGS_ORDER = 1 << 40
 
 
 # --- pauses ---------------------------------------------------------------------------------------------
@@ -52,17 +55,25 @@ def _pauses(ev: Evidence) -> list[tuple[RequestResult, RequestResult, KeepAliveP
 
 
 class _Pings:
-    def __init__(self, times: dict[str, list[float]]) -> None:
+    def __init__(self, times: dict[str, list[float]], first_order: int) -> None:
         self.times = times  # source request id -> ping start times
+        # each ping's place among requests that start at the same time: after the log's own and any warm-up,
+        # in the order of `times` (numbered here, not by the list reshaped: a part of the log gives the same)
+        self.orders: dict[str, int] = {}  # source request id -> its first ping's
+        n = first_order + PINGS_ORDER
+        for source, pings in times.items():
+            self.orders[source], n = n, n + len(pings)
 
     def reshape(self, sks: Skeletons) -> Skeletons:
-        by_id = {sk.id: sk for sk in sks}
+        by_id = {sk.id: sk for sk in sks if sk.id in self.times}
         added = []
-        for source, times in self.times.items():  # ids of the log's own requests: every one is there
-            src = by_id[source]
+        for source, times in self.times.items():
+            src = by_id.get(source)
+            if src is None:  # in another part of the log (`Pricer.stream` edits it a part at a time)
+                continue
             for k, t in enumerate(times, start=1):
                 extra = {**src.extra, "keep_alive": True, "output_tokens": 1}
-                added.append(replace(src, id=f"{source}+keepalive{k}", order=len(sks) + len(added),
+                added.append(replace(src, id=f"{source}+keepalive{k}", order=self.orders[source] + k - 1,
                                      started_at=t, readable_at=t + 0.5, finished_at=t + 1.0, observed=None,
                                      extra=extra))
         return sks + added
@@ -99,7 +110,7 @@ def propose_keep_alive(ev: Evidence) -> list[Policy]:
     if past:
         detail += f"; not proposed for {plural(len(past), 'longer pause')}"
     sessions = {p.sk.session for p, _, _ in paying}
-    pings = _Pings(times)
+    pings = _Pings(times, ev.log_size)
     return [Policy("keep_alive", "pauses", detail, [c.sk.id for _, c, _ in paying], sessions, pings.reshape,
                    pings.rewrite, cause_sessions=len({c.sk.session for _, c, _ in found}),
                    extra={"pings": sum(len(t) for t in times.values()), "break_even_pause_s": round(break_even, 1),
@@ -237,8 +248,9 @@ def _stream_shifts(members: list[RequestResult], ready: float) -> dict[tuple[str
 class _Siblings:
     """Every group of siblings: its shared end marked, its later members (or all, after a warm-up) moved."""
 
-    def __init__(self, groups: list[SiblingGroup], warm_up: bool) -> None:
+    def __init__(self, groups: list[SiblingGroup], warm_up: bool, first_order: int = 0) -> None:
         self.groups, self.warm = groups, warm_up
+        self.first_order = first_order  # the warm-ups' numbers (`PINGS_ORDER`): group k's is first_order + k
         self.marked = {m.sk.id: g.path for g in groups for m in g.members}
         self.shifts: dict[tuple[str, str], tuple[float, float]] = {}
         self.latency = 0.0
@@ -273,10 +285,13 @@ class _Siblings:
         return out + (self._warm_skeletons(out) if self.warm else [])
 
     def _warm_skeletons(self, sks: Skeletons) -> Skeletons:
-        by_id = {sk.id: sk for sk in sks}
+        leads = {g.members[0].sk.id for g in self.groups}
+        by_id = {sk.id: sk for sk in sks if sk.id in leads}
         added = []
-        for g in self.groups:
-            lead = by_id[g.members[0].sk.id]  # a member of the log, with its body (an edit keeps both)
+        for k, g in enumerate(self.groups):
+            lead = by_id.get(g.members[0].sk.id)  # a member of the log, with its body (an edit keeps both)
+            if lead is None:  # in another part of the log (`Pricer.stream` edits it a part at a time)
+                continue
             start = g.members[0].sk.started_at
             ttft = max(g.members[0].sk.readable_at - start, STAGGER_MARGIN_S)
             req = lead.request
@@ -286,7 +301,7 @@ class _Siblings:
             # the lead is marked at the shared end already (reshape marks every member first, keeping a mark of
             # its own there, as the written warm-up does: mark_breakpoint)
             marks = [(i, t) for i, t in req.breakpoints if i <= end]
-            added.append(replace(lead, id=f"{g.members[0].sk.id}+warmup", order=len(sks) + len(added),
+            added.append(replace(lead, id=f"{g.members[0].sk.id}+warmup", order=self.first_order + k,
                                  started_at=start, readable_at=start + ttft, finished_at=start + ttft + STAGGER_MARGIN_S,
                                  observed=None, request=with_blocks(req, req.blocks[:end + 1], marks),
                                  extra={**lead.extra, "output_tokens": 1}))
@@ -355,7 +370,7 @@ def propose_siblings(ev: Evidence) -> list[Policy]:
     ready = [g for g in groups if _warm_body(ev, g) is not None]
     if not ready:
         return out
-    warm = _Siblings(ready, warm_up=True)
+    warm = _Siblings(ready, warm_up=True, first_order=ev.log_size)
     out.append(Policy("shared_breakpoint", "siblings-warm-up",
                       f"send a warm-up request (the shared {size}-token prefix, marked, max_tokens 1) before each of "
                       f"{plural(len(ready), 'group')} of siblings and start them once its response has begun (adds "

@@ -17,7 +17,8 @@ unique block of the log is chained once per application of a policy, however man
 from __future__ import annotations
 
 from operator import attrgetter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -46,26 +47,60 @@ def _key_bytes(value: int) -> bytes:
     return value.to_bytes(16, "big")
 
 
+# While a log is edited a part at a time (`Pricer.stream`), each policy's memo lives from one part to the
+# next (a session's later requests find the blocks its earlier ones were given) but is bounded: past this
+# many new blocks it starts afresh, keeping the ones looked up since (the sessions still active).
+MEMO_BLOCKS = 8_192
+_HELD: list[dict[int, "Chainer"]] = []  # per `held_memos` block (innermost last): the chainers used in it
+
+
+@contextmanager
+def held_memos() -> Iterator[None]:
+    """The memos of the chainers used inside live until the block ends (bounded by `MEMO_BLOCKS`), then are
+    emptied, as each application would empty them."""
+    _HELD.append({})
+    try:
+        yield
+    finally:
+        for chainer in _HELD.pop().values():
+            chainer.memo.clear()
+            chainer.older.clear()
+
+
 @dataclass(slots=True)
 class Chainer:
     """New blocks for old ones, chained on new parents; one per policy (its memo is the policy's)."""
 
     memo: dict[tuple[Hashable, int], Block] = field(default_factory=dict)
+    older: dict[tuple[Hashable, int], Block] = field(default_factory=dict)  # the memo before its last bound
 
     def scoped(self, edit: Callable[[], T]) -> T:
         """`edit()` with the memo emptied after it: a memo kept from one application of a policy to the next
         held a new block per block of the log for as long as the policy lived (3.5 KB a request on a fleet);
-        the edited log holds the blocks it needs."""
+        the edited log holds the blocks it needs. Inside `held_memos` it is kept, bounded, until that ends."""
         try:
             return edit()
         finally:
-            self.memo.clear()
+            if not _HELD:
+                self.memo.clear()
+            else:
+                _HELD[-1][id(self)] = self
+                if len(self.memo) > MEMO_BLOCKS:
+                    self.memo, self.older = {}, self.memo
+
+    def _found(self, memo_key: tuple[Hashable, int]) -> Block | None:
+        found = self.memo.get(memo_key)
+        if found is None and self.older:
+            found = self.older.get(memo_key)
+            if found is not None:
+                self.memo[memo_key] = found
+        return found
 
     def chain(self, block: Block, parent: Block | None, salt: bytes, variant: Hashable,
               body_hash: int | None = None, tokens: int | None = None, path: str | None = None) -> Block:
         """`block` (or its new content: body hash and size) chained after `parent`."""
         memo_key = (variant, block.cache_key)
-        found = self.memo.get(memo_key)
+        found = self._found(memo_key)
         if found is not None:
             return found
         new = clone(block)
@@ -87,10 +122,10 @@ class Chainer:
                 variant: Hashable) -> list[Block]:
         """blocks[:start] kept and blocks[start:] chained on them: salts mixed in where each level starts, as
         `request.model.chain_hashes` does."""
-        memo, out = self.memo, list(blocks[:start])
+        out, found_in = list(blocks[:start]), self._found
         n = start
         for block in blocks[start:]:  # blocks chained before (another request repeats this prefix): as they were
-            found = memo.get((variant, block.cache_key))
+            found = found_in((variant, block.cache_key))
             if found is None:
                 break
             out.append(found)
