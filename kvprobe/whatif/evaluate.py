@@ -226,13 +226,17 @@ class Pricer:
 
     def price(self, policies: list[Policy], under: list[Policy] | None = None) -> Priced:
         """The log simulated with these policies: only the cache domains their edits reach (sessions outside
-        them read and write exactly as in the baseline). Streamed a part at a time (`stream`); whole where an
-        edit moved a request earlier.
+        them read and write exactly as in the baseline). Streamed a part at a time (`stream`) where the log
+        is longer than one part; whole where it is not (a part is held whole anyway, and a set priced on top
+        of another then starts from that one's edited log instead of editing the log again) or where an edit
+        moved a request earlier.
         under: the set a marginal price compares with (`Priced.edited` counts the requests that differ)."""
-        try:
-            return self._price_streamed(policies, under)
-        except OutOfOrder:
-            return self._price_whole(policies)
+        if len(self.base_sks) > STREAM_PART:
+            try:
+                return self._price_streamed(policies, under)
+            except OutOfOrder:
+                pass
+        return self._price_whole(policies)
 
     def _price_streamed(self, policies: list[Policy], under: list[Policy] | None) -> Priced:
         """`price` on the edited log as it streams: its edits noted as they pass, then the domains they reach
