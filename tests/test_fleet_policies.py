@@ -362,3 +362,32 @@ def test_an_edited_log_streamed_a_few_requests_at_a_time_prices_as_the_whole_log
     fixes = {f["kind"] for f in whole[0]}
     assert fixes >= ({"keep_alive", "stabilize_prefix"} if session is fleet1_session else
                      {"shared_breakpoint", "stabilize_prefix"})
+
+
+def test_an_edit_that_moves_a_request_earlier_is_priced_on_the_whole_log(monkeypatch):
+    """No policy moves a request earlier, but should one, the stream (which gives requests in start order a part
+    at a time) finds it and the pricing is made on the whole edited log instead: the same figures."""
+    from dataclasses import replace
+
+    from kvprobe.analysis.simulate import start_order
+    from kvprobe.whatif import evaluate
+    from kvprobe.whatif.policies import Policy
+
+    records = [r for k in range(4) for r in fleet1_session(k)]
+    pricer = evaluate.Pricer(records, PriceBook(), evaluate.prepare(records))
+    last = max(pricer.base_sks, key=start_order)
+
+    def earlier(sks):  # the log's last request sent an hour before the first
+        return [replace(sk, started_at=sk.started_at - 10 * 3_600, observed=None) if sk is last else sk
+                for sk in sks]
+    policy = Policy("keep_alive", "earlier", "", [last.id], {last.session}, earlier, lambda recs: recs)
+    monkeypatch.setattr(evaluate, "STREAM_PART", 3)
+    with pytest.raises(evaluate.OutOfOrder):
+        list(pricer.stream([policy]))
+    streamed = pricer.price([policy])
+    monkeypatch.setattr(evaluate, "STREAM_PART", 10_000)
+    whole = pricer.price([policy])
+    assert whole.edited == streamed.edited == {last.session: 1}
+    assert (streamed.saving_ie, streamed.saving_usd, streamed.costs) == (whole.saving_ie, whole.saving_usd,
+                                                                         whole.costs)
+    assert whole.saving_ie != 0  # read nothing it read before: the figure moved
