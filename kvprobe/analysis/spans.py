@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from difflib import SequenceMatcher
 
 from kvprobe.request.model import digest
 
+K = TypeVar("K")
 MAX_VOLATILE_FRACTION = 0.2  # more of a text than this changing: another text, not a volatile span
 LABEL_CHARS = 40  # a line whose text besides its spans is at most this long (a label) moves whole
 _WORDS = re.compile(r"\S+|\s+")
@@ -148,12 +151,12 @@ class Template:
 
     reference: str
     spans: list[tuple[int, int]]  # in the reference
-    # per version, by `_version_id`: a policy lives as long as the what-if, and a fleet's versions of a system
+    # per version, by `version_id`: a policy lives as long as the what-if, and a fleet's versions of a system
     # prompt (one or two per session) held by their texts cost kilobytes a request
     holes: dict[str, list[Hole]]
 
     def split(self, text: str) -> Split | None:
-        holes = self.holes.get(_version_id(text))
+        holes = self.holes.get(version_id(text))
         if holes is None:
             return None
         cuts = [(self._at(lo, holes), self._at(hi, holes)) for lo, hi in self.spans]
@@ -186,13 +189,22 @@ class Template:
 def find_template(versions: list[str], counts: Counter | None = None) -> Template | None:
     """The spans in which `versions` of one block differ, or None when they differ too much to be one block
     with volatile spans (or do not differ)."""
-    distinct = list(dict.fromkeys(versions))
-    if len(distinct) < 2:
-        return None
     counts = counts or Counter(versions)
+    return template_of(list(dict.fromkeys(versions)), lambda text: text, counts.__getitem__)
+
+
+def template_of(keys: list[K], text_of: Callable[[K], str], count_of: Callable[[K], int]) -> Template | None:
+    """`find_template` of distinct versions known by key, each text asked for when it is compared (a fleet's
+    thousands of versions of a system prompt are then never held together); count_of: how often each is
+    sent (the reference is the most sent)."""
+    if len(keys) < 2:
+        return None
     # ties: the newest version (the index rides along: a list's `index` per version was quadratic)
-    ref = max(enumerate(distinct), key=lambda it: (counts[it[1]], it[0]))[1]
-    holes = {_version_id(t): _holes(ref, t) for t in distinct}
+    ref = text_of(max(enumerate(keys), key=lambda it: (count_of(it[1]), it[0]))[1])
+    holes = {}
+    for key in keys:
+        text = text_of(key)
+        holes[version_id(text)] = _holes(ref, text)
     spans = _merge([(h[0], h[1]) for hs in holes.values() for h in hs])
     changed = sum(hi - lo for lo, hi in spans)
     if not spans or changed > MAX_VOLATILE_FRACTION * len(ref):
@@ -201,6 +213,6 @@ def find_template(versions: list[str], counts: Counter | None = None) -> Templat
 
 
 
-def _version_id(text: str) -> str:
+def version_id(text: str) -> str:
     """A version's identity without its text (128-bit: versions of one block do not collide)."""
     return digest(text.encode("utf-8", "surrogatepass"))

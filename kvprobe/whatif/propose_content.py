@@ -4,6 +4,7 @@ baseline, and reaches every request (any session, any agent) that carries what i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvprobe.analysis.skeleton import Skeleton
@@ -16,7 +17,8 @@ from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_re
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
 from kvprobe.wording import plural
 from kvprobe.whatif.reshape import Chainer, body_hash_of, index_of, salt_at, with_blocks, with_request
-from kvprobe.analysis.spans import MAX_VOLATILE_FRACTION, Template, common_prefix, common_suffix, find_template
+from kvprobe.analysis.spans import (MAX_VOLATILE_FRACTION, Template, common_prefix, common_suffix, template_of,
+                                   version_id)
 from kvprobe.wording import show
 
 STABLE_PARAMS = ("tool_choice", "thinking")  # request fields a fix may hold constant
@@ -36,7 +38,7 @@ def _similar(a: str, b: str) -> bool:
     return max(len(a), len(b)) - p - q <= MAX_VOLATILE_FRACTION * max(len(a), len(b), 1)
 
 
-def _clusters(texts: dict[int, str]) -> list[list[int]]:
+def _clusters(texts: _Texts) -> list[list[int]]:
     """Body hashes of versions grouped by similarity to a reference (greedy, bounded)."""
     groups: list[tuple[str, list[int]]] = []
     for body, text in texts.items():
@@ -50,19 +52,48 @@ def _clusters(texts: dict[int, str]) -> list[list[int]]:
     return [members for _, members in groups if len(members) > 1]
 
 
+class _Texts:
+    """The versions of one block's text by body hash, each held as what it changes of the first one seen (a
+    fleet's versions of a system prompt differ in a date or a name: held whole, they were ~1.6 KB a request
+    while the proposals ran, the what-if's high-water mark)."""
+
+    def __init__(self) -> None:
+        self._first = ""
+        self._parts: dict[int, tuple[int, str, int]] = {}  # body -> (prefix kept, its own middle, suffix kept)
+
+    def add(self, body: int, text: str) -> None:
+        if not self._parts:
+            self._first = text
+        first = self._first
+        p = common_prefix(first, text)
+        q = common_suffix(first, text, p)
+        self._parts[body] = (p, text[p:len(text) - q], q)
+
+    def __getitem__(self, body: int) -> str:
+        p, middle, q = self._parts[body]
+        return self._first[:p] + middle + self._first[len(self._first) - q:]
+
+    def __contains__(self, body: int) -> bool:
+        return body in self._parts
+
+    def items(self) -> Iterator[tuple[int, str]]:
+        for body in self._parts:
+            yield body, self[body]
+
+
 @dataclass(slots=True)
 class _Versions:
     path: str
     carriers: list[Skeleton]  # every request with a block at the path
     index: dict[int, int]  # skeleton order -> block index of the path
-    texts: dict[int, str]  # body hash -> text
+    texts: _Texts  # body hash -> text
     # body hash -> the block's other fields (a tool's definition, a text part's citations), cache mark left out:
     # they are part of the block's identity, beside its text
     fields: dict[int, dict] = field(default_factory=dict)
 
 
 def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> _Versions:
-    carriers, index, texts, unread, fields = [], {}, {}, set(), {}
+    carriers, index, texts, unread, fields = [], {}, _Texts(), set(), {}
     for r in ev.results:
         sk = r.sk
         if sk.request is None or (streams is not None and (sk.session, sk.agent) not in streams):
@@ -79,8 +110,10 @@ def _versions(ev: Evidence, path: str, streams: set[tuple[str, str]] | None) -> 
             if text is None:
                 unread.add(body)
             else:
-                texts[body] = text
-                fields[body] = {k: v for k, v in block_at(rec.request, path)[1].items() if k != "cache_control"}
+                texts.add(body, text)
+                # (the text itself left out, its key kept in place: every use puts a new text there)
+                fields[body] = {k: None if v is text else v for k, v in block_at(rec.request, path)[1].items()
+                                if k != "cache_control"}
     return _Versions(path, carriers, index, texts, fields)
 
 
@@ -221,12 +254,24 @@ def propose_spans(ev: Evidence) -> list[Policy]:
         v = _versions(ev, path, None if shared else streams)
         counts = Counter(sk.request.blocks[v.index[sk.order]].body_hash for sk in v.carriers)  # type: ignore
         for bodies in _clusters(v.texts):
-            template = find_template([v.texts[b] for b in bodies],
-                                     Counter({v.texts[b]: counts[b] for b in bodies}))
+            template = _template(v.texts, bodies, counts)
             if template is None:
                 continue
             out.append(_span_policy(v, template, bodies, diagnosed, path, ev.fleet))
     return out
+
+
+def _template(texts: _Texts, bodies: list[int], counts: Counter) -> Template | None:
+    """`find_template` of these versions, one text at a time: versions are told apart by their texts (two
+    bodies of one text are one version, sent as often as the last of them)."""
+    first: dict[str, int] = {}  # version id -> its first body
+    sent: dict[str, int] = {}
+    for body in bodies:
+        version = version_id(texts[body])
+        first.setdefault(version, body)
+        sent[version] = counts[body]
+    by_body = {body: sent[version] for version, body in first.items()}
+    return template_of(list(first.values()), texts.__getitem__, by_body.__getitem__)
 
 
 def _span_policy(v: _Versions, template: Template, bodies: list[int], diagnosed: dict, path: str,
