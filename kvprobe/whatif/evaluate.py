@@ -259,23 +259,23 @@ class Pricer:
                 if diff:
                     differs[sk.session] = differs.get(sk.session, 0) + 1
                 yield sk
+        def reached() -> set[str]:
+            add_spans(changed, spans)
+            return domains_of(set(edited), spans)
         touched = set().union(*(p.sessions for p in [*policies, *(under or [])]))
         if 2 * len(touched) >= len(self.base_sessions):  # most sessions: one pass, every one simulated
             rows = [(r.sk.session, r.input_equivalent, r.cost_usd)
                     for r in self.replay(noted(self.stream(policies, under)), ordered=True)]
-            add_spans(changed, spans)
-            reached = domains_of(set(edited), spans)
-            if len(reached) < len(self.base_sessions):
-                rows = [row for row in rows if row[0] in reached]
-            summed = tally_rows(rows)
+            domains = reached()
+            summed = tally_rows([row for row in rows if row[0] in domains]
+                                if len(domains) < len(self.base_sessions) else rows)
         else:
             for _ in noted(self.stream(policies, under)):
                 pass
-            add_spans(changed, spans)
-            reached = domains_of(set(edited), spans)
-            summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, reached)
-                                        if sk.session in reached), ordered=True))
-        return self._priced(summed, reached, edited, None, differs if under is not None else None)
+            domains = reached()
+            summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, domains)
+                                        if sk.session in domains), ordered=True))
+        return self._priced(summed, domains, edited, None, differs if under is not None else None)
 
     def _priced(self, summed: Tally, reached: set[str], edited: dict[str, int], sks: list[Skeleton] | None,
                 differs: dict[str, int] | None = None) -> Priced:
