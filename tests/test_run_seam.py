@@ -125,7 +125,38 @@ def test_a_stopped_worker_costs_time_not_answers(tmp_path, deadline):
 def test_workers_are_forked_only_where_their_copies_fit(wanted, resident_kb, available_kb, workers):
     from kvprobe.run.room import room_for
 
-    assert room_for(wanted, resident_kb, available_kb) == workers
+    assert room_for(wanted, resident_kb, available_kb, budget_kb=None) == workers
+
+
+@pytest.mark.parametrize(("wanted", "resident_kb", "available_kb", "workers"), [
+    (1, 115_000, 20_000_000, 1),  # a 3,000-request fleet's report: 115 MB and a copy of it, far within 1 GiB
+    (7, 115_000, 20_000_000, 7),  # eight cores: 8 x 115 MB = 920 MB, within it
+    (15, 115_000, 20_000_000, 8),  # sixteen: ten processes (1,150,000 KB) are over 1,048,576 KB, nine fit
+    (1, 400_000, 20_000_000, 1),  # 31,500 requests: 800 MB together
+    (3, 400_000, 20_000_000, 1),  # a second worker would take the run to 1.2 GB
+    (1, 524_288, 20_000_000, 1),  # exactly half the budget: this process and one copy fill it
+    (1, 524_289, 20_000_000, 0),  # a kilobyte over: no worker
+    (1, 710_000, 20_000_000, 0),  # 105,006 requests (~710 MB): priced in this process alone
+    (1, 400_000, 600_000, 0),  # the budget has room, the machine has not (half of 600 MB holds no copy)
+    (1, 1_500_000, None, 0),  # no memory figure from the machine: the budget still counts
+])
+def test_the_run_keeps_within_its_memory_budget(wanted, resident_kb, available_kb, workers):
+    """A worker's copy (counted as this process's resident size) and this process fit in the 1 GiB budget
+    (1,048,576 KB) together, and in half the memory available."""
+    from kvprobe.run.room import room_for
+
+    assert room_for(wanted, resident_kb, available_kb, budget_kb=1_048_576) == workers
+
+
+def test_the_budget_is_read_from_the_environment(monkeypatch):
+    from kvprobe.run.room import MEMORY_BUDGET_MB, budget_kb
+
+    monkeypatch.delenv("KVPROBE_MEMORY_MB", raising=False)
+    assert budget_kb() == MEMORY_BUDGET_MB * 1024
+    monkeypatch.setenv("KVPROBE_MEMORY_MB", "4096")
+    assert budget_kb() == 4096 * 1024
+    monkeypatch.setenv("KVPROBE_MEMORY_MB", "0")  # no budget: the machine's memory alone decides
+    assert budget_kb() is None
 
 
 def test_a_stage_runs_here_when_no_worker_fits(monkeypatch):
@@ -133,8 +164,14 @@ def test_a_stage_runs_here_when_no_worker_fits(monkeypatch):
     import kvprobe.run.room as room
 
     monkeypatch.setattr(run_module, "usable_cpus", lambda: 4)
+    monkeypatch.setenv("KVPROBE_MEMORY_MB", "0")
     monkeypatch.setattr(room, "_kb", lambda path, field: 15_000_000 if field == "VmRSS:" else 8_000_000)
     assert isinstance(run_module.current(parallel=True), InProcess)
     monkeypatch.setattr(room, "_kb", lambda path, field: 500_000 if field == "VmRSS:" else 8_000_000)
     executor = run_module.current(parallel=True)
     assert isinstance(executor, LocalPool) and executor.workers == 3
+    monkeypatch.setenv("KVPROBE_MEMORY_MB", "1024")  # 500 MB and a copy fit in 1 GiB; a second copy does not
+    executor = run_module.current(parallel=True)
+    assert isinstance(executor, LocalPool) and executor.workers == 1
+    monkeypatch.setenv("KVPROBE_MEMORY_MB", "900")
+    assert isinstance(run_module.current(parallel=True), InProcess)

@@ -13,6 +13,7 @@ passes its size on to its parts through the edited record's `size_hints`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import count
 
 from kvprobe.analysis.skeleton import BlockStore, Skeleton
 from kvprobe.request.model import Block, RenderedRequest
@@ -39,13 +40,20 @@ class SizeBook:
         return known
 
 
+_serials = count(1)
+
+
 class BlockSizer:
+    """Sizes the blocks of the requests given, in start order. What it noted of a block (sized; the tokens of
+    a request through it) is kept on the block under this sizer's serial: a later sizer of the same blocks
+    (a simulation again from the start, or on a book's sizes) sizes them afresh."""
+
     def __init__(self, book: SizeBook | None = None) -> None:
-        self._sized: set[int] = set()  # id() of shared blocks already sized
+        self.serial = next(_serials)
         self.book = book
         self._anchored: dict[tuple[str, str | None], list[int]] = {}  # model -> [anchored, estimated]
-        self._by_body: dict[int, tuple[int, bool]] = {}  # body hash -> (tokens, anchored) as first sized
-        self._running: dict[int, int] = {}  # id() of a block -> tokens of its request through it
+        # body hash -> tokens * 2 + anchored, as first sized (one int, not a tuple: an entry per body of the log)
+        self._by_body: dict[int, int] = {}
 
     def size(self, sk: Skeleton, counter: TokenCounter, raw: dict[int, int]) -> str:
         """Fill the tokens of the request's new blocks; return how: observed | carried | exact | estimated.
@@ -67,16 +75,16 @@ class BlockSizer:
             model, book = (sk.provider, sk.model), self.book
             hints = sk.extra.get("size_hints") or {}  # the parts of a block a fix split keep its size
             for block in req.blocks:
-                if id(block) not in self._sized:  # shared blocks are sized once
+                if block.sized_by != self.serial:  # shared blocks are sized once
                     estimate = counter.scale(raw[block.cache_key]) + (overhead if block.first_in_message else 0)
                     hinted = hints.get(block.path)
                     self._set([block], [hinted if hinted is not None else book.size(block, estimate, model)])
             return "observed" if book.scale else ("exact" if counter.exact else "estimated")
         # A request resends its whole history: its leading blocks, taken over from the previous request of its
         # stream, are sized already, and only the blocks after them need work (their tokens come as one sum).
-        blocks, sized, exact, ratio = req.blocks, self._sized, counter.exact, counter.effective_ratio
+        blocks, serial, exact, ratio = req.blocks, self.serial, counter.exact, counter.effective_ratio
         done = self._sized_prefix(req)
-        estimates = [0 if id(b) in sized else
+        estimates = [0 if b.sized_by == serial else
                      (raw[b.cache_key] if exact else round(raw[b.cache_key] * ratio))
                      + (overhead if b.first_in_message else 0)
                      for b in blocks[done:]]
@@ -102,29 +110,31 @@ class BlockSizer:
         """How many leading blocks are known sized: the ones taken over from the previous request of the
         stream, when that request was sized here (its running totals were noted), else none."""
         done = req.shared_prefix
-        return done if done and id(req.blocks[done - 1]) in self._running else 0
+        if not done:
+            return 0
+        last = req.blocks[done - 1]
+        return done if last.sized_by == self.serial and last.running is not None else 0
 
     def _tokens_between(self, blocks: list[Block], lo: int, hi: int) -> int:
         """Tokens of blocks[lo:hi], all inside the sized prefix, from the running totals."""
         if hi <= lo:
             return 0
-        running = self._running
-        return running[id(blocks[hi - 1])] - (running[id(blocks[lo - 1])] if lo else 0)
+        return blocks[hi - 1].running - (blocks[lo - 1].running if lo else 0)
 
     def _note_running(self, blocks: list[Block], done: int) -> None:
         """Running token totals through each block (a block's chained key fixes everything before it, so
         the total is the same in every request that holds it)."""
-        running = self._running
-        total = running[id(blocks[done - 1])] if done else 0
+        total = blocks[done - 1].running if done else 0
         for block in blocks[done:]:
             total += block.tokens
-            running[id(block)] = total
+            block.running = total
 
     def _set(self, blocks: list[Block], sizes: list[int]) -> None:
+        serial = self.serial
         for block, tokens in zip(blocks, sizes):
-            if id(block) not in self._sized:
+            if block.sized_by != serial:
                 block.tokens, block.tokens_exact = int(tokens), True  # as anchored or as carried
-                self._sized.add(id(block))
+                block.sized_by, block.running = serial, None
 
     def _fill(self, blocks: list, estimates: list[int], target: int, model: tuple[str, str | None],
               before: int = 0) -> bool:
@@ -132,13 +142,14 @@ class BlockSizer:
 
         A block whose content was sized before (moved: a tool inserted before it changes its chained key, not
         its body) keeps that size, so only content never seen shares what the total leaves."""
+        serial = self.serial
         for block in blocks:
-            known = self._by_body.get(block.body_hash) if id(block) not in self._sized else None
+            known = self._by_body.get(block.body_hash) if block.sized_by != serial else None
             if known is not None:
-                block.tokens, block.tokens_exact = known
-                self._sized.add(id(block))
-        new = [(b, e) for b, e in zip(blocks, estimates) if id(b) not in self._sized]
-        anchored = before + sum(b.tokens for b in blocks if id(b) in self._sized)
+                block.tokens, block.tokens_exact = known >> 1, bool(known & 1)
+                block.sized_by, block.running = serial, None
+        new = [(b, e) for b, e in zip(blocks, estimates) if b.sized_by != serial]
+        anchored = before + sum(b.tokens for b in blocks if b.sized_by == serial)
         sizes = [e for _, e in new]
         est_total = sum(sizes)
         used = False
@@ -150,8 +161,8 @@ class BlockSizer:
         for (block, _), tokens in zip(new, sizes):
             block.tokens = tokens
             block.tokens_exact = used
-            self._sized.add(id(block))
-            self._by_body.setdefault(block.body_hash, (tokens, used))
+            block.sized_by, block.running = serial, None
+            self._by_body.setdefault(block.body_hash, tokens * 2 + used)
         return used
 
     def book_of(self, store: BlockStore) -> SizeBook:

@@ -46,6 +46,11 @@ class Block:
     body_hash: int = 0  # this block alone (not chained): dedupes token counting across a session
     tokens: int = 0  # tokens of this block (filled by a TokenCounter)
     tokens_exact: bool = False
+    # what one sizing pass (`analysis.sizing.BlockSizer`, by its serial) noted of this block: that it sized it,
+    # and the tokens of a request through it (None: not noted). On the block, not in tables by id() of block: those
+    # were ~0.25 KB a block of a log, held to the end of its simulation (~100 MB at 105,000 requests of a fleet)
+    sized_by: int = field(default=0, compare=False, repr=False)
+    running: int | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
