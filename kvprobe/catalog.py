@@ -6,12 +6,12 @@ defaults. Nothing about provider behaviour is hard-coded elsewhere: code asks ``
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from kvprobe import toml_cache
+from kvprobe.environ import providers_dir_override
 from kvprobe.errors import CatalogError
 from kvprobe.model_ids import canonical_model, stem_matches
 
@@ -151,14 +151,14 @@ class ModelRules:
 
 def providers_dir() -> Path:
     """Where the rule files are: $KVPROBE_PROVIDERS_DIR, the wheel's copy, or the repository's."""
-    env = os.environ.get("KVPROBE_PROVIDERS_DIR")
+    env = providers_dir_override()
     return Path(env) if env else _default_providers_dir()
 
 
 def providers_dir_key() -> str | None:
     """What names the rules folder in a memo's key (None: the default one): `providers_dir` without making
     a path, for look-ups made once per request (a price is resolved ~14 times a request of a fleet)."""
-    return os.environ.get("KVPROBE_PROVIDERS_DIR") or None
+    return providers_dir_override()
 
 
 @lru_cache(maxsize=1)

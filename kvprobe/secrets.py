@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import xxhash
 
+from kvprobe.environ import providers_dir_override
 from kvprobe.errors import CatalogError
 
 SHAPES_FILE = "key_shapes.toml"  # in providers/: the one table of credential shapes (dated, sourced)
@@ -115,7 +116,7 @@ def _packaged_shapes() -> Path:
 
 def shapes_table() -> _Scrubber:
     """The credential shapes in force ($KVPROBE_PROVIDERS_DIR's table, else the shipped one)."""
-    return _scrubber(os.environ.get("KVPROBE_PROVIDERS_DIR") or "")
+    return _scrubber(providers_dir_override() or "")
 
 
 @lru_cache(maxsize=4)

@@ -391,3 +391,64 @@ def test_an_edit_that_moves_a_request_earlier_is_priced_on_the_whole_log(monkeyp
     assert (streamed.saving_ie, streamed.saving_usd, streamed.costs) == (whole.saving_ie, whole.saving_usd,
                                                                          whole.costs)
     assert whole.saving_ie != 0  # read nothing it read before: the figure moved
+
+
+def fleet3_session(k: int) -> list[TraceRecord]:
+    """Fleet 3: sessions 10 minutes apart (past a 5-minute entry, within an hour's), 12 tools of 100 tokens and
+    a 2,400-token system text that names the session's start time in its first sentence; five turns 20 s
+    apart, each +350 (a 50-token answer, a 300-token user turn). Nothing is logged as read (usage 0, 0):
+    the system text differs in every session, so the fleet's shared prefix is broken by a volatile span, and
+    with it moved out the sessions are still too far apart for a 5-minute entry: a longer lifetime for the
+    shared end is proposed on top of the moved span."""
+    start = T0 + 600 * k
+    tools = [tool(f"t{j}", 100) for j in range(12)]
+    head = f"You are the support agent of Acme and the time is {clock(start)} so greet the user accordingly"
+    system = head + " " + words(2_400 - len(head.split()), "policy")
+    messages = [msg("user", words(100, f"u1s{k}"))]
+    out = []
+    for i in range(1, 6):
+        out.append(record(f"f3s{k:03d}-r{i:02d}", f"f3s{k:03d}", start + 20 * (i - 1), body(tools, system, messages),
+                          0, 0))
+        messages = messages + [msg("assistant", words(50, f"a{i}s{k}")), msg("user", words(300, f"u{i + 1}s{k}"))]
+    return out
+
+
+def test_a_policy_and_the_one_on_top_of_it_are_priced_in_one_pass_as_apart(monkeypatch):
+    """The fleet's longer lifetime is priced on top of the moved span it requires. Streamed, the two are priced
+    in one pass (`Pricer.price_family`: each part edited by the span's policy once); the span's price and the
+    lifetime's marginal price are those of pricing them apart, and the report's fixes those of the whole log."""
+    from kvprobe.analysis.fleet import find_shared_prefixes
+    from kvprobe.analysis.texts import TextSource
+    from kvprobe.whatif import evaluate, reshape
+
+    records = [r for k in range(12) for r in fleet3_session(k)]
+    monkeypatch.setattr(evaluate, "STREAM_PART", 10_000)
+    whole = build_report([], records=records, fixes=True, prices=PriceBook())
+    monkeypatch.setattr(evaluate, "STREAM_PART", 7)
+    monkeypatch.setattr(reshape, "MEMO_BLOCKS", 4)
+    streamed = build_report([], records=records, fixes=True, prices=PriceBook())
+    assert (streamed.fixes, streamed.alternatives, streamed.with_all_fixes) == \
+        (whole.fixes, whole.alternatives, whole.with_all_fixes)
+    assert [(f["kind"], f.get("requires")) for f in whole.fixes] == \
+        [("ttl_1h", ["stabilize_prefix (system[0])"]), ("stabilize_prefix", None)]
+
+    prepared, texts = evaluate.prepare(records), TextSource(records)
+    pricer = evaluate.Pricer(records, PriceBook(), prepared)
+    proposed = evaluate.propose(pricer, texts, fleet=find_shared_prefixes(prepared.results, texts, PriceBook()))
+    [span] = [p for p in proposed if p.kind == "stabilize_prefix"]
+    [top] = [p for p in proposed if p.requires]
+    assert top.requires == [span]
+    family = pricer.price_family([span], [top])
+    assert family is not None, "a set that edits every session and one on top of it: one pass"
+    under, [marginal] = family
+    apart = pricer.price([span])
+    pricer.kept[(id(span),)] = apart
+    alone = pricer.marginal(top)
+
+    def figures(p):
+        return p.saving_ie, p.saving_usd, p.base_ie, p.costs, p.edited, p.under
+    assert figures(under) == figures(apart)
+    assert figures(marginal) == figures(alone)
+    # the span moved out saves nothing alone (the next session starts after its entry is gone: the moved
+    # block costs a little more), the lifetime on top of it does: the report takes the two together
+    assert under.saving_ie < 0 < marginal.saving_ie

@@ -1,10 +1,10 @@
 """Which provider and which API a request body belongs to."""
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 from kvprobe.catalog import load_catalog, load_platforms
+from kvprobe.environ import providers_dir_override
 from kvprobe.model_ids import canonical_model
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
@@ -32,7 +32,7 @@ def _by_endpoint(endpoint: str | None, model: str | None) -> str | None:
 def _by_model(model: Any) -> str | None:
     if not isinstance(model, str):
         return None
-    return _provider_of_model(model, os.environ.get("KVPROBE_PROVIDERS_DIR"))
+    return _provider_of_model(model, providers_dir_override())
 
 
 @lru_cache(maxsize=1024)  # called for every record of a trace; a log names a handful of models
@@ -107,7 +107,7 @@ def infer_platform(endpoint: str | None = None, model: Any = None, response: Any
     """Which platform served a request (bedrock, vertex, openrouter, ...) from what a record shows: the
     response id's prefix (msg_bdrk_, msg_vrtx_), the endpoint's host or path, the model id's form
     (us.anthropic.claude-..., claude-...@20250929). None: the provider's own API, or nothing says."""
-    rules_dir = os.environ.get("KVPROBE_PROVIDERS_DIR")
+    rules_dir = providers_dir_override()
     rid = _response_id(response)
     if rid:  # every response id differs: checked here, not cached
         for plat, prefixes in _id_prefixes(rules_dir):

@@ -27,7 +27,7 @@ from typing import TypeVar
 from kvprobe.analysis.costing import Tally, price_result, price_results, tally, tally_rows
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
-from kvprobe.analysis.simulate import RequestResult, replay, simulate, start_order
+from kvprobe.analysis.simulate import SWEEP_EVERY, RequestResult, Simulator, replay, simulate, start_order
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
 from kvprobe.pricing import PriceBook
@@ -106,6 +106,33 @@ def _item_order(item: tuple[Skeleton, bool, bool]) -> tuple[float, int]:
     return start_order(item[0])
 
 
+class _Merge:
+    """One edited log put in start order as its parts come: what an edit added or moved that starts at or after
+    the next part's first request waits for that part (`Pricer.stream`)."""
+
+    __slots__ = ("pending", "last")
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Skeleton, bool, bool]] = []
+        self.last: tuple[float, int] | None = None
+
+    def take(self, items: list[tuple[Skeleton, bool, bool]], bound: tuple[float, int] | None
+             ) -> list[tuple[Skeleton, bool, bool]]:
+        """The items final once this part's are in (all of them at the log's end: `bound` None)."""
+        items = self.pending + items
+        items.sort(key=_item_order)
+        cut = len(items)
+        if bound is not None:
+            while cut and _item_order(items[cut - 1]) >= bound:
+                cut -= 1
+        if cut:
+            if self.last is not None and _item_order(items[0]) < self.last:
+                raise OutOfOrder
+            self.last = _item_order(items[cut - 1])
+        self.pending = items[cut:]
+        return items[:cut]
+
+
 def _in_order(policies: list[Policy]) -> list[Policy]:
     return sorted(policies, key=lambda p: APPLY_ORDER.index(p.kind))
 
@@ -129,6 +156,11 @@ def _edited(part: list[Skeleton], policies: list[Policy], under: list[Policy] | 
     below = _applied(first, part)
     rest = ordered[len(first):] if [id(p) for p in ordered[:len(first)]] == [id(p) for p in first] else None
     out = _applied(rest, below) if rest is not None else _applied(ordered, part)
+    return _on_top(part, below, out)
+
+
+def _on_top(part: list[Skeleton], below: list[Skeleton], out: list[Skeleton]) -> list[tuple[Skeleton, bool, bool]]:
+    """`out` (`below` edited further) as `_edited` gives it: whether each differs from the part, and from below."""
     n = len(part)
     changed = [k >= n or sk is not part[k] for k, sk in enumerate(out)]
     beyond = [True] * max(len(out) - len(below), 0)
@@ -179,27 +211,20 @@ class Pricer:
         applied: a marginal price). sessions: only these sessions' requests (and what edits add to them).
         Raises `OutOfOrder` if an edit moved a request before one already given (no policy does: a staggered
         sibling and a ping start later, a warm-up with its group's first)."""
-        base = self.by_start()
-        pending: list[tuple[Skeleton, bool, bool]] = []
-        last: tuple[float, int] | None = None
+        merge = _Merge()
         with held_memos():
-            for lo in range(0, len(base), STREAM_PART):
-                part = base[lo:lo + STREAM_PART]
-                if sessions is not None:
-                    part = [sk for sk in part if sk.session in sessions]
-                items = pending + _edited(part, policies, under)
-                items.sort(key=_item_order)
-                cut = len(items)
-                if lo + STREAM_PART < len(base):  # what starts before the next part's first is final
-                    bound = start_order(base[lo + STREAM_PART])
-                    while cut and _item_order(items[cut - 1]) >= bound:
-                        cut -= 1
-                if cut:
-                    if last is not None and _item_order(items[0]) < last:
-                        raise OutOfOrder
-                    last = _item_order(items[cut - 1])
-                yield from items[:cut]
-                pending = items[cut:]
+            for part, bound in self._parts(sessions):
+                yield from merge.take(_edited(part, policies, under), bound)
+
+    def _parts(self, sessions: set[str] | None = None) -> Iterator[tuple[list[Skeleton], tuple[float, int] | None]]:
+        """The log in start order, `STREAM_PART` requests at a time (only `sessions`' when given), each with
+        the start order of the next part's first request (None for the last part)."""
+        base = self.by_start()
+        for lo in range(0, len(base), STREAM_PART):
+            part = base[lo:lo + STREAM_PART]
+            if sessions is not None:
+                part = [sk for sk in part if sk.session in sessions]
+            yield part, start_order(base[lo + STREAM_PART]) if lo + STREAM_PART < len(base) else None
 
     def by_start(self) -> list[Skeleton]:
         """The log's own skeletons in start order (sorted once)."""
@@ -262,8 +287,7 @@ class Pricer:
         def reached() -> set[str]:
             add_spans(changed, spans)
             return domains_of(set(edited), spans)
-        touched = set().union(*(p.sessions for p in [*policies, *(under or [])]))
-        if 2 * len(touched) >= len(self.base_sessions):  # most sessions: one pass, every one simulated
+        if self._one_pass([*policies, *(under or [])]):  # most sessions: one pass, every one simulated
             rows = [(r.sk.session, r.input_equivalent, r.cost_usd)
                     for r in self.replay(noted(self.stream(policies, under)), ordered=True)]
             domains = reached()
@@ -276,6 +300,37 @@ class Pricer:
             summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, domains)
                                         if sk.session in domains), ordered=True))
         return self._priced(summed, domains, edited, None, differs if under is not None else None)
+
+    def _one_pass(self, policies: list[Policy]) -> bool:
+        """Whether the policies edit most sessions: a streamed pricing then simulates every one in one pass."""
+        touched = set().union(*(p.sessions for p in policies))
+        return 2 * len(touched) >= len(self.base_sessions)
+
+    def price_family(self, requires: list[Policy], on_top: list[Policy]) -> tuple[Priced, list[Priced]] | None:
+        """`price(requires)` and `marginal(p)` of each policy on top of them, in one streamed pass: each part of
+        the log is edited by the requirements once, then by each policy on top of that, and every edited log
+        simulated as it comes (the requirements' edit, a fleet's system prompt made stable, was the costliest
+        step of pricing the two apart, and it was made twice). None where the sets are not priced in one pass
+        each (`_price_streamed`), or a policy is not applied after its requirements: `price` and `marginal`
+        then price them apart."""
+        first = _in_order(requires)
+        ids = [id(p) for p in first]
+        if len(self.base_sks) <= STREAM_PART or not self._one_pass(requires) or any(
+                [id(p) for p in _in_order([*requires, top])[:len(first)]] != ids for top in on_top):
+            return None
+        passes = [_OnePass(self, None)] + [_OnePass(self, requires) for _ in on_top]
+        try:
+            with held_memos():
+                for part, bound in self._parts():
+                    below = _applied(first, part)
+                    n = len(part)
+                    passes[0].feed([(sk, k >= n or sk is not part[k], True) for k, sk in enumerate(below)], bound)
+                    for top, one in zip(on_top, passes[1:]):
+                        one.feed(_on_top(part, below, _applied([top], below)), bound)
+        except OutOfOrder:
+            return None
+        under = passes[0].priced()
+        return under, [self._marginal_of(under, one.priced()) for one in passes[1:]]
 
     def _priced(self, summed: Tally, reached: set[str], edited: dict[str, int], sks: list[Skeleton] | None,
                 differs: dict[str, int] | None = None) -> Priced:
@@ -317,9 +372,15 @@ class Pricer:
                     edited[b.session] = edited.get(b.session, 0) + 1
             for sk in both.sks[len(under.sks):]:
                 edited[sk.session] = edited.get(sk.session, 0) + 1
+        return self._marginal_of(under, both, edited)
+
+    @staticmethod
+    def _marginal_of(under: Priced, both: Priced, edited: dict[str, int] | None = None) -> Priced:
+        """What `both` adds to `under` (the set it was priced on top of); edited: the requests that differ from
+        `under`'s (a streamed pricing counted them: `Priced.differs`)."""
         usd = None if both.saving_usd is None or under.saving_usd is None else both.saving_usd - under.saving_usd
-        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.costs, edited, both.sks,
-                      under.costs)
+        return Priced(both.saving_ie - under.saving_ie, usd, both.base_ie, both.costs,
+                      both.differs if edited is None else edited, both.sks, under.costs)
 
     def instances(self, priced: Priced) -> list[Instance]:
         """Per session: what the policy's simulation saved there (reads of entries other sessions kept alive
@@ -354,6 +415,19 @@ def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int,
 
     def here() -> None:  # this process's share while the workers price: sets others start from, and `beside`
         for policy in proposed:
+            if id(policy) in summaries:
+                continue
+            if (id(policy),) in required:  # with the policies on top of it alone, in one pass where it can be
+                on_top = [p for p in proposed if len(p.requires) == 1 and p.requires[0] is policy
+                          and id(p) not in summaries]
+                family = pricer.price_family([policy], on_top) if on_top else None
+                if family is not None:
+                    under, tops = family
+                    summaries[id(policy)] = summary_of(pricer, under)
+                    pricer.kept[(id(policy),)] = under
+                    for top, priced in zip(on_top, tops):
+                        summaries[id(top)] = summary_of(pricer, priced)
+                    continue
             if policy.requires or (id(policy),) in required:
                 p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
                 summaries[id(policy)] = summary_of(pricer, p)
@@ -430,6 +504,50 @@ def _choose(pricer: Pricer, group: list[tuple[Policy, Summary]]) -> list[Policy]
 def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
     same = [c.label for c in chosen if set(c.requests) & set(alt.requests)]
     return same or [c.label for c in chosen]
+
+
+class _OnePass:
+    """One set's streamed pricing in one pass (`_price_streamed`'s, for `price_family`): its edited log taken a
+    part at a time, put in start order, simulated and added up; its edits noted for the domains they reach."""
+
+    def __init__(self, pricer: Pricer, under: list[Policy] | None) -> None:
+        self.pricer, self.under = pricer, under
+        self.merge = _Merge()
+        self.sim = Simulator(pricer.store, presized=True, ideal=False, predict=True, chained=False)
+        self.n = 0  # skeletons given to the simulation (`replay` sweeps its caches by this count)
+        self.rows: list[tuple[str, float, float | None]] = []
+        self.edited: dict[str, int] = {}
+        self.differs: dict[str, int] = {}
+        self.spans = {key: list(span) for key, span in pricer.spans.items()}
+        self.changed: list[Skeleton] = []
+
+    def feed(self, items: list[tuple[Skeleton, bool, bool]], bound: tuple[float, int] | None) -> None:
+        prices, rows, sim = self.pricer.prices, self.rows, self.sim
+        for sk, edit, diff in self.merge.take(items, bound):
+            if edit:
+                self.edited[sk.session] = self.edited.get(sk.session, 0) + 1
+                self.changed.append(sk)
+                if len(self.changed) >= STREAM_PART:
+                    add_spans(self.changed, self.spans)
+                    self.changed.clear()
+            if diff:
+                self.differs[sk.session] = self.differs.get(sk.session, 0) + 1
+            if not sk.failed:
+                if self.n % SWEEP_EVERY == SWEEP_EVERY - 1:
+                    sim.forget_expired(sk.started_at)
+                result = sim.step(sk)
+                price_result(result, prices)
+                rows.append((sk.session, result.input_equivalent, result.cost_usd))
+            self.n += 1
+
+    def priced(self) -> Priced:
+        add_spans(self.changed, self.spans)
+        pricer = self.pricer
+        domains = domains_of(set(self.edited), self.spans)
+        rows = self.rows
+        summed = tally_rows([row for row in rows if row[0] in domains]
+                            if len(domains) < len(pricer.base_sessions) else rows)
+        return pricer._priced(summed, domains, self.edited, None, self.differs if self.under is not None else None)
 
 
 @dataclass(slots=True)

@@ -51,6 +51,7 @@ def _key_bytes(value: int) -> bytes:
 # next (a session's later requests find the blocks its earlier ones were given) but is bounded: past this
 # many new blocks it starts afresh, keeping the ones looked up since (the sessions still active).
 MEMO_BLOCKS = 8_192
+TAKEN_OVER_PROBES = 8  # blocks from a list's end `Chainer.rechain` looks for a list made before
 _HELD: list[dict[int, "Chainer"]] = []  # per `held_memos` block (innermost last): the chainers used in it
 
 
@@ -65,6 +66,7 @@ def held_memos() -> Iterator[None]:
         for chainer in _HELD.pop().values():
             chainer.memo.clear()
             chainer.older.clear()
+            chainer.ends.clear()
 
 
 @dataclass(slots=True)
@@ -73,6 +75,9 @@ class Chainer:
 
     memo: dict[tuple[Hashable, int], Block] = field(default_factory=dict)
     older: dict[tuple[Hashable, int], Block] = field(default_factory=dict)  # the memo before its last bound
+    # (variant, old key of a list's last block) -> the list `rechain` made of it: a request resends the list
+    # an earlier one of its session was edited into, and takes it over instead of looking each block up again
+    ends: dict[tuple[Hashable, int], list[Block]] = field(default_factory=dict)
 
     def scoped(self, edit: Callable[[], T]) -> T:
         """`edit()` with the memo emptied after it: a memo kept from one application of a policy to the next
@@ -83,10 +88,11 @@ class Chainer:
         finally:
             if not _HELD:
                 self.memo.clear()
+                self.ends.clear()
             else:
                 _HELD[-1][id(self)] = self
                 if len(self.memo) > MEMO_BLOCKS:
-                    self.memo, self.older = {}, self.memo
+                    self.memo, self.older, self.ends = {}, self.memo, {}
 
     def _found(self, memo_key: tuple[Hashable, int]) -> Block | None:
         found = self.memo.get(memo_key)
@@ -121,28 +127,48 @@ class Chainer:
     def rechain(self, blocks: list[Block], start: int, params: dict[str, IdentityParam],
                 variant: Hashable) -> list[Block]:
         """blocks[:start] kept and blocks[start:] chained on them: salts mixed in where each level starts, as
-        `request.model.chain_hashes` does."""
-        out, found_in = list(blocks[:start]), self._found
-        n = start
-        for block in blocks[start:]:  # blocks chained before (another request repeats this prefix): as they were
-            found = found_in((variant, block.cache_key))
-            if found is None:
-                break
-            out.append(found)
-            n += 1
-        if n == len(blocks):
-            return out
-        salts = _salts(params)
-        seen = set(range(max((_RANK[b.level] for b in out), default=-1) + 1))
-        for block in blocks[n:]:
-            rank = _RANK[block.level]
-            salt = b""
-            for r in range(rank + 1):
-                if r not in seen:
-                    seen.add(r)
-                    salt += salts.get(r, b"")
-            out.append(self.chain(block, out[-1] if out else None, salt, variant))
+        `request.model.chain_hashes` does. The list made is the caller's (it may append to it)."""
+        out = self._taken_over(blocks, start, variant)
+        n = len(out)
+        if n == start:  # blocks chained before (another request repeats this prefix): as they were
+            found_in = self._found
+            for block in blocks[start:]:
+                found = found_in((variant, block.cache_key))
+                if found is None:
+                    break
+                out.append(found)
+            n = len(out)
+        if n < len(blocks):
+            salts = _salts(params)
+            # blocks come in level order: the levels reached are those up to the last block's
+            seen = set(range(_RANK[out[-1].level] + 1 if out else 0))
+            for block in blocks[n:]:
+                rank = _RANK[block.level]
+                salt = b""
+                for r in range(rank + 1):
+                    if r not in seen:
+                        seen.add(r)
+                        salt += salts.get(r, b"")
+                out.append(self.chain(block, out[-1] if out else None, salt, variant))
+        if len(blocks) > start:  # (a caller appends to the list at most: its first len(blocks) stay these)
+            self.ends[(variant, blocks[-1].cache_key)] = out
         return out
+
+    def _taken_over(self, blocks: list[Block], start: int, variant: Hashable) -> list[Block]:
+        """blocks[:start], and after them what an earlier list with the same prefix was chained into: the
+        longest such prefix among the last `TAKEN_OVER_PROBES` blocks (a request adds a few blocks to its
+        session's previous one). A block's old key names its whole prefix, and what a caller keeps before
+        `start` follows from the old blocks and the variant (its last block, a memoized one, is the same
+        object), so the blocks it was chained into are those."""
+        ends = self.ends
+        if ends:
+            for j in range(len(blocks) - 1, max(start, len(blocks) - TAKEN_OVER_PROBES) - 1, -1):
+                made = ends.get((variant, blocks[j].cache_key))
+                if made is not None and (not start or made[start - 1] is blocks[start - 1]):
+                    out = blocks[:start]
+                    out += made[start:j + 1]
+                    return out
+        return blocks[:start]
 
     def fresh(self, template: Block, parent: Block | None, body_hash: int, tokens: int, path: str,
               variant: Hashable, salt: bytes = b"") -> Block:
