@@ -175,6 +175,7 @@ class _SpanMove:
                                           count_text(split.stable), count_text(split.moved))
         self.chainer = Chainer()
         self.variant = ("span", v.path, id(self))
+        self.templates: dict[tuple[str, bool], Block] = {}  # the moved part's block, by where it goes
 
     def reshape(self, sks: Skeletons) -> Skeletons:
         return self.chainer.scoped(lambda: map_skeletons(sks, self._skeleton))
@@ -198,8 +199,11 @@ class _SpanMove:
                           body_hash=parts.stable_hash, tokens=old.tokens - moved)
         blocks = ch.rechain(req.blocks[:i] + [stable] + req.blocks[i + 1:], i + 1, req.params, self.variant)
         path, new_message = _tail_path(sk)
-        template = Block(path, "messages", "text", "", role="user", first_in_message=new_message,
-                         message_index=int(path[9:path.index("]")]))
+        template = self.templates.get((path, new_message))
+        if template is None:  # (one per place the moved part goes: `fresh` copies it)
+            template = self.templates[(path, new_message)] = Block(
+                path, "messages", "text", "", role="user", first_in_message=new_message,
+                message_index=int(path[9:path.index("]")]))
         blocks.append(ch.fresh(template, blocks[-1], parts.moved_hash, moved, path, self.variant))
         return with_request(sk, with_blocks(req, blocks))
 

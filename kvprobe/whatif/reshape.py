@@ -116,6 +116,10 @@ class Chainer:
             new.tokens = tokens
         if path is not None:
             new.path = path
+        return self._keyed(new, parent, salt, memo_key)
+
+    def _keyed(self, new: Block, parent: Block | None, salt: bytes, memo_key: tuple[Hashable, int]) -> Block:
+        """`new` (this chainer's own copy) given the keys of its content after `parent`, and memoized."""
         body = new.body_hash.to_bytes(8, "big")
         parent_key = _key_bytes(parent.cache_key) if parent is not None else _ZERO
         parent_content = _key_bytes(parent.content_hash) if parent is not None else _ZERO
@@ -173,12 +177,16 @@ class Chainer:
     def fresh(self, template: Block, parent: Block | None, body_hash: int, tokens: int, path: str,
               variant: Hashable, salt: bytes = b"") -> Block:
         """A block of new content (a moved span, a tool a request did not send) chained after `parent`."""
+        # the salt in the memo key too: a first block has no parent key to carry it (one session's requests
+        # of two models)
+        memo_key = (("fresh", variant, salt), (parent.cache_key if parent is not None else 0) ^ body_hash)
+        found = self._found(memo_key)
+        if found is not None:
+            return found
         seed = clone(template)  # (dataclasses.replace: several times the cost, once per moved block)
         seed.path, seed.body_hash, seed.tokens, seed.breakpoint, seed.breakpoint_source = \
             path, body_hash, tokens, None, None
-        seed.cache_key = (parent.cache_key if parent is not None else 0) ^ body_hash  # memo key only
-        # the salt too: a first block has no parent key to carry it (one session's requests of two models)
-        return self.chain(seed, parent, salt, ("fresh", variant, salt))
+        return self._keyed(seed, parent, salt, memo_key)
 
 
 _SALTS: dict[tuple[int, ...], dict[int, bytes]] = {}
