@@ -363,3 +363,34 @@ def test_a_stopped_helper_is_named_not_waited_for(monkeypatch):
         assert h.count(" hello", "cl100k_base") is None  # ended: the caller counts it itself
     finally:
         h.close()
+
+
+def test_the_helpers_share_taken_while_this_process_simulates_its_own_equals_one_pass(cli, monkeypatch, tmp_path):
+    """The helper's share is taken as soon as it is ready, in the middle of this process's simulation of its own
+    share (the helper then ends, with what it held): the report is the one a single process makes."""
+    from kvprobe.analysis.simulate import LeadingSimulation
+
+    trace = _write(tmp_path / "t.jsonl", _records(sessions=4))
+    taken_during_lead: list[bool] = []
+    inside = [False]
+    real_lead, real_result = LeadingSimulation.lead, helper.Helper.result
+
+    def lead(self, leading, now_and_then=None):
+        inside[0] = True
+        deadline = time.monotonic() + 30
+        while not taken_during_lead and time.monotonic() < deadline:  # the helper's share is small: soon ready
+            now_and_then()
+            time.sleep(0.01)
+        real_lead(self, leading, now_and_then)
+        inside[0] = False
+
+    def result(self, path, progress):
+        taken_during_lead.append(inside[0])
+        return real_result(self, path, progress)
+    one_code, one = _report(cli, monkeypatch, str(trace), "--what-if", split=None)
+    monkeypatch.setattr(LeadingSimulation, "lead", lead)
+    monkeypatch.setattr(helper.Helper, "result", result)
+    two_code, two = _report(cli, monkeypatch, str(trace), "--what-if", split="cut")
+    assert one_code == two_code == 0, one + two
+    assert taken_during_lead == [True]  # once, and while this process simulated its share
+    assert json.loads(two) == json.loads(one)

@@ -123,6 +123,13 @@ class Helper:
             progress(done - self._reported)
             self._reported = done
 
+    def ready(self) -> bool:
+        """Whether an answer waits to be read (`result` then returns at once)."""
+        try:
+            return self._conn.poll(0)
+        except OSError:  # its end closed: `result` says why
+            return True
+
     def result(self, path: str, progress: Callable[[int], None] | None) -> Any:
         """The next parsed piece (split_parse.Piece)."""
         return self._receive(f"parsing the second half of {path}", progress)

@@ -277,6 +277,9 @@ def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None, order
             yield sim.step(sk)
 
 
+POLL_EVERY = 1024  # requests a leading simulation steps between two calls of its caller's `now_and_then`
+
+
 class LeadingSimulation:
     """`simulate` in two parts, for a parse that has the leading share of a trace's skeletons before the rest
     (the split parse, while its second process still reads): the share is stepped at once. That is the
@@ -291,10 +294,18 @@ class LeadingSimulation:
         self._results: list[RequestResult] = []
         self._led = 0  # skeletons of the leading share (failed ones included: they have no result)
 
-    def lead(self, leading: list[Skeleton]) -> None:
+    def lead(self, leading: list[Skeleton], now_and_then: Callable[[], None] | None = None) -> None:
+        """Step the leading share; `now_and_then` is called every `POLL_EVERY` requests (the split parse takes
+        its helper's share there as soon as it is ready)."""
         self._sim = Simulator(self._store, self.sizer)
         self._led = len(leading)
-        self._results = [self._sim.step(sk) for sk in sorted(leading, key=start_order) if not sk.failed]
+        step, results = self._sim.step, []
+        self._results = results
+        for n, sk in enumerate(sorted(leading, key=start_order)):
+            if now_and_then is not None and n % POLL_EVERY == 0:
+                now_and_then()
+            if not sk.failed:
+                results.append(step(sk))
 
     def finish(self, skeletons: list[Skeleton]) -> list[RequestResult]:
         """All the skeletons, the leading share first (as the parse joined them)."""
