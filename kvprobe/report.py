@@ -25,7 +25,7 @@ from kvprobe.economics.tasks import overall as task_overall
 from kvprobe.pricing import PriceBook
 from kvprobe.request import RenderedRequest, render_request
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
-from kvprobe.trace.reader import read_record_at
+from kvprobe.trace.reader import RecordReader
 from kvprobe.trace.record import format_time
 from kvprobe.wording import round_usd
 
@@ -271,9 +271,11 @@ def _project(r: RequestResult) -> str:
 
 
 def _reread_factory() -> Callable[[Skeleton], RenderedRequest | None]:
+    reader = RecordReader()
+
     @lru_cache(maxsize=64)
     def reread_at(source: str, offset: int) -> RenderedRequest | None:
-        rec = read_record_at(source, offset)
+        rec = reader.read(source, offset)
         return render_request(rec.request, rec.provider, rec.endpoint, rec.response) if rec.request else None
 
     def reread(sk: Skeleton) -> RenderedRequest | None:

@@ -90,3 +90,30 @@ def test_out_of_range_times_are_input_errors(tmp_path, stamp):
     with pytest.raises(InputError) as err:
         list(read_trace(path))
     assert (err.value.line, err.value.field) == (1, "started_at")
+
+
+def test_records_reread_by_offset_are_the_records_read(tmp_path):
+    """A report re-reads records by their byte offsets through one open file (`RecordReader`): each is the
+    record the reading gave, a line longer than one read of the file (200,000 characters) whole, the last line
+    without its newline too, and a reader sent elsewhere (pickled) opens the file again there."""
+    import pickle
+    from dataclasses import replace
+
+    from kvprobe.trace.reader import RecordReader
+
+    long_text = "word " * 40_000
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "a", "request": anthropic_body()}) + "\n"
+                    + json.dumps({"id": "b", "request": anthropic_body(system=long_text)}) + "\n"
+                    + json.dumps({"id": "c", "request": openai_chat_body()}))  # no newline at the end
+    read = list(read_trace(path))
+    assert [r.offset for r in read] == [0, len(path.read_bytes().split(b"\n")[0]) + 1, read[2].offset]
+    reader = RecordReader()
+    again = [reader.read(path, r.offset, r.line) for r in reversed(read)][::-1]
+    as_read = [replace(r, offset=None) for r in read]  # (a record read again does not carry its offset)
+    assert again == as_read
+    assert again[1].request["system"] == long_text
+    elsewhere = pickle.loads(pickle.dumps(reader))
+    assert elsewhere.read(str(path), read[2].offset, 3) == as_read[2]
+    with pytest.raises(FileNotFoundError):
+        RecordReader().read(tmp_path / "gone.jsonl", 0)

@@ -1,11 +1,10 @@
 """The record behind a skeleton, for the few texts a later stage reads (the parse drops block texts)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.trace import TraceRecord
-from kvprobe.trace.reader import read_record_at
+from kvprobe.trace.reader import RecordReader
 
 
 RECENT = 32  # records re-read lately, kept for the next question (the proposals ask of the same few in a row)
@@ -18,6 +17,7 @@ class TextSource:
     def __init__(self, records: list[TraceRecord] | None = None) -> None:
         self._by_order = records
         self._cache: dict[int, TraceRecord | None] = {}
+        self._reader = RecordReader()
 
     def record(self, sk: Skeleton) -> TraceRecord | None:
         if self._by_order is not None:
@@ -25,10 +25,10 @@ class TextSource:
         if sk.order in self._cache:
             return self._cache[sk.order]
         rec = None
-        if sk.source is not None and sk.offset is not None and Path(sk.source).is_file():
+        if sk.source is not None and sk.offset is not None:
             try:
-                rec = read_record_at(sk.source, sk.offset, sk.line)
-            except Exception:  # noqa: BLE001 - rewritten since: no text, no span proposal
+                rec = self._reader.read(sk.source, sk.offset, sk.line)
+            except Exception:  # noqa: BLE001 - gone or rewritten since: no text, no span proposal
                 rec = None
         if len(self._cache) >= RECENT:  # a parsed record holds its whole body: keep only the latest few
             self._cache.pop(next(iter(self._cache)))

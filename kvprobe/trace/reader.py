@@ -1,6 +1,7 @@
 """Streaming JSONL reader: one record per line, validated, errors naming file, line and field."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,68 @@ def read_record_at(path: str | Path, offset: int, line: int | None = None) -> Tr
     with Path(path).open("rb") as fh:
         fh.seek(offset)
         return _parse_line(fh.readline(), str(path), line or 0)
+
+
+class RecordReader:
+    """`read_record_at` for many records: each file opened once and read where asked (`os.pread`: no shared
+    file position, so a forked worker may read through the same descriptor). A report re-reads tens of
+    thousands of records of a large trace (the texts its diagnoses and proposals quote); opening the file
+    for each was about as long as parsing the line (56 -> 31 us a record of 36 KB)."""
+
+    OPEN_AT_MOST = 16  # files held open at once (a report of many traces re-reads a few at a time)
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read(self, path: str | Path, offset: int, line: int | None = None) -> TraceRecord:
+        if not hasattr(os, "pread"):  # (Windows)
+            return read_record_at(path, offset, line)
+        source = str(path)
+        return _parse_line(_line_at(self._fd(source), offset), source, line or 0)
+
+    def _fd(self, source: str) -> int:
+        fd = self._fds.get(source)
+        if fd is None:
+            if len(self._fds) >= self.OPEN_AT_MOST:
+                self.close()
+            fd = self._fds[source] = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return fd
+
+    def __getstate__(self) -> dict:
+        return {}  # (sent to another machine: its descriptors name nothing there)
+
+    def __setstate__(self, state: dict) -> None:
+        self._fds = {}
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+_CHUNK = 1 << 16
+
+
+def _line_at(fd: int, offset: int) -> bytes:
+    """The line starting at `offset`, its newline included (as `readline` gives it)."""
+    parts = []
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        end = chunk.find(b"\n")
+        if end >= 0:
+            parts.append(chunk[:end + 1])
+            break
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _parse_line(raw_line: bytes, source: str, lineno: int) -> TraceRecord:
