@@ -1,7 +1,6 @@
 """The record behind a skeleton, for the few texts a later stage reads (the parse drops block texts)."""
 from __future__ import annotations
 
-
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.reader import RecordReader

@@ -10,8 +10,8 @@ whole resident size, fits twice over:
   the OOM killer (a 1M-request fleet on a 24 GB machine);
 * in the run's memory budget (`MEMORY_BUDGET_MB`, $KVPROBE_MEMORY_MB), with this process: the workers make the
   run faster, never larger than the budget. A log whose own process fills the budget (100,000 requests of a
-  fleet: ~710 MB) is priced in that process alone; it then needs what one process needs (measured 774 MB at
-  105,006 requests, where the forked worker had brought the run's processes to 1,228 MB together).
+  fleet: ~700 MB) is priced in that process alone; it then needs what one process needs (measured 748 MB of
+  PSS for the run at 105,006 requests, where a forked worker had brought its processes to 1,228 MiB).
 """
 from __future__ import annotations
 

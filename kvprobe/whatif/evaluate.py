@@ -268,38 +268,17 @@ class Pricer:
         priced. Where the policies edit most sessions, every session is simulated in the one pass and the
         reached ones' results added up after (in the order the simulation gave them, as a simulation of those
         alone adds them); else a first pass finds the reached domains and a second simulates only them."""
-        edited: dict[str, int] = {}
-        differs: dict[str, int] = {}
-        spans = {key: list(span) for key, span in self.spans.items()}
-        changed: list[Skeleton] = []
-
-        def noted(items: Iterable[tuple[Skeleton, bool, bool]]) -> Iterator[Skeleton]:
-            for sk, edit, diff in items:
-                if edit:
-                    edited[sk.session] = edited.get(sk.session, 0) + 1
-                    changed.append(sk)
-                    if len(changed) >= STREAM_PART:
-                        add_spans(changed, spans)
-                        changed.clear()
-                if diff:
-                    differs[sk.session] = differs.get(sk.session, 0) + 1
-                yield sk
-        def reached() -> set[str]:
-            add_spans(changed, spans)
-            return domains_of(set(edited), spans)
-        if self._one_pass([*policies, *(under or [])]):  # most sessions: one pass, every one simulated
-            rows = [(r.sk.session, r.input_equivalent, r.cost_usd)
-                    for r in self.replay(noted(self.stream(policies, under)), ordered=True)]
-            domains = reached()
-            summed = tally_rows([row for row in rows if row[0] in domains]
-                                if len(domains) < len(self.base_sessions) else rows)
-        else:
-            for _ in noted(self.stream(policies, under)):
-                pass
-            domains = reached()
-            summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, domains)
-                                        if sk.session in domains), ordered=True))
-        return self._priced(summed, domains, edited, None, differs if under is not None else None)
+        one_pass = self._one_pass([*policies, *(under or [])])
+        passing = _Pass(self, under, simulated=one_pass)
+        with held_memos():
+            for part, bound in self._parts():
+                passing.feed(_edited(part, policies, under), bound)
+        if one_pass:
+            return passing.priced()
+        domains = passing.reached()
+        summed = tally(self.replay((sk for sk, _, _ in self.stream(policies, under, domains)
+                                    if sk.session in domains), ordered=True))
+        return self._priced(summed, domains, passing.edited, None, passing.differs if under is not None else None)
 
     def _one_pass(self, policies: list[Policy]) -> bool:
         """Whether the policies edit most sessions: a streamed pricing then simulates every one in one pass."""
@@ -318,7 +297,7 @@ class Pricer:
         if len(self.base_sks) <= STREAM_PART or not self._one_pass(requires) or any(
                 [id(p) for p in _in_order([*requires, top])[:len(first)]] != ids for top in on_top):
             return None
-        passes = [_OnePass(self, None)] + [_OnePass(self, requires) for _ in on_top]
+        passes = [_Pass(self, None)] + [_Pass(self, requires) for _ in on_top]
         try:
             with held_memos():
                 for part, bound in self._parts():
@@ -506,14 +485,16 @@ def _instead_of(alt: Policy, chosen: list[Policy]) -> list[str]:
     return same or [c.label for c in chosen]
 
 
-class _OnePass:
-    """One set's streamed pricing in one pass (`_price_streamed`'s, for `price_family`): its edited log taken a
-    part at a time, put in start order, simulated and added up; its edits noted for the domains they reach."""
+class _Pass:
+    """One streamed pass over a set's edited log (`_price_streamed`, `price_family`): its parts put in start
+    order as they come, its edits noted for the domains they reach, and, simulated, every request simulated
+    and added up (the one-pass pricing)."""
 
-    def __init__(self, pricer: Pricer, under: list[Policy] | None) -> None:
+    def __init__(self, pricer: Pricer, under: list[Policy] | None, simulated: bool = True) -> None:
         self.pricer, self.under = pricer, under
         self.merge = _Merge()
-        self.sim = Simulator(pricer.store, presized=True, ideal=False, predict=True, chained=False)
+        self.sim = Simulator(pricer.store, presized=True, ideal=False, predict=True, chained=False) \
+            if simulated else None
         self.n = 0  # skeletons given to the simulation (`replay` sweeps its caches by this count)
         self.rows: list[tuple[str, float, float | None]] = []
         self.edited: dict[str, int] = {}
@@ -532,7 +513,7 @@ class _OnePass:
                     self.changed.clear()
             if diff:
                 self.differs[sk.session] = self.differs.get(sk.session, 0) + 1
-            if not sk.failed:
+            if sim is not None and not sk.failed:
                 if self.n % SWEEP_EVERY == SWEEP_EVERY - 1:
                     sim.forget_expired(sk.started_at)
                 result = sim.step(sk)
@@ -540,11 +521,16 @@ class _OnePass:
                 rows.append((sk.session, result.input_equivalent, result.cost_usd))
             self.n += 1
 
-    def priced(self) -> Priced:
+    def reached(self) -> set[str]:
+        """The sessions the edits reach (once every part has passed)."""
         add_spans(self.changed, self.spans)
-        pricer = self.pricer
-        domains = domains_of(set(self.edited), self.spans)
-        rows = self.rows
+        self.changed.clear()
+        return domains_of(set(self.edited), self.spans)
+
+    def priced(self) -> Priced:
+        """The simulated pass's price: the reached sessions' results, added up in the simulation's order."""
+        pricer, rows = self.pricer, self.rows
+        domains = self.reached()
         summed = tally_rows([row for row in rows if row[0] in domains]
                             if len(domains) < len(pricer.base_sessions) else rows)
         return pricer._priced(summed, domains, self.edited, None, self.differs if self.under is not None else None)
