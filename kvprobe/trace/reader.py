@@ -183,7 +183,7 @@ class RecordReader:
     def __del__(self) -> None:
         try:
             self.close()
-        except OSError:
+        except Exception:  # noqa: BLE001 - (at interpreter exit, `os` may be gone already)
             pass
 
 

@@ -150,13 +150,18 @@ def _edited(part: list[Skeleton], policies: list[Policy], under: list[Policy] | 
     set applied on top of `under` starts from its result, as `Pricer.reshape` does)."""
     ordered = _in_order(policies)
     if under is None:
-        out, n = _applied(ordered, part), len(part)
-        return [(sk, k >= n or sk is not part[k], True) for k, sk in enumerate(out)]
+        return _alone(part, _applied(ordered, part))
     first = _in_order(under)
     below = _applied(first, part)
     rest = ordered[len(first):] if [id(p) for p in ordered[:len(first)]] == [id(p) for p in first] else None
     out = _applied(rest, below) if rest is not None else _applied(ordered, part)
     return _on_top(part, below, out)
+
+
+def _alone(part: list[Skeleton], out: list[Skeleton]) -> list[tuple[Skeleton, bool, bool]]:
+    """`out` (the part edited) as `_edited` gives it with nothing under it: whether each differs from the part."""
+    n = len(part)
+    return [(sk, k >= n or sk is not part[k], True) for k, sk in enumerate(out)]
 
 
 def _on_top(part: list[Skeleton], below: list[Skeleton], out: list[Skeleton]) -> list[tuple[Skeleton, bool, bool]]:
@@ -302,8 +307,7 @@ class Pricer:
             with held_memos():
                 for part, bound in self._parts():
                     below = _applied(first, part)
-                    n = len(part)
-                    passes[0].feed([(sk, k >= n or sk is not part[k], True) for k, sk in enumerate(below)], bound)
+                    passes[0].feed(_alone(part, below), bound)
                     for top, one in zip(on_top, passes[1:]):
                         one.feed(_on_top(part, below, _applied([top], below)), bound)
         except OutOfOrder:
