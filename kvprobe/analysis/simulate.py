@@ -269,12 +269,29 @@ def replay(skeletons: Iterable[Skeleton], store: BlockStore | None = None, order
     none (the what-if's pricing): predicted usage, no ideal cache, and no result holds its stream's previous
     one (that chain kept every result of a session alive as long as its last; only the ideal cache's stage
     reads it). ordered: the skeletons come in start order already (an edited log streamed a part at a time)."""
-    sim = Simulator(store, presized=True, ideal=False, predict=True, chained=False)
-    for n, sk in enumerate(skeletons if ordered else sorted(skeletons, key=start_order)):
-        if not sk.failed:
-            if n % SWEEP_EVERY == SWEEP_EVERY - 1:
-                sim.forget_expired(sk.started_at)
-            yield sim.step(sk)
+    replayer = Replayer(store)
+    for sk in skeletons if ordered else sorted(skeletons, key=start_order):
+        result = replayer.step(sk)
+        if result is not None:
+            yield result
+
+
+class Replayer:
+    """`replay` given one skeleton at a time, in start order (a pass that takes an edited log as its parts
+    come): every `SWEEP_EVERY` skeletons its caches drop the entries no later request can read."""
+
+    def __init__(self, store: BlockStore | None = None) -> None:
+        self.sim = Simulator(store, presized=True, ideal=False, predict=True, chained=False)
+        self.n = 0  # skeletons given, failed ones included
+
+    def step(self, sk: Skeleton) -> RequestResult | None:
+        """Its result; None for a failed request (never simulated)."""
+        n, self.n = self.n, self.n + 1
+        if sk.failed:
+            return None
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1:
+            self.sim.forget_expired(sk.started_at)
+        return self.sim.step(sk)
 
 
 POLL_EVERY = 1024  # requests a leading simulation steps between two calls of its caller's `now_and_then`

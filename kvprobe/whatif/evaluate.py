@@ -27,7 +27,7 @@ from typing import TypeVar
 from kvprobe.analysis.costing import Tally, price_result, price_results, tally, tally_rows
 from kvprobe.analysis.diagnose import diagnose
 from kvprobe.analysis.fleet import find_shared_prefixes
-from kvprobe.analysis.simulate import SWEEP_EVERY, RequestResult, Simulator, replay, simulate, start_order
+from kvprobe.analysis.simulate import Replayer, RequestResult, replay, simulate, start_order
 from kvprobe.analysis.sizing import CARRIED_KEY, BlockSizer
 from kvprobe.analysis.skeleton import BlockStore, Skeleton, skeletons
 from kvprobe.pricing import PriceBook
@@ -497,9 +497,7 @@ class _Pass:
     def __init__(self, pricer: Pricer, under: list[Policy] | None, simulated: bool = True) -> None:
         self.pricer, self.under = pricer, under
         self.merge = _Merge()
-        self.sim = Simulator(pricer.store, presized=True, ideal=False, predict=True, chained=False) \
-            if simulated else None
-        self.n = 0  # skeletons given to the simulation (`replay` sweeps its caches by this count)
+        self.replayer = Replayer(pricer.store) if simulated else None
         self.rows: list[tuple[str, float, float | None]] = []
         self.edited: dict[str, int] = {}
         self.differs: dict[str, int] = {}
@@ -507,7 +505,7 @@ class _Pass:
         self.changed: list[Skeleton] = []
 
     def feed(self, items: list[tuple[Skeleton, bool, bool]], bound: tuple[float, int] | None) -> None:
-        prices, rows, sim = self.pricer.prices, self.rows, self.sim
+        prices, rows, replayer = self.pricer.prices, self.rows, self.replayer
         for sk, edit, diff in self.merge.take(items, bound):
             if edit:
                 self.edited[sk.session] = self.edited.get(sk.session, 0) + 1
@@ -517,13 +515,10 @@ class _Pass:
                     self.changed.clear()
             if diff:
                 self.differs[sk.session] = self.differs.get(sk.session, 0) + 1
-            if sim is not None and not sk.failed:
-                if self.n % SWEEP_EVERY == SWEEP_EVERY - 1:
-                    sim.forget_expired(sk.started_at)
-                result = sim.step(sk)
+            result = replayer.step(sk) if replayer is not None else None
+            if result is not None:
                 price_result(result, prices)
                 rows.append((sk.session, result.input_equivalent, result.cost_usd))
-            self.n += 1
 
     def reached(self) -> set[str]:
         """The sessions the edits reach (once every part has passed)."""
