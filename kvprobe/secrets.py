@@ -68,6 +68,8 @@ class _Scrubber:
     # texts `clean` was asked about, with its answer (the identity fields of one log repeat on every request)
     _verdicts: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
     _unchanged: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # a record's identity fields and flat `extra` (as one tuple), with whether they are all left as they are
+    _identities: dict[tuple, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def clean(self, text: str) -> bool:
         """`text` holds none of the words, so no credential (remembered for the last few thousand texts)."""
@@ -90,7 +92,7 @@ class _Scrubber:
         return []
 
 
-def _remembered(memo: dict[str, bool], text: str, verdict: Callable[[], bool]) -> bool:
+def _remembered(memo: dict[Any, bool], text: Any, verdict: Callable[[], bool]) -> bool:
     """`verdict()` for `text`, kept in `memo` (emptied past a few thousand texts: bounded memory)."""
     found = memo.get(text)
     if found is None:
@@ -229,13 +231,11 @@ def scrub_identity(record: R, table: _Scrubber | None = None) -> R:
     # the id apart from the rest: every request has its own id, while its session, agent, endpoint and extra
     # (cwd, branch, client version) repeat from request to request, so their verdict is remembered
     # (this runs for every record read: the fields in one call, the table looked up once)
-    texts = [v for v in _OTHER_IDENTITY_FIELDS(record) if isinstance(v, str)]
-    extra = getattr(record, "extra")
-    _strings_of(extra, texts)  # (keys and values, nested ones too: a rebuilt history's few keys repeat)
+    fields, extra = _OTHER_IDENTITY_FIELDS(record), getattr(record, "extra")
     scrubber, rid = table or shapes_table(), getattr(record, IDENTITY_FIELDS[0])
     # an id holding none of the shapes' words is left as it is by redact_text: asked of the table in hand
-    if not (isinstance(rid, str) and scrubber.suspects(rid) and redact_text(rid) != rid) and (
-            scrubber.clean("\0".join(texts)) or all(scrubber.unchanged(t) for t in texts)):
+    if not (isinstance(rid, str) and scrubber.suspects(rid) and redact_text(rid) != rid) and \
+            _left_as_is(scrubber, fields, extra):
         return record
     changes: dict[str, Any] = {}
     for name in IDENTITY_FIELDS:
@@ -245,6 +245,26 @@ def scrub_identity(record: R, table: _Scrubber | None = None) -> R:
     if extra and (clean_extra := redact_secrets(extra)) != extra:
         changes["extra"] = clean_extra
     return dataclasses.replace(record, **changes) if changes else record  # type: ignore[type-var]
+
+
+def _left_as_is(scrubber: _Scrubber, fields: tuple[Any, ...], extra: dict[str, Any]) -> bool:
+    """Whether scrubbing would leave the identity fields but the id (`fields`) and `extra` as they are.
+    Remembered by their values where `extra` is flat (an agent log's cwd, branch, client version: the same
+    few on every request of a session), which spares listing and joining their texts again per record."""
+    try:
+        key = (fields, *extra.items())
+        known = scrubber._identities.get(key)
+    except TypeError:  # a nested value (a rebuilt history, headers): asked of its texts each time
+        return _texts_left_as_is(scrubber, fields, extra)
+    if known is None:
+        known = _remembered(scrubber._identities, key, lambda: _texts_left_as_is(scrubber, fields, extra))
+    return known
+
+
+def _texts_left_as_is(scrubber: _Scrubber, fields: tuple[Any, ...], extra: dict[str, Any]) -> bool:
+    texts = [v for v in fields if isinstance(v, str)]
+    _strings_of(extra, texts)  # (keys and values, nested ones too: a rebuilt history's few keys repeat)
+    return scrubber.clean("\0".join(texts)) or all(scrubber.unchanged(t) for t in texts)
 
 
 def _strings_of(value: Any, out: list[str]) -> None:

@@ -333,6 +333,22 @@ def test_a_clean_record_seen_first_does_not_let_a_later_record_with_a_key_throug
     assert scrub_identity(clean) is clean
 
 
+def test_records_sharing_a_flat_extra_each_get_its_own_verdict(tmp_path, monkeypatch):
+    """What is remembered of a record's identity fields and flat `extra` is their values: the same key read
+    again is scrubbed again, and values that differ from a clean record's in one string only are asked anew."""
+    monkeypatch.setenv("KVPROBE_PROVIDERS_DIR", str(tmp_path))  # nothing remembered from other tests
+    clean = {"cwd": "/srv/app", "git_branch": "main", "client_version": "2.0.14", "n": 1}
+    for _ in range(2):
+        assert scrub_identity(_record(extra=dict(clean))).extra == clean
+        keyed = scrub_identity(_record(extra={**clean, "git_branch": f"fix-{XAI}"}))
+        assert keyed.extra["git_branch"].startswith("fix-[REDACTED:xai#") and XAI not in json.dumps(keyed.extra)
+        as_key = scrub_identity(_record(extra={**clean, XAI: "main"}))
+        assert XAI not in json.dumps(as_key.extra)
+        in_session = scrub_identity(_record(session=f"s {XAI}", extra=dict(clean)))
+        assert in_session.session.startswith("s [REDACTED:xai#") and in_session.extra == clean
+    assert scrub_identity(_record(extra={**clean, "n": True})).extra == {**clean, "n": True}
+
+
 def test_a_record_whose_id_is_no_string_is_scrubbed_like_any_other():
     record = _record(id=7)  # type: ignore[arg-type]
     assert scrub_identity(record) is record

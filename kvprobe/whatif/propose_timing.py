@@ -67,10 +67,10 @@ class _Pings:
     def reshape(self, sks: Skeletons) -> Skeletons:
         by_id = {sk.id: sk for sk in sks if sk.id in self.times}
         added = []
-        for source, times in self.times.items():
-            src = by_id.get(source)
-            if src is None:  # in another part of the log (`Pricer.stream` edits it a part at a time)
-                continue
+        # the sources in this part of the log (`Pricer.stream` edits it a part at a time), in the order of
+        # `times`: looked up from the part, not every source walked for every part (quadratic in the log)
+        for source in sorted(by_id, key=self.orders.__getitem__):
+            src, times = by_id[source], self.times[source]
             for k, t in enumerate(times, start=1):
                 extra = {**src.extra, "keep_alive": True, "output_tokens": 1}
                 added.append(replace(src, id=f"{source}+keepalive{k}", order=self.orders[source] + k - 1,
@@ -252,6 +252,7 @@ class _Siblings:
         self.groups, self.warm = groups, warm_up
         self.first_order = first_order  # the warm-ups' numbers (`PINGS_ORDER`): group k's is first_order + k
         self.marked = {m.sk.id: g.path for g in groups for m in g.members}
+        self._led: dict[str, list[int]] | None = None  # (`_groups_led`)
         self.shifts: dict[tuple[str, str], tuple[float, float]] = {}
         self.latency = 0.0
         for k, g in enumerate(groups):
@@ -263,6 +264,14 @@ class _Siblings:
                 shifts = _stream_shifts(g.members, lead.sk.started_at + ttft + STAGGER_MARGIN_S)
             self.shifts.update(shifts)
             self.latency = max([self.latency, *(s for _, s in shifts.values())])
+
+    def _groups_led(self) -> dict[str, list[int]]:
+        """Each lead's request id -> the numbers of the groups it leads (worked out once)."""
+        if self._led is None:
+            self._led = {}
+            for k, g in enumerate(self.groups):
+                self._led.setdefault(g.members[0].sk.id, []).append(k)
+        return self._led
 
     def _moved(self, stream: tuple[str, str], start: float) -> float:
         since, shift = self.shifts.get(stream, (0.0, 0.0))
@@ -285,13 +294,13 @@ class _Siblings:
         return out + (self._warm_skeletons(out) if self.warm else [])
 
     def _warm_skeletons(self, sks: Skeletons) -> Skeletons:
-        leads = {g.members[0].sk.id for g in self.groups}
+        leads = self._groups_led()
         by_id = {sk.id: sk for sk in sks if sk.id in leads}
         added = []
-        for k, g in enumerate(self.groups):
-            lead = by_id.get(g.members[0].sk.id)  # a member of the log, with its body (an edit keeps both)
-            if lead is None:  # in another part of the log (`Pricer.stream` edits it a part at a time)
-                continue
+        # the groups led from this part of the log (`Pricer.stream` edits it a part at a time), in group order:
+        # found from the part, not every group walked for every part (quadratic in the log)
+        for k, lead in sorted((k, sk) for rid, sk in by_id.items() for k in leads[rid]):
+            g = self.groups[k]  # (`lead`: the member as this log has it, with its body; an edit keeps both)
             start = g.members[0].sk.started_at
             ttft = max(g.members[0].sk.readable_at - start, STAGGER_MARGIN_S)
             req = lead.request
