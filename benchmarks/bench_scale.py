@@ -32,6 +32,11 @@ from gen_fleet import generate  # noqa: E402
 BYTES_PER_REQUEST = 38_500  # gen_fleet's output, for the disk check before generating
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_S = 0.05
+# The sampler's own time, at most this share of a core: reading smaps_rollup walks every page table of each
+# process, ~10 ms per GB resident; every 0.05 s at a million requests (7 GB) it kept two thirds of the other
+# core busy in the kernel (535 s over a 770 s run) beside the run it measured. A peak at that size lasts
+# seconds (a stage), so a sample every few tenths of a second still finds it.
+SAMPLER_SHARE = 0.1
 
 
 @dataclass
@@ -93,10 +98,12 @@ def measure(cmd: list[str], timeout: float) -> Run:
                         pass
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
+            sampled = time.perf_counter()
             pids = _descendants(proc.pid)
             rss, pss = _memory(pids)
             peak_rss, peak_pss, most = max(peak_rss, rss), max(peak_pss, pss), max(most, len(pids))
-            time.sleep(SAMPLE_S)
+            took = time.perf_counter() - sampled
+            time.sleep(max(SAMPLE_S, took / SAMPLER_SHARE - took))
         wall = time.perf_counter() - start
         size = out.seek(0, os.SEEK_END)
         out.seek(max(0, size - 2000))  # the end only: a 1M-request report's JSON is gigabytes

@@ -254,7 +254,7 @@ def _left_as_is(scrubber: _Scrubber, fields: tuple[Any, ...], extra: dict[str, A
     try:
         key = (fields, *extra.items())
         known = scrubber._identities.get(key)
-    except TypeError:  # a nested value (a rebuilt history, headers): asked of its texts each time
+    except (TypeError, AttributeError):  # a nested value (a rebuilt history, headers), or no dict: asked each time
         return _texts_left_as_is(scrubber, fields, extra)
     if known is None:
         known = _remembered(scrubber._identities, key, lambda: _texts_left_as_is(scrubber, fields, extra))
