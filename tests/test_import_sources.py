@@ -189,6 +189,24 @@ def test_parallel_load_gives_the_same_records_and_counts(tmp_path):
     assert parallel_report.to_json() == serial_report.to_json()
 
 
+def test_processes_are_chosen_by_size_and_by_what_travels_back(tmp_path):
+    """--workers 0: one process per core (up to 4) for 13 MB of files read into `usage` rows, one for the same
+    files read as whole records (those pay from 64 MB); 11 MB: one process either way."""
+    from kvprobe.importers.loading import _auto_workers
+    from kvprobe.cpus import usable_cpus
+
+    files = []
+    for name, mb in (("a", 6), ("b", 7)):
+        files.append(tmp_path / f"{name}.jsonl")
+        with files[-1].open("wb") as fh:
+            fh.truncate(mb << 20)  # (sparse: the size is what is read from the file system)
+    cores = min(usable_cpus(), 4)
+    assert _auto_workers(files, reduced=True) == cores and _auto_workers(files) == 1
+    with files[1].open("r+b") as fh:
+        fh.truncate(5 << 20)
+    assert _auto_workers(files, reduced=True) == 1
+
+
 def test_a_strict_error_read_in_parallel_names_its_file_and_line(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -34,7 +34,7 @@ def usage(
     fmt: Annotated[str | None, typer.Option("--format", help=f"Force one format: {', '.join(FORMATS)}")] = None,
     price_file: Annotated[str | None, typer.Option("--price-file", help="TOML/JSON price overrides")] = None,
     workers: Annotated[int, typer.Option("--workers", help="Processes parsing files in parallel (0: one per "
-                                         "core for inputs over 64 MB)")] = 0,
+                                         "core for inputs over 12 MB)")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Totals and every grouping, each row with its "
                                            "models, as JSON")] = False,
 ) -> None:
