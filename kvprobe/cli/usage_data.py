@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from kvprobe.errors import InputError
 from kvprobe.importers import ImportReport, load_any
-from kvprobe.importers.summary import UsageSummary, resolve_tz, summarize, usage_row
+from kvprobe.importers.summary import UsageSummary, UsageSums, resolve_tz, summarize, usage_row
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
 from kvprobe.wording import show
@@ -21,7 +21,7 @@ def collect(sources: list[str], report: ImportReport, *, fmt: str | None, price_
     Read without each request's rebuilt message list (importers' `history`): usage needs none of it."""
     book = PriceBook.from_file(price_file)
     rows = load_any(sources, fmt=fmt, report=report, progress=progress, workers=max(workers, 0),
-                    reduce=usage_row, history=False)
+                    reduce=usage_row, history=False, fold=lambda: UsageSums(book, zone, since, until))
     return summarize(rows, book=book, tz=zone, since=since, until=until)
 
 

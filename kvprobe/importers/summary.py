@@ -264,61 +264,126 @@ def usage_row(record: TraceRecord) -> UsageRow:
                            figures, record.error is not None))
 
 
-def summarize(records: Iterable[TraceRecord | UsageRow], *, book: PriceBook | None = None,
+def summarize(records: Iterable[TraceRecord | UsageRow | Partial], *, book: PriceBook | None = None,
               tz: dt.tzinfo = dt.timezone.utc, since: float | None = None, until: float | None = None) -> UsageSummary:
-    """Aggregate usage by every grouping (with per-model breakdowns); price each cell once."""
-    book = book or PriceBook()
-    pricer = GroupPricer(book)
-    calendar = _Calendar(tz)
-    summary = UsageSummary()
-    cells: dict[tuple, list[int]] = {}
-    first = last = None
-    windowed = since is not None or until is not None
-    # (provider, model, platform, UTC day) -> (price period day, tier starts, model label): one look-up per
-    # request instead of three
-    # calls (this loop runs in the parent for every request of every process)
-    periods: dict[tuple, tuple[int | None, tuple[int, ...], str]] = {}
-    for item in records:
-        row = item if item.__class__ is UsageRow else usage_row(item)
-        when = row.when
-        if windowed and not _in_window(when, since, until):
-            continue
-        u = row.usage
-        if u is None:
-            summary.without_usage += 1
-            continue
-        fresh, read, w5m, w1h, out, reasoning = u
-        if when is not None:
-            first = when if first is None or when < first else first
-            last = when if last is None or when > last else last
-        model = row.model
-        day = int(when // 86400) if when is not None and model else None
-        platform = row.platform
-        period = periods.get((row.provider, model, platform, day))
-        if period is None:
-            uday = book.period_day(row.provider, model, day, platform) if day is not None else None
-            period = periods[(row.provider, model, platform, day)] = \
-                (uday, pricer.tier_starts(row.provider, model, uday, platform), model_label(model, platform))
-        uday, starts, label = period
-        tier = bisect_left(starts, fresh + read + w5m + w1h) if starts else 0  # starts the total is above
-        key = (*calendar.keys(when), row.project, row.session or "(none)", row.agent or "(none)",
-               label, row.provider, model, platform, uday, tier)
-        acc = cells.get(key)
-        if acc is None:
-            acc = cells[key] = [0] * 8
-        # the indices are _FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS, as literals (no global look-ups)
-        acc[0] += fresh
-        acc[1] += read
-        acc[2] += w5m
-        acc[3] += w1h
-        acc[4] += out
-        acc[5] += reasoning
-        acc[6] += 1
-        acc[7] += row.error
-    summary.first_at, summary.last_at = first, last
-    _price(cells, pricer, summary)
-    summary.unknown_models, summary.price_notes = set(book.unknown_models), list(book.notes)
-    return summary
+    """Aggregate usage by every grouping (with per-model breakdowns); price each cell once. A `Partial` among the
+    records is what another process summed of the records in its place (`UsageSums.partial`)."""
+    sums = UsageSums(book or PriceBook(), tz, since, until)
+    sums.add(records)
+    return sums.summary()
+
+
+@dataclass(slots=True)
+class Partial:
+    """What one process summed of its records, to be added where they would have been (`UsageSums.merge`)."""
+
+    cells: dict[tuple, list[int]]
+    first: float | None
+    last: float | None
+    without_usage: int
+    unknown_models: set[str]
+    notes: list[str]  # the book's notes, in the order they were made
+
+
+class UsageSums:
+    """The cells `summarize` adds records into, and what it prices them into at the end."""
+
+    def __init__(self, book: PriceBook, tz: dt.tzinfo = dt.timezone.utc, since: float | None = None,
+                 until: float | None = None) -> None:
+        self.book, self.since, self.until = book, since, until
+        self.pricer = GroupPricer(book)
+        self.calendar = _Calendar(tz)
+        self.cells: dict[tuple, list[int]] = {}
+        self.first: float | None = None
+        self.last: float | None = None
+        self.without_usage = 0
+        # (provider, model, platform, UTC day) -> (price period day, tier starts, model label): one look-up per
+        # request instead of three
+        self.periods: dict[tuple, tuple[int | None, tuple[int, ...], str]] = {}
+
+    def add(self, records: Iterable[TraceRecord | UsageRow | Partial]) -> None:
+        # (this loop runs in the parent for every request of every process: locals, no attribute look-ups)
+        book, pricer, calendar, cells, periods = self.book, self.pricer, self.calendar, self.cells, self.periods
+        since, until = self.since, self.until
+        first, last, without_usage = self.first, self.last, self.without_usage
+        windowed = since is not None or until is not None
+        for item in records:
+            if item.__class__ is UsageRow:
+                row = item
+            elif item.__class__ is Partial:
+                self.first, self.last, self.without_usage = first, last, without_usage
+                self.merge(item)
+                first, last, without_usage = self.first, self.last, self.without_usage
+                continue
+            else:
+                row = usage_row(item)
+            when = row.when
+            if windowed and not _in_window(when, since, until):
+                continue
+            u = row.usage
+            if u is None:
+                without_usage += 1
+                continue
+            fresh, read, w5m, w1h, out, reasoning = u
+            if when is not None:
+                first = when if first is None or when < first else first
+                last = when if last is None or when > last else last
+            model = row.model
+            day = int(when // 86400) if when is not None and model else None
+            platform = row.platform
+            period = periods.get((row.provider, model, platform, day))
+            if period is None:
+                uday = book.period_day(row.provider, model, day, platform) if day is not None else None
+                period = periods[(row.provider, model, platform, day)] = \
+                    (uday, pricer.tier_starts(row.provider, model, uday, platform), model_label(model, platform))
+            uday, starts, label = period
+            tier = bisect_left(starts, fresh + read + w5m + w1h) if starts else 0  # starts the total is above
+            key = (*calendar.keys(when), row.project, row.session or "(none)", row.agent or "(none)",
+                   label, row.provider, model, platform, uday, tier)
+            acc = cells.get(key)
+            if acc is None:
+                acc = cells[key] = [0] * 8
+            # the indices are _FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS, as literals (no global look-ups)
+            acc[0] += fresh
+            acc[1] += read
+            acc[2] += w5m
+            acc[3] += w1h
+            acc[4] += out
+            acc[5] += reasoning
+            acc[6] += 1
+            acc[7] += row.error
+        self.first, self.last, self.without_usage = first, last, without_usage
+
+    def partial(self) -> Partial:
+        return Partial(self.cells, self.first, self.last, self.without_usage, set(self.book.unknown_models),
+                       list(self.book.notes))
+
+    def merge(self, other: Partial) -> None:
+        """Add what another process summed, as if its records came here now: its cells after these (the order
+        the cells are priced and added up in), its book's notes after these (each once)."""
+        cells = self.cells
+        for key, acc in other.cells.items():
+            mine = cells.get(key)
+            if mine is None:
+                cells[key] = list(acc)
+            else:
+                for k, n in enumerate(acc):
+                    mine[k] += n
+        if other.first is not None and (self.first is None or other.first < self.first):
+            self.first = other.first
+        if other.last is not None and (self.last is None or other.last > self.last):
+            self.last = other.last
+        self.without_usage += other.without_usage
+        self.book.unknown_models.update(other.unknown_models)
+        self.book.notes.extend(n for n in other.notes if n not in self.book.notes)
+
+    def summary(self) -> UsageSummary:
+        summary = UsageSummary()
+        summary.without_usage = self.without_usage
+        summary.first_at, summary.last_at = self.first, self.last
+        _price(self.cells, self.pricer, summary)
+        summary.unknown_models, summary.price_notes = set(self.book.unknown_models), list(self.book.notes)
+        return summary
 
 
 def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSummary) -> None:
