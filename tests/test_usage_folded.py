@@ -112,3 +112,28 @@ def test_the_runs_split_with_this_process_reading_more():
             Path.stat = original  # type: ignore[method-assign]
     assert runs(1.0) == [5, 5]
     assert runs(1.5) == [6, 4]  # 1,000 bytes as 1.5 : 1, the first run taking files until it holds 600
+
+
+def test_a_child_s_own_duplicates_are_counted_as_when_its_rows_travel(tmp_path):
+    """Two lines with one request id under two message ids, both in the child's run: the reader keeps both
+    (its key is the pair), and the request is counted once, as the parent counts rows that travel."""
+    from kvprobe.importers import ImportReport, load_any
+    from kvprobe.importers.summary import UsageSums, summarize, usage_row
+    from kvprobe.pricing import PriceBook
+
+    folder = _logs(tmp_path, across=False)
+    twin = _assistant("2026-09-07T11:00:02.000Z", "b3", "b0", 3, *R[3])
+    twin["message"]["id"] = "msg_03-retry"
+    _write(folder / "-home-me-web" / "s3.jsonl", [twin, _assistant("2026-09-08T09:00:02.000Z", "c4", "c0", 4, *R[4])])
+
+    def read(fold: bool) -> tuple[dict, dict]:
+        book, report = PriceBook(), ImportReport()
+        rows = load_any([folder], report=report, workers=2, reduce=usage_row, history=False,
+                        fold=(lambda: UsageSums(book)) if fold else None)
+        return summarize(rows, book=book).to_json(), report.to_json()
+    summed, summed_report = read(fold=True)
+    assert summed["totals"]["requests"] == 5  # 1, 2, 3 once, 4, and 5 from its progress line
+    assert summed["totals"]["fresh_input_tokens"] == 10 + 20 + 30 + 40 + 50
+    s3 = next(s for s in summed_report["sources"] if s["path"].endswith("s3.jsonl"))
+    assert (s3["records"], s3["duplicates"]) == (1, 1)
+    assert (summed, summed_report) == read(fold=False)

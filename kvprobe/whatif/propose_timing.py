@@ -252,11 +252,12 @@ class _Siblings:
         self.groups, self.warm = groups, warm_up
         self.first_order = first_order  # the warm-ups' numbers (`PINGS_ORDER`): group k's is first_order + k
         self.marked = {m.sk.id: g.path for g in groups for m in g.members}
-        self._led: dict[str, list[int]] | None = None  # (`_groups_led`)
+        self.led: dict[str, list[int]] = {}  # each lead's request id -> the numbers of the groups it leads
         self.shifts: dict[tuple[str, str], tuple[float, float]] = {}
         self.latency = 0.0
         for k, g in enumerate(groups):
             lead = g.members[0]
+            self.led.setdefault(lead.sk.id, []).append(k)
             if not warm_up:
                 shifts = _stream_shifts(g.members[1:], lead.sk.readable_at + STAGGER_MARGIN_S)
             else:
@@ -264,14 +265,6 @@ class _Siblings:
                 shifts = _stream_shifts(g.members, lead.sk.started_at + ttft + STAGGER_MARGIN_S)
             self.shifts.update(shifts)
             self.latency = max([self.latency, *(s for _, s in shifts.values())])
-
-    def _groups_led(self) -> dict[str, list[int]]:
-        """Each lead's request id -> the numbers of the groups it leads (worked out once)."""
-        if self._led is None:
-            self._led = {}
-            for k, g in enumerate(self.groups):
-                self._led.setdefault(g.members[0].sk.id, []).append(k)
-        return self._led
 
     def _moved(self, stream: tuple[str, str], start: float) -> float:
         since, shift = self.shifts.get(stream, (0.0, 0.0))
@@ -294,7 +287,7 @@ class _Siblings:
         return out + (self._warm_skeletons(out) if self.warm else [])
 
     def _warm_skeletons(self, sks: Skeletons) -> Skeletons:
-        leads = self._groups_led()
+        leads = self.led
         by_id = {sk.id: sk for sk in sks if sk.id in leads}
         added = []
         # the groups led from this part of the log (`Pricer.stream` edits it a part at a time), in group order:
