@@ -19,6 +19,7 @@ import pytest
 from conftest import ROOT
 
 SAMPLE = ROOT / "traces" / "sample_session.jsonl"
+REQUEST_A, REQUEST_B = ROOT / "examples" / "request_a.json", ROOT / "examples" / "request_b.json"
 LINES = SAMPLE.read_text().splitlines()
 DEEP = "[" * 1000 + "1" + "]" * 1000  # orjson reads up to 1024 levels: the deepest input there is
 DEEP_OBJECT = '{"a": ' * 1000 + "1" + "}" * 1000
@@ -61,14 +62,31 @@ def _kvprobe(*args, **kw):
 
 
 @pytest.mark.parametrize("args", [["report", SAMPLE], ["report", SAMPLE, "--json"], ["usage", SAMPLE],
-                                  ["gate", SAMPLE, "--min-hit-ratio", "0.9"], ["schema", "trace"], ["--help"]],
-                         ids=["report", "report-json", "usage", "gate", "schema", "help"])
+                                  ["gate", SAMPLE, "--min-hit-ratio", "0.9"], ["schema", "trace"], ["--help"],
+                                  ["diff", REQUEST_A, REQUEST_B], ["usage", SAMPLE, "--json"]],
+                         ids=["report", "report-json", "usage", "gate", "schema", "help", "diff", "usage-json"])
 def test_stdout_on_a_full_disk_exits_2_with_one_line(args):
     with open("/dev/full", "w") as full:
         res = subprocess.run([sys.executable, "-m", "kvprobe", *map(str, args)], stdout=full,
                              stderr=subprocess.PIPE, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == "error: cannot write the output: No space left on device"
+
+
+@pytest.mark.parametrize("args", [["diff", REQUEST_A, REQUEST_B, "--json"], ["diff", REQUEST_A, "missing.json"],
+                                  ["usage", SAMPLE, "--json"], ["--help"], []],
+                         ids=["diff-json", "diff-missing", "usage-json", "help", "bare"])
+def test_the_command_ends_with_main_s_output_and_exit_code(args):
+    """`kvprobe` (and `python -m kvprobe`) ends the process as soon as a fast path has answered (`cli.entry`):
+    the same bytes on stdout and stderr, and the same exit code, as `main()` ending as Python ends it."""
+    ended = _kvprobe(*args)
+    code = "import sys; from kvprobe.cli import main; sys.argv = ['kvprobe', *sys.argv[1:]]; main()"
+    returned = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                              timeout=120)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (returned.returncode, returned.stdout, returned.stderr)
+    assert ended.stdout or ended.stderr
+    if "--json" in args:
+        assert json.loads(ended.stdout)
 
 
 def test_a_reader_that_went_away_is_exit_2_without_a_traceback():

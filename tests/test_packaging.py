@@ -66,7 +66,7 @@ def test_wheel_carries_schemas_providers_engine_and_the_script(wheel):
     assert {f"kvprobe/_providers/{p.relative_to(ROOT / 'providers')}" for p in (ROOT / "providers").rglob("*.toml")} <= names
     assert "localengine/loader/__init__.py" in names and not any(n.startswith("tests/") for n in names)
     assert {"kvprobe/data/cl100k_base.kvtt", "kvprobe/data/o200k_base.kvtt"} <= names  # diff's token tables
-    assert "kvprobe = kvprobe.cli:main" in entry_points
+    assert "kvprobe = kvprobe.cli:entry" in entry_points
 
 
 # Each resolution reads the package index (~2 s for this machine's platform, 10-20 s for others): the others are
