@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +81,33 @@ KEEP_OUTPUT_BYTES = 8 << 20  # more than any JSON a comparison reads (usage on t
 
 def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> Run:
     """Wall time, user+system CPU and peak RSS of one command and the processes it waited for."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    fd, out_path = tempfile.mkstemp(prefix="bench-out-")
+    os.close(fd)
+    try:
+        wall, cpu, rss_kb, code = _Spawner.run(cmd, {**os.environ, **(env or {})}, timeout, out_path)
+        # only the end of a large output (a failure's message is there): a whole 1 GB report's JSON read into
+        # this process would only make it larger (see _Spawner)
+        with open(out_path, "rb") as out:
+            size = out.seek(0, os.SEEK_END)
+            out.seek(max(0, size - KEEP_OUTPUT_BYTES))
+            text = out.read().decode("utf-8", "replace")
+    finally:
+        os.unlink(out_path)
+    return Run(wall, cpu, rss_kb / 1024, code == 0, text)
+
+
+# What starts and times each command: a small process of its own. A process's peak RSS as wait4 reports it
+# starts from the peak of the process that forked it (Linux carries the old memory's high-water mark across
+# exec, and subprocess forks with vfork, which lends the parent's memory), so commands started from this one
+# reported this process's own peak once it had held the outputs it compares (~104 MB: every tool and the JSON
+# floor alike, in every job after the report jobs). Started from a process that only waits, they report their own.
+SPAWNER = """
+import json, os, subprocess, sys, threading, time
+for line in sys.stdin:
+    cmd, env, timeout, out_path = json.loads(line)
+    with open(out_path, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         # a blocking wait, the timeout a timer's kill: polling every 5 ms rounded each run of the start-up
         # job (~50 ms) up to the next poll, so two tools a few milliseconds apart measured the same
         killer = threading.Timer(timeout, proc.kill)
@@ -94,14 +117,24 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
         finally:
             killer.cancel()
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        # only the end of a large output (a failure's message is there): reading a whole 1 GB report's JSON
-        # into this process raised its peak RSS, which every later child inherits through fork and exec
-        # (Linux keeps the highest RSS across exec), so later tools showed this process's size as their peak
-        size = out.seek(0, os.SEEK_END)
-        out.seek(max(0, size - KEEP_OUTPUT_BYTES))
-        text = out.read().decode("utf-8", "replace")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode == 0, text)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+    print(json.dumps([wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code]), flush=True)
+"""
+
+
+class _Spawner:
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def run(cls, cmd: list[str], env: dict[str, str], timeout: float, out_path: str) -> tuple[float, float, int, int]:
+        if cls.proc is None or cls.proc.poll() is not None:
+            cls.proc = subprocess.Popen([sys.executable, "-I", "-c", SPAWNER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        assert cls.proc.stdin is not None and cls.proc.stdout is not None
+        cls.proc.stdin.write(json.dumps([cmd, env, timeout, out_path]) + "\n")
+        cls.proc.stdin.flush()
+        wall, cpu, rss_kb, code = json.loads(cls.proc.stdout.readline())
+        return wall, cpu, rss_kb, code
 
 
 # ---------------------------------------------------------------- peers
