@@ -19,6 +19,8 @@ is chosen by simulating the subsets; the others are kept as alternatives with th
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+from heapq import heappop, heappush
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -108,29 +110,47 @@ def _item_order(item: tuple[Skeleton, bool, bool]) -> tuple[float, int]:
 
 class _Merge:
     """One edited log put in start order as its parts come: what an edit added or moved that starts at or after
-    the next part's first request waits for that part (`Pricer.stream`)."""
+    the next part's first request waits for that part (`Pricer.stream`).
 
-    __slots__ = ("pending", "last")
+    What waits is a heap keyed by start order, so each item is sorted in once however many parts it waits: a
+    fleet's pings wait through the parts that pass during its sessions' gaps, ever more of them in a larger
+    fleet, and sorting all that waited again with every part (its start order asked each time) grew with the
+    square of the log (0.1 s at 105,006 requests, 0.9 s at 315,000)."""
+
+    __slots__ = ("pending", "last", "taken")
 
     def __init__(self) -> None:
-        self.pending: list[tuple[Skeleton, bool, bool]] = []
+        # (start order, arrival number, item), sorted: the arrival number keeps equal starts in the order they
+        # came (waiting ones first), as a stable sort of the waiting items and then the new ones would
+        self.pending: list[tuple[tuple[float, int], int, tuple[Skeleton, bool, bool]]] = []
         self.last: tuple[float, int] | None = None
+        self.taken = 0
 
     def take(self, items: list[tuple[Skeleton, bool, bool]], bound: tuple[float, int] | None
              ) -> list[tuple[Skeleton, bool, bool]]:
         """The items final once this part's are in (all of them at the log's end: `bound` None)."""
-        items = self.pending + items
-        items.sort(key=_item_order)
-        cut = len(items)
-        if bound is not None:
-            while cut and _item_order(items[cut - 1]) >= bound:
-                cut -= 1
-        if cut:
-            if self.last is not None and _item_order(items[0]) < self.last:
+        n = self.taken
+        self.taken += len(items)
+        arrived = [(_item_order(item), n + k, item) for k, item in enumerate(items)]
+        arrived.sort()  # (arrival numbers differ: the items themselves are never compared)
+        cut = len(arrived) if bound is None else bisect_left(arrived, (bound,))  # the first at or after bound
+        final, later, pending = arrived[:cut], arrived[cut:], self.pending
+        if pending:  # a heap: what waits is sorted in once, however many parts it waits
+            for entry in later:
+                heappush(pending, entry)
+            due = []
+            while pending and (bound is None or pending[0][0] < bound):
+                due.append(heappop(pending))
+            if due:
+                final = due + final
+                final.sort()  # (two sorted runs: merged in one pass)
+        else:  # (a sorted list is a heap already)
+            self.pending = later
+        if final:
+            if self.last is not None and final[0][0] < self.last:
                 raise OutOfOrder
-            self.last = _item_order(items[cut - 1])
-        self.pending = items[cut:]
-        return items[:cut]
+            self.last = final[-1][0]
+        return [entry[2] for entry in final]
 
 
 def _in_order(policies: list[Policy]) -> list[Policy]:
