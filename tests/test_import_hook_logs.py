@@ -81,10 +81,10 @@ def test_a_teleported_from_stub_is_a_known_line_with_no_usage(cli, tmp_path):
     assert alone.exit_code == 2 and "no requests found" in alone.output and "not a recognised" not in alone.output
 
 
-@pytest.mark.parametrize("size", [100 << 10, 3 << 20])  # past the first read (64 KiB), past the whole prefix
+@pytest.mark.parametrize("size", [20 << 10, 100 << 10, 3 << 20])  # past each read (16, 64 KiB), the whole prefix
 def test_a_first_line_longer_than_the_sniffed_prefix_is_still_known(tmp_path, size):
     s = _transcript()
-    s.lines[1]["message"]["content"] = [{"type": "text", "text": "x" * size}]  # a 100 KB or 3 MB pasted log
+    s.lines[1]["message"]["content"] = [{"type": "text", "text": "x" * size}]  # a 20 KB, 100 KB or 3 MB paste
     path = s.write(tmp_path / "big-first.jsonl")
     s.lines.insert(0, s.lines.pop(1))  # the long line first
     path.write_text("".join(json.dumps(line) + "\n" for line in s.lines))

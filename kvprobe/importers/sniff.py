@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 SNIFF_BYTES = 1 << 20
-SNIFF_FIRST = 64 << 10  # read first: the prefix read further only when no line complete in it parses
+# Read in steps, each further one only when no line complete in what was read parses: most logs' first line
+# is a few KB (Claude Code's ~0.7-9 KB), and every file of a folder is sniffed before any is read
+SNIFF_STEPS = (16 << 10, 64 << 10)
 SNIFF_LINES = 20
 # A whole-document format (HAR, OTLP JSON, a Gemini CLI session document, chat.json) is parsed in one go:
 # ~3-5x its size in memory. Larger ones are refused, said, never half-read (KVPROBE_MAX_DOCUMENT_MB to change).
@@ -61,11 +63,15 @@ def max_document_bytes() -> int:
 
 
 def sniff(path: str | Path) -> Sniffed:
-    with Path(path).open("rb") as fh:
-        head = fh.read(SNIFF_FIRST)
-        found = _first_line_of(head, whole=len(head) < SNIFF_FIRST)
-        if found is not None:
-            return Sniffed(found)
+    with open(path, "rb") as fh:
+        head = b""
+        for step in SNIFF_STEPS:
+            head += fh.read(step - len(head))
+            found = _first_line_of(head, whole=len(head) < step)
+            if found is not None:
+                return Sniffed(found)
+            if len(head) < step:  # the whole file is read
+                break
         prefix = head + fh.read(SNIFF_BYTES - len(head))
         whole = len(prefix) < SNIFF_BYTES or not fh.read(1)
     body = prefix.lstrip(b"\xef\xbb\xbf \t\r\n")  # a UTF-8 BOM, then blank lines
