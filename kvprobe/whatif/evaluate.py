@@ -20,9 +20,9 @@ is chosen by simulating the subsets; the others are kept as alternatives with th
 from __future__ import annotations
 
 from bisect import bisect_left
-from heapq import heappop, heappush
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from heapq import heappop, heappush
 from itertools import combinations
 from typing import TypeVar
 
@@ -120,7 +120,7 @@ class _Merge:
     __slots__ = ("pending", "last", "taken")
 
     def __init__(self) -> None:
-        # (start order, arrival number, item), sorted: the arrival number keeps equal starts in the order they
+        # a heap of (start order, arrival number, item): the arrival number keeps equal starts in the order they
         # came (waiting ones first), as a stable sort of the waiting items and then the new ones would
         self.pending: list[tuple[tuple[float, int], int, tuple[Skeleton, bool, bool]]] = []
         self.last: tuple[float, int] | None = None
