@@ -234,3 +234,23 @@ def test_with_request_bodies_and_nothing_to_fix_the_fixes_line_says_none_pays(cl
     trace.write_text(json.dumps(record) + "\n")
     assert "Fixes: none pays for itself on this log." in _run("report", trace, columns=120)
     assert json.loads(cli("report", str(trace), "--json").stdout)["fixes_note"] == "none pays for itself on this log"
+
+
+def test_a_log_without_misses_is_told_its_fresh_input_was_new_to_any_cache(cli, tmp_path):
+    """Where no miss cost anything, the headline does not send the reader to the causes (there are none) nor tell
+    them to place breakpoints (Claude Code places its own): what was sent fresh was new to the cache. One
+    Claude Code session, one request: 20,000 fresh input tokens at $3 / M = $0.06, 100 output at $15 / M =
+    $0.0015; $0.0615 in all, 97.6% of it fresh input."""
+    from agent_logs import ClaudeTranscript
+
+    s = ClaudeTranscript("s1", cwd="/home/me/app")
+    s.user(0, "explain this repository")
+    s.assistant(2, "r1", read=0, write=0, fresh=20_000, output=100, model="claude-sonnet-4-5")
+    s.write(tmp_path / "projects" / "-home-me-app" / "s1.jsonl")
+    res = cli("report", str(tmp_path / "projects"), "--json")
+    assert res.exit_code == 0, res.output
+    bill = json.loads(res.stdout)["bill"]
+    assert bill["wasted_usd"] == 0 and bill["total"]["cost_usd"] == pytest.approx(0.0615)
+    assert bill["headline"] == ("Misses wasted $0.0000 of $0.0615 (0.0%); 98% is input sent without the cache: "
+                                "what each session's first request and each turn's new part sent; no cache could "
+                                "have read it.")

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvprobe.economics.bill_words import SPEND_WORDS
+from kvprobe.economics.bill_words import SPEND_WORDS, WITHOUT_MISSES
 from kvprobe.economics.token_costs import CLASSES, token_class_usd
 from kvprobe.importers.summary import model_label, project_from
 from kvprobe.importers.titles import SessionTitles
@@ -108,6 +108,8 @@ class Bill:
             return wasted + "."
         cls, share = largest
         what, advice = SPEND_WORDS[cls]
+        if self.wasted_usd == 0:
+            advice = WITHOUT_MISSES.get(cls, advice)
         unpriced = f" ({self.total.unpriced_requests:,} requests unpriced)" if self.total.unpriced_requests else ""
         return f"{wasted}{unpriced}; {100 * share:.0f}% is {what}: {advice}."
 

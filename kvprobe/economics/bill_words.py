@@ -10,8 +10,15 @@ SPEND_WORDS: dict[str, tuple[str, str]] = {
                  "the causes below say which writes rebuilt what was cached"),
     "write_1h": ("writing contexts to the cache (1-hour lifetime, at twice the input price)",
                  "keep the 1-hour lifetime for pauses past 5 minutes"),
-    "fresh": ("input sent without the cache", "mark a cache breakpoint where the prompt stops changing"),
+    "fresh": ("input sent without the cache", "the causes below say which misses sent it again"),
     "output": ("output (answers, tool calls and reasoning)", "caching does not change it"),
+}
+# the advice instead where no miss cost anything (every request read what an ideal prefix cache would have):
+# the causes are empty, and what was written or sent fresh was new to the cache (a session's first request, the
+# part each turn adds), on any provider and in any agent
+WITHOUT_MISSES: dict[str, str] = {
+    "write_5m": "what each session's first request and each turn's new part wrote; no miss rebuilt any of it",
+    "fresh": "what each session's first request and each turn's new part sent; no cache could have read it",
 }
 
 # the bill's columns, in every output: (class, short header)
