@@ -200,52 +200,62 @@ def test_first_party_reads_of_nothing_stay_unexplained_with_content_ruled_out(tm
     assert d["r4"]["kind"] == "stale_read"  # an earlier request's level to the token: another replica's
 
 
-def _rollout(tmp_path: Path) -> Path:
-    """A Codex rollout: two appended requests, a compaction that keeps one item, a request after it, then a
-    read of nothing 2 s after a full read (no event, the items only grew)."""
-    lines: list[dict[str, Any]] = []
+class _CodexRollout:
+    """A Codex rollout written line by line: items, token counts (cumulative totals and the last request's)."""
 
-    def add(t: float, kind: str, payload: dict[str, Any]) -> None:
-        lines.append({"timestamp": at(t), "type": kind, "payload": payload})
+    def __init__(self, session: str = "cdx-1") -> None:
+        self.session = session
+        self.lines: list[dict[str, Any]] = []
+        self.total = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "reasoning_output_tokens": 0,
+                      "total_tokens": 0}
+        self.add(0, "session_meta", {"id": session, "timestamp": at(0), "cwd": "/work/app",
+                                     "model_provider": "openai"})
+        self.add(0, "turn_context", {"cwd": "/work/app", "model": "gpt-5.3-codex", "effort": "high"})
+        self.add(0, "event_msg", {"type": "task_started"})
 
-    total = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "reasoning_output_tokens": 0,
-             "total_tokens": 0}
+    def add(self, t: float, kind: str, payload: dict[str, Any]) -> None:
+        self.lines.append({"timestamp": at(t), "type": kind, "payload": payload})
 
-    def count(t: float, input_tokens: int, cached: int) -> None:
+    def count(self, t: float, input_tokens: int, cached: int) -> None:
         last = {"input_tokens": input_tokens, "cached_input_tokens": cached, "output_tokens": 50,
                 "reasoning_output_tokens": 0, "total_tokens": input_tokens + 50}
         for k, v in last.items():
-            total[k] += v
-        add(t, "event_msg", {"type": "token_count", "info": {"total_token_usage": dict(total),
-                                                              "last_token_usage": last}})
+            self.total[k] += v
+        self.add(t, "event_msg", {"type": "token_count", "info": {"total_token_usage": dict(self.total),
+                                                                   "last_token_usage": last}})
 
-    def item(t: float, role: str, n: int) -> None:
-        add(t, "response_item", {"type": "message", "role": role,
-                                 "content": [{"type": "input_text", "text": f"item {n} "}]})
+    def item(self, t: float, role: str, n: int) -> None:
+        self.add(t, "response_item", {"type": "message", "role": role,
+                                      "content": [{"type": "input_text", "text": f"item {n} "}]})
 
-    add(0, "session_meta", {"id": "cdx-1", "timestamp": at(0), "cwd": "/work/app", "model_provider": "openai"})
-    add(0, "turn_context", {"cwd": "/work/app", "model": "gpt-5.3-codex", "effort": "high"})
-    add(0, "event_msg", {"type": "task_started"})
-    item(0, "user", 1)
-    item(1, "assistant", 2)
-    count(1, 20_000, 0)
-    item(2, "user", 3)
-    item(3, "assistant", 4)
-    count(3, 20_500, 19_968)
-    add(4, "compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user",
-                                                                 "content": [{"type": "input_text", "text": "sum"}]}]})
-    item(5, "assistant", 5)
-    count(5, 8_000, 3_456)
-    item(6, "user", 6)
-    item(7, "assistant", 7)
-    count(7, 8_400, 7_936)
-    item(8, "user", 8)
-    item(27, "assistant", 9)
-    count(27, 8_900, 0)
-    path = tmp_path / "sessions" / "2026" / "11" / "20" / "rollout-2026-11-20T09-00-00-cdx-1.jsonl"
-    path.parent.mkdir(parents=True)
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
+    def write(self, tmp_path: Path) -> Path:
+        path = tmp_path / "sessions" / "2026" / "11" / "20" / f"rollout-2026-11-20T09-00-00-{self.session}.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
+        return path
+
+
+def _rollout(tmp_path: Path) -> Path:
+    """A Codex rollout: two appended requests, a compaction that keeps one item, a request after it, then a
+    read of nothing 2 s after a full read (no event, the items only grew)."""
+    c = _CodexRollout()
+    c.item(0, "user", 1)
+    c.item(1, "assistant", 2)
+    c.count(1, 20_000, 0)
+    c.item(2, "user", 3)
+    c.item(3, "assistant", 4)
+    c.count(3, 20_500, 19_968)
+    c.add(4, "compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user",
+                                                                   "content": [{"type": "input_text", "text": "sum"}]}]})
+    c.item(5, "assistant", 5)
+    c.count(5, 8_000, 3_456)
+    c.item(6, "user", 6)
+    c.item(7, "assistant", 7)
+    c.count(7, 8_400, 7_936)
+    c.item(8, "user", 8)
+    c.item(27, "assistant", 9)
+    c.count(27, 8_900, 0)
+    return c.write(tmp_path)
 
 
 def test_codex_items_rebuild_each_request_and_a_compaction_replaces_them(tmp_path: Path) -> None:
@@ -264,6 +274,27 @@ def test_codex_read_of_nothing_within_the_lifetime_is_openai_routing(tmp_path: P
     assert "prefix-hash routing" in last["detail"]
     assert "platform.openai.com/docs/guides/prompt-caching" in last["detail"]
     assert "prompt_cache_key" in last["advice"]
+
+
+def test_reads_of_nothing_in_a_row_each_miss_what_the_last_full_read_left(tmp_path: Path) -> None:
+    """Codex requests routed to a cache without the entry, several in a row (a public Codex rollout shows runs of
+    three and four): the entry the last full read left is still where it was, so each of them missed it, not only
+    the first. An implicit cache reports no writes: after a read of nothing the stream is known to hold nothing
+    more, and the second and third passed as no miss. By hand: cdx-1#2 read 19,968, so #3, #4 and #5 (reads of
+    nothing 2, 4 and 6 s later, the items only growing) each missed 19,968; #6 read 21,376 again."""
+    c = _CodexRollout()
+    sizes = [(20_000, 0), (20_500, 19_968), (21_000, 0), (21_400, 0), (21_800, 0), (22_200, 21_376)]
+    for k, (input_tokens, cached) in enumerate(sizes):
+        c.item(2 * k, "user", 2 * k)
+        c.item(2 * k + 1, "assistant", 2 * k + 1)
+        c.count(2 * k + 1, input_tokens, cached)
+    report = kvprobe.analyse([str(c.write(tmp_path))]).to_json()
+    rows = {r["id"]: r for r in report["requests"]}
+    assert {i: rows[i]["missed_read_tokens"] for i in rows} == {"cdx-1#1": 0, "cdx-1#2": 0, "cdx-1#3": 19_968,
+                                                               "cdx-1#4": 19_968, "cdx-1#5": 19_968, "cdx-1#6": 0}
+    for i in ("cdx-1#3", "cdx-1#4", "cdx-1#5"):
+        assert rows[i]["diagnoses"][0]["kind"] == "routing"
+        assert "cdx-1#2 left 19,968 cached" in rows[i]["diagnoses"][0]["detail"], rows[i]["diagnoses"][0]["detail"]
 
 
 def test_a_gemini_cli_rewind_is_a_branch_at_the_rewound_turn(tmp_path: Path) -> None:

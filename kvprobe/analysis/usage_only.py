@@ -112,7 +112,8 @@ class _Stream:
         changed_at = change_position(r, base, self.scale)
         self.scale.learn(r, base)
         self.last = r
-        self.by_model[r.sk.model] = r
+        if not _went_elsewhere(r, base):
+            self.by_model[r.sk.model] = r
         earlier = self.earlier.setdefault(r.sk.model, {})
         dropped = dropped_reasoning(r)
         if dropped is not None:
@@ -214,7 +215,7 @@ def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", 
     if last is None:
         return None, None, None
     if last.sk.model == r.sk.model:
-        return last, None, None
+        return stream.by_model.get(r.sk.model, last), None, None  # (an earlier one where `last` went elsewhere)
     same = stream.by_model.get(r.sk.model)
     if not resends(Seen(r, r.sk.model, None, r.usage.input_tokens), Seen(last, last.sk.model, None,
                                                                            last.usage.input_tokens)):
@@ -224,6 +225,18 @@ def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", 
         # without a lifetime (rules that give none: a local server) nothing says its own entry expired
         return None, last.sk.model or "another model", same if lifetime is not None else None
     return same, None, None
+
+
+# A request that reached another cache (routed there, or a replica behind) left the entry it missed where it was:
+# the next request's base stays the one that left it, when this one is not known to have left as much (an implicit
+# cache reports no writes, so after a read of nothing the known extent would otherwise fall to nothing, and every
+# later read of nothing with it, within the lifetime and on a history that only grew, would pass as no miss)
+_ELSEWHERE = ("routing", "stale_read")
+
+
+def _went_elsewhere(r: "RequestResult", base: "RequestResult | None") -> bool:
+    return base is not None and base.sk.model == r.sk.model and _extent(r) < _extent(base) and \
+        any(d.kind in _ELSEWHERE for d in r.diagnoses)
 
 
 def _extent(r: "RequestResult") -> int:
