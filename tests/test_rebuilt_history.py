@@ -228,6 +228,12 @@ class _CodexRollout:
         self.add(t, "response_item", {"type": "message", "role": role,
                                       "content": [{"type": "input_text", "text": f"item {n} "}]})
 
+    def turn(self, asked: float, answered: float, n: int, input_tokens: int, cached: int) -> None:
+        """Item n asked, item n + 1 answered, and the request's token count."""
+        self.item(asked, "user", n)
+        self.item(answered, "assistant", n + 1)
+        self.count(answered, input_tokens, cached)
+
     def write(self, tmp_path: Path) -> Path:
         path = tmp_path / "sessions" / "2026" / "11" / "20" / f"rollout-2026-11-20T09-00-00-{self.session}.jsonl"
         path.parent.mkdir(parents=True)
@@ -239,22 +245,14 @@ def _rollout(tmp_path: Path) -> Path:
     """A Codex rollout: two appended requests, a compaction that keeps one item, a request after it, then a
     read of nothing 2 s after a full read (no event, the items only grew)."""
     c = _CodexRollout()
-    c.item(0, "user", 1)
-    c.item(1, "assistant", 2)
-    c.count(1, 20_000, 0)
-    c.item(2, "user", 3)
-    c.item(3, "assistant", 4)
-    c.count(3, 20_500, 19_968)
+    c.turn(0, 1, 1, 20_000, 0)
+    c.turn(2, 3, 3, 20_500, 19_968)
     c.add(4, "compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user",
                                                                    "content": [{"type": "input_text", "text": "sum"}]}]})
     c.item(5, "assistant", 5)
     c.count(5, 8_000, 3_456)
-    c.item(6, "user", 6)
-    c.item(7, "assistant", 7)
-    c.count(7, 8_400, 7_936)
-    c.item(8, "user", 8)
-    c.item(27, "assistant", 9)
-    c.count(27, 8_900, 0)
+    c.turn(6, 7, 6, 8_400, 7_936)
+    c.turn(8, 27, 8, 8_900, 0)
     return c.write(tmp_path)
 
 
@@ -285,9 +283,7 @@ def test_reads_of_nothing_in_a_row_each_miss_what_the_last_full_read_left(tmp_pa
     c = _CodexRollout()
     sizes = [(20_000, 0), (20_500, 19_968), (21_000, 0), (21_400, 0), (21_800, 0), (22_200, 21_376)]
     for k, (input_tokens, cached) in enumerate(sizes):
-        c.item(2 * k, "user", 2 * k)
-        c.item(2 * k + 1, "assistant", 2 * k + 1)
-        c.count(2 * k + 1, input_tokens, cached)
+        c.turn(2 * k, 2 * k + 1, 2 * k, input_tokens, cached)
     report = kvprobe.analyse([str(c.write(tmp_path))]).to_json()
     rows = {r["id"]: r for r in report["requests"]}
     assert {i: rows[i]["missed_read_tokens"] for i in rows} == {"cdx-1#1": 0, "cdx-1#2": 0, "cdx-1#3": 19_968,
