@@ -252,5 +252,5 @@ def test_a_log_without_misses_is_told_its_fresh_input_was_new_to_any_cache(cli, 
     bill = json.loads(res.stdout)["bill"]
     assert bill["wasted_usd"] == 0 and bill["total"]["cost_usd"] == pytest.approx(0.0615)
     assert bill["headline"] == ("Misses wasted $0.0000 of $0.0615 (0.0%); 98% is input sent without the cache: "
-                                "what each session's first request and each turn's new part sent; no cache could "
-                                "have read it.")
+                                "new to the cache when sent (a session's start or a return after a pause no "
+                                "lifetime covers, each turn's new part); no cache could have read it.")

@@ -14,11 +14,13 @@ SPEND_WORDS: dict[str, tuple[str, str]] = {
     "output": ("output (answers, tool calls and reasoning)", "caching does not change it"),
 }
 # the advice instead where no miss cost anything (every request read what an ideal prefix cache would have):
-# the causes are empty, and what was written or sent fresh was new to the cache (a session's first request, the
-# part each turn adds), on any provider and in any agent
+# the causes are empty, and what was written or sent fresh was new to the cache when it went (a session's start, a
+# return after a pause no lifetime covers, the part each turn adds), on any provider and in any agent
 WITHOUT_MISSES: dict[str, str] = {
-    "write_5m": "what each session's first request and each turn's new part wrote; no miss rebuilt any of it",
-    "fresh": "what each session's first request and each turn's new part sent; no cache could have read it",
+    "write_5m": "new to the cache when written (a session's start or a return after a pause no lifetime covers, "
+                "each turn's new part); no miss rebuilt any of it",
+    "fresh": "new to the cache when sent (a session's start or a return after a pause no lifetime covers, each "
+             "turn's new part); no cache could have read it",
 }
 
 # the bill's columns, in every output: (class, short header)
