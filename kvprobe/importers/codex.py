@@ -78,13 +78,17 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
             "total_tokens": first_count(last, "total_tokens", prefix=prefix)}
 
 
-def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
+def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
+         history: bool = True) -> Iterator[TraceRecord]:
+    """Records of one rollout. history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads
+    needs neither; rebuilding each request's items was a fifth of reading a rollout, and a nested `extra` is
+    scrubbed of credentials string by string on every record)."""
     from kvprobe.importers.history import Sequence  # (here: diff only asks this module about a file's format)
 
     state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
     events = Events()
-    conversation = Sequence()  # each request's items, rebuilt (kvprobe.importers.history)
+    conversation = Sequence() if history else None  # each request's items, rebuilt (kvprobe.importers.history)
     turns = _Reasoning()
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
@@ -97,8 +101,9 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         kind = line.get("type")
         stamp = time_or_none(line.get("timestamp"))
-        _converse(conversation, kind, payload)  # a fork's replayed history is its context too
-        turns.saw(kind, payload, conversation)
+        if conversation is not None:
+            _converse(conversation, kind, payload)  # a fork's replayed history is its context too
+            turns.saw(kind, payload, conversation)
         if state.fork is not None and state.fork.replayed(kind, payload, stamp):
             state.replay(kind, payload, stats)
             turns.replayed(kind, payload)
@@ -116,9 +121,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         key = content_key(state.session, raw.strip())  # a turn number is local: the same event copied is the same turn
         if not stats.first_time(key, seen):
             continue
-        extra = state.extra(events)
-        extra["history"] = conversation.request()
-        turns.request(f"{state.session}#{state.count}", usage, extra["history"])
+        extra = state.extra(events if conversation is not None else Events())  # (no history: the events dropped)
+        if conversation is not None:
+            extra["history"] = conversation.request()
+            turns.request(f"{state.session}#{state.count}", usage, extra["history"])
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,

@@ -29,7 +29,7 @@ _WHOLE_FORMATS = (har.NAME, opencode.NAME)  # read as one document whatever thei
 # OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
 _COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME)
 # readers that can leave out each request's rebuilt message list and events (`history=False`: what `usage` reads)
-_HISTORY_OPTIONAL = (claude_code.NAME,)
+_HISTORY_OPTIONAL = (claude_code.NAME, codex.NAME)
 
 FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
                 "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
