@@ -30,7 +30,9 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 from kvprobe.catalog import ModelRules, providers_dir_key, rules_for
 from kvprobe.errors import InputError

@@ -44,9 +44,21 @@ def read_all(paths: list[Path], parse: Callable[[Path], dict[str, Any]]) -> list
                 fresh[path.name] = (stat, data)
         parsed.append(data)
     if fresh:
+        # (the entries of the folder's other files stay while those files do: the provider rules and the
+        # credential shapes are read from one folder by two readers, each naming only its own files)
         names = {path.name for path in paths}
-        _write(cache, folder, {name: entry for name, entry in kept.items() if name in names} | fresh)
+        others = {name: entry for name, entry in kept.items()
+                  if name in names or os.path.exists(os.path.join(folder, name))}
+        _write(cache, folder, others | fresh)
     return parsed
+
+
+def parse(path: Path) -> dict[str, Any]:
+    """A TOML file parsed, for `read_all` (tomllib imported here: it imports typing, ~7 ms together, and a run
+    whose files are all kept needs neither)."""
+    import tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 def _stat(path: Path) -> tuple[int, ...] | None:

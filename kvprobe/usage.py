@@ -6,7 +6,9 @@ cached tokens inside their input figure. `input_tokens` here always means all in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 # Not frozen (nothing changes one): a frozen dataclass's __init__ costs 4x, and one is built per request read.

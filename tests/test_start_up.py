@@ -59,3 +59,23 @@ def test_diff_of_two_request_bodies_loads_no_importer_and_not_typing(tmp_path):
                              cwd=ROOT, env=env)
         assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("folder", [CLAUDE, ROOT / "tests" / "fixtures" / "importers" / "codex"], ids=["claude", "codex"])
+def test_usage_json_of_a_folder_imports_neither_typing_nor_tomllib(tmp_path, folder):
+    """`usage --json` reads its price overlay and credential shapes through the kept-parsed TOML cache
+    (kvprobe.toml_cache) and names types only in annotations: tomllib, and typing behind it, were ~7 ms of its
+    ~70 ms start, parsed again on every run. The first run parses and keeps them; the second imports neither."""
+    code = ("import sys, io, contextlib; from kvprobe.cli import main\n"
+            "sys.argv = ['kvprobe', 'usage', sys.argv[1], '--json']\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main()\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('typing', 'tomllib') if m in sys.modules))")
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path)}
+    seen = []
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120,
+                             cwd=ROOT, env=env)
+        assert res.returncode == 0, res.stderr
+        seen.append(res.stdout.strip().splitlines()[-1])
+    assert seen == ["['tomllib', 'typing']", "[]"]

@@ -4,6 +4,7 @@ written changes nothing but the time."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -63,3 +64,34 @@ def test_a_cache_folder_that_cannot_be_made_changes_nothing(tmp_path):
     blocker.write_text("not a folder")
     assert _predicted(rules, blocker / "cache") == WRITTEN
     assert blocker.read_text() == "not a folder"
+
+
+def test_two_readers_of_one_folder_keep_each_other_s_files_parsed(tmp_path, monkeypatch):
+    """The provider rules (catalog) and the credential shapes and price overlay (secrets, price_overlay) are read
+    from one folder by different readers, each naming only its own files: a reader's write keeps the others'
+    entries (each run would otherwise parse again what the other reader had kept), and drops a deleted file's."""
+    from kvprobe import toml_cache
+
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "providers"
+    folder.mkdir()
+    for name, value in (("a.toml", 1), ("b.toml", 2), ("c.toml", 3)):
+        (folder / name).write_text(f"value = {value}\n", encoding="utf-8")
+    parsed: list[str] = []
+
+    def parse(path):
+        parsed.append(path.name)
+        return toml_cache.parse(path)
+
+    assert toml_cache.read_all([folder / "a.toml", folder / "c.toml"], parse) == [{"value": 1}, {"value": 3}]
+    assert toml_cache.read_all([folder / "b.toml"], parse) == [{"value": 2}]
+    assert parsed == ["a.toml", "c.toml", "b.toml"]
+    (folder / "c.toml").unlink()
+    (folder / "b.toml").write_text("value = 20\n", encoding="utf-8")  # the other reader's file, edited
+    assert toml_cache.read_all([folder / "a.toml"], parse) == [{"value": 1}]  # kept: parsed by nobody
+    assert toml_cache.read_all([folder / "b.toml"], parse) == [{"value": 20}]  # stale: parsed again, written
+    assert parsed == ["a.toml", "c.toml", "b.toml", "b.toml"]
+    assert toml_cache.read_all([folder / "a.toml"], parse) == [{"value": 1}]  # still kept after that write
+    assert parsed == ["a.toml", "c.toml", "b.toml", "b.toml"]
+    (cache_file,) = (tmp_path / "cache").glob("*.marshal")
+    assert sorted(marshal.loads(cache_file.read_bytes())[2]) == ["a.toml", "b.toml"]  # c.toml's entry dropped

@@ -41,7 +41,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
                                    local_server, served_locally, time_or_none)
@@ -50,7 +49,9 @@ from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.importers.history import Sequence
 from kvprobe.trace.record import content_key
 

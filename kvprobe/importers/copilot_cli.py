@@ -25,7 +25,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_objects,
                                    time_or_none)

@@ -15,7 +15,9 @@ stream, on the request whose response used it).
 """
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 from kvprobe.trace.record import format_time
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,7 +29,9 @@ from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, firs
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.importers.history import Sequence
 
 NAME = "gemini_cli"

@@ -27,7 +27,9 @@ content / BYTES_PER_TOKEN); `analysis.usage_only` anchors them on the logged usa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 import orjson
 

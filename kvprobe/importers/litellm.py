@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -29,7 +28,9 @@ from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.secrets import Credentials
 
 NAME = "litellm"

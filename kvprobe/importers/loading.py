@@ -7,7 +7,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError, not_a_file
@@ -19,6 +18,10 @@ from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
 from kvprobe.wording import show
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, gemini_cli, qwen_code, opencode, otel,
                                                          litellm, kimi_cli, copilot_cli)}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,7 +30,9 @@ from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:  # imported where a database is read: every `usage` and `import` run imports this module
+    from typing import Any
     import sqlite3
 
     from kvprobe.importers.history import Sequence

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_objects, time_or_none
 from kvprobe.importers.claude_code import EXTRA_FIELDS
@@ -27,7 +26,9 @@ from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
+    from typing import Any
     from kvprobe.importers.history import Chains
 
 NAME = "qwen_code"

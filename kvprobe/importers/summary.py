@@ -15,7 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
@@ -230,23 +234,20 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
     return ZoneInfo(name)
 
 
-class UsageRow(NamedTuple):
-    """What `usage` needs of one request: small enough to send back from the processes that parse the logs.
-    A named tuple, not a dataclass: 100k frozen dataclasses cost ~1 s to pickle and ~1 s to unpickle, named
-    tuples ~0.4 s each way (whole records, with their bodies and metadata, several times more)."""
-
-    id: str  # the record's identity across files (TraceRecord.identity), what duplicates are merged on
-    via: str | None  # how the request was known (see importers.claude_code.VIA_PROGRESS)
-    when: float | None
-    provider: str | None
-    model: str | None
-    platform: str | None  # who served it when not the provider's own API (TraceRecord.platform): its prices
-    project: str
-    session: str | None
-    agent: str | None
-    usage: tuple[int, int, int, int, int, int] | None  # fresh input, cache read, 5m write, 1h write, output,
-    # reasoning output (part of output); None: the record has no usage
-    error: bool
+# What `usage` needs of one request: small enough to send back from the processes that parse the logs. A named
+# tuple, not a dataclass: 100k frozen dataclasses cost ~1 s to pickle and ~1 s to unpickle, named tuples ~0.4 s
+# each way (whole records, with their bodies and metadata, several times more); collections' (typing's
+# NamedTuple would import typing, ~2-3 ms of every `usage`'s start). Its fields:
+#   id: str, the record's identity across files (TraceRecord.identity), what duplicates are merged on
+#   via: str | None, how the request was known (see importers.claude_code.VIA_PROGRESS)
+#   when: float | None; provider, model: str | None
+#   platform: str | None, who served it when not the provider's own API (TraceRecord.platform): its prices
+#   project: str; session, agent: str | None
+#   usage: (fresh input, cache read, 5m write, 1h write, output, reasoning output (part of output)) in tokens;
+#          None: the record has no usage
+#   error: bool
+UsageRow = namedtuple("UsageRow", ("id", "via", "when", "provider", "model", "platform", "project", "session",
+                                   "agent", "usage", "error"))
 
 
 def usage_row(record: TraceRecord) -> UsageRow:
