@@ -7,13 +7,14 @@ import datetime as dt
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 from kvprobe.catalog import PROVIDERS, providers_dir
 from kvprobe.errors import CatalogError
 from kvprobe.model_ids import canonical_model
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 OVERLAY_FILE = "prices.toml"
 PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")

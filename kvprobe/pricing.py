@@ -30,9 +30,6 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 from kvprobe.catalog import ModelRules, providers_dir_key, rules_for
 from kvprobe.errors import InputError
@@ -41,6 +38,10 @@ from kvprobe import user_cache
 from kvprobe.price_overlay import PRICE_KEYS, alias_of, overlay_row, per_token
 from kvprobe.usage import Usage
 from kvprobe.wording import show
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _PROVIDER_IDS = {"anthropic": "anthropic", "openai": "openai", "deepseek": "deepseek", "gemini": "google",
                  "xai": "x-ai", "mistral": "mistral", "moonshot": "moonshotai"}

@@ -25,17 +25,18 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    R = TypeVar("R")
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import xxhash
 
 from kvprobe.environ import providers_dir_override
 from kvprobe.errors import CatalogError
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    R = TypeVar("R")
 
 SHAPES_FILE = "key_shapes.toml"  # in providers/: the one table of credential shapes (dated, sourced)
 # kinds whose match keeps its first group(s) ("x-api-key: ", "Bearer ", "aws_secret_access_key = ") and

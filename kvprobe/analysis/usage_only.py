@@ -235,8 +235,8 @@ _ELSEWHERE = ("routing", "stale_read")
 
 
 def _went_elsewhere(r: "RequestResult", base: "RequestResult | None") -> bool:
-    return base is not None and base.sk.model == r.sk.model and _extent(r) < _extent(base) and \
-        any(d.kind in _ELSEWHERE for d in r.diagnoses)
+    # (`base` is the stream's request of r's own model: caches are per model)
+    return base is not None and _extent(r) < _extent(base) and any(d.kind in _ELSEWHERE for d in r.diagnoses)
 
 
 def _extent(r: "RequestResult") -> int:

@@ -5,9 +5,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 import math
 from datetime import datetime
@@ -17,6 +14,10 @@ import orjson
 from kvprobe.trace.record import READ_BUFFER, parse_time
 from kvprobe.trace.validate import MAX_TOKENS
 from kvprobe.wording import show
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_EXAMPLES = 5
 _fromisoformat = datetime.fromisoformat  # accepts a trailing Z from Python 3.11

@@ -122,10 +122,12 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         key = content_key(state.session, raw.strip())  # a turn number is local: the same event copied is the same turn
         if not stats.first_time(key, seen):
             continue
-        extra = state.extra(events if conversation is not None else Events())  # (no history: the events dropped)
+        extra = state.extra(events)
         if conversation is not None:
             extra["history"] = conversation.request()
             turns.request(f"{state.session}#{state.count}", usage, extra["history"])
+        else:  # (no history: the events attached are dropped, not left to pile up to the file's end)
+            extra.pop("events", None)
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,

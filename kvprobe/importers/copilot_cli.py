@@ -25,9 +25,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_objects,
                                    time_or_none)
@@ -35,6 +32,10 @@ from kvprobe.importers.formats import SNIFFERS, copilot_side_file as side_file
 from kvprobe.importers.otel import genai_usage
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "copilot_cli"
 EVENTS = "events.jsonl"  # a session file: ~/.copilot/session-state/<session id>/events.jsonl

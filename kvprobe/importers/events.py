@@ -15,11 +15,11 @@ stream, on the request whose response used it).
 """
 from __future__ import annotations
 
+from kvprobe.trace.record import format_time
+
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
     from typing import Any
-
-from kvprobe.trace.record import format_time
 
 KINDS = ("compaction", "tools_changed", "task_notification", "interrupt", "command", "settings_changed",
          "tool_first_used")

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -33,6 +30,10 @@ from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.record import content_key
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "har"
 _MODEL_PATHS = ("/messages", "/chat/completions", "/responses", "/completions")

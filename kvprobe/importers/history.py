@@ -27,11 +27,12 @@ content / BYTES_PER_TOKEN); `analysis.usage_only` anchors them on the logged usa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import orjson
+
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
     from typing import Any
-
-import orjson
 
 BYTES_PER_TOKEN = 4  # a rough size of English and code in JSON; only the difference of two estimates is used
 KINDS = ("edited", "branched", "compacted", "restarted", "cleared")

@@ -19,14 +19,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 from kvprobe.importers.base import BadCount, Progress, SourceStats, as_str, first_count, iter_objects, time_or_none
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import KIMI_WIRE as WIRE, SNIFFERS
 from kvprobe.trace import TraceRecord
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "kimi_cli"
 PROVIDER = "moonshot"

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 import orjson
 
@@ -33,6 +30,10 @@ from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_int, as_
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "otel"
 _PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "azure.ai.openai": "openai", "deepseek": "deepseek",

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import datetime as dt
 from bisect import bisect_left
+from collections import namedtuple
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from collections import namedtuple
-
-TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 from kvprobe.pricing import PriceBook
 from kvprobe.trace import TraceRecord
 from kvprobe.usage import Usage, normalize_usage
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 GROUPINGS = ("day", "week", "month", "project", "session", "agent", "model")
 CALENDAR = ("day", "week", "month")  # rows in time order; the others costliest first
