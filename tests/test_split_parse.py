@@ -131,6 +131,32 @@ def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, k
     assert set(objects) == set(seq_store.blocks)
 
 
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_the_helpers_share_sent_in_batches_equals_one_pass(cli, monkeypatch, tmp_path, batch):
+    """The helper sends its skeletons a batch at a time, each pickled apart: a block two batches share arrives
+    twice, and the join must still hold one object per chained key, sized as one pass sizes it."""
+    from kvprobe.analysis import split_piece
+
+    trace = _write(tmp_path / "t.jsonl", _records(sessions=2, turns=12))
+    monkeypatch.setattr(split_piece, "SEND_BATCH", batch)  # the forked helper inherits it
+    _way(monkeypatch, "cut")
+    seq_store, par_store = BlockStore(), BlockStore()
+    seq = list(skeletons(read_trace(trace), seq_store))
+    par, _ = split_parse.parse([trace], par_store, [])
+    assert [(s.id, s.line, [seq_store.raw[b.cache_key] for b in s.request.blocks]) for s in seq] == \
+        [(s.id, s.line, [par_store.raw[b.cache_key] for b in s.request.blocks]) for s in par]
+    objects: dict = {}
+    for sk in par:
+        for block in sk.request.blocks:
+            assert objects.setdefault(block.cache_key, block) is block
+    assert set(objects) == set(seq_store.blocks)
+    one_code, one = _report(cli, monkeypatch, str(trace), "--what-if", split=None)
+    two_code, two = _report(cli, monkeypatch, str(trace), "--what-if", split="cut")
+    assert one_code == two_code == 0, one + two
+    assert json.loads(two) == json.loads(one)
+    assert json.loads(two)["totals"]["requests"] == 24
+
+
 @pytest.mark.parametrize("way", WAYS)
 def test_progress_adds_up_to_the_file(monkeypatch, tmp_path, way):
     trace = _write(tmp_path / "t.jsonl", _records())

@@ -132,7 +132,10 @@ class Helper:
 
     def result(self, path: str, progress: Callable[[int], None] | None) -> Any:
         """The next parsed piece (split_parse.Piece)."""
-        return self._receive(f"parsing the second half of {path}", progress)
+        from kvprobe.analysis.split_piece import receive_piece
+
+        what = f"parsing the second half of {path}"
+        return receive_piece(lambda: self._receive(what, progress))
 
     def send_texts(self, batch: bytes) -> None:
         """A pickled list of (body hash, encoding, text, meta) to count (a forked helper only, `take`)."""

@@ -10,8 +10,9 @@ two ways:
   ready about when the reading is done.
 - Cut in two (larger inputs without the records kept): each large file is cut at a line boundary and the
   helper reads, renders and counts the second part while this one does the first. Its skeletons come back
-  pickled (a few MB per GB of trace: the block texts are already dropped) and join the store here, where
-  shared blocks become the same objects again (sizing relies on it).
+  pickled a batch at a time (~25 MB per GB of trace: the block texts are already dropped; `split_piece.
+  send_piece`) and join the store here, where shared blocks become the same objects again (sizing relies on
+  it).
 
 Either way the result is what one sequential pass gives: input order, absolute line numbers, ids made unique
 across files, the first error in file order, duplicate ids across the cut, and start times inferred from the
@@ -58,8 +59,8 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     order as the result will have them) once they are read, and called before waiting for the other
     process; not called for several files, nor when the records are kept (no file is cut then). Its second
     argument is to be called now and then: it takes the other process's share as soon as that is ready (the
-    helper then ends, and its memory with it: it held its share and the pickle of it while it waited, ~410 MB
-    at 105,000 requests of a fleet, the run's high-water mark with this process's growing beside it)."""
+    helper then ends, and its memory with it: ~220 MB at 105,000 requests of a fleet, where one pickle of its
+    whole share once held ~200 MB more, the run's high-water mark with this process's growing beside it)."""
     if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
         return _read_all_count_there(paths, store, stats_out, progress, keep_records)
     cuts = {p: _cut(p, SHARE) for p in paths}
