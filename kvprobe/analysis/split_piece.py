@@ -18,10 +18,10 @@ from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # Skeletons per message when the helper sends its piece back. One pickle of a whole piece held, beside the
 # piece, its bytes and the pickler's table of every object in it (at 105,006 requests of a fleet: 42 MB and
-# ~160 MB, the run's high-water mark with this process's share beside it); a batch's are small, and the
-# helper lets each batch go as it is sent. A batch pickles apart from the others, so an object that two
-# batches share (a block of a common prefix, a session's name) arrives as two copies: the joiner points every
-# skeleton at one block per key (`split_parse._adopt`), and the rest are a few small copies per batch.
+# ~160 MB, the run's high-water mark with this process's share beside it); a batch's table is small, and the
+# helper lets each batch's skeletons go once pickled. A batch pickles apart from the others, so an object that
+# two batches share (a block of a common prefix, a session's name) arrives as two copies: the joiner points
+# every skeleton at one block per key (`split_parse._adopt`), and the rest are a few small copies per batch.
 SEND_BATCH = 2000
 
 
@@ -100,13 +100,20 @@ def parse_parts(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
 
 
 def send_piece(piece: Piece, conn: Any) -> None:
-    """The piece without its skeletons and their count, then the skeletons `SEND_BATCH` at a time, each
-    batch let go once sent (`receive_piece` puts them back)."""
+    """The piece without its skeletons and their count, then the skeletons `SEND_BATCH` at a time
+    (`receive_piece` puts them back). Every batch is pickled before the first message goes: the pipe holds
+    64 KB, and this process pickles while the other still reads its own part instead of a batch at a time as
+    that one takes them; each batch's skeletons are let go once pickled, and each pickle once sent."""
     skeletons, piece.skeletons = piece.skeletons, []
+    pickles: list[bytes | None] = []
+    for start in range(0, len(skeletons), SEND_BATCH):
+        batch = skeletons[start:start + SEND_BATCH]
+        skeletons[start:start + SEND_BATCH] = [None] * len(batch)  # type: ignore[list-item]  # (in place)
+        pickles.append(pickle.dumps(("skeletons", batch), protocol=pickle.HIGHEST_PROTOCOL))
     conn.send_bytes(pickle.dumps(("piece", (piece, len(skeletons))), protocol=pickle.HIGHEST_PROTOCOL))
-    while skeletons:
-        conn.send_bytes(pickle.dumps(("skeletons", skeletons[:SEND_BATCH]), protocol=pickle.HIGHEST_PROTOCOL))
-        del skeletons[:SEND_BATCH]
+    for k, message in enumerate(pickles):
+        pickles[k] = None
+        conn.send_bytes(message)  # type: ignore[arg-type]
 
 
 def receive_piece(receive: Callable[[], Any]) -> Piece:

@@ -9,7 +9,7 @@ that class's per-token price, so the blocks of a request add up exactly to its i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kvprobe.analysis.simulate import RequestResult
@@ -35,7 +35,6 @@ class BlockCost:
     read_usd: float = 0.0
     fresh_usd: float = 0.0
     input_equivalent: float = 0.0
-    request_ids: list[str] = field(default_factory=list)
 
     @property
     def hash(self) -> str | None:
@@ -138,8 +137,9 @@ def attribute(results: list[RequestResult], prices: PriceBook) -> dict[int, Bloc
                     entry.input_equivalent += overlap * weight
                 k += 1
         if pos < r.usage.input_tokens:  # counted by the provider beyond the sized blocks
-            extra = costs.setdefault(UNATTRIBUTED, BlockCost(UNATTRIBUTED, "(unattributed)", "overhead",
-                                                             r.sk.id, 0))
+            extra = costs.get(UNATTRIBUTED)
+            if extra is None:
+                extra = costs[UNATTRIBUTED] = BlockCost(UNATTRIBUTED, "(unattributed)", "overhead", r.sk.id, 0)
             extra.tokens += r.usage.input_tokens - pos
             _charge(extra, pos, r.usage.input_tokens, segments, units, weights)
             extra.requests += 1
