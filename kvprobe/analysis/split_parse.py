@@ -59,8 +59,9 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     order as the result will have them) once they are read, and called before waiting for the other
     process; not called for several files, nor when the records are kept (no file is cut then). Its second
     argument is to be called now and then: it takes the other process's share as soon as that is ready (the
-    helper then ends, and its memory with it: ~220 MB at 105,000 requests of a fleet, where one pickle of its
-    whole share once held ~200 MB more, the run's high-water mark with this process's growing beside it)."""
+    helper then ends, and its memory with it: its share and the share's pickles at 105,000 requests of a fleet,
+    ~220 and 42 MB, where one pickle of the whole share held ~200 MB beside it, the run's high-water mark with
+    this process's growing beside it)."""
     if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
         return _read_all_count_there(paths, store, stats_out, progress, keep_records)
     cuts = {p: _cut(p, SHARE) for p in paths}

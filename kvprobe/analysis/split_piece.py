@@ -90,7 +90,7 @@ def parse_parts(jobs: list[tuple[str, int, int]], conn: Any, done: Any) -> bool:
         piece.from_helper = True
         total += piece.stats.bytes_read
         piece.raw_by_body, store.raw_by_body = store.raw_by_body, {}
-        if k == len(jobs) - 1:  # nothing left to parse: each block goes with the last skeleton sent that holds it
+        if k == len(jobs) - 1:  # nothing left to parse: a block goes with the last skeleton pickled that holds it
             store.blocks.clear()
             store.raw.clear()
         send_piece(piece, conn)
