@@ -109,6 +109,21 @@ def test_ctrl_c_while_kvprobe_starts_exits_130_without_a_traceback(monkeypatch, 
     assert stop.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
+def test_ctrl_c_while_typer_makes_the_command_s_context_says_interrupted(monkeypatch, capsys):
+    """Typer turns an interrupt outside the command itself (making its context) into exit 130 and says
+    nothing: seen as a report stopped by Ctrl-C with an empty stderr."""
+    import kvprobe.cli as cli_module
+    from kvprobe.cli.help import KvprobeGroup
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(KvprobeGroup, "make_context", interrupted)
+    monkeypatch.setattr(sys, "argv", ["kvprobe", "providers"])
+    with pytest.raises(SystemExit) as stop:
+        cli_module.main()
+    assert stop.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
 def _wait_for_cpu(proc: subprocess.Popen, seconds: float) -> None:
     """Until the child has run `seconds` of CPU (or ended): on a loaded machine a wall-clock delay can end before
     the interpreter has even started, and a SIGINT there kills it by default (exit -2) whatever kvprobe does."""
@@ -144,3 +159,74 @@ def test_ctrl_c_during_a_report_exits_130_without_a_traceback(delay, tmp_path):
     if proc.returncode == 0:
         pytest.skip("the report finished before the signal")
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+
+
+
+# Python runs this at its start (PYTHONPATH): the first import of $INTERRUPT_AT raises a KeyboardInterrupt where a
+# Ctrl-C can land: in code compiled from a string ("exec": dataclasses and typer make methods so), while a class
+# names its attributes ("set_name": Python 3.11 makes it a RuntimeError caused by it), or in a weakref callback
+# ("callback": importlib's module locks have one; Python prints it as "Exception ignored" and goes on).
+_INTERRUPT_AT_IMPORT = """
+import os
+import sys
+import weakref
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+class _Named:
+    def __set_name__(self, owner, name):
+        _interrupt()
+
+class _Gone:
+    pass
+
+_refs = []
+
+class _Hook:
+    def find_spec(self, name, path=None, target=None):
+        if name != os.environ.get("INTERRUPT_AT"):
+            return None
+        sys.meta_path.remove(self)
+        how = os.environ["INTERRUPT_HOW"]
+        if how == "exec":
+            exec("raise KeyboardInterrupt", {})
+        elif how == "set_name":
+            class Made:
+                field = _Named()
+        else:
+            gone = _Gone()
+            _refs.append(weakref.ref(gone, _interrupt))
+            del gone
+        return None
+
+sys.meta_path.insert(0, _Hook())
+"""
+
+
+def _interrupted_at_import(tmp_path, module: str, how: str) -> subprocess.CompletedProcess:
+    (tmp_path / "sitecustomize.py").write_text(_INTERRUPT_AT_IMPORT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "INTERRUPT_AT": module,
+           "INTERRUPT_HOW": how}
+    return subprocess.run([sys.executable, "-m", "kvprobe", "report", str(SAMPLE)], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("how", ["exec", "set_name"])
+@pytest.mark.parametrize("module", ["kvprobe.cli", "kvprobe.cli.report_cmd", "kvprobe.economics.attribution"])
+def test_ctrl_c_inside_a_class_being_made_exits_130(tmp_path, module, how):
+    """CI saw a report print "interrupted" and exit -2: CPython marks an interrupt that ends code run from a
+    string as unhandled even when a caller catches it, and under `python -m` then ends the process by SIGINT
+    whatever exit code was chosen. Also seen: exit 1 and a traceback, the RuntimeError of an interrupt in
+    `__set_name__`. At start-up (`python -m kvprobe`'s import), while the command's modules load, and during
+    the report."""
+    done = _interrupted_at_import(tmp_path, module, how)
+    assert (done.returncode, done.stderr.strip()) == (130, "interrupted")
+
+
+@pytest.mark.parametrize("module", ["kvprobe.cli.report_cmd", "kvprobe.economics.attribution"])
+def test_ctrl_c_inside_a_callback_still_stops_the_command(tmp_path, module):
+    """Seen: the report ran to its end (exit 0) after "Exception ignored in: <function _get_module_lock...>
+    KeyboardInterrupt", a Ctrl-C that landed in importlib's weakref callback."""
+    done = _interrupted_at_import(tmp_path, module, "callback")
+    assert (done.returncode, done.stderr.strip()) == (130, "interrupted")

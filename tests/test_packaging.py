@@ -104,9 +104,9 @@ def test_version_loads_no_command_module():
     code = ("import sys\nsys.argv = ['kvprobe', '--version']\nfrom kvprobe.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             # kvprobe.cli.help (how help names values) imports nothing but typer; kvprobe.nesting (the
-            # recursion limit for deep JSON, set first) nothing but sys
+            # recursion limit for deep JSON, set first) and kvprobe.interrupts (how a Ctrl-C ends) nothing but sys
             "print(sorted(m for m in sys.modules if m.startswith('kvprobe.') and m not in ('kvprobe.cli', "
-            "'kvprobe.cli.help', 'kvprobe.nesting')))")
+            "'kvprobe.cli.help', 'kvprobe.nesting', 'kvprobe.interrupts')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"

@@ -11,6 +11,7 @@ import importlib
 import sys
 from contextlib import suppress
 
+from kvprobe.interrupts import interrupt_behind, raise_swallowed_interrupts, say_interrupted
 from kvprobe.nesting import allow_deep_json
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
@@ -148,17 +149,22 @@ def _ends_at_once() -> bool:
 def main() -> None:
     """The `kvprobe` command: exit codes as docs/contracts.md §8 says, whatever happens (Ctrl-C at start-up,
     output that cannot be written even at the last flush)."""
+    raise_swallowed_interrupts()
     try:
         _run()
     except OSError as exc:  # the fast help's own write
         _flush_stdout(exc)
-    except KeyboardInterrupt:  # before the command's own handling is in place (imports, start-up)
-        sys.stderr.write("interrupted\n")
-        raise SystemExit(INTERRUPTED) from None
     except SystemExit as done:
+        if done.code == INTERRUPTED and interrupt_behind(done):  # typer makes an interrupt exit 130 silently
+            say_interrupted(done)
         _flush_stdout()
         _leave_to_exit()
         raise SystemExit(done.code) from None
+    except BaseException as exc:  # Ctrl-C before the command's own handling is in place (imports, start-up)
+        if not interrupt_behind(exc):
+            raise
+        say_interrupted(exc)
+        raise SystemExit(INTERRUPTED) from None
     _flush_stdout()
     _leave_to_exit()
 
@@ -212,6 +218,10 @@ def _run() -> None:
             sys.stdout.write(text)
             _answered_fast = True
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
+    if first is not None:  # every command reads or writes JSON with orjson, which a Ctrl-C must not cut short
+        from kvprobe.interrupts import import_whole
+
+        import_whole("orjson")
     if sys.argv[1:2] == ["diff"]:  # answered before Typer loads (cli/fastdiff.py)
         from kvprobe.cli import fastdiff
 

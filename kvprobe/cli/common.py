@@ -15,6 +15,7 @@ from kvprobe.cli.console import (HANG, _Console, _stdout_failed, err, hanging, o
                                  visible, visible_cell)  # (commands import them from here)
 from kvprobe.cli.jsonout import print_json, terminal_safe  # noqa: F401  (commands import them from here)
 from kvprobe.errors import InputError, KvprobeError
+from kvprobe.interrupts import say_interrupted
 from kvprobe.output import check_output
 from kvprobe.wording import usd
 
@@ -42,8 +43,7 @@ def unexpected(exc: BaseException) -> NoReturn:
     /dev/full, a closed pipe) and other I/O errors exit 2, input nested too deeply to analyse exits 2,
     Ctrl-C exits 130; never a traceback."""
     if isinstance(exc, KeyboardInterrupt):
-        with contextlib.suppress(Exception):
-            err.print("interrupted", style="dim")
+        say_interrupted(exc)
         raise typer.Exit(INTERRUPTED)
     if isinstance(exc, RecursionError):
         fail("the input is nested too deeply to analyse")

@@ -87,3 +87,10 @@ class KvprobeGroup(TyperGroup):
             from kvprobe.cli.common import unexpected
 
             unexpected(exc)
+        except Exception as exc:  # e.g. the RuntimeError Python 3.11 makes of a Ctrl-C inside a class's making
+            from kvprobe.cli.common import unexpected
+            from kvprobe.interrupts import interrupt_behind
+
+            if (interrupt := interrupt_behind(exc)) is None:
+                raise
+            unexpected(interrupt)
