@@ -74,7 +74,10 @@ def raise_swallowed_interrupts() -> None:
             import _thread
 
             # from another thread: called here, the interrupt would be raised in this hook, and lost again
-            _thread.start_new_thread(_thread.interrupt_main, ())
+            try:
+                _thread.start_new_thread(_thread.interrupt_main, ())
+            except RuntimeError:  # the interpreter is ending: nothing runs on that the interrupt could stop
+                pass
             return
         previous(unraisable)
 
