@@ -66,8 +66,11 @@ def import_whole(name: str) -> None:
 def raise_swallowed_interrupts() -> None:
     """A Ctrl-C that lands in a finalizer or a weakref callback (importlib's module locks have one) is printed
     as "Exception ignored" and lost, and the command ran on to its end: from now on it is raised again in the
-    code that runs next, as if the key were pressed once more."""
+    code that runs next, as if the key were pressed once more. Installed once per process (`main` may run
+    more than once in one, as in tests)."""
     previous = sys.unraisablehook
+    if getattr(previous, "raises_interrupts", False):
+        return
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -81,4 +84,5 @@ def raise_swallowed_interrupts() -> None:
             return
         previous(unraisable)
 
+    hook.raises_interrupts = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
