@@ -88,13 +88,13 @@ def test_piped_at_80_columns_the_requests_table_keeps_whole_cells():
     # the sample's logged costs per request, as the README lists them, each whole on its request's line
     for rid, cost in (("req_1", "$0.0140"), ("req_3", "$0.0167"), ("req_4", "$0.0181"), ("req_6", "$0.0061")):
         assert any(rid in line and cost in line for line in rows), (rid, cost, rows)
-    assert any("TTL expired (+120s)" in line for line in rows)
+    assert any("TTL expired 2m00s before" in line for line in rows)
     assert "(not shown at 80 columns: agent, fresh; --json has every field)" in res.stdout
     fragments = {w for line in rows for w in line.split()} - set(" ".join([
         "time id input read write hit % cost why 10:07:55 10:08:25 10:09:10 10:16:10 10:16:40 10:17:10",
         "req_1 req_2 req_3 req_4 req_5 req_6 3,265 3,594 3,923 4,252 4,581 4,910 0 2,268 4,252 329 658 2,313",
         "91 50 87 $0.0140 $0.0041 $0.0167 $0.0181 $0.0116 $0.0061 cold start prefix changed at system[0]",
-        "TTL expired (+120s) tool_choice changed"]).split())
+        "TTL expired 2m00s before tool_choice changed"]).split())
     assert not fragments, fragments
 
 

@@ -115,7 +115,7 @@ def test_a_read_within_an_earlier_requests_prompt_and_response_is_a_replica_read
     replica = d["cdx-turns#4"]
     assert (replica["kind"], replica["evidence"], replica["writer_id"]) == ("stale_read", "read_level", "cdx-turns#1")
     assert "20,096" in replica["detail"] and "19,968 to 20,224" in replica["detail"]
-    assert "21,120 tokens of cdx-turns#3" in replica["detail"]
+    assert "21,888 tokens of cdx-turns#3" in replica["detail"]  # its whole prompt (22,000) on the 128-token grid
 
 
 def test_a_turn_start_read_short_of_the_dropped_reasoning_stays_unexplained(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -424,3 +425,79 @@ def test_opencode_parts_rebuild_each_request_and_its_compaction(tmp_path: Path) 
     # build's next request: the summary (msg_05) and the new prompt, nothing of what msg_04 was sent
     assert history["msg_07"] == {"messages": 2, "tokens": 200,
                                  "change": {"kind": "compacted", "index": 0, "tokens_before": 0}}
+
+
+def _rollout_with_misses_to_the_start(tmp_path: Path) -> Path:
+    """Codex requests whose items only grow (each turn a 2,000-character question and answer), two of which
+    read only the first 4,992 tokens (the instructions and tools every request starts with), each followed by
+    a full read: an implicit cache (gpt-5.3-codex, 128-token steps) keeps each request's whole prompt whatever
+    it read."""
+    c = _CodexRollout()
+    for n, (input_tokens, cached) in enumerate([(10_000, 0), (11_000, 9_984), (12_000, 4_992), (13_000, 11_904),
+                                                (14_000, 4_992)]):
+        for role in ("user", "assistant"):
+            c.add(10 * n, "response_item", {"type": "message", "role": role,
+                                            "content": [{"type": "input_text", "text": f"{n}{role}" + "x" * 2_000}]})
+        c.count(10 * n + 5, input_tokens, cached)
+    return c.write(tmp_path)
+
+
+def test_an_implicit_caches_miss_does_not_swell_the_estimate_of_its_messages(tmp_path: Path) -> None:
+    """A Codex rollout read 4,992 of a 12,000-token prompt, then the next request read the whole of it again:
+    the level rose by the prompt's growth (1,000 tokens), not by 6,912 (what was read before the miss to what
+    was read after). Learning the latter made the messages swell past the whole prompt and left "about 0
+    tokens" for the tools and system (a public Codex Desktop rollout: 922,040 message tokens for a
+    182,478-token prompt). By construction the first prompt is 10,000 tokens of which its first turn is about
+    1,000 (2 x 2,000 characters), so about 9,000 precede the messages; cdx-1#4's entry is its whole prompt on
+    the 128-token grid, 13,000 - 72 = 12,928 tokens, and the 4,992-token read ends well within the 9,000."""
+    report = kvprobe.analyse([str(_rollout_with_misses_to_the_start(tmp_path))]).to_json()
+    d = {r["id"]: r["diagnoses"][0] for r in report["requests"] if r["diagnoses"]}
+    detail = d["cdx-1#5"]["detail"]
+    found = re.search(r"the read ends within what precedes the messages the log shows \(tools, system and any "
+                      r"context it does not show: about ([\d,]+) tokens, estimated\)", detail)
+    assert found, detail
+    assert 8_500 <= int(found.group(1).replace(",", "")) <= 9_500, detail
+    assert "the read fell from 11,904 to 4,992 tokens" in detail
+
+
+def test_a_read_of_what_every_request_starts_with_names_no_earlier_request(tmp_path: Path) -> None:
+    """cdx-1#3 read the first 4,992 tokens, which the cache held before it (every request starts with them):
+    that level is none of its entries, so cdx-1#5's read of the same 4,992 tokens is no read of an entry cdx-1#3
+    left (another replica's): it fell to a size the session's reads fall to again and again, a start its
+    prompts share."""
+    report = kvprobe.analyse([str(_rollout_with_misses_to_the_start(tmp_path))]).to_json()
+    d = {r["id"]: r["diagnoses"][0] for r in report["requests"] if r["diagnoses"]}
+    assert (d["cdx-1#5"]["kind"], d["cdx-1#5"].get("writer_id")) == ("unexplained", None), d["cdx-1#5"]
+    assert "a start its prompts share, such as the instructions and tools" in d["cdx-1#5"]["detail"]
+    assert "breakpoint" not in d["cdx-1#5"]["detail"]  # an implicit cache has none
+
+
+def test_a_call_logged_with_no_tokens_is_no_anchor_for_the_estimate(tmp_path: Path) -> None:
+    """Gemini CLI logs a failed call as a gemini message with every count 0 (a public session shows one). From
+    0 to the next request's 12,400 tokens is no growth of the messages; learned as one, the estimate of the
+    messages swelled past the whole prompt and left "about 0 tokens" for the tools and system. By construction
+    each message is 400 characters (about 100 tokens) and each turn adds 200 tokens, so of the 12,400 tokens
+    of g-1:m8 about 11,700 precede its seven messages, and the 11,000-token read of g-1:m10 ends within them."""
+    def msg(i: str, kind: str, t: float, prompt: int | None = None, cached: int = 0) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": i, "timestamp": at(t), "type": kind, "content": f"{i} " + "x" * 396}
+        if prompt is not None:  # (a prompt of 0: every count 0)
+            output = 20 if prompt else 0
+            out.update(model="gemini-2.5-pro", tokens={"input": prompt, "output": output, "cached": cached,
+                                                         "thoughts": 0, "tool": 0, "total": prompt + output})
+        return out
+
+    lines = [{"sessionId": "g-1", "projectHash": "abc", "startTime": at(0)},
+             msg("m1", "user", 0), msg("m2", "gemini", 5, 12_000),
+             msg("m3", "user", 10), msg("m4", "gemini", 15, 12_200, 11_900),
+             msg("m5", "user", 20), msg("m6", "gemini", 25, 0),
+             msg("m7", "user", 30), msg("m8", "gemini", 35, 12_400, 12_100),
+             msg("m9", "user", 40), msg("m10", "gemini", 45, 12_600, 11_000)]
+    path = tmp_path / "chats" / "session-2026-11-20T09-00-g-1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = kvprobe.analyse([str(path)]).to_json()
+    detail = next(r["diagnoses"][0]["detail"] for r in report["requests"] if r["id"] == "g-1:m10")
+    found = re.search(r"the read ends within what precedes the messages the log shows \(tools, system and any "
+                      r"context it does not show: about ([\d,]+) tokens, estimated\)", detail)
+    assert found, detail
+    assert 11_500 <= int(found.group(1).replace(",", "")) <= 12_000, detail

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvprobe.wording import duration
+
 KINDS = ("prefix_changed", "params_changed", "ttl_expired", "lookback_exceeded", "below_minimum",
          "not_yet_readable", "missing_breakpoint", "stale_read", "routing", "unexplained")
 
@@ -66,7 +68,9 @@ class Diagnosis:
         if self.kind == "params_changed":
             return f"{self.param} changed" if self.param else "parameters changed"
         if self.kind == "ttl_expired":
-            return f"TTL expired (+{self.seconds_past:.0f}s)" if self.seconds_past is not None else "TTL expired"
+            # how long before this request the entry expired (not the pause: that is this plus the lifetime)
+            return f"TTL expired {duration(self.seconds_past)} before" if self.seconds_past is not None \
+                else "TTL expired"
         if self.kind == "not_yet_readable" and self.siblings:
             return f"{len(self.siblings)} siblings started together"
         if self.kind == "not_yet_readable":

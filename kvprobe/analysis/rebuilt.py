@@ -66,10 +66,33 @@ def append_only(r: "RequestResult") -> bool:
 
 
 def level(r: "RequestResult") -> int:
-    """Tokens a request left cached: through its last breakpoint (read + written); an implicit cache reports
-    no writes, so what it read and (rounded to the provider's step) its whole prompt."""
+    """Tokens a request left cached: through its last breakpoint (read + written) where entries are kept by
+    breakpoint or writes are reported; an implicit cache (prefix matching, no writes reported) keeps the whole
+    prompt, on the provider's step grid. What it read was cached before it: a miss that read little leaves the
+    whole prompt all the same, so the next request's level is not a jump of messages appended in between."""
+    u = r.usage
+    if u.cache_write_tokens > 0 or r.rules.get("matching") == "blocks":
+        return u.cache_read_tokens + u.cache_write_tokens
+    whole = _stepped(u.input_tokens, step_of(r))
+    minimum = r.rules.get("min_cacheable_tokens")
+    if isinstance(minimum, int) and whole < minimum:  # too short to be cached: only what it read is held
+        return u.cache_read_tokens
+    return whole
+
+
+def known_extent(r: "RequestResult") -> int:
+    """Tokens a request is known to have left cached, what a miss of its entry is charged: read + written. An
+    implicit cache reports no writes, so only what it read is known to be held (`level`: its whole prompt is, by
+    the provider's rules, but the log does not show it)."""
     u = r.usage
     return u.cache_read_tokens + u.cache_write_tokens
+
+
+def step_of(r: "RequestResult") -> int:
+    """The provider's rounding of reads (OpenAI's 128-token steps, DeepSeek's units): a level is stepped."""
+    from kvprobe.analysis.simulate import tolerance  # (simulate imports this module)
+
+    return tolerance(r.rules)
 
 
 @dataclass(slots=True)
@@ -85,7 +108,10 @@ class Scale:
         history, before = history_of(r), history_of(base) if base is not None else None
         if history is None or before is None or history.get("change") is not None:
             return
-        real, estimated = level(r) - level(base), history["tokens"] - before["tokens"]
+        then, now = level(base), level(r)
+        if then <= 0 or now <= 0:  # a request that left nothing (a failed call logged with zero usage): no anchor
+            return
+        real, estimated = now - then, history["tokens"] - before["tokens"]
         if real > 0 and estimated > 0:
             self.real += real
             self.estimated += estimated
@@ -232,7 +258,7 @@ def routing(r: "RequestResult", base: "RequestResult", gap: float, noise: int, s
     shown = "the transcript shows the history only grew, so the content did not change; " if append_only(r) else ""
     what = "only the prefix every session shares" if shared and r.usage.cache_read_tokens > noise else "nothing"
     detail = (f"read {r.usage.cache_read_tokens:,} tokens ({what}) {duration(gap)} after {base.sk.id} left "
-              f"{level(base):,} cached, within the entry's lifetime; {shown}{value.get('name', 'the platform')} "
+              f"{known_extent(base):,} cached, within the entry's lifetime; {shown}{value.get('name', 'the platform')} "
               f"routes requests between caches: {value.get('how', '')} (inferred; {rule.source}, checked "
               f"{rule.checked})")
     return Diagnosis("routing", detail, token_position=0, evidence="platform_routing", advice=value.get("helps"))
@@ -241,13 +267,13 @@ def routing(r: "RequestResult", base: "RequestResult", gap: float, noise: int, s
 def earlier_levels(seen: dict[int, "RequestResult"], r: "RequestResult", step: int,
                    changed_at: int | None = None) -> None:
     """Remember the levels a request left (the first request to leave a level is the one whose entry is read
-    there): through its last breakpoint; an implicit cache (reads rounded to a step) also holds its whole
-    prompt, rounded to the step. A change at `changed_at` tokens leaves the levels past it on the old content:
-    no later request of this history can read them."""
+    there): `level`, and on a stepped implicit entry that keeps the response, up to all of it. A change at
+    `changed_at` tokens leaves the levels past it on the old content: no later request of this history can read
+    them."""
     if changed_at is not None:
         for tokens in [t for t in seen if t > changed_at]:
             del seen[tokens]
-    own = {level(r)} if r.usage.cache_write_tokens > 0 or not step else {level(r), _stepped(r.usage.input_tokens, step)}
+    own = {level(r)}  # (not an implicit request's read: that level was another's entry, maybe from before the log)
     if step > 1 and r.usage.cache_write_tokens <= 0 and r.rules.get("entry_holds_response") is True:
         # a stepped implicit entry that keeps the response too (the rule in providers/)
         low, high = _span(r, step)

@@ -5,7 +5,8 @@ Without request bodies nothing says which block changed, but the log says a good
 * the read: everything through `read` tokens was reused, so the prefix broke after it. A read that falls to a
   size the log shows to be a cache level names the level that broke: the tools+system size (what the first
   request after a compaction reads), a prefix several sessions share (what their first requests read), a
-  size the session's reads fall to again and again (an earlier breakpoint), or nothing (the tools level);
+  size the session's reads fall to again and again (an earlier breakpoint, or on an implicit cache a start
+  its prompts share), or nothing (the tools level);
 * the transcript's own events since the previous request, which importers carry on the next record as
   `extra["events"]` (kvprobe.importers.events): a compaction, a tool list that changed, a background task's
   notification, an interrupt, a changed setting; the model (caches are per model) and the idle time;
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.analysis.diagnosis import Diagnosis, from_provider_reason
 from kvprobe.analysis.explain import estimate_noise
 from kvprobe.analysis.rebuilt import (Scale, after_reasoning_dropped, append_only, change_position, content_change,
-                                     dropped_reasoning, earlier_levels, reasoning_change, routing, stale_read,
-                                     where_read_ends, whole_history_changed)
+                                     dropped_reasoning, earlier_levels, known_extent, reasoning_change, routing,
+                                     stale_read, step_of, where_read_ends, whole_history_changed)
 from kvprobe.analysis.streams import Seen, resends
 from kvprobe.catalog import ModelRules, Rule
 from kvprobe.economics import keep_alive
@@ -87,8 +88,9 @@ class Levels:
             return "system", ("the prefix several sessions share (what their first requests read): the session's "
                               "own system prompt and all after it broke")
         if self.drops.get((sk.session, sk.model), Counter())[read] >= 2:
-            return None, ("a size this session's reads fall to again and again (an earlier breakpoint): the "
-                          "prefix broke after it")
+            where = "an earlier breakpoint" if r.rules.get("matching") == "blocks" else \
+                "a start its prompts share, such as the instructions and tools"  # implicit caches have no breakpoints
+            return None, f"a size this session's reads fall to again and again ({where}): the prefix broke after it"
         return None
 
     def tools_system(self, r: "RequestResult") -> int | None:
@@ -122,7 +124,7 @@ class _Stream:
                 source = None  # caches are per model: another model's request left no entry this one reads
             after_reasoning_dropped(earlier, self.turn_starts.setdefault(r.sk.model, {}), dropped[0], source)
         self.by_id[r.sk.id] = r
-        earlier_levels(earlier, r, _step(r), changed_at)
+        earlier_levels(earlier, r, step_of(r), changed_at)
         u = r.usage
         if u.cache_write_tokens:
             self.ttl[r.sk.model] = _LONG_TTL if u.cache_write_1h_tokens and not u.cache_write_5m_tokens else "5m"
@@ -181,9 +183,9 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
         if switched is not None:
             r.diagnoses = [_model_switch(r, switched, own)]
         return False, False
-    ideal = min(_extent(base), usage.input_tokens)
+    ideal = min(known_extent(base), usage.input_tokens)
     compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
-    shrank = usage.input_tokens + estimate_noise(r) < _extent(base)
+    shrank = usage.input_tokens + estimate_noise(r) < known_extent(base)
     changed_at = change_position(r, base, stream.scale)
     on_level = False  # the ideal is the tools+system level known so far
     if changed_at is not None and not compacted:  # the transcript shows where: the prefix before it is reusable
@@ -236,14 +238,8 @@ _ELSEWHERE = ("routing", "stale_read")
 
 def _went_elsewhere(r: "RequestResult", base: "RequestResult | None") -> bool:
     # (`base` is the stream's request of r's own model: caches are per model)
-    return base is not None and _extent(r) < _extent(base) and any(d.kind in _ELSEWHERE for d in r.diagnoses)
-
-
-def _extent(r: "RequestResult") -> int:
-    """Tokens a request is known to have left cached: through its last breakpoint (read + written). An implicit
-    cache reports no writes, so only what it read is known to be held (the rest of its prompt may be too)."""
-    u = r.usage
-    return u.cache_read_tokens + u.cache_write_tokens
+    return base is not None and known_extent(r) < known_extent(base) and \
+        any(d.kind in _ELSEWHERE for d in r.diagnoses)
 
 
 def _lifetime(base: "RequestResult", stream: _Stream) -> tuple[float | None, ModelRules, bool]:
@@ -263,7 +259,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     """The cause of a read that fell short, from the pause, the level it fell to and the events before it."""
     gap = r.sk.started_at - base.sk.started_at
     lifetime, rules, chosen = _lifetime(base, stream)
-    before = f"{_extent(base):,}"
+    before = f"{known_extent(base):,}"
     kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
     triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
         (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
@@ -278,7 +274,7 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     shared = level is not None and level[0] == "system"  # a level every session reads: no entry of this stream's
     earlier = stream.earlier.get(base.sk.model, {})
     found = reasoning_change(r, base) or content_change(r, base, noise, earlier, stream.scale) or \
-        (None if shared else stale_read(r, base, earlier, _step(r), stream.scale))
+        (None if shared else stale_read(r, base, earlier, step_of(r), stream.scale))
     if found is not None:
         if triggers:
             found.detail += "; just before it (inferred from the log): " + " and ".join(triggers)
@@ -337,13 +333,6 @@ def _model_switch(r: "RequestResult", previous: str, own: "RequestResult | None"
                      b=r.sk.model, invalidates="all",
                      advice="switch models between tasks rather than within one: each switch writes the prompt "
                      "again for the other model", evidence="model")
-
-
-def _step(r: "RequestResult") -> int:
-    """The provider's rounding of reads (OpenAI's 128-token steps, DeepSeek's units): a level is stepped."""
-    from kvprobe.analysis.simulate import tolerance  # simulate imports this module
-
-    return tolerance(r.rules)
 
 
 def _with_missed(r: "RequestResult", d: Diagnosis) -> Diagnosis:
