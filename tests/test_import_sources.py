@@ -56,6 +56,41 @@ def test_claude_code_keeps_the_usage_with_the_most_output_of_a_response(tmp_path
     assert records[0].finished_at - records[0].started_at == pytest.approx(3.0)  # the last line, 10:00:03
 
 
+def test_claude_code_reads_both_lines_of_a_line_written_without_its_newline(tmp_path):
+    """Claude Code appends its `summary` and `file-history-snapshot` lines to a transcript whose last line was
+    cut short of its newline: the assistant line and the appended one arrive as one line (three public
+    transcripts show it). Both are read: the response's usage (the only line of request req_2) counts, the line
+    is said joined, not skipped. By hand: req_1 2,000 + 10 input, req_2 2,500 + 12; output 30 + 40."""
+    folder = tmp_path / "projects" / "-home-me-app"
+    folder.mkdir(parents=True)
+
+    def answer(n: int, read: int, fresh: int, out: int) -> dict:
+        return {"type": "assistant", "uuid": f"a{n}", "parentUuid": f"u{n}", "sessionId": "s", "requestId": f"req_{n}",
+                "timestamp": f"2026-09-10T10:00:0{2 * n}.000Z",
+                "message": {"id": f"msg_{n}", "model": "claude-sonnet-4-5", "role": "assistant",
+                            "content": [{"type": "text", "text": f"answer {n}"}],
+                            "usage": {"input_tokens": fresh, "cache_read_input_tokens": read, "output_tokens": out}}}
+
+    def user(n: int) -> dict:
+        return {"type": "user", "uuid": f"u{n}", "timestamp": f"2026-09-10T10:00:0{2 * n - 1}.000Z", "sessionId": "s",
+                "message": {"role": "user", "content": f"question {n}"}}
+
+    summary = {"type": "summary", "summary": "Greetings", "leafUuid": "a2"}
+    text = "".join(json.dumps(line) + "\n" for line in (user(1), answer(1, 2_000, 10, 30), user(2)))
+    text += json.dumps(answer(2, 2_500, 12, 40)) + json.dumps(summary) + "\n"  # the newline lost between them
+    (folder / "s.jsonl").write_text(text)
+    records, report = _load(tmp_path / "projects")
+    assert sorted(r.id for r in records) == ["req_1", "req_2"]
+    assert sum(_usage(r).input_tokens for r in records) == 2_010 + 2_512
+    assert sum(_usage(r).output_tokens for r in records) == 70
+    assert (report.skipped, report.sources[0].joined, report.sources[0].lines) == (0, 1, 4)
+    assert any("1 line held two or more lines written with no newline" in line for line in report.summary())
+    # a line cut short before the one appended to it is still a skip, named by its reason
+    (folder / "s.jsonl").write_text(text.replace('"output_tokens": 40}}}', '"output_tokens": 4'))
+    records, report = _load(tmp_path / "projects")
+    assert [r.id for r in records] == ["req_1"] and report.reasons() == {"invalid JSON line": 1}
+
+
 def test_detects_each_format():
     assert detect_format(FIX / "har/session.har") == "har"
     assert detect_format(FIX / "otel/spans.json") == "otel"

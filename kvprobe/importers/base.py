@@ -13,7 +13,7 @@ import orjson
 
 from kvprobe.trace.record import READ_BUFFER, parse_time
 from kvprobe.trace.validate import MAX_TOKENS
-from kvprobe.wording import show
+from kvprobe.wording import plural, show
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ class SourceStats:
     sessionless: int = 0  # spans with no conversation or session id (OpenTelemetry): each trace its own session
     replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
     totals: int = 0  # records (in `records`) that sum a process's calls, not one request (Copilot CLI sessions)
+    joined: int = 0  # lines that held several objects written with no newline between them (each one read)
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -64,7 +65,8 @@ class SourceStats:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
-                "replayed_from_parent": self.replayed, "process_totals": self.totals, "skipped": self.skipped_total,
+                "replayed_from_parent": self.replayed, "process_totals": self.totals, "joined_lines": self.joined,
+                "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -94,6 +96,10 @@ class ImportReport:
     def replayed(self) -> int:
         return sum(s.replayed for s in self.sources)
 
+    @property
+    def joined(self) -> int:
+        return sum(s.joined for s in self.sources)
+
     def reasons(self) -> Counter:
         total: Counter = Counter()
         for s in self.sources:
@@ -102,7 +108,7 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
-                "replayed_from_parent": self.replayed, "skipped": self.skipped,
+                "replayed_from_parent": self.replayed, "joined_lines": self.joined, "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -116,6 +122,9 @@ class ImportReport:
                          "(their own transcripts are absent)")
         if self.duplicates:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
+        if self.joined:
+            lines.append(f"{plural(self.joined, 'line')} held two or more lines written with no newline between "
+                         "them (an agent appending to a file whose last line was cut short of its newline): each was read")
         if self.replayed:
             forks = sum(1 for s in self.sources if s.replayed)
             lines.append(f"{self.replayed:,} replayed requests skipped in {forks} forked rollout(s): the parent's "
@@ -192,12 +201,54 @@ def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | 
 
 
 def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each JSON Lines object, every line counted and each bad one a counted skip."""
+    """(line number, object) of each JSON Lines object, every line counted and each bad one a counted skip; a
+    line that holds several objects written together (`joined_objects`) gives each, under its number."""
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
-        value = loads_line(raw, stats, lineno)
-        if value is not None:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+        if value.__class__ is dict:
             yield lineno, value
+            continue
+        parts = joined_objects(raw)
+        if parts is None:
+            loads_line(raw, stats, lineno)  # counted by its reason
+            continue
+        stats.joined += 1
+        for part in parts:
+            yield lineno, part
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity, which orjson refuses too
+
+
+def joined_objects(raw: bytes) -> list[dict[str, Any]] | None:
+    """The objects of a line that is two or more JSON objects with no newline between them, else None. Claude
+    Code appends its `summary` and `file-history-snapshot` lines to a transcript whose last line has no newline
+    (a write cut short of it), so the line before and the appended one arrive as one (public transcripts show
+    it after assistant lines, whose usage would otherwise be lost)."""
+    import json  # (the standard library's decoder: orjson reads no value that is followed by another)
+
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    decoder, parts, at, end = json.JSONDecoder(parse_constant=_not_json), [], 0, len(text.rstrip())
+    while True:
+        while at < end and text[at] in " \t\r\ufeff":
+            at += 1
+        if at >= end:
+            return parts if len(parts) > 1 else None
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        if value.__class__ is not dict:
+            return None
+        parts.append(value)
 
 
 def _fast_utc(text: str) -> float | None:

@@ -28,6 +28,8 @@ Quirks:
   array (each element one transcript line's object). It is read as the same lines (`line` is then the
   element's number); the same request in several copies or versions of it, or in the JSON Lines transcript,
   is read once (by message id and request id, as across transcripts).
+* A `summary` or `file-history-snapshot` line appended to a transcript whose last line has no newline (a
+  write cut short of it) arrives joined to that line: both are read (`importers.base.joined_objects`).
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
   provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
   `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
@@ -40,7 +42,8 @@ from pathlib import Path
 
 import orjson
 
-from kvprobe.importers.base import Progress, SourceStats, as_int, as_str, iter_lines, loads_line, time_or_none
+from kvprobe.importers.base import (Progress, SourceStats, as_int, as_str, iter_lines, joined_objects, loads_line,
+                                   time_or_none)
 from kvprobe.importers.events import Events, event
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
@@ -152,10 +155,16 @@ def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> I
                 line = loads(raw)
             except orjson.JSONDecodeError:
                 line = None
-            if line.__class__ is not dict:
-                loads_line(raw, stats, lineno)
+            if line.__class__ is dict:
+                yield lineno, line
                 continue
-            yield lineno, line
+            parts = joined_objects(raw)
+            if parts is None:
+                loads_line(raw, stats, lineno)  # counted by its reason
+                continue
+            stats.joined += 1
+            for part in parts:
+                yield lineno, part
     finally:
         stats.lines += lines
 
