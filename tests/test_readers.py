@@ -82,6 +82,29 @@ def test_gemini_cli_requests_start_when_the_previous_message_ended(gemini_dir):
     assert g2.finished_at - g2.started_at == pytest.approx(3.0)  # g1's tool call ended at 09:00:06
 
 
+def test_gemini_cli_projects_are_the_directories_their_hashes_name(tmp_path):
+    """Gemini CLI logs no working directory, only its SHA-256 (`projectHash`, also the folder's name). One
+    session's tool call reports the file it wrote under /home/me/app (whose SHA-256 is its hash): that is its
+    project. The other names no path: its project is its hash folder, as `ls ~/.gemini/tmp` shows it."""
+    import hashlib
+
+    app = hashlib.sha256(b"/home/me/app").hexdigest()
+    other = hashlib.sha256(b"/home/me/other").hexdigest()
+    wrote = {"id": "w1", "name": "write_file", "args": {"file_path": "docs/a.md", "content": "# A"},
+             "status": "success", "timestamp": "2026-02-10T10:00:04.000Z",
+             "result": [{"functionResponse": {"id": "w1", "name": "write_file", "response": {
+                 "output": "Successfully created and wrote to new file: /home/me/app/docs/a.md."}}}]}
+    for digest, calls in ((app, [wrote]), (other, [])):
+        session = {**GEMINI_LEGACY, "projectHash": digest, "sessionId": f"s-{digest[:4]}"}
+        session["messages"] = [dict(m, toolCalls=calls) if m["id"] == "m2" else m for m in session["messages"]]
+        chats = tmp_path / "tmp" / digest / "chats"
+        chats.mkdir(parents=True)
+        (chats / "session-2026-02-10T10-00-11111111.json").write_text(json.dumps(session))
+    records, _ = _load(tmp_path / "tmp")
+    projects = {row_key: t.requests for row_key, t in summarize(records).rows("project")}
+    assert projects == {"/home/me/app": 2, f"(project {other[:12]}…)": 2}
+
+
 def test_qwen_code_reads_prompt_counts_with_the_cached_tokens_inside(tmp_path):
     base = {"sessionId": "q-sess", "cwd": "/home/me/app", "version": "0.5.0", "gitBranch": "main"}
     lines = [

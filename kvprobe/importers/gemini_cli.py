@@ -15,11 +15,16 @@ Quirks:
   moment the request could be sent; `finished_at` the message's own timestamp.
 * Subagents (newer versions) write `<parent session id>/<session id>.jsonl` beside the chats: their records
   carry `agent = "subagent-<id8>"`.
-* No working directory is logged (only its hash): the project is the hash folder.
+* No working directory is logged, only its SHA-256 (`projectHash`, the hash folder's name): the project is
+  the directory with that hash among the ancestors of the absolute paths the session's tool calls name or
+  report (`extra["cwd"]`, `project_directory`); a session that names none is its hash folder's project.
 """
 from __future__ import annotations
 
+import ntpath
 import os
+import posixpath
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +69,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
 
     meta, messages = _document(path, stats, progress)
     session = as_str(meta.get("sessionId")) or path.stem
+    project = as_str(meta.get("projectHash"))
+    where = {"project_hash": project}
+    if (directory := project_directory(project, messages)) is not None:
+        where["cwd"] = directory
     agent = f"subagent-{path.stem[:8]}" if meta.get("kind") == "subagent" else "main"
     previous: float | None = time_or_none(meta.get("startTime"))
     conversation, places = Sequence(), {}  # each request's turns, rebuilt (kvprobe.importers.history)
@@ -94,10 +103,53 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             yield TraceRecord(id=rid, provider="gemini", started_at=previous if previous is not None else stamp,
                               response={"id": message["id"], "model": model, "usageMetadata": usage},
                               session=session, agent=agent, endpoint=ENDPOINT, finished_at=stamp,
-                              extra={"source_format": NAME, "project_hash": as_str(meta.get("projectHash")),
-                                     "history": history},
+                              extra={"source_format": NAME, **where, "history": history},
                               source=str(path), line=message.get("_line"))
         previous = _last_time(message, stamp) or previous
+
+
+# An absolute path in a tool call's arguments or result: POSIX, or a Windows drive's (Gemini CLI hashes the
+# directory as the system writes it)
+_ABSOLUTE = re.compile(r"(?:/|[A-Za-z]:\\)[^\s\"'`<>|;,()]*")
+SCANNED_CHARS = 1 << 20  # of a session's tool call texts looked through for paths: the cost stays bounded
+
+
+def project_directory(project_hash: str | None, messages: list[dict[str, Any]]) -> str | None:
+    """The working directory whose SHA-256 is `project_hash`: an ancestor of an absolute path the session's tool
+    calls name (`file_path`, `absolute_path`, `directory`) or report ("wrote to new file: /home/…"). None when
+    none of them is under it."""
+    if not project_hash or len(project_hash) != 64:
+        return None
+    import hashlib
+
+    tried: set[str] = set()
+    budget = SCANNED_CHARS
+    for text in _tool_texts(messages):
+        for found in _ABSOLUTE.finditer(text[:budget]):
+            step = ntpath if found.group()[1:2] == ":" else posixpath
+            directory = found.group().rstrip(".:/\\") or found.group()
+            while directory not in tried:
+                tried.add(directory)
+                if hashlib.sha256(directory.encode()).hexdigest() == project_hash:
+                    return directory
+                directory = step.dirname(directory)
+        budget -= len(text)
+        if budget <= 0:
+            return None
+    return None
+
+
+def _tool_texts(messages: list[dict[str, Any]]) -> Iterator[str]:
+    """Every string in the messages' tool calls (their arguments and results), depth first."""
+    stack: list[Any] = [m.get("toolCalls") for m in reversed(messages) if m.get("toolCalls")]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
 
 
 _REWIND = "$rewind"  # a `{"$rewindTo": id}` mark, kept in order among the messages
