@@ -111,7 +111,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
 # An absolute path in a tool call's arguments or result: POSIX, or a Windows drive's (Gemini CLI hashes the
 # directory as the system writes it)
 _ABSOLUTE = re.compile(r"(?:/|[A-Za-z]:\\)[^\s\"'`<>|;,()]*")
-SCANNED_CHARS = 1 << 20  # of a session's tool call texts looked through for paths: the cost stays bounded
+SCANNED_CHARS = 1 << 18  # of a session's tool call texts looked through for paths: the cost stays bounded
 
 
 def project_directory(project_hash: str | None, messages: list[dict[str, Any]]) -> str | None:
