@@ -113,6 +113,22 @@ def test_a_request_outside_every_mount_reaches_no_upstream(proxy, upstreams, tmp
     assert records == [] and proxy.unrouted["/v1/messages"] == 1
 
 
+def test_an_anthropic_path_without_its_version_reaches_the_api_under_it(proxy, upstreams, tmp_path):
+    """OpenCode and Kilo Code (the AI SDK's @ai-sdk/anthropic) take ANTHROPIC_BASE_URL to end in /v1 and post to
+    `${base}/messages`; through capture that was /messages upstream, a 404 from the API and from serve alike.
+    Both forms reach /v1/messages, and the record names it."""
+    main, _ = upstreams
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    base = proxy.base_urls()["ANTHROPIC_BASE_URL"]
+    for url in (base + "/messages", base + "/v1/messages"):  # the AI SDK's form, then the Anthropic SDKs'
+        assert httpx2.post(url, json=body, headers={"x-api-key": "sk-ant-test"}).status_code == 200
+    client = anthropic.Anthropic(api_key="sk-ant-test", base_url=base)
+    client.messages.create(**body)
+    records = _stop(proxy)
+    assert [r["path"] for r in main.requests] == ["/v1/messages"] * 3
+    assert [r.endpoint for r in records] == ["/v1/messages"] * 3
+
+
 def test_a_gemini_request_never_reaches_the_openai_upstream(proxy, upstreams):
     main, other = upstreams
     client = _gemini(proxy)  # held: the SDK closes its connection pool when the client is collected

@@ -6,7 +6,8 @@ is answered 502 by the proxy (a guess could send one provider's key and prompt t
 
 Each mount lists the base-URL variables that clients read (checked in each client's source or docs, 2026-12):
 
-* anthropic: ``ANTHROPIC_BASE_URL`` (the Anthropic SDKs, Claude Code).
+* anthropic: ``ANTHROPIC_BASE_URL`` (the Anthropic SDKs, Claude Code; OpenCode and Kilo Code through the AI
+  SDK, which leave the ``/v1`` out of their paths: the proxy puts it back).
 * openai: ``OPENAI_BASE_URL`` (the OpenAI SDKs, Qwen Code, Codex's built-in provider in the versions that read
   it), ``OPENAI_API_BASE`` (LiteLLM, aider). Codex otherwise takes a ``config.toml`` model provider
   (docs/capture.md).
@@ -50,10 +51,22 @@ class Mount:
     under_root: str = ""
     # the variables are set in a child command only when one of these is in its environment (empty: always)
     only_with: tuple[str, ...] = ()
+    # the API's version, under which every path of it sits: a client that takes the base URL to end in it (the
+    # AI SDK's @ai-sdk/anthropic, whose default is https://api.anthropic.com/v1: OpenCode, Kilo Code) sends
+    # /messages where the Anthropic SDKs send /v1/messages, reading the same variable; both are forwarded there
+    version: str = ""
+
+    def versioned(self, path: str) -> str:
+        """The upstream path of what followed the mount: under the API's version, where a client left it out."""
+        if not self.version or not path or path == self.version or path.startswith((self.version + "/",
+                                                                                    self.version + "?")):
+            return path
+        return self.version + path
 
 
 MOUNTS: tuple[Mount, ...] = (
-    Mount("anthropic", "https://api.anthropic.com", (BaseUrlVar("ANTHROPIC_BASE_URL"),), ("api.anthropic.com",)),
+    Mount("anthropic", "https://api.anthropic.com", (BaseUrlVar("ANTHROPIC_BASE_URL"),), ("api.anthropic.com",),
+          version="/v1"),
     Mount("openai", "https://api.openai.com/v1", (BaseUrlVar("OPENAI_BASE_URL"), BaseUrlVar("OPENAI_API_BASE")),
           ("api.openai.com",), under_root="/v1"),
     Mount("deepseek", "https://api.deepseek.com", (BaseUrlVar("DEEPSEEK_BASE_URL"),), ("api.deepseek.com",),

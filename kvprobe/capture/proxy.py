@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from kvprobe.capture.mounts import MOUNTS, child_env, default_upstream, mounts_line, provider_of, vertex_host
+from kvprobe.capture.mounts import (BY_NAME, MOUNTS, child_env, default_upstream, mounts_line, provider_of,
+                                    vertex_host)
 from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
 from kvprobe.capture.wire import (BodyTooLarge, ChunkedDecoder, Head, ProtocolError, ReadTimeout, content_length,
                                   parse_head, persistent)
@@ -306,7 +307,7 @@ class CaptureProxy:
             mount = "/" + name
             if target == mount or target.startswith((mount + "/", mount + "?")):
                 rest = target[len(mount):]
-                rest = rest if rest.startswith("/") or not rest else "/" + rest
+                rest = BY_NAME[name].versioned(rest if rest.startswith("/") or not rest else "/" + rest)
                 if up is None:  # regional Vertex AI: the host the path's location is served on
                     up = Upstream("https", vertex_host(rest), 443, "")
                 return Route(name, up, up.base_path + rest, *provider_of(name, rest))
