@@ -12,6 +12,7 @@ import openai
 import orjson
 import pytest
 
+import kvprobe
 from kvprobe.capture import CaptureProxy, ProxyThread, Recorder
 from kvprobe.capture.testing import DEFAULT_USAGE
 from kvprobe.trace import read_trace
@@ -187,8 +188,31 @@ def test_a_client_that_disconnects_mid_stream_does_not_take_the_proxy_down(captu
     thread.stop()
     records = _records(tmp_path / "trace.jsonl")
     assert len(records) == 2
-    gone = next(r for r in records if r.error)
-    assert "client disconnected" in gone.error and gone.usage["cache_read_input_tokens"] == 2048
+    # the upstream had begun its answer (the prompt read, its usage sent): a call that reached the model, marked
+    # as `serve` marks one, not a failed request (`gate --max-failed-requests 0` passes it)
+    gone = next(r for r in records if r.extra.get("client_disconnected"))
+    assert gone.error is None and gone.usage["cache_read_input_tokens"] == 2048
+    assert all(r.error is None for r in records)
+
+
+def test_a_client_that_leaves_before_the_usage_arrived_is_no_failed_request(capture, fake, tmp_path):
+    """Kilo Code leaves without waiting for its title call: the upstream was streaming the answer (the prompt
+    read), but an OpenAI stream sends its usage last, so none arrived. `serve` records such a call as reached
+    and marked, not failed; capture did record it failed ("1 of 3 requests failed" in `gate`). Now both mark
+    it, and `report` simulates its usage from its body instead of leaving it out."""
+    proxy, thread = capture()
+    body = orjson.dumps({"model": "gpt-4o", "stream": True, "messages": MESSAGES})
+    with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        sock.sendall(b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nx-fake: stall-after=3\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        seen = b""
+        while b"data:" not in seen:  # the answer has begun
+            seen += sock.recv(4096)
+    thread.stop()
+    (gone,) = _records(tmp_path / "trace.jsonl")
+    assert gone.extra["client_disconnected"] is True and gone.error is None and not gone.usage
+    report = kvprobe.analyse([str(tmp_path / "trace.jsonl")]).to_json()
+    assert report["failed_requests"] == [] and report["requests"][0]["observed"] is False
 
 
 def test_stopping_flushes_requests_in_flight(capture, tmp_path):

@@ -29,7 +29,7 @@ import orjson
 
 from kvprobe.capture.mounts import (BY_NAME, MOUNTS, child_env, default_upstream, mounts_line, provider_of,
                                     vertex_host)
-from kvprobe.capture.recorder import AGENT_HEADER, SESSION_HEADER, Exchange, Recorder
+from kvprobe.capture.recorder import AGENT_HEADER, CLIENT_LEFT, SESSION_HEADER, Exchange, Recorder
 from kvprobe.capture.wire import (BodyTooLarge, ChunkedDecoder, Head, ProtocolError, ReadTimeout, content_length,
                                   parse_head, persistent)
 
@@ -293,7 +293,7 @@ class CaptureProxy:
             ex.transport_error = ex.transport_error or "interrupted: capture stopped before the response ended"
             raise
         except (ClientGone, ConnectionError):
-            ex.transport_error = ex.transport_error or "client disconnected before the response ended"
+            ex.transport_error = ex.transport_error or CLIENT_LEFT
             raise
         finally:
             ex.finished_at = ex.finished_at or time.time()
@@ -430,7 +430,7 @@ class CaptureProxy:
                 ex.transport_error = f"upstream connection lost mid-response: {exc!r}"
                 return False
             except ClientGone:
-                ex.transport_error = "client disconnected before the response ended"
+                ex.transport_error = CLIENT_LEFT
                 return False
             if not data:
                 lost = getattr(ureader, "lost", None)
@@ -444,7 +444,7 @@ class CaptureProxy:
             if ex.first_byte_at is None:
                 ex.first_byte_at = time.time()
             if writer.is_closing():
-                ex.transport_error = "client disconnected before the response ended"
+                ex.transport_error = CLIENT_LEFT
                 return False
             writer.write(data)
             if chunked is not None:
@@ -518,7 +518,7 @@ async def _drain_ok(writer: asyncio.StreamWriter, ex: Exchange) -> bool:
         await writer.drain()
         return True
     except ConnectionError:
-        ex.transport_error = "client disconnected before the response ended"
+        ex.transport_error = CLIENT_LEFT
         return False
 
 

@@ -41,6 +41,11 @@ MODEL_CALL_ENDS = ("/messages", "/chat/completions", "/responses", ":generateCon
                    ":rawPredict", ":streamRawPredict", "/invoke", "/invoke-with-response-stream", "/cachedContents")
 
 
+# A client that left while the upstream was answering: the upstream had read the prompt (its answer had begun),
+# so the call reached the model and wrote its cache, as `serve` records one (`client_disconnected`, no error)
+CLIENT_LEFT = "client disconnected before the response ended"
+
+
 @dataclass(slots=True)
 class Exchange:
     """What one request/response looked like on the wire."""
@@ -231,7 +236,10 @@ def build_record(ex: Exchange, rec: Recorder) -> TraceRecord | None:
         upstream_error = hash_error(upstream_error, hasher)
     if response is None:
         response = {}
-    error = _error_text([upstream_error, usage_error, creds.text(ex.transport_error or "")])
+    transport = ex.transport_error
+    if transport == CLIENT_LEFT and ex.response_body and (ex.status or 0) < 400:
+        extra["client_disconnected"], transport = True, None  # (CLIENT_LEFT: a call that reached the model)
+    error = _error_text([upstream_error, usage_error, creds.text(transport or "")])
     kept = {k: ex.request_headers[k] for k in KEPT_REQUEST_HEADERS if k in ex.request_headers}
     if kept:
         extra["request_headers"] = kept
