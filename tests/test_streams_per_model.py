@@ -72,6 +72,22 @@ def test_a_genuine_model_switch_is_diagnosed(cli, tmp_path):
     assert switch["kind"] == "params_changed" and "gemini-2.5-pro" in switch["detail"]
 
 
+def test_a_switch_after_a_side_call_on_a_third_model_is_diagnosed(cli, tmp_path):
+    """Kilo Code through capture: two turns on flash, a flash-lite title call (a prompt of its own), then the
+    same conversation on pro, which reads nothing of 5,340 tokens. Before: pro was compared with the title call
+    only, sent nothing of it, and started a stream of its own: no miss, no cause."""
+    title = {"contents": [{"role": "user", "parts": [{"text": "Write a title for: fix bug 0"}]}]}
+    records = [_record(1, "gemini-2.5-flash", _gemini_body(MAIN, TOOLS, 0), 5300, 0),
+               _record(2, "gemini-2.5-flash", _gemini_body(MAIN, TOOLS, 1), 5320, 5280),
+               _record(3, "gemini-2.5-flash-lite", title, 12, 0),
+               _record(4, "gemini-2.5-pro", _gemini_body(MAIN, TOOLS, 2), 5340, 0)]
+    found = _report(cli, tmp_path, records)
+    (switch,) = [d for d in found["r4"] if d.get("param") == "model"]
+    assert switch["kind"] == "params_changed" and "gemini-2.5-flash" in switch["detail"]
+    assert "flash-lite" not in switch["detail"]
+    assert not [d for d in found["r3"] if d.get("param") == "model"]  # the title call is its own stream
+
+
 def _claude(i: int, model: str, tokens: tuple[int, int, int]) -> dict:
     fresh, write, read = tokens
     return {"kvprobe": 1, "id": f"c{i}", "session": "cc", "provider": "anthropic", "endpoint": "/v1/messages",

@@ -9,8 +9,8 @@ prompt of its own. So a request continues:
 
 1. the latest request of its session, agent and model, when the latest request of its session and agent is
    of the same model or it sends that request's prompt again (the usual case, and a switch back);
-2. else the latest request of its session and agent, another model's, when it sends that one's prompt again:
-   a model switch, diagnosed as one;
+2. else the latest request of another model in its session and agent that it sends the prompt of again (the
+   most recent model first, so that a side call in between is passed over): a model switch, diagnosed as one;
 3. else the latest request of its own model (a router/side call and the main call interleaving), or none.
 
 "Sends the prompt again" (`resends`): its leading content (content hashes, the model left out) covers at
@@ -75,20 +75,23 @@ class Streams(Generic[T]):
     """Feed requests in start order: `previous` before `add` for each."""
 
     def __init__(self) -> None:
-        self._latest: dict[Hashable, Seen[T]] = {}  # by stream (session, agent)
-        self._by_model: dict[tuple[Hashable, str | None], Seen[T]] = {}
+        # by stream (session, agent): each model's latest request, the least recent model first
+        self._models: dict[Hashable, dict[str | None, Seen[T]]] = {}
 
     def previous(self, stream: Hashable, seen: Seen[T]) -> T | None:
-        latest = self._latest.get(stream)
-        if latest is None:
+        models = self._models.get(stream)
+        if not models:
             return None
-        own = self._by_model.get((stream, seen.model))
+        latest = next(reversed(models.values()))
+        own = models.get(seen.model)
         if latest.model == seen.model or (own is not None and resends(seen, own)):
             return own.item if own is not None else None
-        if resends(seen, latest):
-            return latest.item  # a model switch: the change of model is a cause
+        for other in reversed(models.values()):  # the most recent first: a side call between is passed over
+            if other.model != seen.model and resends(seen, other):
+                return other.item  # a model switch: the change of model is a cause
         return own.item if own is not None else None
 
     def add(self, stream: Hashable, seen: Seen[T]) -> None:
-        self._latest[stream] = seen
-        self._by_model[(stream, seen.model)] = seen
+        models = self._models.setdefault(stream, {})
+        models.pop(seen.model, None)  # (re-inserted last: the most recent)
+        models[seen.model] = seen
