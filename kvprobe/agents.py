@@ -172,6 +172,37 @@ def profiles(directory: Path | None = None) -> dict[str, AgentProfile]:
     return _profiles(str(directory or providers_dir()))[0]
 
 
+# Programs that run another: the agent behind them is the client (`kvprobe capture -- bash -c "claude -p …"`,
+# `-- npx @openai/codex exec …`, `-- env FOO=1 gemini …`)
+_LAUNCHERS = frozenset({"bash", "sh", "zsh", "dash", "fish", "env", "npx", "bunx", "pnpx", "node", "bun", "uv", "uvx",
+                        "nice", "nohup", "time", "timeout", "stdbuf", "sudo", "script", "xvfb-run"})
+_PACKAGE_TAILS = ("-cli", "-code", "-ai")  # npm package names of agents: @anthropic-ai/claude-code, opencode-ai
+
+
+def client_of(args: list[str]) -> str | None:
+    """The program `kvprobe capture -- COMMAND` runs, by the name whose advice applies: past a launcher (a shell's
+    script, npx, env) the first word that is an agent's command or npm package, else the command's own name."""
+    if not args:
+        return None
+    first = Path(args[0]).name
+    if first not in _LAUNCHERS:
+        return first
+    import shlex
+
+    known = _profiles(str(providers_dir()))[1]
+    for arg in args[1:]:
+        try:
+            words = shlex.split(arg)
+        except ValueError:  # an unbalanced quote: the words as they are
+            words = arg.split()
+        for word in words:
+            name = Path(word).name.split("@")[0]  # (an npm package's version: opencode-ai@1.18.33)
+            for candidate in (name, *(name[: -len(t)] for t in _PACKAGE_TAILS if name.endswith(t))):
+                if candidate in known:
+                    return candidate
+    return first
+
+
 def profile_for(extra: dict[str, Any]) -> AgentProfile | None:
     """The profile of the agent that wrote a record: the importer format of its log (`source_format`), else the
     program `kvprobe capture` ran (`client`). None: an SDK, a HAR, a trace of unknown origin."""

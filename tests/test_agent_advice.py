@@ -283,6 +283,29 @@ def test_capture_records_the_program_it_ran(fake, tmp_path):
     assert {r.extra.get("client") for r in read_trace(out)} == {Path(sys.executable).name}
 
 
+def test_capture_names_the_agent_a_launcher_runs(fake, tmp_path):
+    """`kvprobe capture -- bash -c "claude …"` (CI scripts, npx, env wrappers) recorded the client `bash`, and no
+    advice named Claude Code's settings; the agent behind the launcher is the client."""
+    import sys
+
+    from test_capture_cli import CHILD, _kvprobe
+    from kvprobe.agents import client_of
+    from kvprobe.trace import read_trace
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").write_text(f"#!{sys.executable}\n{CHILD}")  # a program named as Claude Code's is
+    (bin_dir / "claude").chmod(0o755)
+    out = tmp_path / "trace.jsonl"
+    done = _kvprobe("capture", "-o", str(out), "--anthropic-upstream", fake.url, "--openai-upstream",
+                    fake.url + "/v1", "--", "bash", "-c", f"{bin_dir / 'claude'} 0")
+    assert done.returncode == 0, done.stderr
+    assert {r.extra.get("client") for r in read_trace(out)} == {"claude"}
+    assert client_of(["npx", "-y", "@anthropic-ai/claude-code@2.1.332", "-p", "hi"]) == "claude"
+    assert client_of(["env", "CI=1", "npx", "opencode-ai@1.18.33", "run", "hi"]) == "opencode"
+    assert client_of(["bash", "run-agent.sh"]) == "bash"  # nothing names an agent: the program itself
+
+
 def test_a_claude_code_log_that_caches_nothing_is_told_which_setting_does_that(tmp_path):
     s = ClaudeTranscript("u")
     for i in range(4):  # 20,000-token prompts, far over Sonnet 4.5's 1,024 minimum, neither read nor written

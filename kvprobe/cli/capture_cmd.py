@@ -8,6 +8,7 @@ from typing import Annotated
 import orjson
 import typer
 
+from kvprobe.agents import client_of
 from kvprobe.capture.proxy import CaptureProxy, ClientLimits
 from kvprobe.capture.runner import make_proxy, run_command, serve
 from kvprobe.cli.common import Force, err, fail, print_json, user_errors
@@ -119,7 +120,7 @@ def capture(
                                upstreams=upstreams, host=host, port=port, timeout=upstream_timeout,
                                replace=force and not append,
                                limits=ClientLimits(read=client_timeout, max_body=int(max_request_mb * 1e6)),
-                               everything=upstream, client=Path(args[0]).name if args != ["serve"] else None)
+                               everything=upstream, client=client_of(args) if args != ["serve"] else None)
         except ValueError as exc:
             fail(f"field '--*-upstream': {exc}")
         if args == ["serve"]:
