@@ -148,3 +148,34 @@ def test_report_reads_no_replayed_request(cli, sessions):
     result = cli("report", sessions, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["totals"]["requests"] == 6
+
+
+def _uuid7(seconds: float, n: int) -> str:
+    """A UUIDv7 made `seconds` after T0 (its first 48 bits: milliseconds since the epoch), as Codex's turn ids."""
+    ms = f"{int((T0 + dt.timedelta(seconds=seconds)).timestamp() * 1000):012x}"
+    return f"{ms[:8]}-{ms[8:]}-7000-8000-{n:012x}"
+
+
+def test_a_subagents_first_turn_moments_after_its_fork_is_its_own(tmp_path):
+    """Codex Desktop spawns a subagent whose replay is re-stamped at the fork time and whose own first turn
+    starts 37 ms later, its task_started without `started_at` (a public rollout: 108 requests read as replay).
+    The turn ids tell them apart: the replayed turn's id was made with the parent's turn (T0 + 1 s), the
+    subagent's own 37 ms after the fork. By hand: its own calls are FORK_B_CALLS, one request."""
+    created = 300.0
+    r = Rollout()
+    r.add(created, "session_meta", id=FORK_B, timestamp=_at(created), cwd="/repo", model_provider="openai",
+          source={"subagent": {"thread_spawn": {"parent_thread_id": PARENT, "depth": 1}}})
+    r.add(created + 0.02, "session_meta", id=PARENT, timestamp=_at(0), cwd="/repo", model_provider="openai")
+    r.add(created + 0.02, "event_msg", type="task_started", turn_id=_uuid7(1, 1))  # the parent's turn, replayed
+    r.add(created + 0.02, "turn_context", turn_id=_uuid7(1, 1), cwd="/repo", model="gpt-5.4", effort="medium")
+    r.count(created + 0.021, PARENT_CALLS[0])
+    r.add(created + 0.022, "event_msg", type="task_complete", turn_id=_uuid7(1, 1))
+    r.add(created + 0.037, "event_msg", type="task_started", turn_id=_uuid7(created + 0.037, 2))  # its own
+    r.add(created + 0.9, "turn_context", turn_id=_uuid7(created + 0.037, 2), cwd="/repo", model="gpt-5.4-mini",
+          effort="medium")
+    r.count(created + 200, FORK_B_CALLS[0])
+    report = ImportReport()
+    records = list(load_any(r.write(tmp_path / "sessions", FORK_B), report=report))
+    assert [(rec.usage["input_tokens"], rec.usage["input_tokens_details"]["cached_tokens"]) for rec in records] == \
+        [(32_000, 0)]
+    assert report.replayed == 1

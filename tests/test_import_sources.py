@@ -91,6 +91,35 @@ def test_claude_code_reads_both_lines_of_a_line_written_without_its_newline(tmp_
     assert [r.id for r in records] == ["req_1"] and report.reasons() == {"invalid JSON line": 1}
 
 
+def test_codex_reads_both_objects_of_a_joined_line_and_its_repeated_count_stays_a_repeat(tmp_path):
+    """A public Codex rollout holds a `token_count` with the next `task_started` joined to it on one line; read
+    as one invalid line, the count was lost, and the same count repeated a few lines on (a rate-limit update)
+    became a request of its own, 164,773 tokens counted once where the log has them once. By hand: two calls,
+    20,000 + 24,000 input, 19,000 cached in the second."""
+    stamp = "2026-04-08T18:06:4{}.000Z"
+
+    def line(t: int, kind: str, **payload) -> str:
+        return json.dumps({"timestamp": stamp.format(t), "type": kind, "payload": payload}, separators=(",", ":"))
+
+    def count(t: int, total: tuple[int, int], last: tuple[int, int]) -> str:
+        names = ("input_tokens", "cached_input_tokens")
+        return line(t, "event_msg", type="token_count",
+                    info={"total_token_usage": {**dict(zip(names, total)), "output_tokens": 10, "total_tokens": 1},
+                          "last_token_usage": {**dict(zip(names, last)), "output_tokens": 10, "total_tokens": 1}})
+
+    lines = [line(0, "session_meta", id="cdx-j", timestamp=stamp.format(0), cwd="/repo", model_provider="openai"),
+             line(0, "turn_context", cwd="/repo", model="gpt-5.4"),
+             count(1, (20_000, 0), (20_000, 0)) + line(2, "event_msg", type="task_started", turn_id="t2"),
+             count(3, (20_000, 0), (20_000, 0)),  # the same count again: no request
+             count(4, (44_000, 19_000), (24_000, 19_000))]
+    path = tmp_path / "sessions" / "2026" / "04" / "08" / "rollout-2026-04-08T18-06-40-cdx-j.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+    records, report = _load(tmp_path / "sessions")
+    assert [(_usage(r).input_tokens, _usage(r).cache_read_tokens) for r in records] == [(20_000, 0), (24_000, 19_000)]
+    assert (report.skipped, report.sources[0].joined) == (0, 1)
+
+
 def test_detects_each_format():
     assert detect_format(FIX / "har/session.har") == "har"
     assert detect_format(FIX / "otel/spans.json") == "otel"

@@ -203,6 +203,13 @@ def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | 
 def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each JSON Lines object, every line counted and each bad one a counted skip; a
     line that holds several objects written together (`joined_objects`) gives each, under its number."""
+    for lineno, _, value in iter_raw_objects(path, stats, progress):
+        yield lineno, value
+
+
+def iter_raw_objects(path: Path, stats: SourceStats, progress: Progress | None = None
+                     ) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """`iter_objects` with each object's own bytes (a joined line's objects: each one's, written again)."""
     for lineno, raw in iter_lines(path, progress):
         stats.lines += 1
         try:
@@ -210,7 +217,7 @@ def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = Non
         except orjson.JSONDecodeError:
             value = None
         if value.__class__ is dict:
-            yield lineno, value
+            yield lineno, raw, value
             continue
         parts = joined_objects(raw)
         if parts is None:
@@ -218,7 +225,7 @@ def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = Non
             continue
         stats.joined += 1
         for part in parts:
-            yield lineno, part
+            yield lineno, orjson.dumps(part), part
 
 
 def _not_json(name: str) -> None:

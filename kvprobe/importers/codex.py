@@ -26,7 +26,9 @@ Quirks:
   history, counted as `SourceStats.replayed` and never read as requests. The fork's own first turn is the
   first `task_started` whose `started_at` (epoch seconds; a replayed one keeps the parent's) is at or after
   the fork's creation, the first `session_meta`'s `timestamp`; a turn start without `started_at` is the fork's
-  own from a second after its creation on. A `token_count` stamped before the fork existed is replayed too.
+  own when its `turn_id` (a UUIDv7: the time it was made) is not older than the fork (a subagent's first turn
+  starts within milliseconds of it), else from a second after its creation on. A `token_count` stamped before
+  the fork existed is replayed too.
   The fork's records keep its own session id and carry `extra["forked_from"]`.
 * Reasoning items and turns: models before GPT-5.6 use only the current turn's reasoning, so the API drops
   the reasoning items sent before the latest user message (the rule is `reasoning_context` in providers/).
@@ -42,8 +44,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_lines, loads_line,
-                                   local_server, served_locally, time_or_none)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_raw_objects, local_server,
+                                   served_locally, time_or_none)
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
@@ -91,11 +93,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     events = Events()
     conversation = Sequence() if history else None  # each request's items, rebuilt (kvprobe.importers.history)
     turns = _Reasoning()
-    for lineno, raw in iter_lines(path, progress):
-        stats.lines += 1
-        line = loads_line(raw, stats, lineno)
-        if line is None:
-            continue
+    for lineno, raw, line in iter_raw_objects(path, stats, progress):  # (a line holding two, joined: each)
         payload = line.get("payload")
         if not isinstance(payload, dict):
             stats.skip("not a {timestamp, type, payload} line (older rollout format has no token counts)", lineno)
@@ -330,7 +328,22 @@ class _Fork:
         started = payload.get("started_at")
         if isinstance(started, (int, float)) and not isinstance(started, bool):
             return started >= int(self.created)  # epoch seconds; a replayed start keeps the parent's time
+        made = _uuid7_time(payload.get("turn_id"))
+        if made is not None:  # the turn's id was made when it started: a replayed one keeps the parent's
+            return made >= self.created - 1.0
         return stamp is not None and stamp >= self.created + 1.0
+
+
+def _uuid7_time(value: Any) -> float | None:
+    """When a UUIDv7 was made (its first 48 bits: milliseconds since the epoch), else None. Codex's turn ids
+    are UUIDv7: a subagent's own first turn starts within milliseconds of its fork, where a replayed turn's id
+    is as old as the parent's turn."""
+    if not isinstance(value, str) or len(value) != 36 or value[14:15] != "7":
+        return None
+    try:
+        return int(value[:8] + value[9:13], 16) / 1000
+    except ValueError:
+        return None
 
 
 class _Turn:
