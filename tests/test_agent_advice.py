@@ -57,6 +57,27 @@ def test_a_1h_lifetime_that_pays_on_the_log_is_advised_with_its_price(tmp_path):
     assert trade["net_usd"] == pytest.approx(0.2325)
 
 
+def test_a_session_that_writes_1h_entries_is_not_told_to_choose_them(tmp_path):
+    """Two sessions of one log: `p` writes 5m entries and pays for the 1h setting (as above); `h` already writes
+    1h entries, and its entry expired after a 1h37m pause. Before, `h` was told "use ENABLE_PROMPT_CACHING_1H=1:
+    entries then live 1 hour, long enough for this 42m16s pause" (37m16s past the hour, plus the 5m default):
+    the setting it has, for a pause it did not take. It gets the agent's own advice for a long break."""
+    s = ClaudeTranscript("p")
+    s.turn(0, "p1", read=0, write=50_000)
+    s.turn(600, "p2", read=0, write=50_000)
+    s.turn(1_200, "p3", read=0, write=50_000)
+    h = ClaudeTranscript("h")
+    h.turn(0, "h1", read=0, write=40_000, ttl="1h")
+    h.turn(5_820, "h2", read=0, write=40_000, ttl="1h")  # 1h37m later: past the hour
+    _, by_id = _report(_versioned(s, "2.1.250").write(tmp_path / "p.jsonl"),
+                       _versioned(h, "2.1.250").write(tmp_path / "h.jsonl"))
+    [d] = by_id["h2"].diagnoses
+    assert (d.kind, d.seconds_past) == ("ttl_expired", 5_820 - 3_600)
+    assert d.advice.startswith("the entry expired during the pause: /clear or /compact before a long break")
+    assert "ENABLE_PROMPT_CACHING_1H" not in d.advice and "pause;" not in d.advice
+    assert by_id["p2"].diagnoses[0].advice.startswith("use ENABLE_PROMPT_CACHING_1H=1")  # still, where it pays
+
+
 def test_a_1h_lifetime_that_does_not_pay_says_so_after_the_agents_own_advice(tmp_path):
     s = ClaudeTranscript("s")
     s.turn(0, "s1", read=0, write=10_000)

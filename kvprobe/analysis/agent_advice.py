@@ -123,7 +123,10 @@ def _advise_one(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: Li
 
 def _lifetime_words(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade, text: str) -> str:
     """The longer lifetime's setting where it spans this pause, with its price on this log: first where it pays
-    here, else after the agent's own advice, saying that it does not."""
+    here, else after the agent's own advice, saying that it does not. Not where the request's stream already
+    writes at the longer lifetime: its entry outlived that, and the setting is in force."""
+    if _on_longer(r):
+        return text
     gap = _pause(d, r)
     if gap is None or gap > trade.seconds:
         return text
@@ -145,6 +148,13 @@ def lifetime_words(seconds: float) -> str:
     if seconds % 60 == 0 and seconds < 3600:
         return f"{seconds / 60:.0f} minutes"
     return duration(seconds)
+
+
+def _on_longer(r: RequestResult) -> bool:
+    """The request writes its entries at the 1 hour lifetime only: the log's own writes chose it (the lifetime
+    its expiry was diagnosed with, analysis.usage_only)."""
+    u = r.usage
+    return u.cache_write_1h_tokens > 0 and not u.cache_write_5m_tokens
 
 
 def _pause(d: Diagnosis, r: RequestResult) -> float | None:
