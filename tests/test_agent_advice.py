@@ -191,6 +191,16 @@ def test_every_cause_a_usage_only_log_can_carry_is_advised_in_each_agents_words(
         assert profile.advise(advice_keys(kind)) is not None, (profile.name, kind)
 
 
+def test_a_platforms_routing_is_named_only_for_requests_it_served():
+    """A first-party Claude Code miss nothing explains was told "served through Bedrock or Vertex, requests can
+    reach another region's cache"; that clause is for the requests those platforms served, in their settings."""
+    claude = profiles()["claude_code"]
+    first_party = claude.advise(advice_keys("unexplained")).text
+    assert "Bedrock" not in first_party and "Vertex" not in first_party and "/usage" in first_party
+    assert "ANTHROPIC_MODEL" in claude.advise(advice_keys("unexplained", platform="bedrock")).text
+    assert "CLOUD_ML_REGION" in claude.advise(advice_keys("unexplained", platform="vertex")).text
+
+
 def _providers_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "providers"
     shutil.copytree(ROOT / "providers", copy)

@@ -180,6 +180,10 @@ def test_titles_name_a_slash_command_and_a_codex_prompt(tmp_path):
     assert session_title(c.write(tmp_path / "codex")) == "do it"
     assert shorten("Work on bead spotter-fum. Run bd show spotter-fum to see the issue") == \
         "Work on bead spotter-fum. Run bd show…"
+    m = ClaudeTranscript("s2")  # a plan pasted as a markdown document: its heading, without the "# "
+    m.user(0, "# Fix: SQL grammar for nested joins\n\n## Context\n...")
+    m.assistant(2, "r2", read=0, write=5_000)
+    assert session_title(m.write(tmp_path / "p" / "s2.jsonl")).startswith("Fix: SQL grammar for nested joins\n")
 
 
 def test_a_hostile_title_is_shown_as_text(cli, tmp_path):

@@ -83,9 +83,11 @@ def _require_records(report: ImportReport, sources: list[str]) -> None:
     files = len(report.sources)
     if files:  # what was skipped in them, and why
         report_skips(report)
+    from kvprobe.agents import profiles  # (here: the agents whose logs are read, named from their profiles)
+
+    agents = ", ".join(sorted({profile.name for profile in profiles().values()}))
     raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
-                     "read): expected agent logs (Claude Code, Codex, Gemini CLI, Qwen Code, OpenCode), HAR, "
-                     "OpenTelemetry or LiteLLM logs, or kvprobe traces")
+                     f"read): expected agent logs ({agents}), HAR, OpenTelemetry or LiteLLM logs, or kvprobe traces")
 
 
 def _require_requests(summary, report: ImportReport, window: dict[str, str | None]) -> None:

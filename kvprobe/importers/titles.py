@@ -56,7 +56,10 @@ def _prompt_text(content: object) -> str | None:
     if command:
         args = _ARGS.search(text)
         return f"{command.group(1)} {args.group(1) if args else ''}".strip()
-    return None if text.startswith(_NOT_A_PROMPT) else text
+    return None if text.startswith(_NOT_A_PROMPT) else _HEADING.sub("", text)
+
+
+_HEADING = re.compile(r"^#{1,6}[ \t]+")  # a prompt pasted as a markdown document ("# Fix: …"): its title, bare
 
 
 def _line_at(data: mmap.mmap, pos: int) -> tuple[Any, int]:
