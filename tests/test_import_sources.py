@@ -120,6 +120,46 @@ def test_codex_reads_both_objects_of_a_joined_line_and_its_repeated_count_stays_
     assert (report.skipped, report.sources[0].joined) == (0, 1)
 
 
+def test_a_transcript_split_in_chunks_is_read_as_one(tmp_path):
+    """Entire's checkpoints (an `entire/checkpoints/v1` branch) split a transcript over 50 MB into `full.jsonl`,
+    `full.jsonl.001`, …, each ending at a line. The chunks were not read at all (their names end in .001); a
+    Codex rollout's later chunks hold no session_meta and no turn_context of their own. Now the chunks continue
+    their file, line numbers too; a chunk whose file is absent is read on its own. By hand: three calls,
+    20,000 + 24,000 + 30,000 input, 0 + 19,000 + 23,000 cached, all on gpt-5.4 in session cdx-s."""
+    stamp = "2026-04-08T18:06:4{}.000Z"
+
+    def line(t: int, kind: str, **payload) -> str:
+        return json.dumps({"timestamp": stamp.format(t), "type": kind, "payload": payload}, separators=(",", ":"))
+
+    totals = [0, 0]
+
+    def count(t: int, last: tuple[int, int]) -> str:
+        totals[0], totals[1] = totals[0] + last[0], totals[1] + last[1]
+        names = ("input_tokens", "cached_input_tokens")
+        return line(t, "event_msg", type="token_count",
+                    info={"total_token_usage": {**dict(zip(names, totals)), "output_tokens": 10, "total_tokens": 1},
+                          "last_token_usage": {**dict(zip(names, last)), "output_tokens": 10, "total_tokens": 1}})
+
+    lines = [line(0, "session_meta", id="cdx-s", timestamp=stamp.format(0), cwd="/repo", model_provider="openai"),
+             line(0, "turn_context", cwd="/repo", model="gpt-5.4"), count(1, (20_000, 0)),
+             count(2, (24_000, 19_000)), count(3, (30_000, 23_000))]
+    folder = tmp_path / "checkpoints" / "07" / "ebffc93812" / "0"
+    folder.mkdir(parents=True)
+    (folder / "full.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (folder / "full.jsonl.001").write_text(lines[3] + "\n")
+    (folder / "full.jsonl.002").write_text(lines[4] + "\n")
+    records, report = _load(tmp_path / "checkpoints")
+    got = [(r.session, r.model, _usage(r).input_tokens, _usage(r).cache_read_tokens, r.line) for r in records]
+    assert got == [("cdx-s", "gpt-5.4", 20_000, 0, 3), ("cdx-s", "gpt-5.4", 24_000, 19_000, 4),
+                   ("cdx-s", "gpt-5.4", 30_000, 23_000, 5)]
+    assert [(Path(s.path).name, s.lines) for s in report.sources] == [("full.jsonl", 5)]
+    (folder / "full.jsonl").unlink()  # a mirror without the large first chunk: the rest, on its own
+    records, report = _load(tmp_path / "checkpoints")
+    assert [(_usage(r).input_tokens, _usage(r).cache_read_tokens) for r in records] == [(24_000, 19_000),
+                                                                                        (30_000, 23_000)]
+    assert [(Path(s.path).name, s.lines) for s in report.sources] == [("full.jsonl.001", 2)]
+
+
 def test_detects_each_format():
     assert detect_format(FIX / "har/session.har") == "har"
     assert detect_format(FIX / "otel/spans.json") == "otel"

@@ -11,6 +11,7 @@ import typer
 from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, discover, load_any
+from kvprobe.importers.base import log_bytes
 from kvprobe.trace import write_trace
 
 
@@ -21,7 +22,7 @@ def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterato
         yield None
         return
     with contextlib.suppress(Exception):
-        total = sum(p.stat().st_size for p in discover(paths))
+        total = sum(map(log_bytes, discover(paths)))
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn  # ~0.1 s
 
     columns = (TextColumn(label, markup=False), BarColumn(), DownloadColumn(), TimeRemainingColumn())

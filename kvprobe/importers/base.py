@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import math
+import re
 from datetime import datetime
 
 import orjson
@@ -171,18 +172,54 @@ def platform_note(platform: str, count: int) -> str:
 
 
 def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes with their line break) of each non-blank line, reporting bytes read."""
-    with path.open("rb", buffering=READ_BUFFER) as fh:
-        pending = 0
-        for lineno, raw in enumerate(fh, start=1):
-            pending += len(raw)
-            if progress is not None and pending > 1 << 20:
+    """(line number, bytes with their line break) of each non-blank line, reporting bytes read; the chunks that
+    continue the file (`parts_of`) are read on, their lines numbered on."""
+    lineno = 0
+    for part in parts_of(path):
+        with part.open("rb", buffering=READ_BUFFER) as fh:
+            pending = 0
+            for lineno, raw in enumerate(fh, start=lineno + 1):
+                pending += len(raw)
+                if progress is not None and pending > 1 << 20:
+                    progress(pending)
+                    pending = 0
+                if not raw.isspace():  # orjson ignores the line break: no copy of a multi-KB line to strip it
+                    yield lineno, raw
+            if progress is not None and pending:
                 progress(pending)
-                pending = 0
-            if not raw.isspace():  # orjson ignores the line break: no copy of a multi-KB line to strip it
-                yield lineno, raw
-        if progress is not None and pending:
-            progress(pending)
+
+
+# A chunk of a log split at lines: Entire's checkpoints (an `entire/checkpoints/v1` branch) write a transcript
+# over 50 MB as full.jsonl, full.jsonl.001, full.jsonl.002, …
+_CHUNK = re.compile(r"(.+\.(?:jsonl|ndjson))\.(\d{3})")
+
+
+def parts_of(path: Path) -> list[Path]:
+    """The file and the chunks that continue it, in order (a file split by no one: itself alone)."""
+    found = _CHUNK.fullmatch(path.name)
+    if found is None and not path.name.endswith((".jsonl", ".ndjson")):
+        return [path]  # (only JSON Lines are split at lines)
+    base, number = (found.group(1), int(found.group(2))) if found else (path.name, 0)
+    parts = [path]
+    while (after := path.with_name(f"{base}.{number + len(parts):03d}")).is_file():
+        parts.append(after)
+    return parts
+
+
+def log_bytes(path: Path) -> int:
+    """The bytes of a log, its chunks included."""
+    return sum(part.stat().st_size for part in parts_of(path))
+
+
+def first_part(path: Path) -> bool | None:
+    """For a chunk (`full.jsonl.001`): whether it is where reading starts, its file and the chunks before it
+    being absent (a copy that left the largest out); None for a file that is no chunk."""
+    found = _CHUNK.fullmatch(path.name)
+    if found is None:
+        return None
+    number = int(found.group(2))
+    before = found.group(1) if number == 1 else f"{found.group(1)}.{number - 1:03d}"
+    return not path.with_name(before).exists()
 
 
 def loads_line(raw: bytes, stats: SourceStats, lineno: int) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import (claude_code, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode, otel,
                                qwen_code)
-from kvprobe.importers.base import ImportReport, Progress, SourceStats
+from kvprobe.importers.base import ImportReport, Progress, SourceStats, first_part, log_bytes
 from kvprobe.importers.formats import format_of, side_format
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
@@ -99,7 +99,7 @@ def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Pat
     for folder, _dirs, names in os.walk(root, onerror=failed):
         for name in names:  # (a link that loops is listed here: following it finds no folder)
             path = Path(folder) / name
-            log = path.suffix in _SUFFIXES or name == opencode.DATABASE
+            log = path.suffix in _SUFFIXES or name == opencode.DATABASE or bool(first_part(path))
             if log and path.is_file():
                 yield path
             elif unreadable is not None and path.is_symlink() and not path.exists():
@@ -327,7 +327,7 @@ def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
 def _batches(files: list[tuple[Path, str]], parts: int, first: float = 1.0) -> list[list[tuple[str, str]]]:
     """Contiguous runs of files of about equal size (order kept, so output order is stable); the first run,
     this process's, `first` times the size of each other."""
-    sizes = [p.stat().st_size for p, _ in files]
+    sizes = [log_bytes(p) for p, _ in files]
     target = max(sum(sizes) / (parts - 1 + first), 1)
     batches: list[list[tuple[str, str]]] = [[]]
     filled, wanted = 0.0, target * first
@@ -446,7 +446,7 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
                 report.sources.append(stats)
                 yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
                 if progress is not None:
-                    progress(Path(stats.path).stat().st_size)
+                    progress(log_bytes(Path(stats.path)))
     finally:  # an error here (or the caller stopping early) leaves no child behind
         for _, child in children:
             if child is not None:
@@ -461,7 +461,7 @@ def _take_folded(folded: Folded, report: ImportReport, seen: set[str], progress:
         stats.records -= twice
         report.sources.append(stats)
         if progress is not None:
-            progress(Path(stats.path).stat().st_size)
+            progress(log_bytes(Path(stats.path)))
     seen.update(folded.ids)
     for k, row in folded.provisional:
         yield folded.stats[k], row
@@ -536,7 +536,7 @@ def _auto_workers(files: list[Path], reduced: bool = False) -> int:
     """Processes worth using for these files: one per core (up to 4) from PARALLEL_MIN_BYTES on (records
     reduced where they are read: PARALLEL_MIN_BYTES_REDUCED)."""
     try:
-        total = sum(p.stat().st_size for p in files)
+        total = sum(map(log_bytes, files))
     except OSError:
         return 1
     least = PARALLEL_MIN_BYTES_REDUCED if reduced else PARALLEL_MIN_BYTES
