@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import math
+import os
 import re
 from datetime import datetime
 
@@ -196,10 +197,16 @@ _CHUNK = re.compile(r"(.+\.(?:jsonl|ndjson))\.(\d{3})")
 
 def parts_of(path: Path) -> list[Path]:
     """The file and the chunks that continue it, in order (a file split by no one: itself alone)."""
-    found = _CHUNK.fullmatch(path.name)
-    if found is None and not path.name.endswith((".jsonl", ".ndjson")):
-        return [path]  # (only JSON Lines are split at lines)
-    base, number = (found.group(1), int(found.group(2))) if found else (path.name, 0)
+    text = str(path)
+    if text.endswith((".jsonl", ".ndjson")):  # the usual case, a whole log: one look for a first chunk
+        if not os.path.isfile(text + ".001"):
+            return [path]
+        base, number = path.name, 0
+    else:
+        found = _CHUNK.fullmatch(path.name)
+        if found is None:
+            return [path]  # (only JSON Lines are split at lines)
+        base, number = found.group(1), int(found.group(2))
     parts = [path]
     while (after := path.with_name(f"{base}.{number + len(parts):03d}")).is_file():
         parts.append(after)
