@@ -125,8 +125,9 @@ class ImportReport:
         if self.duplicates:
             lines.append(f"{self.duplicates:,} duplicate lines merged (same request logged more than once)")
         if self.joined:
-            lines.append(f"{plural(self.joined, 'line')} held two or more lines written with no newline between "
-                         "them (an agent appending to a file whose last line was cut short of its newline): each was read")
+            lines.append(f"{plural(self.joined, 'line')} held two or more lines written with no newline "
+                         "between them (an agent appending to a file whose last line was cut short of its "
+                         "newline): each was read")
         if self.replayed:
             forks = sum(1 for s in self.sources if s.replayed)
             lines.append(f"{self.replayed:,} replayed requests skipped in {forks} forked rollout(s): the parent's "

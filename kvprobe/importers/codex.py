@@ -44,8 +44,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_raw_objects, local_server,
-                                   served_locally, time_or_none)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_raw_objects,
+                                   local_server, served_locally, time_or_none)
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.request.detect import infer_provider
