@@ -197,6 +197,9 @@ def test_a_platforms_routing_is_named_only_for_requests_it_served():
     claude = profiles()["claude_code"]
     first_party = claude.advise(advice_keys("unexplained")).text
     assert "Bedrock" not in first_party and "Vertex" not in first_party and "/usage" in first_party
+    replica = claude.advise(advice_keys("stale_read")).text
+    assert "Bedrock" not in replica and "Vertex" not in replica and "subagents" in replica
+    assert "ANTHROPIC_MODEL" in claude.advise(advice_keys("stale_read", platform="bedrock")).text
     assert "ANTHROPIC_MODEL" in claude.advise(advice_keys("unexplained", platform="bedrock")).text
     assert "CLOUD_ML_REGION" in claude.advise(advice_keys("unexplained", platform="vertex")).text
 
