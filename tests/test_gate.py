@@ -47,6 +47,21 @@ def test_undecidable_without_usage_or_thresholds(cli, tmp_path):
     assert cli("gate", SAMPLE).exit_code == 3  # no thresholds anywhere
 
 
+def test_the_failed_requests_limit_alone_is_a_gate(cli, tmp_path):
+    """`gate --max-failed-requests 0` on a capture whose requests all succeeded said "could not decide: no
+    thresholds" and exited 3, its one check passed (`--undecided warn` too); set, the limit is the gate. The
+    sample's 6 requests all succeeded; with one failed (an error, no usage) the same gate fails."""
+    res = cli("gate", SAMPLE, "--max-failed-requests", "0")
+    assert res.exit_code == 0 and "none of 6 requests failed" in res.output, res.output
+    records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    records[2]["error"] = "HTTP 529: overloaded_error"
+    records[2].pop("response", None)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli("gate", broken, "--max-failed-requests", "0").exit_code == 1
+    assert cli("gate", broken, "--max-failed-requests", "1").exit_code == 0
+
+
 def test_baseline_regression_and_step_summary(cli, tmp_path, monkeypatch):
     base_trace, cand_trace = tmp_path / "base.jsonl", tmp_path / "cand.jsonl"
     write_trace(base_trace, growing_session(5))

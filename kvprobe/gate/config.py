@@ -60,8 +60,10 @@ class Thresholds:
 
     @property
     def empty(self) -> bool:
-        """No threshold to check (a regression limit, price file or mode alone checks nothing)."""
-        return all(getattr(self, name) is None for name in THRESHOLDS)
+        """No threshold to check (a regression limit, price file or mode alone checks nothing). The failed
+        requests, always checked (0 by default), are a threshold where one was set: `--max-failed-requests 0`
+        alone is a gate on them."""
+        return all(getattr(self, name) is None for name in THRESHOLDS) and "max_failed_requests" not in self.sources
 
     @property
     def regression_limit(self) -> float:
