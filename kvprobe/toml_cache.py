@@ -1,5 +1,6 @@
 """TOML files parsed once, kept between runs (the provider rules: tomllib is pure Python, ~7 ms for
-providers/, a tenth of `kvprobe diff`).
+providers/, a tenth of `kvprobe diff`). `--help` keeps the command summaries it reads from the CLI's
+modules the same way (`cli.fasthelp`, its own `parse`).
 
 A folder's files are kept parsed in one marshal file in the user's cache (kvprobe.user_cache), each with
 the size, times and inode its file had when it was parsed: a file whose stat differs in any of them is
