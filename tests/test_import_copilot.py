@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.importers import ImportReport, load_any
+from kvprobe.usage import normalize_usage
 
 T0 = 1_775_934_000  # 2026-04-11 19:00:00 UTC
 
@@ -83,12 +84,14 @@ def _event(t: int, kind: str, data: dict) -> dict:
 @pytest.fixture
 def copilot_home(tmp_path: Path) -> Path:
     """A session file of two process lifetimes: the first with per-model totals, the resumed one with only the
-    process's tokenDetails; and Copilot's own settings beside session-state/."""
+    process's tokenDetails; and Copilot's own settings beside session-state/. Copilot's input counts are the
+    whole prompt, its cached part included (its own summary: "7.5m input, 5.6m cache read"): 344,000 of which
+    300,000 read and 40,000 written; 59,000 of which 50,000 read and 8,000 written."""
     home = tmp_path / ".copilot"
     folder = home / "session-state" / "c623bce1-5906-429f-a517-d4fb2cee7cf7"
     folder.mkdir(parents=True)
     metrics = {"claude-sonnet-4.5": {"requests": {"count": 12, "cost": 12},
-                                     "usage": {"inputTokens": 4_000, "outputTokens": 2_500,
+                                     "usage": {"inputTokens": 344_000, "outputTokens": 2_500,
                                                "cacheReadTokens": 300_000, "cacheWriteTokens": 40_000}},
                "gpt-5.4-mini": {"requests": {"count": 2, "cost": 0},
                                 "usage": {"inputTokens": 900, "outputTokens": 40, "cacheReadTokens": 0,
@@ -102,7 +105,7 @@ def copilot_home(tmp_path: Path) -> Path:
         _event(600, "session.shutdown", {"modelMetrics": metrics, "currentModel": "claude-sonnet-4.5"}),
         _event(1_200, "session.resume", {}),
         _event(1_800, "session.shutdown", {"currentModel": "claude-sonnet-4.5", "tokenDetails": {
-            "input": {"tokenCount": 1_000}, "cache_read": {"tokenCount": 50_000},
+            "input": {"tokenCount": 59_000}, "cache_read": {"tokenCount": 50_000},
             "cache_write": {"tokenCount": 8_000}, "output": {"tokenCount": 700}}}),
     ]
     (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -126,6 +129,28 @@ def test_a_session_file_gives_each_process_and_models_totals_as_records_of_their
     data = json.loads(cli("report", copilot_home, "--json").stdout)
     # sums are never compared with each other: no cause is inferred from them
     assert data["totals"]["input_tokens"] == 344_000 + 900 + 59_000 and data["misses"] == []
+
+
+def test_a_session_files_input_count_holds_its_cached_part_and_a_copy_under_another_name_is_read(tmp_path):
+    """Four one-shot gpt-5.4-mini sessions of a public Copilot CLI log (Entire's checkpoints, as `full.jsonl`)
+    count 15,517 / 15,528 / 15,530 / 15,534 input tokens, the last with 14,848 read from the cache: the count
+    is the whole prompt. Read as uncached it was a 30,382-token prompt at a 48.9% hit ratio; by hand it is
+    15,534 tokens, 686 of them fresh, 95.6% read. And the copy named full.jsonl was read as an OTel export:
+    every line ignored, no request."""
+    folder = tmp_path / "6a" / "6787e4f86b" / "3"
+    folder.mkdir(parents=True)
+    usage = {"inputTokens": 15_534, "outputTokens": 30, "cacheReadTokens": 14_848, "cacheWriteTokens": 0,
+             "reasoningTokens": 15}
+    events = [_event(0, "session.start", {"sessionId": "s-mini", "version": 1, "producer": "copilot-agent",
+                                          "copilotVersion": "1.0.64"}),
+              _event(1, "user.message", {"content": "hi", "interactionId": "i1"}),
+              _event(9, "session.shutdown", {"modelMetrics": {"gpt-5.4-mini": {"requests": {"count": 1},
+                                                                                "usage": usage}},
+                                             "currentModel": "gpt-5.4-mini"})]
+    (folder / "full.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (record,) = load_any(tmp_path)
+    u = normalize_usage(record.provider, record.usage)
+    assert (u.input_tokens, u.fresh_input_tokens, u.cache_read_tokens) == (15_534, 686, 14_848)
 
 
 def test_a_session_file_beside_the_otel_export_is_not_counted_twice(copilot_home, export):

@@ -1,6 +1,7 @@
 """GitHub Copilot CLI: its OpenTelemetry file export (~/.copilot/otel/*.jsonl, or the file
 $COPILOT_OTEL_FILE_EXPORTER_PATH names), one span, log or metric per line; and its session files
-(~/.copilot/session-state/<id>/events.jsonl), where only each process's totals are kept.
+(~/.copilot/session-state/<id>/events.jsonl, or a copy of it under another name), where only each process's
+totals are kept.
 
 Quirks:
 * Per-call usage is in the OTel export only. Each line is a JS-SDK span (`{"type": "span", "traceId", "spanId",
@@ -9,8 +10,8 @@ Quirks:
   its `invoke_agent` span and an inference log (`gen_ai.client.inference.operation.details`), which are not
   counted again. Usage attributes as OpenTelemetry GenAI (kvprobe.importers.otel.genai_usage).
 * The session files (`{type, data, id, timestamp, parentId}` events) name each call's model but hold usage only
-  in `session.shutdown`: per model in `modelMetrics[model].usage` {inputTokens (uncached), cacheReadTokens,
-  cacheWriteTokens, outputTokens} (else the process's `tokenDetails`). Each shutdown covers one process
+  in `session.shutdown`: per model in `modelMetrics[model].usage` {inputTokens (the whole prompt, the cached
+  part included), cacheReadTokens, cacheWriteTokens, outputTokens} (else the process's `tokenDetails`). Each shutdown covers one process
   lifetime (a resumed session appends another). Each model's total becomes one record, counted as a process
   total (`SourceStats.totals`): its own stream (`agent = "process-<n>:<model>"`), so no cause is inferred
   from sums, and timed from the process's start to its shutdown. A session file beside an OTel export (the
@@ -25,6 +26,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+import orjson
 
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, first_count, iter_objects,
                                    time_or_none)
@@ -64,7 +67,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         stats.lines += 1
         stats.ignored += 1
         return
-    if path.name == EVENTS:
+    if _session_file(path):
         yield from _session_totals(path, stats, seen, progress)
         return
     for lineno, line in iter_objects(path, stats, progress):
@@ -104,6 +107,20 @@ def _record(span: dict[str, Any], a: dict[str, Any], stats: SourceStats, lineno:
                        started_at=start if start is not None else end, response=response, session=session,
                        agent=as_str(a.get("gen_ai.agent.name")) or "main", finished_at=end,
                        extra={"source_format": NAME, "platform": PLATFORM}, source=str(path), line=lineno)
+
+
+def _session_file(path: Path) -> bool:
+    """A session file: `events.jsonl`, or a copy under another name whose first line is a session event (the
+    Entire CLI's checkpoints keep it as `full.jsonl`; read as an OTel export, its lines were all ignored)."""
+    if path.name == EVENTS:
+        return True
+    try:
+        with path.open("rb") as fh:
+            first = orjson.loads(fh.readline(1 << 20))
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    kind = first.get("type") if isinstance(first, dict) else None
+    return isinstance(kind, str) and kind.startswith("session.") and "parentId" in first
 
 
 def _beside_an_export(path: Path) -> bool:
@@ -155,17 +172,14 @@ def _model_totals(data: dict[str, Any], stats: SourceStats, lineno: int) -> list
         for model, entry in sorted(metrics.items()):
             usage = entry.get("usage") if isinstance(entry, dict) else None
             if isinstance(usage, dict):
-                shaped = {"input_tokens": first_count(usage, "inputTokens"),
-                          "cache_read_input_tokens": first_count(usage, "cacheReadTokens"),
-                          "cache_creation_input_tokens": first_count(usage, "cacheWriteTokens"),
-                          "output_tokens": first_count(usage, "outputTokens")}
+                shaped = _shaped(first_count(usage, "inputTokens"), first_count(usage, "cacheReadTokens"),
+                                 first_count(usage, "cacheWriteTokens"), first_count(usage, "outputTokens"))
                 if any(shaped.values()):
                     out.append((model, shaped))
         details = data.get("tokenDetails")
         if not out and isinstance(details, dict):
             count = lambda k: first_count(details[k], "tokenCount") if isinstance(details.get(k), dict) else 0  # noqa: E731
-            shaped = {"input_tokens": count("input"), "cache_read_input_tokens": count("cache_read"),
-                      "cache_creation_input_tokens": count("cache_write"), "output_tokens": count("output")}
+            shaped = _shaped(count("input"), count("cache_read"), count("cache_write"), count("output"))
             model = as_str(data.get("currentModel"))
             if any(shaped.values()) and model:
                 out.append((model, shaped))
@@ -173,3 +187,14 @@ def _model_totals(data: dict[str, Any], stats: SourceStats, lineno: int) -> list
         stats.skip("invalid usage", lineno, str(exc))
         return []
     return out
+
+
+def _shaped(prompt: int, read: int, write: int, output: int) -> dict[str, int]:
+    """Usage in Anthropic's shape from Copilot's counts, whose input is the whole prompt, its cached part
+    included (as the CLI's own summary shows it: "7.5m input, 5.6m cache read"; and as OpenTelemetry's
+    `gen_ai.usage.input_tokens`, importers.otel): the uncached part is what the cache neither read nor wrote.
+    A prompt count below the two is taken as the uncached part already."""
+    fresh = prompt - read - write if prompt >= read + write else prompt
+    return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+            "output_tokens": output}
+
