@@ -107,6 +107,28 @@ def test_the_compaction_and_its_summary_request_are_found(claude_session):
     assert j["break_even_turns"] is not None and j["summary_cost_usd"] == pytest.approx(by_id["sum"].cost_usd)
 
 
+def test_copies_of_a_growing_session_hold_one_compaction(tmp_path):
+    """The Entire CLI's checkpoints keep copies of one session as it grows (each a longer prefix of it). The
+    copies' requests are read once, but each copy's compact_boundary waited for the next request that copy
+    added: a public repository's report listed three compactions of one, two with made-up rebuild costs. By
+    hand: the one compaction, after r2, rebuilt by r3."""
+    def session(upto: int) -> ClaudeTranscript:
+        s = ClaudeTranscript("s1")
+        s.turn(0, "r1", read=0, write=20_000)
+        s.turn(10, "r2", read=20_000, write=1_000)
+        s.compact_boundary(30, pre_tokens=21_003)
+        for i in range(3, upto + 1):  # after the compaction: r3 rebuilds, the next ones read on
+            s.turn(20 + 10 * i, f"r{i}", read=8_000 + 500 * (i - 3), write=500)
+        return s
+
+    for name, upto in (("a", 4), ("b", 6), ("c", 8)):  # r1-r4, r1-r6, r1-r8
+        session(upto).write(tmp_path / "checkpoints" / name / "full.jsonl")
+    rep, by_id = _report(tmp_path / "checkpoints")
+    assert sorted(by_id) == [f"r{i}" for i in range(1, 9)]
+    [comp] = rep.compactions
+    assert comp.to_json()["rebuild_request"] == "r3"
+
+
 def test_misses_list_the_charged_ones_with_their_causes(claude_session):
     rep, _ = _report(claude_session)
     data = rep.to_json()

@@ -249,8 +249,10 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
             streams.tools_used(origin, line, message, held.extra, stamp)
         stats.duplicates += 1
         return
-    if key in seen:
+    if key in seen:  # read in another file (a resumed session's copy, a checkpoint's copy of a growing one)
         stats.duplicates += 1
+        if streams is not None:  # what happened before it went with it there: no later request of this copy's
+            streams.attach(origin.agent(line), {})
         return
     if not provisional:  # a progress copy must not hide the subagent's own transcript line read later
         seen.add(key)
