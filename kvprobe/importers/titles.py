@@ -30,6 +30,9 @@ _USER_LINE = re.compile(rb'"type": ?"user"')
 _CODEX_PROMPT = re.compile(rb'"user_message"')
 _COMMAND = re.compile(r"<command-name>\s*(/?[^<]*?)\s*</command-name>")
 _ARGS = re.compile(r"<command-args>\s*([^<]*?)\s*</command-args>")
+# commands that name no task (the session's first prompt is the one after them: many sessions start with /clear)
+_HOUSEKEEPING = frozenset({"/clear", "/compact", "/resume", "/continue", "/model", "/mcp", "/permissions", "/cost",
+                           "/usage", "/status", "/help", "/config", "/context", "/login", "/logout", "/exit"})
 _NOT_A_PROMPT = ("<local-command", "Caveat:", "[Request interrupted", "<bash-", "<system-reminder>",
                  "<task-notification>")
 
@@ -55,7 +58,8 @@ def _prompt_text(content: object) -> str | None:
     command = _COMMAND.search(text)
     if command:
         args = _ARGS.search(text)
-        return f"{command.group(1)} {args.group(1) if args else ''}".strip()
+        typed = f"{command.group(1)} {args.group(1) if args else ''}".strip()
+        return None if typed in _HOUSEKEEPING or command.group(1) in ("/clear", "/compact") else typed
     return None if text.startswith(_NOT_A_PROMPT) else _HEADING.sub("", text)
 
 
