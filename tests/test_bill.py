@@ -181,7 +181,8 @@ def test_titles_name_a_slash_command_and_a_codex_prompt(tmp_path):
     assert shorten("Work on bead spotter-fum. Run bd show spotter-fum to see the issue") == \
         "Work on bead spotter-fum. Run bd show…"
     c = ClaudeTranscript("s3")  # a session begun with /clear: its first prompt is the one after it
-    c.user(0, "<command-name>/clear</command-name>\n<command-message>clear</command-message>\n<command-args></command-args>")
+    c.user(0, "<command-name>/clear</command-name>\n<command-message>clear</command-message>\n"
+              "<command-args></command-args>")
     c.user(1, "Add retries to the upload client")
     c.assistant(3, "r3", read=0, write=5_000)
     assert session_title(c.write(tmp_path / "p" / "s3.jsonl")) == "Add retries to the upload client"
