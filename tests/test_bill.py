@@ -264,3 +264,24 @@ def test_a_log_without_misses_is_told_its_fresh_input_was_new_to_any_cache(cli, 
     assert bill["headline"] == ("Misses wasted $0.0000 of $0.0615 (0.0%); 98% is input sent without the cache: "
                                 "new to the cache when sent (a session's start or a return after a pause no "
                                 "lifetime covers, each turn's new part); no cache could have read it.")
+
+
+def test_misses_on_requests_that_cannot_be_priced_make_the_waste_unknown_and_say_why(cli, tmp_path):
+    """A miss on a model no price list names (an expiry 10 minutes into its session) has no price, so what the
+    misses wasted is unknown; the headline said "an unknown amount (some are unpriced) of $X". It says what is
+    unknown and why, beside the priced total."""
+    from agent_logs import ClaudeTranscript
+
+    priced = ClaudeTranscript("s1")
+    priced.turn(0, "p1", read=0, write=20_000)
+    priced.turn(20, "p2", read=20_000, write=500)
+    priced.write(tmp_path / "projects" / "-home-me-app" / "s1.jsonl")
+    mystery = ClaudeTranscript("s2")
+    mystery.turn(0, "m1", read=0, write=20_000, model="claude-mystery-1")
+    mystery.turn(600, "m2", read=0, write=20_000, model="claude-mystery-1")  # 10 minutes: the 5m entry expired
+    mystery.write(tmp_path / "projects" / "-home-me-app" / "s2.jsonl")
+    bill = json.loads(cli("report", str(tmp_path / "projects"), "--json").stdout)["bill"]
+    assert bill["wasted_usd"] is None and bill["total"]["unpriced_requests"] == 2
+    total = f"${bill['total']['cost_usd']:.4f}"
+    assert bill["headline"].startswith(f"Misses wasted an unknown amount of {total}: some missed on requests that "
+                                       "could not be priced (2 requests unpriced); ")

@@ -99,7 +99,8 @@ class Bill:
             return "The bill is unknown: none of the requests could be priced (use --price-file)."
         digits = 2 if total >= 1 else 4  # cents on a real bill; a small test log keeps its figures
         if self.wasted_usd is None:
-            wasted = f"Misses wasted an unknown amount (some are unpriced) of {usd(total, digits)}"
+            wasted = (f"Misses wasted an unknown amount of {usd(total, digits)}: some missed on requests that could "
+                      "not be priced")
         else:
             share = f" ({100 * self.wasted_usd / total:.1f}%)" if total else ""
             wasted = f"Misses wasted {usd(self.wasted_usd, digits)} of {usd(total, digits)}{share}"
