@@ -264,13 +264,19 @@ def iter_raw_objects(path: Path, stats: SourceStats, progress: Progress | None =
         if value.__class__ is dict:
             yield lineno, raw, value
             continue
-        parts = joined_objects(raw)
-        if parts is None:
-            loads_line(raw, stats, lineno)  # counted by its reason
-            continue
-        stats.joined += 1
-        for part in parts:
+        for part in objects_of_bad_line(raw, stats, lineno):
             yield lineno, orjson.dumps(part), part
+
+
+def objects_of_bad_line(raw: bytes, stats: SourceStats, lineno: int) -> list[dict[str, Any]]:
+    """A line that is no JSON object: the objects it holds when several were written together (counted as
+    joined: `joined_objects`), else none (a skip counted by its reason)."""
+    parts = joined_objects(raw)
+    if parts is None:
+        loads_line(raw, stats, lineno)
+        return []
+    stats.joined += 1
+    return parts
 
 
 def _not_json(name: str) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import orjson
 
-from kvprobe.importers.base import (Progress, SourceStats, as_int, as_str, iter_lines, joined_objects, loads_line,
+from kvprobe.importers.base import (Progress, SourceStats, as_int, as_str, iter_lines, objects_of_bad_line,
                                    time_or_none)
 from kvprobe.importers.events import Events, event
 from kvprobe.importers.formats import SNIFFERS
@@ -145,7 +145,7 @@ def _chains() -> Chains:
 def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of a JSON Lines transcript, every line counted, a bad one a counted skip."""
     # this loop runs for every line of every transcript: the count in a local, the JSON parsed inline (a line
-    # that is not a JSON object goes through loads_line, which counts it by reason)
+    # that is not a JSON object goes through objects_of_bad_line, which counts it by reason)
     loads = orjson.loads
     lines = 0
     try:
@@ -158,12 +158,7 @@ def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> I
             if line.__class__ is dict:
                 yield lineno, line
                 continue
-            parts = joined_objects(raw)
-            if parts is None:
-                loads_line(raw, stats, lineno)  # counted by its reason
-                continue
-            stats.joined += 1
-            for part in parts:
+            for part in objects_of_bad_line(raw, stats, lineno):
                 yield lineno, part
     finally:
         stats.lines += lines
