@@ -82,6 +82,8 @@ def test_usage_adds_up_the_steps(cli, kimi_share):
     # input: 20,000 + (1,500 + 20,000) + 5,000 + (3,000 + 1,000); read: 20,000 + 1,000; output 300+200+50+100
     assert (t["requests"], t["input_tokens"], t["cache_read_tokens"], t["output_tokens"]) == (4, 50_500, 21_000, 650)
     assert t["unpriced_requests"] == 4  # the wire names no model: nothing is priced by guess
+    # the folder names the project by the MD5 of its directory: its start, as `ls ~/.kimi/sessions` shows it
+    assert [row["project"] for row in data["by_project"]] == ["(project 0cc175b9c0f1…)"]
 
 
 def test_steps_without_a_message_id_are_told_apart_across_sessions(tmp_path):

@@ -212,13 +212,16 @@ def project_from(cwd: object, source: str | None) -> str:
 
 @lru_cache(maxsize=4096)  # a log's requests share their file: its path is split once
 def _project_folder(source: str | None) -> str:
-    """Claude Code's project folder (`projects/<cwd with / as ->`), or the folder a Gemini CLI session names its
-    project by (`tmp/<SHA-256 of the directory>/chats/`: its first 12 characters, as `ls` shows the folder)."""
+    """Claude Code's project folder (`projects/<cwd with / as ->`), or the folder a Gemini CLI or Kimi CLI
+    session names its project by (`tmp/<SHA-256 of the directory>/chats/`, `sessions/<MD5 of the
+    directory>/<session>/`: its first 12 characters, as `ls` shows the folder)."""
     if source:
         parts = Path(source).parts
         if "projects" in parts[:-1]:
             return parts[parts.index("projects") + 1]
         if len(parts) >= 3 and parts[-2] == "chats" and _HEX.fullmatch(parts[-3]):
+            return f"(project {parts[-3][:12]}…)"
+        if len(parts) >= 4 and parts[-4] == "sessions" and _HEX.fullmatch(parts[-3]):
             return f"(project {parts[-3][:12]}…)"
     return "(none)"
 
