@@ -429,7 +429,7 @@ def _bill(results: list[RequestResult], misses: list[Miss], prices: PriceBook) -
     from kvprobe.economics.bill import build_bill
     from kvprobe.importers.titles import SessionTitles
 
-    wasted = None if any(m.usd is None for m in misses) else sum(m.usd or 0.0 for m in misses)
+    wasted = [m.usd for m in misses]
     sources: dict[str, dict[str, None]] = {}
     for r in results:
         if r.sk.source is not None:

@@ -82,6 +82,9 @@ class Bill:
     wasted_usd: float | None  # what the diagnosed misses cost above an ideal prefix cache (None: unpriced)
     groups: dict[str, list[tuple[str, Split]]]  # grouping -> rows, costliest first
     titles: SessionTitles = field(default_factory=SessionTitles)  # session -> its title in the agent's log
+    # where some misses could not be priced (wasted_usd None): what the priced ones cost, and how many are not
+    priced_waste_usd: float = 0.0
+    unpriced_misses: int = 0
 
     @property
     def largest(self) -> tuple[str, float] | None:
@@ -98,12 +101,15 @@ class Bill:
         if total is None:
             return "The bill is unknown: none of the requests could be priced (use --price-file)."
         digits = 2 if total >= 1 else 4  # cents on a real bill; a small test log keeps its figures
-        if self.wasted_usd is None:
-            wasted = (f"Misses wasted an unknown amount of {usd(total, digits)}: some missed on requests that could "
-                      "not be priced")
+        notes = [f"{self.total.unpriced_requests:,} requests unpriced"] if self.total.unpriced_requests else []
+        if self.wasted_usd is None:  # a floor: the priced misses' cost, the others counted aside
+            wasted = f"Misses wasted at least {usd(self.priced_waste_usd, digits)} of {usd(total, digits)}"
+            n = self.unpriced_misses
+            notes.append(f"{n:,} miss{'' if n == 1 else 'es'} among them not counted")
         else:
             share = f" ({100 * self.wasted_usd / total:.1f}%)" if total else ""
             wasted = f"Misses wasted {usd(self.wasted_usd, digits)} of {usd(total, digits)}{share}"
+        wasted += f" ({'; '.join(notes)})" if notes else ""
         largest = self.largest
         if largest is None:
             return wasted + "."
@@ -111,8 +117,7 @@ class Bill:
         what, advice = SPEND_WORDS[cls]
         if self.wasted_usd == 0:
             advice = WITHOUT_MISSES.get(cls, advice)
-        unpriced = f" ({self.total.unpriced_requests:,} requests unpriced)" if self.total.unpriced_requests else ""
-        return f"{wasted}{unpriced}; {100 * share:.0f}% is {what}: {advice}."
+        return f"{wasted}; {100 * share:.0f}% is {what}: {advice}."
 
     def to_json(self) -> dict[str, Any]:
         largest = self.largest
@@ -128,9 +133,9 @@ class Bill:
         }
 
 
-def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, wasted_usd: float | None,
+def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, wasted: list[float | None],
                titles: SessionTitles | None = None) -> Bill:
-    """The bill of priced results; `wasted_usd` is what their misses cost (the report's misses added)."""
+    """The bill of priced results; `wasted` is what each of their misses cost (None: a miss not priced)."""
     # one split per (model, project, session, agent) first, then each grouping sums those: a large log adds
     # each request once, not once per grouping
     cells: dict[tuple[str, ...], Split] = {}
@@ -148,4 +153,6 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
         for g, k in zip(GROUPINGS, key):
             groups[g].setdefault(k, Split()).merge(cell)
     ranked = {g: sorted(rows.items(), key=lambda kv: (-(kv[1].cost_usd or 0.0), kv[0])) for g, rows in groups.items()}
-    return Bill(total, wasted_usd, ranked, titles or SessionTitles())
+    priced = [usd_value for usd_value in wasted if usd_value is not None]
+    unpriced = len(wasted) - len(priced)
+    return Bill(total, None if unpriced else sum(priced), ranked, titles or SessionTitles(), sum(priced), unpriced)
