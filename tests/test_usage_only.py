@@ -250,3 +250,24 @@ def test_codex_compaction_is_found_with_its_summary_unknown(codex_rollout):
     assert (j["summary_request"], j["rebuild_request"], j["tokens_before"], j["tokens_after"]) == \
         (None, "cx#5", 15_000, 6_000)
     assert j["break_even_turns"] is None and j["paid_off"] is False
+
+
+def test_a_codex_read_past_the_nominal_lifetime_that_shows_the_entry_alive_is_no_expiry(tmp_path):
+    """OpenAI's in-memory entries go after 5-10 minutes of inactivity, within an hour: the 10 minutes in the
+    rules is a nominal lifetime. A public Codex rollout read 69,504 of 86,056 tokens 25m42s after the request
+    before and was told "TTL expired"; its own entry had outlived the pause. A read of no more than an expiry
+    leaves (the 4,992 tokens cached before the conversation began, which its first request read) is still
+    one. By hand: cx#3 reads 15,000 of the 19,968 cx#2 read, 25 minutes on; cx#4 4,992 of those 15,000, 25 more."""
+    c = CodexRollout("cx")
+    c.start_turn(0)
+    c.request(2, input_tokens=20_000, cached=4_992)
+    c.request(30, input_tokens=22_000, cached=19_968)
+    for turn, (input_tokens, cached) in enumerate([(24_000, 15_000), (26_000, 4_992)], start=1):
+        c.complete(40 + (turn - 1) * 1_500)  # the user comes back 25 minutes later
+        c.start_turn(40 + turn * 1_500)
+        c.request(42 + turn * 1_500, input_tokens=input_tokens, cached=cached)
+    _, by_id = _report(c.write(tmp_path))
+    [alive] = by_id["cx#3"].diagnoses
+    assert alive.kind != "ttl_expired" and "lifetime" not in alive.kind, alive
+    [gone] = by_id["cx#4"].diagnoses
+    assert gone.kind == "ttl_expired"

@@ -108,8 +108,12 @@ class _Stream:
     scale: Scale = field(default_factory=Scale)  # real tokens per estimated token of its rebuilt messages
     by_id: dict[str, "RequestResult"] = field(default_factory=dict)  # requests a later turn's change names
     turn_starts: dict[str | None, dict[int, "RequestResult"]] = field(default_factory=dict)  # model -> level -> req
+    # model -> what the stream's first request of it read: cached before the conversation began (shared with
+    # other sessions), so at most what an expiry of the conversation's own entries leaves
+    opened: dict[str | None, int] = field(default_factory=dict)
 
     def update(self, r: "RequestResult") -> None:
+        self.opened.setdefault(r.sk.model, r.usage.cache_read_tokens)
         base = self.by_model.get(r.sk.model)
         changed_at = change_position(r, base, self.scale)
         self.scale.learn(r, base)
@@ -263,7 +267,8 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
     kinds = sorted({e["kind"] for e in events if e["kind"] in _TRIGGER_PATH}, key=list(_TRIGGER_PATH).index)
     triggers = list(dict.fromkeys(_trigger_words(e) for e in sorted(
         (e for e in events if e["kind"] in _TRIGGER_PATH), key=lambda e: list(_TRIGGER_PATH).index(e["kind"]))))
-    if lifetime is not None and gap >= lifetime:  # an entry is gone at exactly its lifetime, as in kvprobe.sim
+    if lifetime is not None and gap >= lifetime and not _outlived(r, stream, levels):
+        # an entry is gone at exactly its lifetime, as in kvprobe.sim
         expired = _expired(r, base, gap, lifetime, rules, chosen)
         if expired is not None and triggers:
             expired.detail += "; also just before it (inferred from the log): " + " and ".join(triggers)
@@ -310,6 +315,18 @@ def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, event
                      param=param, triggers=kinds or None,
                      advice=_TRIGGER_ADVICE[kinds[0]] if kinds else _LEVEL_ADVICE,
                      evidence="log_events" if triggers else "read_level")
+
+
+def _outlived(r: "RequestResult", stream: _Stream, levels: Levels) -> bool:
+    """On an implicit cache, whose lifetime is a range the provider keeps to its own judgement (OpenAI's
+    in-memory entries go after 5-10 minutes of inactivity, within an hour; Gemini's are best effort), a read of
+    more than an expiry leaves shows the conversation's own entry outlived the pause: its shortfall is not the
+    lifetime's. What an expiry leaves is what was cached before the conversation (its first request's read)
+    and the tools+system level; a cache whose lifetime is exact (breakpoints) keeps its expiries."""
+    if r.rules.get("matching") == "blocks":
+        return False
+    floor = max(stream.opened.get(r.sk.model, 0), levels.tools_system(r) or 0, estimate_noise(r))
+    return r.usage.cache_read_tokens > floor
 
 
 def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: float, rules: ModelRules,
