@@ -271,3 +271,22 @@ def test_a_codex_read_past_the_nominal_lifetime_that_shows_the_entry_alive_is_no
     assert alive.kind != "ttl_expired" and "lifetime" not in alive.kind, alive
     [gone] = by_id["cx#4"].diagnoses
     assert gone.kind == "ttl_expired"
+
+
+def test_a_codex_routing_miss_counts_the_conversations_requests_in_the_minute_before(tmp_path):
+    """OpenAI sends a prompt_cache_key's requests past ~15 a minute to other machines; the advice "fewer
+    parallel Codex threads" applies only there, and public rollouts never came near it. A read of nothing 20 s
+    into a calm conversation says how many requests it sent in the minute before. By hand: each request starts
+    when the one before ended (its tool's output), so cx#1, cx#2 and cx#3 started at 0, 2.5 and 12.5 s, all
+    within the minute before cx#4 (22.5 s): 3 requests."""
+    c = CodexRollout("cx")
+    c.start_turn(0)
+    for t, (input_tokens, cached) in zip((2, 12, 22, 32), [(20_000, 0), (21_000, 19_968), (22_000, 20_864),
+                                                           (23_000, 0)]):
+        c.request(t, input_tokens=input_tokens, cached=cached)
+    _, by_id = _report(c.write(tmp_path))
+    [d] = by_id["cx#4"].diagnoses
+    assert d.kind in ("routing", "unexplained"), d
+    assert "this conversation sent 3 requests in the minute before it, under the ~15 a minute past which OpenAI's " \
+           "prefix-hash routing sends some elsewhere" in d.detail, d.detail
+    assert "no Codex setting changes" in d.advice

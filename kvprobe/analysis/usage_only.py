@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,9 +111,13 @@ class _Stream:
     # model -> what the stream's first request of it read: cached before the conversation began (shared with
     # other sessions), so at most what an expiry of the conversation's own entries leaves
     opened: dict[str | None, int] = field(default_factory=dict)
+    recent: deque = field(default_factory=deque)  # start times of its requests in the last minute (any model)
 
     def update(self, r: "RequestResult") -> None:
         self.opened.setdefault(r.sk.model, r.usage.cache_read_tokens)
+        self.recent.append(r.sk.started_at)
+        while self.recent and self.recent[0] < r.sk.started_at - PER_MINUTE:
+            self.recent.popleft()
         base = self.by_model.get(r.sk.model)
         changed_at = change_position(r, base, self.scale)
         self.scale.learn(r, base)
@@ -206,8 +210,31 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
         return False, on_level
     d = _shortfall(r, base, stream, events, levels, compacted or shrank)
     if d is not None:
-        r.diagnoses = [_with_missed(r, d)]
+        r.diagnoses = [_with_missed(r, _with_rate(r, stream, d))]
     return True, on_level
+
+
+PER_MINUTE = 60.0
+
+
+def _with_rate(r: "RequestResult", stream: _Stream, d: Diagnosis) -> Diagnosis:
+    """Where the provider sends a key's requests elsewhere past a rate (`cache_routing`'s overflow_per_minute in
+    providers/: OpenAI's ~15 a minute per prefix and key), a read of another cache or of none says how many
+    requests this conversation sent in the minute before it: over the rate, fewer in parallel help; under it,
+    no setting of the user's does."""
+    rule = r.rules.rules.get("cache_routing")
+    limit = rule.value.get("overflow_per_minute") if rule is not None and isinstance(rule.value, dict) else None
+    if d.kind not in _RATE_KINDS or not isinstance(limit, int):
+        return d
+    since = r.sk.started_at - PER_MINUTE
+    sent = sum(1 for t in stream.recent if since <= t <= r.sk.started_at)
+    side = "over" if sent > limit else "under"
+    d.detail += (f"; this conversation sent {sent} request{'' if sent == 1 else 's'} in the minute before it, {side} "
+                 f"the ~{limit} a minute past which {rule.value.get('name', 'the provider')} sends some elsewhere")
+    return d
+
+
+_RATE_KINDS = ("routing", "unexplained", "stale_read")
 
 
 def _base(r: "RequestResult", stream: _Stream) -> tuple["RequestResult | None", str | None, "RequestResult | None"]:
