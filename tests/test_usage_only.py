@@ -290,3 +290,19 @@ def test_a_codex_routing_miss_counts_the_conversations_requests_in_the_minute_be
     assert "this conversation sent 3 requests in the minute before it, under the ~15 a minute past which OpenAI's " \
            "prefix-hash routing sends some elsewhere" in d.detail, d.detail
     assert "no Codex setting changes" in d.advice
+
+
+def test_a_compactions_summary_request_is_named_in_the_requests_table(claude_session, monkeypatch):
+    """The request Claude Code's compaction agent makes sends the whole history to a new agent: a public log's
+    second costliest row ($0.77), its why blank ("nothing to explain"). It is named for what it is, the cost the
+    compaction line below prices."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("COLUMNS", "200")
+    res = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(claude_session), "--requests", "all"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if " sum " in f" {line} ")
+    assert row.rstrip().endswith("compaction summary"), row
+    assert "compaction summary: the request that summarised the history" in res.stdout
