@@ -249,7 +249,7 @@ def test_codex_compaction_is_found_with_its_summary_unknown(codex_rollout):
     j = comp.to_json()
     assert (j["summary_request"], j["rebuild_request"], j["tokens_before"], j["tokens_after"]) == \
         (None, "cx#5", 15_000, 6_000)
-    assert j["break_even_turns"] is None and j["paid_off"] is False
+    assert j["break_even_turns"] is None and j["paid_off"] is None  # unknown, as its break-even: not "false"
 
 
 def test_a_codex_read_past_the_nominal_lifetime_that_shows_the_entry_alive_is_no_expiry(tmp_path):

@@ -21,7 +21,7 @@ from kvprobe.errors import InputError
 from kvprobe.pricing import PriceBook
 from kvprobe.report import Filters, Report, build_report, fallback_lines
 from kvprobe.trace.record import parse_since
-from kvprobe.wording import show
+from kvprobe.wording import duration, show
 
 PROGRESS_MIN_BYTES = 20_000_000
 
@@ -248,8 +248,8 @@ def render_tasks(rep: Report) -> None:
     rate = "n/a" if o["pass_rate"] is None else f"{100 * o['pass_rate']:.0f}%"
     out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']} · pass rate {rate} · cost per accepted task ",
                             (money(o["cost_per_accepted_task_usd"]), "bold"),
-                            f" · median {o['median_duration_s']:.0f}s · slowest decile "
-                            f"{o['slowest_decile_duration_s']:.0f}s"))
+                            f" · median {duration(o['median_duration_s'])} · slowest decile "
+                            f"{duration(o['slowest_decile_duration_s'])}"))
 
 
 def render_fixes(rep: Report) -> None:

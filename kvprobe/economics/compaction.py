@@ -44,7 +44,9 @@ class Compaction:
                 "later_requests": len(self.later),
                 "later_cost_usd": _r(sum(r.cost_usd or 0.0 for r in self.later)),
                 "per_turn_saving_usd": _r(self.per_turn_saving_usd), "overhead_usd": _r(self.overhead_usd),
-                "break_even_turns": be, "paid_off": be is not None and len(self.later) + 1 >= be}
+                # unknown (null) where the summarising call logged no usage (Codex): its break-even is unknown too
+                "break_even_turns": be,
+                "paid_off": None if s is None else be is not None and len(self.later) + 1 >= be}
 
 
 def _r(v: float | None) -> float | None:
