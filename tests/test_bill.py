@@ -286,3 +286,17 @@ def test_misses_on_requests_that_cannot_be_priced_make_the_waste_unknown_and_say
     total = f"${bill['total']['cost_usd']:.4f}"
     assert bill["headline"].startswith(f"Misses wasted at least $0.0000 of {total} (2 requests unpriced; 1 miss "
                                        "among them not counted); ")
+
+
+def test_narrow_the_bill_keeps_the_larger_of_its_write_columns(tmp_path):
+    """A log on 1h entries: at 80 columns the bill kept its 5m writes ($0.00 here) and left out the 1h writes
+    that were most of its writes, so a row did not visibly add up. The least of the bill goes first."""
+    from agent_logs import ClaudeTranscript
+
+    s = ClaudeTranscript("h1")
+    s.turn(0, "h1", read=0, write=60_000, ttl="1h")
+    s.turn(20, "h2", read=60_000, write=5_000, ttl="1h")
+    s.write(tmp_path / "projects" / "-home-me-app" / "h1.jsonl")
+    text = _run("report", tmp_path / "projects", columns=60)
+    shown = _header(text, "The bill by model", "model")
+    assert {"reads", "1h writes", "total"} <= set(shown) and "5m writes" not in shown, shown

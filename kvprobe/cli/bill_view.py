@@ -11,9 +11,9 @@ from kvprobe.importers.titles import shorten
 from kvprobe.wording import usd
 
 BILL_ROWS = 5  # rows per grouping in the terminal (--json has every one)
-# narrow, fresh input (cents on most logs) goes first, then output, then the 1h and 5m writes; reads and
-# the total stay
-_DROP = {"read": None, "write_5m": 4, "write_1h": 3, "fresh": 1, "output": 2}
+# narrow, the classes that are the least of the bill go first (fresh input, cents on most logs, then what
+# else is smallest: a log on 1h entries keeps its 1h writes before its 5m ones); reads and the total stay
+_KEPT = ("read",)
 
 
 def money_cells(split: Split, digits: int) -> list[str]:
@@ -27,8 +27,16 @@ def money_cells(split: Split, digits: int) -> list[str]:
 def money_columns(first: Col, total: Split, digits: int) -> list[Col]:
     """The first column, then one per token class and the total, the bill's total in the footer."""
     footers = money_cells(total, digits)
-    return [first] + [Col(name, "right", drop=_DROP[cls], footer=footers[i])
+    return [first] + [Col(name, "right", drop=_drop_order(total).get(cls), footer=footers[i])
                       for i, (cls, name) in enumerate(COLUMN_NAMES)] + [Col("total", "right", footer=footers[-1])]
+
+
+def _drop_order(total: Split) -> dict[str, int]:
+    """Each droppable class's priority (the lowest left out first): the smaller its share of the bill, the
+    sooner; ties in the classes' own order, fresh input first."""
+    order = ("fresh", "output", "write_1h", "write_5m")
+    ranked = sorted((cls for cls in order if cls not in _KEPT), key=lambda cls: (total.usd[cls], order.index(cls)))
+    return {cls: rank for rank, cls in enumerate(ranked, start=1)}
 
 
 def _label(bill: Bill, grouping: str, key: str) -> str:
