@@ -184,3 +184,15 @@ def test_a_turn_start_another_model_left_is_no_entry_of_this_models_cache(tmp_pa
     last = {r["id"]: r for r in report.to_json()["requests"]}["cdx-turns#7"]
     assert [(d["kind"], d.get("writer_id")) for d in last["diagnoses"]] == [("unexplained", None)]
     assert (last["ideal_read_tokens"], last["missed_read_tokens"]) == (24_064, 24_064 - read)
+
+
+def test_a_new_turns_dropped_reasoning_is_a_cause_of_its_own_with_its_own_remedy(tmp_path: Path) -> None:
+    """A public rollout's "prefix changed at messages" held 14 new turns whose reasoning the API dropped and 2
+    other changes; the cause's one example gave the AGENTS.md and sandbox advice to all. The new turns are a
+    cause of their own: #6 and #9 (worked out by hand in the first test of this file)."""
+    report = kvprobe.analyse([str(write_rollout(tmp_path))]).to_json()
+    causes = {c["label"]: c for c in report["causes"]}
+    turn = causes["prefix changed at messages (a new turn)"]
+    assert (turn["kind"], turn["what"], turn["change"]) == ("prefix_changed", "messages", "reasoning_dropped")
+    assert sorted(turn["request_ids"]) == ["cdx-turns#6", "cdx-turns#9"]
+    assert "turn" in turn["what_to_do"] and "AGENTS.md" not in turn["what_to_do"]

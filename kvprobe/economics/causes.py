@@ -13,20 +13,29 @@ from typing import Any
 from kvprobe.analysis.diagnosis import Diagnosis, advice_for
 
 
-def cause_key(d: Diagnosis) -> tuple[str, str]:
+def cause_key(d: Diagnosis) -> tuple[str, str, str]:
+    """(kind, what broke, the change a transcript shows): a new turn's dropped reasoning, a rewritten message
+    and a rewind break the messages level alike, but each has its own remedy, so each is a cause of its own."""
     if d.kind == "prefix_changed" and d.path:
         where = "tools" if d.path.startswith("tools") else ("messages" if d.path.startswith("messages")
                                                              else d.path)
-        return d.kind, where
+        return d.kind, where, d.change or ""
     if d.kind == "params_changed":
-        return d.kind, d.param or ""
-    return d.kind, ""
+        return d.kind, d.param or "", ""
+    return d.kind, "", ""
 
 
-def cause_label(key: tuple[str, str]) -> str:
-    kind, what = key
+# the changes a transcript shows (analysis.rebuilt), as a cause's label names them
+CHANGE_WORDS = {"reasoning_dropped": "a new turn", "edited": "a message rewritten", "cleared": "tool results "
+                "cleared", "branched": "a rewind or branch", "compacted": "a compaction", "restarted": "a new "
+                "conversation"}
+
+
+def cause_label(key: tuple[str, str, str]) -> str:
+    kind, what, change = key
     if kind == "prefix_changed":
-        return f"prefix changed at {what or 'an unknown block'}"
+        said = f" ({CHANGE_WORDS.get(change, change)})" if change else ""
+        return f"prefix changed at {what or 'an unknown block'}{said}"
     if kind == "params_changed":
         return f"{what} changed" if what else "parameters changed"
     return {"ttl_expired": "TTL expired (a pause)", "not_yet_readable": "siblings started together",
@@ -39,7 +48,7 @@ def cause_label(key: tuple[str, str]) -> str:
 
 @dataclass(slots=True)
 class Cause:
-    key: tuple[str, str]
+    key: tuple[str, str, str]
     requests: list[str] = field(default_factory=list)
     sessions: set[str] = field(default_factory=set)
     missed_tokens: int = 0
@@ -54,7 +63,8 @@ class Cause:
         return cause_label(self.key)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.key[0], "what": self.key[1] or None, "label": self.label, "requests": len(self.requests),
+        return {"kind": self.key[0], "what": self.key[1] or None, "change": self.key[2] or None, "label": self.label,
+                "requests": len(self.requests),
                 "sessions": len(self.sessions), "missed_read_tokens": self.missed_tokens,
                 "input_equivalent_tokens": round(self.input_equivalent, 1),
                 "usd": None if self.usd is None else round(self.usd, 6), "example_request": self.example_request,
@@ -65,7 +75,7 @@ class Cause:
 
 def group_causes(misses: list[Any], fixes: list[dict[str, Any]] | None = None) -> list[Cause]:
     """misses: report.Miss items (costliest first); fixes: the chosen fixes' JSON."""
-    out: dict[tuple[str, str], Cause] = {}
+    out: dict[tuple[str, str, str], Cause] = {}
     for m in misses:
         d = m.result.diagnoses[0]
         cause = out.setdefault(cause_key(d), Cause(cause_key(d)))
