@@ -223,9 +223,7 @@ def dropped_reasoning(r: "RequestResult") -> tuple[int, dict[str, Any]] | None:
             or not isinstance(drop.get("tokens"), int) or not isinstance(drop.get("index"), int) \
             or drop.get("opened") is not True:
         return None
-    from kvprobe.analysis.simulate import tolerance  # simulate imports this module (through usage_only)
-
-    return _stepped(drop["tokens"], tolerance(r.rules)), drop
+    return _stepped(drop["tokens"], step_of(r)), drop
 
 
 def reasoning_change(r: "RequestResult", base: "RequestResult") -> Diagnosis | None:

@@ -219,9 +219,8 @@ def _project_folder(source: str | None) -> str:
         parts = Path(source).parts
         if "projects" in parts[:-1]:
             return parts[parts.index("projects") + 1]
-        if len(parts) >= 3 and parts[-2] == "chats" and _HEX.fullmatch(parts[-3]):
-            return f"(project {parts[-3][:12]}…)"
-        if len(parts) >= 4 and parts[-4] == "sessions" and _HEX.fullmatch(parts[-3]):
+        hashed = len(parts) >= 4 and (parts[-2] == "chats" or parts[-4] == "sessions")
+        if hashed and _HEX.fullmatch(parts[-3]):
             return f"(project {parts[-3][:12]}…)"
     return "(none)"
 
