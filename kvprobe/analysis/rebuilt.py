@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 ESTIMATE_SLACK = 0.25
 _WORDS = {"edited": "a message already sent was rewritten", "cleared": "the provider cleared old tool results "
           "(context editing)", "branched": "the conversation went back and branched (a rewind or an edited "
-          "prompt)", "compacted": "the history was replaced by a compaction summary", "restarted": "a new "
+          "prompt)", "compacted": "the history was replaced by a compaction summary", "truncated": "the agent dropped older "
+          "messages to fit the context window", "restarted": "a new "
           "conversation began (nothing in common with the previous request's messages: /clear or another task)"}
 # changes after which only the tools and system are reusable: the estimate of where they end is the whole
 # previous history's, too rough to price a miss on (the levels the log shows say it better)
@@ -314,4 +315,6 @@ _ADVICE = {
                 "price of going back",
     "compacted": "compact or clear at task boundaries: after a compaction the conversation is written again "
                  "from its summary",
+    "truncated": "dropping older messages to fit the context window writes everything after the first one "
+                 "dropped again: start a new task (or summarise) before the window fills",
 }

@@ -230,14 +230,15 @@ def render_compactions(rep: Report) -> None:
     for c in rep.compactions:
         j = c.to_json()
         be = j["break_even_turns"]
-        if j["summary_request"] is None:
+        if j["summary_request"] is None and j["kind"] != "truncation":
             verdict = "break-even unknown (the summarising call logged no usage)"
         elif be:
             verdict = f"pays back after {be} turns ({'paid off' if j['paid_off'] else 'not yet paid off'})"
         else:
             verdict = "never pays back"
         summary = f"summary {money(j['summary_cost_usd'])}, " if j["summary_request"] is not None else ""
-        out.print(Text(f"Compaction at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
+        what = "Older messages dropped" if j["kind"] == "truncation" else "Compaction"
+        out.print(Text(f"{what} at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
                        f"{summary}rebuild {money(j['rebuild_cost_usd'])}; {verdict}", style="cyan"))
 
 

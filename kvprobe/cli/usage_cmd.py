@@ -15,7 +15,7 @@ from kvprobe.economics.bill_words import COLUMN_NAMES
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, default_sources
 from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary
-from kvprobe.wording import show, usd
+from kvprobe.wording import plural, show, usd
 
 
 def usage(
@@ -162,5 +162,8 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)
+    if summary.without_model:
+        out.print(f"* {plural(summary.without_model, 'request')} name no model (the log does not say which): "
+                  "unpriced (a --price-file prices models by name)", markup=False)
     for note in summary.price_notes:
         out.print(f"* {note}", markup=False)

@@ -27,7 +27,7 @@ def cause_key(d: Diagnosis) -> tuple[str, str, str]:
 
 # the changes a transcript shows (analysis.rebuilt), as a cause's label names them
 CHANGE_WORDS = {"reasoning_dropped": "a new turn", "edited": "a message rewritten", "cleared": "tool results "
-                "cleared", "branched": "a rewind or branch", "compacted": "a compaction", "restarted": "a new "
+                "cleared", "branched": "a rewind or branch", "compacted": "a compaction", "truncated": "older messages dropped", "restarted": "a new "
                 "conversation"}
 
 

@@ -29,16 +29,19 @@ class Compaction:
     tokens_after: int
     per_turn_saving_usd: float = 0.0  # each later turn reads the shorter history instead of the old one
     overhead_usd: float = 0.0  # the summarising request + the rebuild's premium over a plain read
+    # "summary" (a summarising call made it), or "truncation": the agent dropped older messages itself (Cline's
+    # context manager), with no call to pay for: the rebuild is the whole overhead
+    kind: str = "summary"
 
     def break_even_turns(self) -> int | None:
-        if self.per_turn_saving_usd <= 0 or self.summary is None:
+        if self.per_turn_saving_usd <= 0 or (self.summary is None and self.kind != "truncation"):
             return None
         return max(math.ceil(self.overhead_usd / self.per_turn_saving_usd), 1)
 
     def to_json(self) -> dict[str, Any]:
         be = self.break_even_turns()
         s = self.summary
-        return {"summary_request": s.sk.id if s else None, "rebuild_request": self.rebuild.sk.id,
+        return {"kind": self.kind, "summary_request": s.sk.id if s else None, "rebuild_request": self.rebuild.sk.id,
                 "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
                 "summary_cost_usd": _r(s.cost_usd) if s else None, "rebuild_cost_usd": _r(self.rebuild.cost_usd),
                 "later_requests": len(self.later),
@@ -46,7 +49,8 @@ class Compaction:
                 "per_turn_saving_usd": _r(self.per_turn_saving_usd), "overhead_usd": _r(self.overhead_usd),
                 # unknown (null) where the summarising call logged no usage (Codex): its break-even is unknown too
                 "break_even_turns": be,
-                "paid_off": None if s is None else be is not None and len(self.later) + 1 >= be}
+                "paid_off": None if s is None and self.kind != "truncation" else be is not None
+                and len(self.later) + 1 >= be}
 
 
 def _r(v: float | None) -> float | None:
@@ -127,9 +131,12 @@ def _logged_compactions(streams: dict[tuple[str, str], list[RequestResult]],
             earlier = [s for s in summaries.get(session, ()) if before.sk.started_at <= s.sk.started_at
                        <= rebuild.sk.started_at]
             summary = max(earlier, key=lambda s: s.sk.started_at) if earlier else None
-            pre = _marked(rebuild).get("pre_tokens")  # type: ignore[union-attr]
+            mark = _marked(rebuild) or {}
+            pre = mark.get("pre_tokens")
             tokens_before = pre if isinstance(pre, int) and pre > 0 else before.usage.input_tokens
-            comp = Compaction(summary, rebuild, stream[i + 1:end], tokens_before, rebuild.usage.input_tokens)
+            dropped = mark.get("trigger") == "truncation"
+            comp = Compaction(None if dropped else summary, rebuild, stream[i + 1:end], tokens_before,
+                              rebuild.usage.input_tokens, kind="truncation" if dropped else "summary")
             _price(comp, prices)
             found.append(comp)
     return found

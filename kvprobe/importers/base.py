@@ -380,6 +380,21 @@ def token_count(value: Any, field: str) -> int:
     raise BadCount(field, value)
 
 
+def split_usage(provider: str, fresh: int, read: int, write: int, output: int, reasoning: int = 0) -> dict[str, Any]:
+    """A log's usage given apart (uncached input, cache reads, cache writes, output, reasoning billed as output)
+    as the provider's response reports it: Anthropic's fields for Claude, the Responses API's (the whole prompt
+    as input, the cached part in its details) for every other."""
+    output += reasoning
+    if provider == "anthropic":
+        return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "output_tokens": output}
+    details: dict[str, Any] = {"cached_tokens": read}
+    if write:
+        details["cache_write_tokens"] = write
+    return {"input_tokens": fresh + read + write, "input_tokens_details": details, "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": reasoning}}
+
+
 def first_count(holder: dict[str, Any], *keys: str, prefix: str = "") -> int:
     """The token count under the first of `keys` present (sources spell some counts two ways, newer first),
     named `prefix` + that key in a BadCount; the first key names it when none is present (a count of 0)."""

@@ -19,6 +19,10 @@ OPENCODE_DATABASE = "opencode.db"  # OpenCode's SQLite store: no JSON to sniff
 KIMI_WIRE = "wire.jsonl"
 KIMI_SIDE_FILES = ("context.jsonl", "state.json", "metadata.json")  # beside wire.jsonl: no usage in them
 COPILOT_SIDE_FILES = ("config.json", "command-history-state.json", "mcp-config.json")  # beside session-state/
+CLINE_UI_FILES = ("ui_messages.json", "claude_messages.json")  # a Cline task folder's log (the oldest name second)
+# beside it: the conversation sent, the task's metadata, the context manager's state (no usage in them)
+CLINE_SIDE_FILES = ("api_conversation_history.json", "task_metadata.json", "context_history.json")
+CLINE_SDK_SUFFIX = ".messages.json"
 
 # Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
 # a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
@@ -90,6 +94,19 @@ def _kimi_cli(first: Any) -> bool:
         and isinstance(message.get("type"), str) and isinstance(message.get("payload"), dict)
 
 
+def _cline(first: Any) -> bool:
+    """A Cline SDK session ({version, sessionId, agent, messages}); a task folder's ui_messages.json is an array
+    (`_cline_entry`)."""
+    return isinstance(first, dict) and "sessionId" in first and "version" in first and \
+        isinstance(first.get("messages"), list) and "projectHash" not in first
+
+
+def _cline_entry(first: Any) -> bool:
+    """The first entry of a Cline task's ui_messages.json: {ts, type: say | ask, say | ask, text}."""
+    return isinstance(first, dict) and isinstance(first.get("ts"), int) and first.get("type") in ("say", "ask") \
+        and ("say" in first or "ask" in first)
+
+
 def _copilot_cli(first: Any) -> bool:
     if not isinstance(first, dict):
         return False
@@ -107,7 +124,7 @@ def _copilot_cli(first: Any) -> bool:
 # Claude's, so Qwen is asked first.
 SNIFFERS: dict[str, Callable[[Any], bool]] = {
     "har": _har, "otel": _otel, "gemini_cli": _gemini_cli, "qwen_code": _qwen_code, "opencode": _opencode,
-    "claude_code": _claude_code, "codex": _codex, "litellm": _litellm, "kimi_cli": _kimi_cli,
+    "cline": _cline, "claude_code": _claude_code, "codex": _codex, "litellm": _litellm, "kimi_cli": _kimi_cli,
     "copilot_cli": _copilot_cli}
 
 
@@ -128,21 +145,34 @@ def copilot_side_file(path: Path) -> bool:
     return path.name in COPILOT_SIDE_FILES and (path.parent / "session-state").is_dir()
 
 
+def cline_side_file(path: Path) -> bool:
+    """A file of a Cline task folder or SDK session that holds no usage: the conversation and metadata beside
+    ui_messages.json, a session's manifest (`<id>.json`), compaction state and hook log beside its messages."""
+    if path.name in CLINE_SIDE_FILES:
+        return any((path.parent / name).is_file() for name in CLINE_UI_FILES)
+    stem = path.parent.name
+    return path.name in (f"{stem}.json", f"{stem}.compaction.json", "hooks.jsonl") and \
+        (path.parent / f"{stem}{CLINE_SDK_SUFFIX}").is_file()
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
-    context.jsonl, Copilot's config.json): read as that format, so a named folder skips none of them."""
+    context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
+    so a named folder skips none of them."""
     if kimi_side_file(path):
         return "kimi_cli"
     if copilot_side_file(path):
         return "copilot_cli"
+    if cline_side_file(path):
+        return "cline"
     return None
 
 
 def format_of(sniffed: Sniffed) -> str | None:
     """The format of a file whose bounded prefix showed this: an importer's name, "kvprobe", or None."""
     first = sniffed.value
-    if sniffed.array:  # a JSON array of lines: Claude Code's, as a transcript hook writes them (logs/chat.json)
-        return "claude_code" if _claude_code(first) else None
+    if sniffed.array:  # Claude Code's lines as a transcript hook writes them (logs/chat.json); a Cline task's log
+        return "claude_code" if _claude_code(first) else "cline" if _cline_entry(first) else None
     for name, test in SNIFFERS.items():
         if test(first):
             return name
@@ -150,8 +180,8 @@ def format_of(sniffed: Sniffed) -> str | None:
 
 
 def detect_format(path: str | Path) -> str | None:
-    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | otel | litellm | kimi_cli |
-    copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
+    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | cline | otel | litellm |
+    kimi_cli | copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
     path = Path(path)
     if path.name == OPENCODE_DATABASE:
         return "opencode"

@@ -13,6 +13,8 @@ Diffing it against the stream's previous request tells what the cache saw:
   a branch of the conversation);
 * `compacted`: the history was replaced by a summary;
 * `restarted`: nothing in common with the previous list (`/clear`, a new conversation in the same stream);
+* `truncated`: the agent dropped older messages to fit the context window (Cline's context manager: the
+  first messages stay, a range after them goes);
 * `cleared`: the provider edited the prompt itself (Anthropic's context editing cleared old tool results; the
   response's `context_management.applied_edits` says so).
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 BYTES_PER_TOKEN = 4  # a rough size of English and code in JSON; only the difference of two estimates is used
-KINDS = ("edited", "branched", "compacted", "restarted", "cleared")
+KINDS = ("edited", "branched", "compacted", "restarted", "cleared", "truncated")
 
 
 def measure(content: Any) -> tuple[int, int]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, time_or_none,
-                                   token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, split_usage,
+                                   time_or_none, token_count)
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
 from kvprobe.request.detect import infer_provider
@@ -230,12 +230,5 @@ def _usage(provider: str, tokens: dict[str, Any]) -> dict[str, Any]:
     fresh, read = token_count(tokens.get("input"), "tokens.input"), token_count(cache.get("read"), "tokens.cache.read")
     write = token_count(cache.get("write"), "tokens.cache.write")
     reasoning = token_count(tokens.get("reasoning"), "tokens.reasoning")
-    output = token_count(tokens.get("output"), "tokens.output") + reasoning
-    if provider == "anthropic":
-        return {"input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
-                "output_tokens": output}
-    details: dict[str, Any] = {"cached_tokens": read}
-    if write:
-        details["cache_write_tokens"] = write
-    return {"input_tokens": fresh + read + write, "input_tokens_details": details, "output_tokens": output,
-            "output_tokens_details": {"reasoning_tokens": reasoning}}
+    output = token_count(tokens.get("output"), "tokens.output")
+    return split_usage(provider, fresh, read, write, output, reasoning)

@@ -151,6 +151,7 @@ class UsageSummary:
     last_at: float | None = None
     unknown_models: set[str] = field(default_factory=set)
     without_usage: int = 0  # records with no usage at all (failed calls): counted, not summed
+    without_model: int = 0  # requests whose log names no model (Kimi's wire, an old Cline task): unpriced
     price_notes: list[str] = field(default_factory=list)  # how prices were found (an alias used: PriceBook.notes)
 
     def rows(self, grouping: str) -> list[tuple[str, Totals]]:
@@ -166,6 +167,7 @@ class UsageSummary:
                               for k, t in self.rows(g)]
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
+        out["requests_without_model"] = self.without_model
         out["price_notes"] = self.price_notes
         return out
 
@@ -403,6 +405,8 @@ def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSum
         rates = pricer.rates(provider, model, day, tier, platform)
         cost = tuple(r * n for r, n in zip(rates, acc[:5])) if rates is not None else None
         model_key = key[len(GROUPINGS) - 1]
+        if not model and provider != "local":
+            summary.without_model += acc[_REQS]
         summary.totals.add_cell(acc, cost)
         _model_row(summary.totals.models, model_key, model, platform).add_cell(acc, cost)
         for grouping, row_key in zip(GROUPINGS, key):

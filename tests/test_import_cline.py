@@ -1,0 +1,240 @@
+"""Cline task folders (kvprobe.importers.cline): ui_messages.json written here in the extension's own shape
+(`say` entries with ms `ts`, `api_req_started` text as a JSON string, `modelInfo`, `conversationHistoryIndex`,
+`conversationHistoryDeletedRange`), with the api_conversation_history.json and task_metadata.json beside it,
+as the public task logs read for this importer show them (Cline 3.3x-3.8x, Anthropic, Z.ai, DeepSeek). Every
+expected figure is worked out by hand from the entries the test writes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvprobe.importers import ImportReport, detect_format, load_any
+
+T0 = 1_770_800_000_000  # ms: 2026-02-11 08:53:20 UTC, the task's id and its first message's time
+SONNET = {"providerId": "anthropic", "modelId": "claude-sonnet-4-5-20250929", "mode": "act"}
+
+
+def _say(t: float, say: str, text: str | None = None, **more) -> dict:
+    entry = {"ts": T0 + int(t * 1000), "type": "say", "say": say, **more}
+    if text is not None:
+        entry["text"] = text
+    return entry
+
+
+def _request(t: float, index: int, tokens_in: int, out: int, writes: int, reads: int, model: dict | None = SONNET,
+             **more) -> dict:
+    usage = {"request": "<task>...</task>", "tokensIn": tokens_in, "tokensOut": out, "cacheWrites": writes,
+             "cacheReads": reads, "cost": 0.01, **more}
+    entry = _say(t, "api_req_started", json.dumps(usage), conversationHistoryIndex=index)
+    if model is not None:
+        entry["modelInfo"] = model
+    return entry
+
+
+def _write(folder: Path, entries: list[dict], history: list[dict] | None = None, meta: dict | None = None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "ui_messages.json").write_text(json.dumps(entries))
+    if history is not None:
+        (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    if meta is not None:
+        (folder / "task_metadata.json").write_text(json.dumps(meta, indent=2))
+    return folder
+
+
+def _shifted(entries: list[dict], ms: int) -> list[dict]:
+    """The same entries, a task begun `ms` later."""
+    return [{**e, "ts": e["ts"] + ms} for e in entries]
+
+
+def _turns(n: int, size: int) -> list[dict]:
+    """n alternating messages, each of `size` characters of text."""
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": [{"type": "text", "text": chr(97 + i) * size}]}
+            for i in range(n)]
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Path:
+    """VS Code's globalStorage for Cline: one task with every kind of entry."""
+    tasks = tmp_path / "globalStorage" / "saoudrizwan.claude-dev" / "tasks"
+    entries = [
+        _say(0, "task", "fix the login bug"),
+        _request(1, -1, tokens_in=10, out=300, writes=20_000, reads=0),
+        _say(4, "text", "Let me read the file."),
+        _say(6, "tool", json.dumps({"tool": "readFile", "path": "login.py"})),
+        _say(7, "checkpoint_created"),
+        _request(8, 1, tokens_in=12, out=200, writes=1_500, reads=20_000),
+        _say(11, "text", "Found it."),
+        _say(12, "error_retry", json.dumps({"attempt": 1, "maxAttempts": 3, "delaySeconds": 2})),
+        {"ts": T0 + 13_000, "type": "say", "say": "api_req_retried"},  # no text at all, as Cline writes it
+        _request(14, 3, tokens_in=0, out=0, writes=0, reads=0, cancelReason="streaming_failed"),  # failed: no usage
+        _request(20, 3, tokens_in=9, out=50, writes=800, reads=21_500,
+                 model={**SONNET, "mode": "plan"}),  # the user switched to Plan mode
+        _say(22, "text", "Plan: ..."),
+        _say(30, "deleted_api_reqs", json.dumps({"tokensIn": 40, "tokensOut": 900, "cacheWrites": 3_000,
+                                                 "cacheReads": 50_000, "cost": 0.05})),
+    ]
+    _write(tasks / str(T0), entries)
+    return tmp_path / "globalStorage"
+
+
+def test_each_api_request_is_one_record(storage):
+    report = ImportReport()
+    records = list(load_any(storage, report=report))
+    calls = [r for r in records if r.agent == "main"]
+    assert [r.id for r in calls] == [f"{T0}:{T0 + 1000}", f"{T0}:{T0 + 8000}", f"{T0}:{T0 + 20000}"]
+    first, second, third = calls
+    assert first.provider == "anthropic" and first.response["model"] == "claude-sonnet-4-5-20250929"
+    # Anthropic's handler logs the uncached input: the usage is the API's, as it was
+    assert first.response["usage"] == {"input_tokens": 10, "cache_read_input_tokens": 0,
+                                       "cache_creation_input_tokens": 20_000, "output_tokens": 300}
+    assert second.response["usage"]["cache_read_input_tokens"] == 20_000
+    # sent at its entry's time; answered at the last entry of the answer (the tool call, not the checkpoint)
+    assert (first.started_at, first.finished_at) == ((T0 + 1000) / 1000, (T0 + 6000) / 1000)
+    assert first.session == str(T0) and first.extra["writer"] == "Cline"
+    assert [e["settings"] for e in third.extra["events"]] == [["mode: act -> plan"]]
+    # the failed request logged zeros: a counted skip, never a $0 request
+    assert report.reasons() == {"request that logged no usage (failed or cancelled before its first token)": 1}
+    # the checkpoint restore's deleted requests: one record of their sums, counted as a total
+    deleted = [r for r in records if r.agent == "deleted-requests"]
+    assert len(deleted) == 1 and deleted[0].extra["process_total"] is True
+    assert deleted[0].response["usage"]["cache_read_input_tokens"] == 50_000
+    assert detect_format(next(storage.rglob("ui_messages.json"))) == "cline"
+
+
+def test_usage_adds_up_every_request_and_the_deleted_ones(cli, storage):
+    data = json.loads(cli("usage", storage, "--json").stdout)
+    totals = data["totals"]
+    # requests: 3 calls + 1 record of deleted requests
+    assert totals["requests"] == 4
+    # input: (10 + 20,000) + (12 + 1,500 + 20,000) + (9 + 800 + 21,500) + (40 + 3,000 + 50,000)
+    assert totals["input_tokens"] == 20_010 + 21_512 + 22_309 + 53_040
+    assert totals["cache_read_tokens"] == 20_000 + 21_500 + 50_000
+    assert totals["output_tokens"] == 300 + 200 + 50 + 900
+    assert data["requests_without_model"] == 0
+
+
+def test_a_copy_of_the_task_folder_is_the_same_task(tmp_path, storage):
+    """An exported or snapshotted copy under another name: its requests are counted once."""
+    src = next(storage.rglob("ui_messages.json"))
+    copy = tmp_path / "export" / "my-task"
+    copy.mkdir(parents=True)
+    copy.joinpath("ui_messages.json").write_bytes(src.read_bytes())
+    report = ImportReport()
+    records = list(load_any([storage, tmp_path / "export"], report=report))
+    assert len(records) == 4 and report.duplicates == 4
+
+
+def test_whole_prompt_input_is_split_by_provider_and_by_what_the_log_shows(tmp_path):
+    """OpenAI-compatible handlers log prompt_tokens (cached included); a log whose input is under its own cache
+    reads cannot have counted them, whatever the provider table says."""
+    compat = {"providerId": "openai", "modelId": "gpt-4.1", "mode": "act"}
+    _write(tmp_path / "tasks" / "1770800000000", [
+        _say(0, "text", "refactor"),
+        _request(1, -1, tokens_in=30_000, out=100, writes=0, reads=0, model=compat),
+        _request(5, 1, tokens_in=31_000, out=100, writes=0, reads=24_000, model=compat),
+    ])
+    _write(tmp_path / "tasks" / "1770900000000", _shifted([
+        _say(0, "text", "again"),
+        _request(1, -1, tokens_in=30_000, out=100, writes=0, reads=0, model=compat),
+        _request(5, 1, tokens_in=2_000, out=100, writes=0, reads=29_000, model=compat),  # 2,000 < 29,000
+    ], 100_000_000))
+    by_id = {r.id: r.response["usage"] for r in load_any(tmp_path / "tasks")}
+    # whole prompt: 31,000 of which 24,000 cached
+    assert by_id["1770800000000:1770800005000"]["input_tokens"] == 31_000
+    assert by_id["1770800000000:1770800005000"]["input_tokens_details"]["cached_tokens"] == 24_000
+    # the second task's input was the uncached part: the prompt is 2,000 + 29,000
+    assert by_id["1770900000000:1770900005000"]["input_tokens"] == 31_000
+
+
+def test_deepseek_misses_logged_as_writes_are_input(tmp_path):
+    """Cline's DeepSeek handler logs tokensIn 0 and the cache misses as cacheWrites; an old task names no
+    model at all: the misses are read as uncached input, and the requests as unpriced, said."""
+    _write(tmp_path / "tasks" / "1760500000000", [
+        _say(0, "text", "add a tool"),
+        _request(1, -1, tokens_in=0, out=100, writes=12_000, reads=0, model=None),
+        _request(5, 1, tokens_in=0, out=100, writes=600, reads=12_160, model=None),
+        _request(9, 3, tokens_in=0, out=100, writes=900, reads=12_800, model=None),
+    ])
+    records = list(load_any(tmp_path / "tasks"))
+    assert [r.response["usage"]["input_tokens_details"].get("cache_write_tokens") for r in records] == [None] * 3
+    assert [r.response["usage"]["input_tokens"] for r in records] == [12_000, 12_760, 13_700]
+
+
+def test_the_model_of_an_older_task_comes_from_its_metadata(cli, tmp_path):
+    """Before modelInfo, task_metadata.json's model_usage names the model by time (a Plan/Act switch too)."""
+    meta = {"files_in_context": [], "model_usage": [
+        {"ts": T0, "model_id": "glm-4.6", "model_provider_id": "zai", "mode": "act"},
+        {"ts": T0 + 4_000, "model_id": "claude-sonnet-4-5-20250929", "model_provider_id": "anthropic",
+         "mode": "plan"}]}
+    _write(tmp_path / "tasks" / str(T0), [
+        _say(0, "text", "hello"),
+        _request(1, -1, tokens_in=8_000, out=10, writes=0, reads=0, model=None),
+        _request(5, 1, tokens_in=5, out=10, writes=100, reads=8_000, model=None),
+    ], meta=meta)
+    records = list(load_any(tmp_path / "tasks"))
+    assert [r.response["model"] for r in records] == ["glm-4.6", "claude-sonnet-4-5-20250929"]
+    assert [r.provider for r in records] == ["openai", "anthropic"]
+    data = json.loads(cli("usage", tmp_path / "tasks", "--json").stdout)
+    assert data["import"]["skipped"] == 0  # task_metadata.json is the task's own file, read with it
+
+
+def test_truncation_is_where_the_prompt_changed(tmp_path):
+    """Cline's context manager drops a range of messages after the task's first pair: the range the request was
+    sent with is on the entries after its api_req_started. With the conversation beside the log, the history
+    says where the prompt changed; without it, the request carries a compaction event (a truncation)."""
+    history = _turns(8, 4_000)  # 8 messages of ~1,000 estimated tokens each (4,000 characters / 4)
+    entries = [
+        _say(0, "text", "long task"),
+        _request(1, 3, tokens_in=10, out=10, writes=5_000, reads=0),
+        _say(2, "text", "ok", conversationHistoryDeletedRange=None),
+        _request(10, 5, tokens_in=10, out=10, writes=2_000, reads=5_000),
+        _say(11, "text", "ok"),
+        # the next request is sent with messages 2..3 dropped: [2, 3] on what follows its entry
+        _request(20, 5, tokens_in=10, out=10, writes=3_000, reads=1_000),
+        _say(21, "text", "ok", conversationHistoryDeletedRange=[2, 3]),
+    ]
+    with_history = _write(tmp_path / "a" / "tasks" / str(T0), entries, history=history)
+    records = list(load_any(with_history))
+    change = records[2].extra["history"]["change"]
+    # sent: messages 0, 1, 4..6 (index 5 + 2 = 7 messages, less 2 and 3): the first two are as before
+    assert change["kind"] == "truncated" and change["index"] == 2
+    assert records[2].extra["history"]["messages"] == 5
+    assert "events" not in records[2].extra
+
+    bare = _write(tmp_path / "b" / "tasks" / str(T0), entries)
+    records = list(load_any(bare))
+    assert [e["trigger"] for e in records[2].extra["events"]] == ["truncation"]
+    assert "history" not in records[2].extra
+
+
+def test_truncation_reads_as_dropped_messages_in_the_report(cli, tmp_path):
+    entries = [
+        _say(0, "text", "long task"),
+        _request(1, -1, tokens_in=10, out=10, writes=150_000, reads=0),
+        _say(2, "text", "ok"),
+        _request(10, 1, tokens_in=10, out=10, writes=2_000, reads=150_000),
+        _say(11, "text", "ok"),
+        _request(20, 3, tokens_in=10, out=10, writes=60_000, reads=4_000),
+        _say(21, "text", "ok", conversationHistoryDeletedRange=[2, 3]),
+        _request(30, 5, tokens_in=10, out=10, writes=1_000, reads=64_000),
+    ]
+    _write(tmp_path / "tasks" / str(T0), entries)
+    data = json.loads(cli("report", tmp_path / "tasks", "--json").stdout)
+    (dropped,) = data["compactions"]
+    assert dropped["kind"] == "truncation" and dropped["summary_request"] is None
+    # before: the request before it, 10 + 2,000 + 150,000; after: 10 + 60,000 + 4,000
+    assert (dropped["tokens_before"], dropped["tokens_after"]) == (152_010, 64_010)
+    text = cli("report", tmp_path / "tasks").stdout
+    assert "Older messages dropped at" in text and "summarising call" not in text
+
+
+def test_broken_and_foreign_files(tmp_path):
+    folder = tmp_path / "tasks" / str(T0)
+    folder.mkdir(parents=True)
+    (folder / "ui_messages.json").write_text('[{"ts": 1770800000000, "type": "say", "say": "text", "text": "hi"},')
+    (folder / "api_conversation_history.json").write_text("[]")
+    report = ImportReport()
+    assert list(load_any(tmp_path / "tasks", report=report)) == []
+    assert report.reasons() == {"truncated JSON file": 1}  # the conversation beside it: read with it, not skipped
