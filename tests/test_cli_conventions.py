@@ -150,7 +150,8 @@ def test_help_keeps_square_brackets(cli):
     assert "the nearest kvprobe.toml [gate] or pyproject.toml [tool.kvprobe.gate]" in gate
     usage = " ".join(cli("usage", "--help").output.split())
     assert "[default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, " \
-           "~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]" in usage
+           "~/.local/share/opencode, ~/.kimi/sessions, ~/.copilot/otel, Cline's tasks, " \
+           "~/.openhands/conversations and ~/.vibe where present]" in usage
     assert "--price-file PATH" in usage and "--since TIME" in usage
     serve = " ".join(cli("serve", "--help").output.split())
     assert "--model MODEL" in serve and "--port PORT" in serve

@@ -141,3 +141,50 @@ def test_compare_reports_a_cheaper_task_and_a_regressed_one(cli, tmp_path):
     assert "cost_usd" in worse["regressed"] and "prefix_changed" in worse["new_diagnoses"]
     md = cli("compare", a, b, "--markdown").output
     assert "**Regressed tasks**" in md and "| worse |" in md
+
+
+def test_a_side_call_on_another_model_is_no_compaction():
+    """aider's commit-message call (a small model, its own short prompt) after the main model's calls, as an
+    OpenAI Chat agent sends it: the system prompt is messages[0], so the prompts differ at the messages level
+    and the side call is far smaller, but it is another model's cache, not the conversation compacted."""
+    system = {"role": "system", "content": words(1500, "sys")}
+    main = {"model": "gpt-4.1", "messages": [system, {"role": "user", "content": words(600, "ask")}]}
+    more = copy.deepcopy(main)
+    more["messages"] += [{"role": "assistant", "content": words(200, "edit")},
+                         {"role": "user", "content": words(300, "ok")}]
+    side = {"model": "gpt-4.1-mini", "messages": [{"role": "system", "content": "Write a one-line commit message."},
+                                                  {"role": "user", "content": words(80, "diff")}]}
+    records = [rec("m1", 0, main, {"prompt_tokens": sizes(main)[1], "completion_tokens": 10}),
+               rec("m2", 20, more, {"prompt_tokens": sizes(more)[1], "completion_tokens": 10,
+                                    "prompt_tokens_details": {"cached_tokens": 1792}}),
+               rec("c3", 40, side, {"prompt_tokens": sizes(side)[1], "completion_tokens": 10})]
+    assert sizes(side)[1] < 0.7 * sizes(more)[1]  # small enough that a same-model request would be a compaction
+    assert run(records).compactions == []
+
+
+def test_a_tail_past_the_last_breakpoint_is_named_but_not_worth_a_fix():
+    """Cline CLI 3 marks only the user's prompt: inside a turn's tool loop the tool call and its result follow
+    the last breakpoint. r1 marks the system and the prompt and writes them; r2 adds an unmarked tool round
+    trip of ~40 tokens and reads r1's entry only: the rules predict exactly that read. It is no breakpoint at
+    the end of reused content (not "unexplained"), and too small a span to be worth a fix of its own."""
+    first = claude(system_tokens=3000, turns=1)
+    total1 = sizes(first)[1]
+    second = copy.deepcopy(first)
+    second["messages"] += [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_files", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": words(30, "r")}]}]
+    third = copy.deepcopy(second)
+    third["messages"] += [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "read_files", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": words(30, "s")}]}]
+    total2, total3 = sizes(second)[1], sizes(third)[1]
+    records = [rec("r1", 0, first, ant_usage(write=total1)),
+               rec("r2", 5, second, ant_usage(read=total1, fresh=total2 - total1)),
+               rec("r3", 10, third, ant_usage(read=total1, fresh=total3 - total1))]
+    for r in records:
+        r.provider = infer_provider(r.request, None, r.response)
+    report = build_report([], records=records, top=0)
+    r3 = report.results[2]
+    assert [d.kind for d in r3.diagnoses] == ["missing_breakpoint"]
+    assert f"read {total1:,}" in r3.diagnoses[0].detail
+    assert not any(f["kind"] == "mark_breakpoint" for f in report.fixes + report.alternatives)

@@ -238,3 +238,66 @@ def test_broken_and_foreign_files(tmp_path):
     report = ImportReport()
     assert list(load_any(tmp_path / "tasks", report=report)) == []
     assert report.reasons() == {"truncated JSON file": 1}  # the conversation beside it: read with it, not skipped
+
+
+def _sdk_session(root: Path, sid: str, messages: list[dict], cwd: str = "/home/dev/app") -> Path:
+    """A Cline CLI 3 session as it writes one: <sid>.messages.json (version 1, agent lead, Anthropic-shaped
+    content, metrics on each assistant message) and the <sid>.json manifest beside it."""
+    folder = root / "sessions" / sid
+    folder.mkdir(parents=True)
+    (folder / f"{sid}.messages.json").write_text(json.dumps({
+        "version": 1, "updated_at": "2026-12-07T08:19:50.000Z", "agent": "lead", "sessionId": sid,
+        "origin": {"source": "cli", "mode": "act", "sessionId": sid, "version": "3.0.65"},
+        "messages": messages, "system_prompt": "You are Cline, a highly skilled software engineer..."}, indent=1))
+    (folder / f"{sid}.json").write_text(json.dumps({
+        "version": 1, "session_id": sid, "source": "cli", "started_at": "2026-12-07T08:19:30.000Z",
+        "status": "completed", "provider": "anthropic", "model": "claude-sonnet-4-6", "cwd": cwd,
+        "metadata": {"title": "Read notes.txt and write a short summary", "totalCost": 0.03}}))
+    return folder
+
+
+def _assistant(mid: str, at_s: float, total: int, read: int, write: int, out: int, provider: str = "anthropic",
+               model: str = "claude-sonnet-4-6") -> dict:
+    return {"id": mid, "role": "assistant", "ts": 1_796_631_580_000 + int(at_s * 1000),
+            "content": [{"type": "tool_use", "id": f"t-{mid}", "name": "read_files", "input": {"paths": ["notes.txt"]}}],
+            "modelInfo": {"id": model, "provider": provider},
+            "metrics": {"inputTokens": total, "outputTokens": out, "cacheReadTokens": read, "cacheWriteTokens": write}}
+
+
+def _user(text: str) -> dict:
+    return {"id": f"u-{len(text)}", "role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def test_an_sdk_sessions_assistant_messages_are_its_requests(cli, tmp_path):
+    """Cline CLI 3.0.65's metrics count the whole prompt as inputTokens (its usage equals the API's input + cache
+    writes + cache reads, checked against the usage a local server returned): the uncached part is the rest."""
+    _sdk_session(tmp_path, "1796631042093_00xqf", [
+        _user("<user_input mode=\"act\">Read notes.txt and write a short summary of it to summary.txt</user_input>"),
+        _assistant("a1", 0, total=5_417, read=0, write=5_411, out=40),
+        {"id": "u2", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "t-a1", "content": "notes"}]},
+        _assistant("a2", 3, total=5_578, read=5_411, write=0, out=30),
+        _user("Also add a title line at the top of summary.txt"),
+        _assistant("a3", 60, total=5_793, read=5_411, write=376, out=20),
+    ])
+    _sdk_session(tmp_path, "1796631298683_86ste", [
+        _user("Read notes.txt"),
+        _assistant("o1", 100, total=5_412, read=5_248, write=0, out=25, provider="openai-compatible", model="gpt-5"),
+    ])
+    records = {r.id: r for r in load_any(tmp_path / "sessions")}
+    assert list(records) == ["a1", "a2", "a3", "o1"]
+    usage = [records[k].response["usage"] for k in ("a1", "a2", "a3")]
+    assert [(u["input_tokens"], u["cache_read_input_tokens"], u["cache_creation_input_tokens"]) for u in usage] == \
+        [(6, 0, 5_411), (167, 5_411, 0), (6, 5_411, 376)]
+    a2 = records["a2"]
+    # sent when the previous answer ended (the log keeps when each answer ended); the first at the session's start
+    assert (a2.started_at, a2.finished_at) == (1_796_631_580.0, 1_796_631_583.0)
+    assert records["a1"].started_at == 1_796_631_570.0  # the manifest's start, 08:19:30
+    assert a2.extra["cwd"] == "/home/dev/app" and a2.agent == "main" and a2.session == "1796631042093_00xqf"
+    assert a2.extra["history"]["messages"] == 3  # the prompt, the first answer, its tool result
+    gpt = records["o1"]
+    assert gpt.provider == "openai" and gpt.response["usage"]["input_tokens"] == 5_412
+    assert gpt.response["usage"]["input_tokens_details"]["cached_tokens"] == 5_248
+    data = json.loads(cli("usage", tmp_path / "sessions", "--json").stdout)
+    # the manifests are the sessions' own files: read with them, nothing skipped
+    assert data["import"]["skipped"] == 0 and data["totals"]["requests"] == 4
+    assert data["totals"]["input_tokens"] == 5_417 + 5_578 + 5_793 + 5_412

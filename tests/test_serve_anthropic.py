@@ -167,3 +167,24 @@ def test_an_engine_failure_fails_only_the_requests_in_flight(server, client, mon
         client.messages.create(**body(user="doomed"))
     assert client.messages.create(**body(user="fine")).usage.output_tokens == 4
     assert httpx.get(server.base_url + "/health", timeout=10).json()["engine"]["step_failures"] == 1
+
+
+def test_a_request_that_thinks_is_answered_with_a_thinking_block_first(client):
+    """The API answers `thinking: enabled` with a thinking block before the text, and agents send it back (LiteLLM
+    drops `thinking` from a conversation whose last answer has none): served whole and streamed the same way,
+    and sent back, the next request reads the first one's cache as with the real API."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    first = client.messages.create(**body(system=LONG + " think", thinking=thinking))
+    assert [b.type for b in first.content] == ["thinking", "text"]
+    assert first.content[0].signature and first.content[0].thinking
+    with client.messages.stream(**body(system=LONG + " think", thinking=thinking)) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content] == ["thinking", "text"]
+    assert streamed.content[0].signature == f"kvprobe-{streamed.id}"
+    follow = body(system=LONG + " think", thinking=thinking)
+    follow["messages"] += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                           {"role": "user", "content": "And the logout bug?"}]
+    again = client.messages.create(**follow)
+    assert again.usage.cache_read_input_tokens > 0
+    plain = client.messages.create(**body(system=LONG + " think"))
+    assert [b.type for b in plain.content] == ["text"]  # no thinking asked for: none given

@@ -103,11 +103,16 @@ def _missing_breakpoint(result: "RequestResult") -> Diagnosis:
     if not req.breakpoints:
         return Diagnosis("missing_breakpoint", f"no cache breakpoint in this request: the {result.reusable_tokens:,} "
                          "reusable tokens cannot be read")
+    read = result.usage.cache_read_tokens
+    if read > 0:
+        return Diagnosis("missing_breakpoint", f"{result.reusable_tokens - read:,} of the {result.reusable_tokens:,} "
+                         f"tokens sent before lie past the last breakpoint written (read {read:,}), so no entry covers "
+                         "them; mark the end of the shared prefix")
     return Diagnosis("missing_breakpoint", f"{result.reusable_tokens:,} tokens were sent before but never written at "
                      "a breakpoint, so no entry covers them; mark the end of the shared prefix")
 
 
-def _worth_a_breakpoint(result: "RequestResult") -> bool:
+def worth_a_breakpoint(result: "RequestResult") -> bool:
     """A breakpoint only pays for a sizeable unread span (tails after the last marker are normal)."""
     assert result.predicted is not None
     missed = result.reusable_tokens - result.predicted.cache_read_tokens
@@ -141,12 +146,17 @@ def explain_miss(result: "RequestResult", prev: "RequestResult | None", ideal_co
             out.append(change)
     out += from_evidence(result)
     short = result.usage.cache_read_tokens + _tol(result) < result.reusable_tokens
-    if not out and short and req.cache_mode != "implicit" and _worth_a_breakpoint(result):
+    if not out and short and req.cache_mode != "implicit" and worth_a_breakpoint(result):
         out.append(_missing_breakpoint(result))
     mismatch = _mismatch(result)
     if mismatch and (not out or result.usage.cache_read_tokens < result.predicted.cache_read_tokens):
         out.append(mismatch)
     if not out and short and result.missed_tokens > estimate_noise(result):
+        if req.cache_mode != "implicit" and req.breakpoints and mismatch is None:
+            # the rules read what the provider read: the span past the last breakpoint is what went unread (an
+            # agent that marks the prompt but not the tool results after it), however small
+            out.append(_missing_breakpoint(result))
+            return out
         out.append(Diagnosis("unexplained", f"read {result.usage.cache_read_tokens:,} of "
                              f"{result.reusable_tokens:,} reusable tokens and no rule explains it"))
     return out

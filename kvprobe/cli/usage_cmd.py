@@ -2,6 +2,7 @@
 project, session, agent or model, with a per-model breakdown of every row."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,7 +21,7 @@ from kvprobe.wording import plural, show, usd
 
 def usage(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]")] = None,
+        help="Logs or traces (files or directories) [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions, ~/.copilot/otel, Cline's tasks, ~/.openhands/conversations and ~/.vibe where present]")] = None,
     by: Annotated[str, typer.Option("--by", help=f"Rows of the table: {', '.join(GROUPINGS)} "
                                     "(week: from Monday; project: working directory)")] = "day",
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this day (in --tz) or "
@@ -64,15 +65,24 @@ def usage(
         print_json({**summary.to_json(), "import": report.to_json()})
         return
     render(summary, by, breakdown, in_usd)
-    out.print(Text(f"Why it cost this: kvprobe report {' '.join(sources) if paths else '~/.claude/projects/PROJECT'}"
+    out.print(Text(f"Why it cost this: kvprobe report {' '.join(sources) if paths else _found_hint(sources)}"
                    " names each cache miss's cause, what it cost and what to do.", style="dim"))
     report_skips(report)
+
+
+def _found_hint(sources: list[str]) -> str:
+    """The folder to name in the hint when none was given: the one found, or the first of those found."""
+    home = str(Path("~").expanduser())
+    shown = ["~" + s[len(home):] if s.startswith(home + "/") else s for s in sources]
+    return shown[0] if len(shown) == 1 else f"FOLDER (one of: {', '.join(shown[:3])}{', …' if len(shown) > 3 else ''})"
 
 
 DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_CONFIG_DIR), ~/.codex/sessions "
                   "(or $CODEX_HOME), ~/.gemini/tmp (or $GEMINI_DATA_DIR), ~/.qwen/projects (or $QWEN_DATA_DIR), "
                   "~/.local/share/opencode (or $OPENCODE_DATA_DIR), ~/.kimi/sessions (or $KIMI_SHARE_DIR), "
-                  "~/.copilot/otel (or $COPILOT_OTEL_FILE_EXPORTER_PATH)")
+                  "~/.copilot/otel (or $COPILOT_OTEL_FILE_EXPORTER_PATH), ~/.cline/data (or $CLINE_DIR) and the "
+                  "Cline, Roo Code and Kilo Code extensions' storage, ~/.openhands/conversations (or "
+                  "$OPENHANDS_CONVERSATIONS_DIR), ~/.vibe/logs/session/unified (or $VIBE_HOME)")
 
 
 def _require_records(report: ImportReport, sources: list[str]) -> None:
@@ -167,3 +177,6 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool
                   "unpriced (a --price-file prices models by name)", markup=False)
     for note in summary.price_notes:
         out.print(f"* {note}", markup=False)
+    if summary.without_usage:
+        out.print(f"{plural(summary.without_usage, 'request')} logged no usage (a failed call, or a stream sent "
+                  "without stream_options.include_usage): counted in the import, not in the table", markup=False)

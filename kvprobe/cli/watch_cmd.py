@@ -26,7 +26,7 @@ RECENT_MISSES = 8
 
 def watch(
     paths: Annotated[list[str] | None, typer.Argument(
-        help="Traces or transcript folders [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions and ~/.copilot/otel where present]")] = None,
+        help="Traces or transcript folders [default: ~/.claude/projects and ~/.codex/sessions, with ~/.gemini/tmp, ~/.qwen/projects, ~/.local/share/opencode, ~/.kimi/sessions, ~/.copilot/otel, Cline's tasks, ~/.openhands/conversations and ~/.vibe where present]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line per request on stdout (flushed)")] = False,
     once: Annotated[bool, typer.Option("--once", help="Analyse what is there now and exit")] = False,
     exit_after: Annotated[int | None, typer.Option("--exit-after", min=1, help="Exit after N requests")] = None,

@@ -76,6 +76,8 @@ def _is_compaction(prev: RequestResult, cur: RequestResult) -> bool:
     a, b = prev.sk.request, cur.sk.request
     if a is None or b is None or cur.usage.input_tokens > SHRINK_RATIO * prev.usage.input_tokens:
         return False
+    if prev.sk.model != cur.sk.model:  # a side call on another model (a commit message, a title): no compaction
+        return False
     for x, y in zip(a.blocks, b.blocks):
         if x.content_hash != y.content_hash:
             return x.level == "messages" or y.level == "messages"

@@ -6,7 +6,7 @@
     report.summary()   # what was read, and each kind of skipped line with its count
 
 One module per source, each owning its quirks (see each module's docstring): `har`, `claude_code`, `codex`,
-`gemini_cli`, `qwen_code`, `opencode`, `otel`, `litellm`, `kimi_cli`, `copilot_cli`; kvprobe's own JSONL traces
+`gemini_cli`, `qwen_code`, `opencode`, `cline`, `openhands`, `vibe`, `otel`, `litellm`, `kimi_cli`, `copilot_cli`; kvprobe's own JSONL traces
 are read too. Formats are detected (`formats`) from the file's first JSON value; directories are walked.
 Malformed lines are counted per reason, never dropped silently; a file that is no known format, or a
 whole-document format (HAR, OTLP JSON) that does not parse, is an InputError naming the file and line.

@@ -23,6 +23,8 @@ CLINE_UI_FILES = ("ui_messages.json", "claude_messages.json")  # a Cline task fo
 # beside it: the conversation sent, the task's metadata, the context manager's state (no usage in them)
 CLINE_SIDE_FILES = ("api_conversation_history.json", "task_metadata.json", "context_history.json")
 CLINE_SDK_SUFFIX = ".messages.json"
+VIBE_JOURNAL = "journal"  # a Mistral Vibe session folder's journal/<generation>.jsonl; its state files beside
+OPENHANDS_STATE = "base_state.json"  # an OpenHands conversation's state; its events/event-*.json beside it
 
 # Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
 # a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
@@ -94,6 +96,16 @@ def _kimi_cli(first: Any) -> bool:
         and isinstance(message.get("type"), str) and isinstance(message.get("payload"), dict)
 
 
+def _vibe(first: Any) -> bool:
+    """A record of a Mistral Vibe session's recovery journal."""
+    return isinstance(first, dict) and "recovery_journal_record_version" in first and "payload" in first
+
+
+def _openhands(first: Any) -> bool:
+    """An OpenHands conversation's base_state.json: {id, agent, workspace, persistence_dir, ..., stats}."""
+    return isinstance(first, dict) and "persistence_dir" in first and "agent" in first and "workspace" in first
+
+
 def _cline(first: Any) -> bool:
     """A Cline SDK session ({version, sessionId, agent, messages}); a task folder's ui_messages.json is an array
     (`_cline_entry`)."""
@@ -124,7 +136,7 @@ def _copilot_cli(first: Any) -> bool:
 # Claude's, so Qwen is asked first.
 SNIFFERS: dict[str, Callable[[Any], bool]] = {
     "har": _har, "otel": _otel, "gemini_cli": _gemini_cli, "qwen_code": _qwen_code, "opencode": _opencode,
-    "cline": _cline, "claude_code": _claude_code, "codex": _codex, "litellm": _litellm, "kimi_cli": _kimi_cli,
+    "cline": _cline, "openhands": _openhands, "vibe": _vibe, "claude_code": _claude_code, "codex": _codex, "litellm": _litellm, "kimi_cli": _kimi_cli,
     "copilot_cli": _copilot_cli}
 
 
@@ -155,6 +167,22 @@ def cline_side_file(path: Path) -> bool:
         (path.parent / f"{stem}{CLINE_SDK_SUFFIX}").is_file()
 
 
+def openhands_side_file(path: Path) -> bool:
+    """An event of an OpenHands conversation (events/event-*.json beside its base_state.json): no usage."""
+    return path.parent.name == "events" and path.name.startswith("event-") and \
+        (path.parent.parent / OPENHANDS_STATE).is_file()
+
+
+def vibe_file(path: Path) -> bool:
+    """A file of a Vibe session folder: its journal (a generation not yet written is empty: nothing to sniff) or
+    its state (meta.json, chunks/, generations/<n>/: no usage); or a plugin's manifest under logs/session."""
+    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+        if (folder / VIBE_JOURNAL).is_dir() and (folder / "meta.json").is_file():
+            return True
+    parts = path.parts
+    return "plugins" in parts and parts.index("plugins") >= 2 and parts[parts.index("plugins") - 1] == "session"
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
     context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
@@ -165,6 +193,10 @@ def side_format(path: Path) -> str | None:
         return "copilot_cli"
     if cline_side_file(path):
         return "cline"
+    if openhands_side_file(path):
+        return "openhands"
+    if vibe_file(path):
+        return "vibe"
     return None
 
 
@@ -180,8 +212,8 @@ def format_of(sniffed: Sniffed) -> str | None:
 
 
 def detect_format(path: str | Path) -> str | None:
-    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | cline | otel | litellm |
-    kimi_cli | copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
+    """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | cline | openhands | vibe |
+    otel | litellm | kimi_cli | copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
     path = Path(path)
     if path.name == OPENCODE_DATABASE:
         return "opencode"

@@ -11,7 +11,7 @@ from types import ModuleType
 from kvprobe.cpus import usable_cpus
 from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import (claude_code, cline, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode,
-                               otel, qwen_code)
+                               openhands, otel, qwen_code, vibe)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats, first_part, log_bytes
 from kvprobe.importers.formats import format_of, side_format
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
@@ -24,19 +24,20 @@ if TYPE_CHECKING:
     from typing import Any
 
 IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex, gemini_cli, qwen_code, opencode, cline,
-                                                         otel, litellm, kimi_cli, copilot_cli)}
+                                                         openhands, vibe, otel, litellm, kimi_cli, copilot_cli)}
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
-_WHOLE_FORMATS = (har.NAME, opencode.NAME, cline.NAME)  # read as one document whatever their first line looks like
+_WHOLE_FORMATS = (har.NAME, opencode.NAME, cline.NAME, openhands.NAME)  # read as one document whatever their first line looks like
 # a broken whole-file document is given to its importer only where that importer counts it as a skip (an
 # OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
-_COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME, cline.NAME)
+_COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME, cline.NAME, openhands.NAME)
 # readers that can leave out each request's rebuilt message list and events (`history=False`: what `usage` reads)
 _HISTORY_OPTIONAL = (claude_code.NAME, codex.NAME)
 
 FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
                 "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
-                "opencode": "an OpenCode session", "cline": "a Cline task log", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
+                "opencode": "an OpenCode session", "cline": "a Cline task log",
+                "openhands": "an OpenHands conversation", "vibe": "a Mistral Vibe session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
                 "kimi_cli": "a Kimi CLI session", "copilot_cli": "a Copilot CLI OpenTelemetry export"}
 
 
@@ -59,7 +60,8 @@ def default_sources() -> list[Path]:
     Qwen Code, OpenCode, Cline, Kimi and Copilot data where they exist)."""
     return (claude_code.default_paths() + codex.default_paths() + gemini_cli.default_paths()
             + qwen_code.default_paths() + opencode.default_paths() + kimi_cli.default_paths()
-            + copilot_cli.default_paths() + cline.default_paths())
+            + copilot_cli.default_paths() + cline.default_paths() + openhands.default_paths()
+            + vibe.default_paths())
 
 
 def discover(paths: Iterable[str | Path], unreadable: list[tuple[Path, str]] | None = None) -> list[Path]:

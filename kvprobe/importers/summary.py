@@ -273,8 +273,14 @@ def usage_row(record: TraceRecord) -> UsageRow:
     return UsageRow._make((record.identity, record.via,
                            record.started_at if record.started_at is not None else record.finished_at,
                            record.provider, record.model, record.platform, project_of(record), record.session,
-                           record.agent,
+                           record.agent if record.agent is not None else _client(record),
                            figures, record.error is not None))
+
+
+def _client(record: TraceRecord) -> str | None:
+    """A captured request's agent, where the trace names no agent: the program `kvprobe capture` ran."""
+    client = record.extra.get("client") if record.extra else None
+    return client if isinstance(client, str) else None
 
 
 def summarize(records: Iterable[TraceRecord | UsageRow | Partial], *, book: PriceBook | None = None,

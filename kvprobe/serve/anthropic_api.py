@@ -120,7 +120,27 @@ def _content(job: Job, done: Done) -> tuple[list[Any], str | None, str | None]:
         content = r.get("content") if isinstance(r.get("content"), list) else []
         return content, r.get("stop_reason") or "end_turn", r.get("stop_sequence")
     content = [{"type": "text", "text": done.text}] if job.max_tokens > 0 else []
+    if content and thinks(job):
+        content.insert(0, thinking_block(job))
     return content, _STOP_REASON[done.finish], done.stop_sequence
+
+
+# What stands in for the reasoning of a request that turns thinking on: the local model does not think, but the
+# API answers such a request with a thinking block first, and clients pass it back on their next request
+# (LiteLLM drops `thinking` from a conversation whose last tool-using answer has none: a change the real API
+# would never cause)
+THINKING_TEXT = "(kvprobe serve: the local model answers without reasoning; this block stands in for it)"
+
+
+def thinks(job: Job) -> bool:
+    thinking = job.body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive") and job.max_tokens > 0
+
+
+def thinking_block(job: Job) -> dict[str, Any]:
+    """A thinking block as the API returns one: its text and an opaque signature (the request id's, so the same
+    request is answered the same way)."""
+    return {"type": "thinking", "thinking": THINKING_TEXT, "signature": f"kvprobe-{job.request_id}"}
 
 
 class Messages:
@@ -138,12 +158,14 @@ class Messages:
         start["usage"]["output_tokens"] = 1 if job.max_tokens else 0
         yield _sse("message_start", {"type": "message_start", "message": start})
         if job.max_tokens and job.recorded is None:
-            yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
+            if thinks(job):  # the reasoning's block comes first, whole, as the API streams it before the text
+                yield from _block_events(0, thinking_block(job))
+            yield _sse("content_block_start", {"type": "content_block_start", "index": _text_index(job),
                                                "content_block": {"type": "text", "text": ""}})
         yield _sse("ping", {"type": "ping"})
 
     def delta(self, job: Job, text: str) -> Iterable[bytes]:
-        yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+        yield _sse("content_block_delta", {"type": "content_block_delta", "index": _text_index(job),
                                            "delta": {"type": "text_delta", "text": text}})
 
     def end(self, state: ServeState, job: Job, done: Done, final: dict[str, Any]) -> Iterable[bytes]:
@@ -151,7 +173,7 @@ class Messages:
             for index, block in enumerate(final["content"]):
                 yield from _block_events(index, block)
         elif job.max_tokens:
-            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            yield _sse("content_block_stop", {"type": "content_block_stop", "index": _text_index(job)})
         yield _sse("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": final["stop_reason"], "stop_sequence": final["stop_sequence"]},
@@ -160,6 +182,11 @@ class Messages:
 
     def error(self, exc: ApiError) -> bytes:
         return _sse("error", exc.anthropic_body())
+
+
+def _text_index(job: Job) -> int:
+    """The text block's index in a model-written answer: after the thinking block where there is one."""
+    return 1 if thinks(job) else 0
 
 
 def _block_events(index: int, block: Any) -> Iterator[bytes]:

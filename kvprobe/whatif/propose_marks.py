@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 
+from kvprobe.analysis.explain import worth_a_breakpoint
 from kvprobe.analysis.simulate import RequestResult
 from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.catalog import rules_for
@@ -94,7 +95,8 @@ class _Marks:
 
 
 def propose_marks(ev: Evidence) -> list[Policy]:
-    diagnosed = ev.with_kind("missing_breakpoint")
+    # a small tail past the last breakpoint is named (the rules explain it) but not worth a fix of its own
+    diagnosed = [r for r in ev.with_kind("missing_breakpoint") if worth_a_breakpoint(r)]
     ends: set[int] = set()
     addressed: list[str] = []
     for r in diagnosed:
