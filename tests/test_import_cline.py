@@ -301,3 +301,15 @@ def test_an_sdk_sessions_assistant_messages_are_its_requests(cli, tmp_path):
     # the manifests are the sessions' own files: read with them, nothing skipped
     assert data["import"]["skipped"] == 0 and data["totals"]["requests"] == 4
     assert data["totals"]["input_tokens"] == 5_417 + 5_578 + 5_793 + 5_412
+
+
+def test_a_task_is_named_by_what_was_asked(cli, storage, tmp_path):
+    """The bill names a task by its first message (its <task> tags off) and an SDK session by its manifest's
+    title: what the user typed, not a millisecond id."""
+    data = json.loads(cli("report", storage, "--json").stdout)
+    assert [s["title"] for s in data["bill"]["by_session"]] == ["fix the login bug"]
+    _sdk_session(tmp_path, "1796631042093_00xqf", [
+        _user("<user_input mode=\"act\">Read notes.txt</user_input>"),
+        _assistant("a1", 0, total=5_417, read=0, write=5_411, out=40)])
+    data = json.loads(cli("report", tmp_path / "sessions", "--json").stdout)
+    assert [s["title"] for s in data["bill"]["by_session"]] == ["Read notes.txt and write a short summary"]

@@ -4,7 +4,8 @@ Claude Code (and Qwen Code, which writes the same lines): the latest `/rename` (
 `customTitle`), else the latest title the agent generated (`ai-title`, `aiTitle`), else the latest
 `summary` line, else the first prompt the user typed (a slash command as `/name args`). Codex: the first
 `user_message` event (the prompt as typed; the `response_item` user messages start with the environment and
-AGENTS.md text). Other logs have none: callers show the session id.
+AGENTS.md text). Cline: a task's first message (without its <task> tags), an SDK session's manifest title.
+Vibe: the first turn's prompt. Other logs have none: callers show the session id.
 
 Only the lines that can hold a title are parsed, found by one search of the memory-mapped file (about
 1 GB/s; the first prompt is near the start), and only for the sessions an output names: the terminal
@@ -121,11 +122,68 @@ def _codex_title(data: mmap.mmap) -> str | None:
     return _first(data, _CODEX_PROMPT, _codex_prompt)
 
 
+_CLINE_TASK = re.compile(r"^\s*<task>\s*(.*?)\s*(?:</task>|$)", re.S)
+_CLINE_INPUT = re.compile(r"^\s*<user_input[^>]*>\s*(.*?)\s*(?:</user_input>|$)", re.S)
+
+
+def _cline_title(path: Path) -> str | None:
+    """A Cline task's: its first message (the task as typed); an SDK session's: its manifest's title, else its
+    first prompt (without the <user_input> wrapper Cline stores it in)."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if isinstance(doc, list):  # ui_messages.json
+        first = next((e for e in doc if isinstance(e, dict) and e.get("say") in ("task", "text")), None)
+        text = first.get("text") if first else None
+        return _bare(text, _CLINE_TASK)
+    if not isinstance(doc, dict):
+        return None
+    manifest = path.parent / (path.name[: -len(".messages.json")] + ".json")
+    try:
+        meta = orjson.loads(manifest.read_bytes()).get("metadata") or {}
+        title = meta.get("title") if isinstance(meta, dict) else None
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        title = None
+    if isinstance(title, str) and title.strip():
+        return title.strip()
+    for message in doc.get("messages") or ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _bare(_prompt_text(message.get("content")), _CLINE_INPUT)
+    return None
+
+
+def _bare(text: Any, wrapper: re.Pattern[str]) -> str | None:
+    if not isinstance(text, str) or not text.strip():
+        return None
+    found = wrapper.match(text)
+    return (found.group(1) if found else text).strip() or None
+
+
+def _vibe_prompt(line: dict) -> str | None:
+    params = (line.get("payload") or {}).get("params") if isinstance(line.get("payload"), dict) else None
+    message = params.get("message") if isinstance(params, dict) else None
+    if isinstance(message, list):
+        texts = [p.get("text") for p in message if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return next((t for t in texts if t.strip()), None)
+    return None
+
+
+_VIBE_TURN = re.compile(rb'"method": ?"turn/start"')
+
+
+def _vibe_title(data: mmap.mmap) -> str | None:
+    return _first(data, _VIBE_TURN, _vibe_prompt)
+
+
 def session_title(path: Path) -> str | None:
-    """The title of the session logged in `path` (a Claude Code or Qwen Code transcript, a Codex rollout), in
-    full; None for any other log, one without a title, or one that cannot be read."""
+    """The title of the session logged in `path` (a Claude Code or Qwen Code transcript, a Codex rollout, a
+    Cline task or session, a Vibe journal), in full; None for any other log, one without a title, or one that
+    cannot be read."""
     from kvprobe.importers import detect_format
 
+    if path.name in ("ui_messages.json", "claude_messages.json") or path.name.endswith(".messages.json"):
+        return _cline_title(path) if detect_format(path) == "cline" else None
     if path.suffix == ".json":  # a hook's JSON copy: one line, no title to find (and no sniff needed)
         return None
     try:
@@ -138,7 +196,7 @@ def session_title(path: Path) -> str | None:
         return None
 
 
-_READERS = {"claude_code": _claude_title, "qwen_code": _claude_title, "codex": _codex_title}
+_READERS = {"claude_code": _claude_title, "qwen_code": _claude_title, "codex": _codex_title, "vibe": _vibe_title}
 
 
 class SessionTitles:
