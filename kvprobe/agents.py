@@ -207,6 +207,9 @@ def profile_for(extra: dict[str, Any]) -> AgentProfile | None:
     """The profile of the agent that wrote a record: the importer format of its log (`source_format`), else the
     program `kvprobe capture` ran (`client`). None: an SDK, a HAR, a trace of unknown origin."""
     by_format, by_command = _profiles(str(providers_dir()))
-    fmt, client = extra.get("source_format"), extra.get("client")
-    found = by_format.get(fmt) if isinstance(fmt, str) else None
+    fmt, client, writer = extra.get("source_format"), extra.get("client"), extra.get("writer")
+    # a format several agents write (Cline's task folders: Roo Code's, Kilo Code's) names its writer:
+    # `<format>:<writer>` in a profile's formats claims that writer's records
+    found = by_format.get(f"{fmt}:{writer}") if isinstance(fmt, str) and isinstance(writer, str) else None
+    found = found or (by_format.get(fmt) if isinstance(fmt, str) else None)
     return found or (by_command.get(client) if isinstance(client, str) else None)

@@ -313,3 +313,47 @@ def test_a_task_is_named_by_what_was_asked(cli, storage, tmp_path):
         _assistant("a1", 0, total=5_417, read=0, write=5_411, out=40)])
     data = json.loads(cli("report", tmp_path / "sessions", "--json").stdout)
     assert [s["title"] for s in data["bill"]["by_session"]] == ["Read notes.txt and write a short summary"]
+
+
+def test_a_summary_is_told_from_a_truncation(tmp_path):
+    """Roo Code writes `condense_context` (with the context's size before) when a summary replaces the history;
+    Cline calls its summarize_task tool before it drops the summarised range. Both are compactions by a
+    summary ("condense"); a range dropped with neither is the context manager's truncation."""
+    roo = tmp_path / "rooveterinaryinc.roo-cline" / "tasks" / str(T0)
+    _write(roo, [
+        _say(0, "text", "long task"),
+        _request(1, -1, tokens_in=10, out=10, writes=90_000, reads=0, apiProtocol="anthropic"),
+        {**_say(5, "condense_context"), "contextCondense": {"cost": 0.02, "prevContextTokens": 90_010,
+                                                            "newContextTokens": 3_000, "summary": "…"}},
+        _request(9, 1, tokens_in=10, out=10, writes=3_000, reads=0, apiProtocol="anthropic"),
+    ])
+    cline = tmp_path / "cline" / "tasks" / str(T0 + 1)
+    _write(cline, _shifted([
+        _say(0, "text", "long task"),
+        _request(1, -1, tokens_in=10, out=10, writes=90_000, reads=0),
+        _say(3, "tool", json.dumps({"tool": "summarizeTask", "content": "…"})),
+        _request(9, 3, tokens_in=10, out=10, writes=3_000, reads=0),
+        _say(10, "text", "ok", conversationHistoryDeletedRange=[1, 2]),
+    ], 1))
+    records = {r.session: r for r in load_any(tmp_path) if r.started_at - T0 / 1000 > 5}
+    roo_event = records[str(T0)].extra["events"]
+    assert [(e["kind"], e["trigger"], e["pre_tokens"]) for e in roo_event] == [("compaction", "condense", 90_010)]
+    assert records[str(T0)].extra["writer"] == "Roo Code"
+    assert [e["trigger"] for e in records[str(T0 + 1)].extra["events"]] == ["condense"]
+
+
+def test_a_roo_code_task_is_advised_in_roo_codes_settings(cli, tmp_path):
+    """Roo Code writes Cline's task folders under its own extension folder: its misses are advised in its own
+    knobs (modes, condensing), not Cline's. A 10-minute pause past the 5-minute lifetime: the second request
+    writes the 20,000 tokens again."""
+    tasks = tmp_path / "globalStorage" / "rooveterinaryinc.roo-cline" / "tasks"
+    _write(tasks / str(T0), [
+        _say(0, "text", "refactor the parser"),
+        _request(1, -1, tokens_in=10, out=10, writes=20_000, reads=0, apiProtocol="anthropic"),
+        _say(3, "text", "done"),
+        _request(603, 1, tokens_in=10, out=10, writes=20_100, reads=0, apiProtocol="anthropic"),
+    ])
+    data = json.loads(cli("report", tasks, "--json").stdout)
+    (cause,) = data["causes"]
+    assert cause["kind"] == "ttl_expired"
+    assert "Roo Code" in cause["what_to_do"] and "Cline" not in cause["what_to_do"]

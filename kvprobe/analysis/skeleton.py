@@ -157,10 +157,11 @@ def _miss_reason(response: dict | None) -> Reported | None:
 # (and, inside the what-if only, the sizes of the parts of a block a fix split, by path); what a usage-only
 # log showed before the request (`events`, analysis.usage_only), the platform that served it, its rebuilt
 # message list (`history`, analysis.rebuilt), whose knobs the advice names (source_format, client_version,
-# client: kvprobe.agents — the importer's format, the logged version, or the program `kvprobe capture` ran)
-# and the project a request belongs to (cwd: the bill and the request rows).
+# client, writer: kvprobe.agents — the importer's format, the logged version, the program `kvprobe capture`
+# ran, the agent that wrote a format several write) and the project a request belongs to (cwd: the bill and
+# the request rows).
 _CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform",
-            "history", "source_format", "client_version", "client", "cwd")
+            "history", "source_format", "client_version", "client", "writer", "cwd")
 
 
 def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:

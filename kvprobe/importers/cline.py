@@ -2,7 +2,8 @@
 
 Two layouts, both under the agent's data folder:
 
-* **Task folders** (the VS Code extensions, and Cline before its SDK): `tasks/<task id>/ui_messages.json`
+* **Task folders** (the VS Code extensions, and Cline before its SDK; Roo Code's `condense_context` and Cline's
+  summarize_task call mark a summary where the history was replaced): `tasks/<task id>/ui_messages.json`
   (`claude_messages.json` in the oldest versions), a JSON array of the messages the user saw. One model call =
   one `"say": "api_req_started"` entry: `ts` (ms) is when it was sent, `text` a JSON string {request,
   tokensIn, tokensOut, cacheWrites, cacheReads, cost, cancelReason?, apiProtocol? (Roo)}, `modelInfo`
@@ -220,7 +221,10 @@ class _Task:
         events, mode = Events(), None
         conversation = _Conversation(self.history) if self.history is not None else None
         dropped: tuple[int, int] | None = None
+        since = 0  # the first entry after the previous request
         for at, entry, info in calls:
+            summarised = _condensed(entries[since:at], events)
+            since = at + 1
             if info is None:  # a deleted_api_reqs sum, an event, or a line that is no request
                 continue
             provider_id, model, mode_now = self._model(entry)
@@ -229,7 +233,7 @@ class _Task:
             mode = mode_now or mode
             deleted = _deleted_range(entries, at)
             if deleted != dropped and deleted is not None and conversation is None:
-                events.add("compaction", _seconds(entry.get("ts")), trigger="truncation")
+                events.add("compaction", _seconds(entry.get("ts")), trigger="condense" if summarised else "truncation")
             dropped = deleted
             try:
                 fresh, read, write, output = _counts(info)
@@ -249,7 +253,8 @@ class _Task:
                 continue
             extra = self._extra(provider_id, info)
             if conversation is not None:
-                extra["history"] = conversation.request(entry.get("conversationHistoryIndex"), deleted)
+                extra["history"] = conversation.request(entry.get("conversationHistoryIndex"), deleted,
+                                                        "compacted" if summarised else "truncated")
             events.attach(extra)
             provider = provider_of(provider_id, model)
             yield TraceRecord(id=rid, provider=provider, started_at=_seconds(entry.get("ts")),
@@ -347,6 +352,25 @@ class _Task:
                               source=str(self.path), line=at + 1)
 
 
+def _condensed(between: list[Any], events: Events) -> bool:
+    """What the entries between two requests say of the context: Roo Code's and Kilo Code's `condense_context`
+    (a summary replaced the history: a compaction event, with the tokens before it) and Cline's summarize_task
+    tool call or `condense` ask (the range dropped next is a summary's, not a truncation: True)."""
+    summarised = False
+    for entry in between:
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("say") or entry.get("ask")
+        if kind == "condense_context":
+            condense = entry.get("contextCondense") if isinstance(entry.get("contextCondense"), dict) else {}
+            before = condense.get("prevContextTokens")
+            events.add("compaction", _seconds(entry.get("ts")), trigger="condense",
+                       pre_tokens=before if isinstance(before, int) and before > 0 else None)
+        elif kind == "condense" or (kind == "tool" and "summarizeTask" in str(entry.get("text") or "")):
+            summarised = True
+    return summarised
+
+
 def _text_object(entry: dict[str, Any]) -> dict[str, Any] | None:
     text = entry.get("text")
     if not isinstance(text, str):
@@ -408,14 +432,16 @@ class _Conversation:
         self.sequence = Sequence()
         self.sent: list[int] = []  # the indexes of the last request's messages
 
-    def request(self, index: Any, deleted: tuple[int, int] | None) -> dict[str, Any]:
+    def request(self, index: Any, deleted: tuple[int, int] | None, why: str = "truncated") -> dict[str, Any]:
+        """The request's history; `why` the messages were dropped: `truncated` (the context manager's rule) or
+        `compacted` (a summary took their place)."""
         from kvprobe.importers.history import Sent
 
         end = min(index + 2, len(self.measured)) if isinstance(index, int) else len(self.measured)
         keep = [i for i in range(max(end, 0)) if deleted is None or not deleted[0] <= i <= deleted[1]]
         sequence = self.sequence
         if keep[:len(self.sent)] != self.sent:  # not only appended since: a list of its own
-            sequence.items = Sent(replaced="truncated" if deleted is not None else "branched")
+            sequence.items = Sent(replaced=why if deleted is not None else "branched")
             self.sent = []
         for i in keep[len(self.sent):]:
             role, (digest, tokens) = self.measured[i]
