@@ -176,10 +176,12 @@ def openhands_side_file(path: Path) -> bool:
 def vibe_file(path: Path) -> bool:
     """A file of a Vibe session folder: its journal (a generation not yet written is empty: nothing to sniff) or
     its state (meta.json, chunks/, generations/<n>/: no usage); or a plugin's manifest under logs/session."""
-    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
-        if (folder / VIBE_JOURNAL).is_dir() and (folder / "meta.json").is_file():
-            return True
     parts = path.parts
+    # (asked of every file a folder holds: only a path with Vibe's folder names costs a look at the disk)
+    if "unified" in parts[-5:-1] or VIBE_JOURNAL in parts[-2:-1]:
+        for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+            if (folder / VIBE_JOURNAL).is_dir() and (folder / "meta.json").is_file():
+                return True
     return "plugins" in parts and parts.index("plugins") >= 2 and parts[parts.index("plugins") - 1] == "session"
 
 
