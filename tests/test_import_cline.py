@@ -357,3 +357,18 @@ def test_a_roo_code_task_is_advised_in_roo_codes_settings(cli, tmp_path):
     (cause,) = data["causes"]
     assert cause["kind"] == "ttl_expired"
     assert "Roo Code" in cause["what_to_do"] and "Cline" not in cause["what_to_do"]
+
+
+def test_a_subagent_batchs_usage_is_one_summed_record_and_the_import_says_so(cli, storage):
+    folder = next(storage.rglob("ui_messages.json"))
+    entries = json.loads(folder.read_text())
+    entries.append(_say(40, "subagent_usage", json.dumps({"source": "subagents", "tokensIn": 30, "tokensOut": 400,
+                                                          "cacheWrites": 9_000, "cacheReads": 27_000, "cost": 0.04})))
+    folder.write_text(json.dumps(entries))
+    records = list(load_any(storage))
+    sums = {r.agent: r.response["usage"] for r in records if r.extra.get("process_total")}
+    assert sums["subagents"] == {"input_tokens": 30, "cache_read_input_tokens": 27_000,
+                                 "cache_creation_input_tokens": 9_000, "output_tokens": 400}
+    assert set(sums) == {"subagents", "deleted-requests"}
+    said = cli("usage", storage).output
+    assert "2 records each sum requests a Cline task logged together" in said and "Copilot" not in said

@@ -138,11 +138,15 @@ class ImportReport:
         for s in self.sources:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
-        totals = sum(s.totals for s in self.sources)
+        totals = sum(s.totals for s in self.sources if s.format != "cline")
         if totals:
             lines.append(f"{totals:,} records are a Copilot CLI process's token totals (its session files keep no "
                          "per-call usage): costs and hit ratios hold, causes cannot be found; its OpenTelemetry "
                          "export (COPILOT_OTEL_FILE_EXPORTER_PATH) has each call")
+        summed = sum(s.totals for s in self.sources if s.format == "cline")
+        if summed:
+            lines.append(f"{plural(summed, 'record')} each sum requests a Cline task logged together (those a "
+                         "checkpoint restore deleted, a subagent batch's): costs hold, causes cannot be found")
         sessionless = sum(s.sessionless for s in self.sources)
         if sessionless:
             lines.append(f"{sessionless:,} spans carry no gen_ai.conversation.id (nor session.id): each trace is its "

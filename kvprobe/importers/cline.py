@@ -25,9 +25,9 @@ cache reads and writes cannot have counted them. Otherwise the provider table in
 (`[usage]`, from each handler's source) decides.
 
 Other quirks: a request that failed before its first token logs zeros and a `cancelReason` (a counted skip,
-never a $0 request); `deleted_api_reqs` entries sum the usage of requests a checkpoint restore removed (one
-record counted as a total, `SourceStats.totals`: the bill holds, no cause is inferred from it); the
-conversation's task text is the session's title.
+never a $0 request); `deleted_api_reqs` entries sum the usage of requests a checkpoint restore removed, and
+`subagent_usage` a subagent batch's (each one record counted as a total, `SourceStats.totals`: the bill holds,
+no cause is inferred from it); the conversation's task text is the session's title.
 """
 from __future__ import annotations
 
@@ -59,10 +59,12 @@ _PLATFORMS = {"bedrock": "bedrock", "vertex": "vertex", "awsbedrock": "bedrock"}
 _PROVIDERS = {"anthropic": "anthropic", "openai-native": "openai", "gemini": "gemini", "deepseek": "deepseek",
               "xai": "xai", "mistral": "mistral", "moonshot": "moonshot", "qwen": "qwen", "bedrock": "anthropic",
               "vertex": "anthropic"}
+# the entries that sum requests logged together, and the stream each sum is
+_SUMS = {"deleted_api_reqs": "deleted-requests", "subagent_usage": "subagents"}
 # the entries that are not the model's answer: a request's answer ends before the first of them
 _NOT_ANSWER = frozenset({"api_req_started", "api_req_retried", "error_retry", "user_feedback", "user_feedback_diff",
                          "checkpoint_created", "resume_task", "resume_completed_task", "deleted_api_reqs",
-                         "task_progress", "command_output", "mcp_server_response", "api_req_failed",
+                         "task_progress", "command_output", "mcp_server_response", "api_req_failed", "subagent_usage",
                          "browser_action_result", "hook_status", "hook_output_stream"})
 
 
@@ -262,7 +264,7 @@ class _Task:
                                         "usage": split_usage(provider, fresh, read, write, output)},
                               session=self.task, agent="main", endpoint=ENDPOINT,
                               finished_at=_answered(entries, at), extra=extra, source=str(self.path), line=at + 1)
-        yield from self._deleted(entries, seen)
+        yield from self._deleted(entries, seen, whole, misses)
 
     def _calls(self, entries: list[Any]) -> list[tuple[int, dict[str, Any], dict[str, Any] | None]]:
         """Each api_req_started entry with its parsed text (None where the text is no JSON object, counted)."""
@@ -322,10 +324,13 @@ class _Task:
             extra["logged_cost_usd"] = cost
         return {k: v for k, v in extra.items() if v is not None}
 
-    def _deleted(self, entries: list[Any], seen: set[str]) -> Iterator[TraceRecord]:
-        """The sums of requests a checkpoint restore removed (`deleted_api_reqs`): billed, so counted, as totals."""
+    def _deleted(self, entries: list[Any], seen: set[str], whole: dict[str, bool],
+                 misses: dict[str, bool]) -> Iterator[TraceRecord]:
+        """The sums of requests logged together, billed, so counted, as totals: those a checkpoint restore removed
+        (`deleted_api_reqs`), a subagent batch's (`subagent_usage`)."""
         for at, entry in enumerate(entries):
-            if not isinstance(entry, dict) or entry.get("say") != "deleted_api_reqs":
+            kind = entry.get("say") if isinstance(entry, dict) else None
+            if kind not in _SUMS:
                 continue
             info = _text_object(entry)
             try:
@@ -333,7 +338,7 @@ class _Task:
             except BadCount as exc:
                 self.stats.skip("invalid usage", at + 1, str(exc))
                 continue
-            rid = f"{self.first}:deleted:{entry.get('ts')}"
+            rid = f"{self.first}:{_SUMS[kind]}:{entry.get('ts')}"
             if not (fresh or read or write or output) or not self.stats.first_time(rid, seen):
                 continue
             self.stats.totals += 1
@@ -342,11 +347,15 @@ class _Task:
                 provider_id, model, _ = next((self._model(e) for e in reversed(entries[:at]) if isinstance(e, dict)
                                               and e.get("say") == "api_req_started" and self._model(e)[1]),
                                              (provider_id, model, None))
+            if whole.get(provider_id, False):  # sums of the same handler's counts: read as its requests are
+                fresh = max(fresh - read - write, 0)
+            if misses.get(provider_id, False):
+                fresh, write = fresh + write, 0
             provider = provider_of(provider_id, model)
             yield TraceRecord(id=rid, provider=provider, started_at=_seconds(entry.get("ts")),
                               response={"id": rid, "model": model,
                                         "usage": split_usage(provider, fresh, read, write, output)},
-                              session=self.task, agent="deleted-requests", endpoint=ENDPOINT,
+                              session=self.task, agent=_SUMS[kind], endpoint=ENDPOINT,
                               finished_at=_seconds(entry.get("ts")),
                               extra={**self._extra(provider_id, info or {}), "process_total": True},
                               source=str(self.path), line=at + 1)
