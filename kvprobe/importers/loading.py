@@ -264,7 +264,8 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
         if kind is None:
             if path in named_files:
                 raise InputError("not a recognised trace or log: expected a kvprobe trace, HAR 1.2, Claude Code, "
-                                 "Codex, Gemini CLI, Qwen Code or OpenCode logs, OTLP JSON spans or LiteLLM logs",
+                                 "Codex, Gemini CLI, Qwen Code, OpenCode, Cline, OpenHands, Mistral Vibe, Kimi CLI "
+                                 "or Copilot CLI logs, OTLP JSON spans or LiteLLM logs",
                                  file=str(path))
             stats = SourceStats(str(path), "unknown")
             stats.skip("file in a named directory is no known format", None)
