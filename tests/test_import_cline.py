@@ -372,3 +372,28 @@ def test_a_subagent_batchs_usage_is_one_summed_record_and_the_import_says_so(cli
     assert set(sums) == {"subagents", "deleted-requests"}
     said = cli("usage", storage).output
     assert "2 records each sum requests a Cline task logged together" in said and "Copilot" not in said
+
+
+def test_claude_through_clines_gateway_wrote_what_it_logged_as_input(tmp_path):
+    """Cline's own provider (and OpenRouter's handler) logged cacheWrites 0 in the releases a public task comes
+    from, while Claude wrote the prompt Cline marks: each Sonnet 4.5 request's logged cost is its tokensIn at the
+    5-minute write rate ($3.75 per million: 50,868 in, 614 out -> $0.1999575). Such input is read as written; a
+    model that is not Claude through the same gateway keeps its input; a task that logs writes is read as is."""
+    gateway = {"providerId": "cline", "modelId": "anthropic/claude-sonnet-4.5", "mode": "act"}
+    grok = {"providerId": "cline", "modelId": "x-ai/grok-code-fast-1", "mode": "act"}
+    _write(tmp_path / "a" / "tasks" / str(T0), [
+        _say(0, "text", "yo"),
+        _request(1, -1, tokens_in=11_495, out=16, writes=0, reads=512, model=grok),
+        _request(9, 1, tokens_in=50_868, out=614, writes=0, reads=0, model=gateway),
+        _request(30, 3, tokens_in=545, out=127, writes=0, reads=50_858, model=gateway),
+    ])
+    usage = [r.response["usage"] for r in load_any(tmp_path / "a")]
+    assert usage[0]["input_tokens"] == 11_495 + 512  # grok: the gateway's input less its cached part, as logged
+    assert [(u["input_tokens"], u["cache_creation_input_tokens"]) for u in usage[1:]] == [(0, 50_868), (0, 545)]
+    _write(tmp_path / "b" / "tasks" / str(T0 + 5), _shifted([
+        _say(0, "text", "yo"),
+        _request(9, -1, tokens_in=12, out=614, writes=50_856, reads=0, model=gateway),
+        _request(30, 1, tokens_in=545, out=127, writes=0, reads=50_858, model=gateway),
+    ], 5))
+    usage = [r.response["usage"] for r in load_any(tmp_path / "b")]
+    assert [(u["input_tokens"], u["cache_creation_input_tokens"]) for u in usage] == [(12, 50_856), (545, 0)]

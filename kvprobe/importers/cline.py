@@ -32,6 +32,7 @@ no cause is inferred from it); the conversation's task text is the session's tit
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -143,7 +144,8 @@ def _side(path: Path) -> Any:
 @lru_cache(maxsize=2)
 def usage_rule(name: str) -> frozenset[str]:
     """The Cline provider ids a rule of providers/agents/cline.toml's `[usage]` lists: `input_includes_cached`
-    (handlers that log the whole prompt as input), `cache_writes_are_misses` (DeepSeek's misses as writes)."""
+    (handlers that log the whole prompt as input), `cache_writes_are_misses` (DeepSeek's misses as writes),
+    `writes_logged_as_input` (gateways that logged no writes)."""
     import tomllib
 
     from kvprobe.catalog import providers_dir
@@ -184,6 +186,14 @@ def _writes_are_misses(provider_id: str, counts: list[tuple[int, int, int]]) -> 
         any(write for _, _, write in counts)
 
 
+def _writes_hidden(provider_id: str, counts: list[tuple[int, int, int]]) -> bool:
+    """Whether a gateway's handler logged no cache writes while Claude wrote them (Cline's and OpenRouter's, in
+    the releases that set cacheWriteTokens to 0): the uncached input it logs for a Claude model, whose prompt
+    Cline marks with cache_control up to its end, is what was written (the logged costs price it at the write
+    rate). A task with any write logged is a release that logs them."""
+    return provider_id in usage_rule("writes_logged_as_input") and not any(write for _, _, write in counts)
+
+
 def _whole_prompt(provider_id: str, protocol: str | None, counts: list[tuple[int, int, int]]) -> bool:
     """Whether a provider's `tokensIn` counts the whole prompt (see the module docstring): the log's own word
     (Roo's apiProtocol), else its numbers (an input under its cache reads and writes counted none of them),
@@ -219,13 +229,14 @@ class _Task:
             self.first = str(first)
             self.task = self.task if self.task.isdigit() else self.first
         calls = self._calls(entries)
-        whole, misses = self._usage_kinds(calls)
+        whole, misses, hidden = self._usage_kinds(calls)
         events, mode = Events(), None
         conversation = _Conversation(self.history) if self.history is not None else None
         dropped: tuple[int, int] | None = None
         since = 0  # the first entry after the previous request
+        cwd: str | None = None
         for at, entry, info in calls:
-            summarised = _condensed(entries[since:at], events)
+            summarised = _between(entries[since:at], events)
             since = at + 1
             if info is None:  # a deleted_api_reqs sum, an event, or a line that is no request
                 continue
@@ -233,6 +244,11 @@ class _Task:
             if mode is not None and mode_now is not None and mode_now != mode:
                 events.add("settings_changed", _seconds(entry.get("ts")), settings=[f"mode: {mode} -> {mode_now}"])
             mode = mode_now or mode
+            cwd_now = _working_directory(info)
+            if cwd is not None and cwd_now is not None and cwd_now != cwd:  # in the system prompt: a new prefix
+                events.add("settings_changed", _seconds(entry.get("ts")),
+                           settings=[f"working directory: {cwd} -> {cwd_now}"])
+            cwd = cwd_now or cwd
             deleted = _deleted_range(entries, at)
             if deleted != dropped and deleted is not None and conversation is None:
                 events.add("compaction", _seconds(entry.get("ts")), trigger="condense" if summarised else "truncation")
@@ -250,15 +266,20 @@ class _Task:
                 fresh = max(fresh - read - write, 0)
             if misses.get(provider_id, False):
                 fresh, write = fresh + write, 0
+            provider = provider_of(provider_id, model)
+            if hidden.get(provider_id, False) and provider == "anthropic":
+                fresh, write = 0, fresh  # what Claude wrote, logged as input (see _writes_hidden)
             rid = f"{self.first}:{entry.get('ts')}"
             if not stats.first_time(rid, seen):
+                events.attach({})  # a copy's request: what led to it went with the first one read
                 continue
             extra = self._extra(provider_id, info)
+            if cwd is not None:
+                extra["cwd"] = cwd
             if conversation is not None:
                 extra["history"] = conversation.request(entry.get("conversationHistoryIndex"), deleted,
                                                         "compacted" if summarised else "truncated")
             events.attach(extra)
-            provider = provider_of(provider_id, model)
             yield TraceRecord(id=rid, provider=provider, started_at=_seconds(entry.get("ts")),
                               response={"id": rid, "model": model,
                                         "usage": split_usage(provider, fresh, read, write, output)},
@@ -280,8 +301,9 @@ class _Task:
         return calls
 
     def _usage_kinds(self, calls: list[tuple[int, dict[str, Any], dict[str, Any] | None]]
-                     ) -> tuple[dict[str, bool], dict[str, bool]]:
-        """Per provider id: whether its tokensIn counts the whole prompt; whether its cacheWrites are misses."""
+                     ) -> tuple[dict[str, bool], dict[str, bool], dict[str, bool]]:
+        """Per provider id: whether its tokensIn counts the whole prompt; whether its cacheWrites are misses;
+        whether its writes hide in tokensIn."""
         counts: dict[str, list[tuple[int, int, int]]] = {}
         protocols: dict[str, str | None] = {}
         for _, entry, info in calls:
@@ -295,7 +317,8 @@ class _Task:
             counts.setdefault(provider_id, []).append((fresh, read, write))
             protocols[provider_id] = as_str(info.get("apiProtocol")) or protocols.get(provider_id)
         return ({p: _whole_prompt(p, protocols.get(p), c) for p, c in counts.items()},
-                {p: _writes_are_misses(p, c) for p, c in counts.items()})
+                {p: _writes_are_misses(p, c) for p, c in counts.items()},
+                {p: _writes_hidden(p, c) for p, c in counts.items()})
 
     def _model(self, entry: dict[str, Any]) -> tuple[str, str | None, str | None]:
         """(provider id, model, mode) of a request: its modelInfo, else the task metadata's latest model then."""
@@ -361,15 +384,36 @@ class _Task:
                               source=str(self.path), line=at + 1)
 
 
-def _condensed(between: list[Any], events: Events) -> bool:
+# where Cline's environment details name the folder it works in (in its system prompt too): "# Current Working
+# Directory (c:/Users/alex/app) Files"
+_CWD = re.compile(r"# Current Working Directory \(([^)\n]+)\)")
+# the MCP settings files Cline and Roo Code write their servers to: an edit connects or drops a server, and the
+# server's tools join or leave the next request's tool list (its system prompt, in Cline)
+_MCP_SETTINGS = ("cline_mcp_settings.json", "mcp_settings.json")
+
+
+def _working_directory(info: dict[str, Any]) -> str | None:
+    request = info.get("request")
+    found = _CWD.search(request) if isinstance(request, str) else None
+    return found.group(1).strip() if found else None
+
+
+def _between(between: list[Any], events: Events) -> bool:
     """What the entries between two requests say of the context: Roo Code's and Kilo Code's `condense_context`
-    (a summary replaced the history: a compaction event, with the tokens before it) and Cline's summarize_task
-    tool call or `condense` ask (the range dropped next is a summary's, not a truncation: True)."""
+    (a summary replaced the history: a compaction event, with the tokens before it), an edit of the MCP
+    settings (the tool list changes), and Cline's summarize_task tool call or `condense` ask (the range dropped
+    next is a summary's, not a truncation: True)."""
     summarised = False
     for entry in between:
         if not isinstance(entry, dict):
             continue
         kind = entry.get("say") or entry.get("ask")
+        text = entry.get("text")
+        if kind == "tool" and isinstance(text, str) and text.endswith("}") and any(n in text for n in _MCP_SETTINGS):
+            tool = _text_object(entry) or {}
+            path = str(tool.get("path") or "")
+            if path.endswith(_MCP_SETTINGS) and tool.get("tool") in ("editedExistingFile", "newFileCreated"):
+                events.add("tools_changed", _seconds(entry.get("ts")), detail="the MCP settings were edited", once=True)
         if kind == "condense_context":
             condense = entry.get("contextCondense") if isinstance(entry.get("contextCondense"), dict) else {}
             before = condense.get("prevContextTokens")
