@@ -178,6 +178,11 @@ def test_the_model_of_an_older_task_comes_from_its_metadata(cli, tmp_path):
     assert [r.provider for r in records] == ["openai", "anthropic"]
     data = json.loads(cli("usage", tmp_path / "tasks", "--json").stdout)
     assert data["import"]["skipped"] == 0  # task_metadata.json is the task's own file, read with it
+    # kvprobe has no price for glm-4.6: the $0.01 Cline logged for it is said beside the table, not added to it
+    assert data["logged_cost_of_unpriced_usd"] == 0.01 and data["unknown_models"] == ["glm-4.6"]
+    text = cli("usage", tmp_path / "tasks", "--by", "model").stdout
+    assert "the logs' own cost for the requests not priced: $0.01" in text
+    assert [line.split()[-1] for line in text.splitlines() if line.startswith("glm-4.6")] == ["n/a*"]
 
 
 def test_truncation_is_where_the_prompt_changed(tmp_path):

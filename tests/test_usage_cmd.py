@@ -104,7 +104,7 @@ def test_json_keys_are_stable(cli):
     data = _usage_json(cli, FIX / "codex")
     assert set(data) == {"totals", "by_day", "by_week", "by_month", "by_project", "by_session", "by_agent",
                          "by_model", "unknown_models", "records_without_usage", "requests_without_model",
-                         "price_notes", "import"}
+                         "logged_cost_of_unpriced_usd", "price_notes", "import"}
     row_keys = {"requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
                 "cache_write_1h_tokens", "fresh_input_tokens", "output_tokens", "reasoning_output_tokens", "token_hit_ratio",
                 "cost_usd", "unpriced_requests", "errors",

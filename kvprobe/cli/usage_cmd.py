@@ -123,6 +123,8 @@ def _n(tokens: int) -> str:
 
 
 def _cost(t: Totals) -> str:
+    if t.requests and t.unpriced_requests == t.requests:
+        return "n/a*"  # nothing of the row could be priced: unknown, never $0
     text = usd(t.cost_usd, 2)  # a Haiku row of 3,000 written tokens reads $0.0037, not $0.00
     return text + "*" if t.unpriced_requests else text
 
@@ -172,6 +174,9 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool
     if summary.unknown_models:
         out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
                   markup=False)
+    if summary.logged_unpriced_usd:
+        out.print(f"* the logs' own cost for the requests not priced: {usd(summary.logged_unpriced_usd, 2)} "
+                  "(the agent's estimate, not a bill; not in the table's cost)", markup=False)
     if summary.without_model:
         out.print(f"* {plural(summary.without_model, 'request')} name no model (the log does not say which): "
                   "unpriced (a --price-file prices models by name)", markup=False)

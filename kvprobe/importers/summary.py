@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 GROUPINGS = ("day", "week", "month", "project", "session", "agent", "model")
 CALENDAR = ("day", "week", "month")  # rows in time order; the others costliest first
 # Per-cell sums, in this order.
-_FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS = range(8)
+_FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS, _LOGGED = range(9)
 
 
 @dataclass(slots=True)
@@ -152,6 +152,7 @@ class UsageSummary:
     unknown_models: set[str] = field(default_factory=set)
     without_usage: int = 0  # records with no usage at all (failed calls): counted, not summed
     without_model: int = 0  # requests whose log names no model (Kimi's wire, an old Cline task): unpriced
+    logged_unpriced_usd: float = 0.0  # what the logs themselves say the requests kvprobe cannot price cost
     price_notes: list[str] = field(default_factory=list)  # how prices were found (an alias used: PriceBook.notes)
 
     def rows(self, grouping: str) -> list[tuple[str, Totals]]:
@@ -168,6 +169,7 @@ class UsageSummary:
         out["unknown_models"] = sorted(self.unknown_models)
         out["records_without_usage"] = self.without_usage
         out["requests_without_model"] = self.without_model
+        out["logged_cost_of_unpriced_usd"] = round(self.logged_unpriced_usd, 6)
         out["price_notes"] = self.price_notes
         return out
 
@@ -258,8 +260,9 @@ def resolve_tz(name: str | None) -> dt.tzinfo:
 #   usage: (fresh input, cache read, 5m write, 1h write, output, reasoning output (part of output)) in tokens;
 #          None: the record has no usage
 #   error: bool
+#   logged: the cost the log itself gives the request (USD; 0.0 when none): said where kvprobe has no price
 UsageRow = namedtuple("UsageRow", ("id", "via", "when", "provider", "model", "platform", "project", "session",
-                                   "agent", "usage", "error"))
+                                   "agent", "usage", "error", "logged"))
 
 
 def usage_row(record: TraceRecord) -> UsageRow:
@@ -274,7 +277,13 @@ def usage_row(record: TraceRecord) -> UsageRow:
                            record.started_at if record.started_at is not None else record.finished_at,
                            record.provider, record.model, record.platform, project_of(record), record.session,
                            record.agent if record.agent is not None else _client(record),
-                           figures, record.error is not None))
+                           figures, record.error is not None, _logged(record)))
+
+
+def _logged(record: TraceRecord) -> float:
+    """The cost the agent logged for the request (Cline's, OpenHands'), 0.0 when none."""
+    cost = record.extra.get("logged_cost_usd") if record.extra else None
+    return float(cost) if cost.__class__ in (int, float) and cost > 0 else 0.0
 
 
 def _client(record: TraceRecord) -> str | None:
@@ -361,8 +370,9 @@ class UsageSums:
                    label, row.provider, model, platform, uday, tier)
             acc = cells.get(key)
             if acc is None:
-                acc = cells[key] = [0] * 8
-            # the indices are _FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS, as literals (no global look-ups)
+                acc = cells[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0.0]
+            # the indices are _FRESH, _READ, _W5M, _W1H, _OUT, _REASON, _REQS, _ERRS, _LOGGED, as literals (no global
+            # look-ups)
             acc[0] += fresh
             acc[1] += read
             acc[2] += w5m
@@ -371,6 +381,7 @@ class UsageSums:
             acc[5] += reasoning
             acc[6] += 1
             acc[7] += row.error
+            acc[8] += row.logged
         self.first, self.last, self.without_usage = first, last, without_usage
 
     def partial(self) -> Partial:
@@ -413,6 +424,8 @@ def _price(cells: dict[tuple, list[int]], pricer: GroupPricer, summary: UsageSum
         model_key = key[len(GROUPINGS) - 1]
         if not model and provider != "local":
             summary.without_model += acc[_REQS]
+        if rates is None:
+            summary.logged_unpriced_usd += acc[_LOGGED]
         summary.totals.add_cell(acc, cost)
         _model_row(summary.totals.models, model_key, model, platform).add_cell(acc, cost)
         for grouping, row_key in zip(GROUPINGS, key):
