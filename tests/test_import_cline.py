@@ -233,6 +233,8 @@ def test_truncation_reads_as_dropped_messages_in_the_report(cli, tmp_path):
     assert (dropped["tokens_before"], dropped["tokens_after"]) == (152_010, 64_010)
     text = cli("report", tmp_path / "tasks").stdout
     assert "Older messages dropped at" in text and "summarising call" not in text
+    # the request that wrote the shorter history again says why in its row (no blank "nothing to explain")
+    assert "older messages dropped" in text.split("Older messages dropped at")[0]
 
 
 def test_broken_and_foreign_files(tmp_path):

@@ -1,6 +1,7 @@
 """`kvprobe report TRACE...`: every request's cache reads, writes, cost and the diagnosis of each miss."""
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,7 +78,7 @@ def report(
         render_fleet(rep)
         render_requests(rep, rows, zone)
         render_blocks(rep)
-        render_compactions(rep)
+        render_compactions(rep, zone)
         render_tasks(rep)
         if what_if:
             render_what_if(rep)
@@ -225,10 +226,12 @@ def render_blocks(rep: Report) -> None:
             out.print(Text(f"  {note}", style="yellow"))
 
 
-def render_compactions(rep: Report) -> None:
-    """Each compaction's economics (usage-only logs too: the transcript marks them)."""
+def render_compactions(rep: Report, zone: dt.tzinfo = dt.timezone.utc) -> None:
+    """Each compaction's economics (usage-only logs too: the transcript marks them), at the time the rows above
+    show (an id alone is hard to find in a long log)."""
     for c in rep.compactions:
         j = c.to_json()
+        at = dt.datetime.fromtimestamp(c.rebuild.sk.started_at, zone).strftime("%m-%d %H:%M:%S")
         be = j["break_even_turns"]
         if j["summary_request"] is None and j["kind"] != "truncation":
             verdict = "break-even unknown (the summarising call logged no usage)"
@@ -238,7 +241,7 @@ def render_compactions(rep: Report) -> None:
             verdict = "never pays back"
         summary = f"summary {money(j['summary_cost_usd'])}, " if j["summary_request"] is not None else ""
         what = "Older messages dropped" if j["kind"] == "truncation" else "Compaction"
-        out.print(Text(f"{what} at {j['rebuild_request']}: {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
+        out.print(Text(f"{what} at {at} ({j['rebuild_request']}): {j['tokens_before']:,} → {j['tokens_after']:,} tokens; "
                        f"{summary}rebuild {money(j['rebuild_cost_usd'])}; {verdict}", style="cyan"))
 
 

@@ -54,6 +54,9 @@ def _stamps(shown: list[RequestResult], zone: dt.tzinfo) -> list[str]:
     return [t.strftime("%H:%M:%S" if one_day else "%m-%d %H:%M") for t in local]
 
 
+REBUILD_WORDS = {"summary": "after a compaction", "truncation": "older messages dropped"}
+
+
 def render_requests(rep: Report, limit: int | None, zone: dt.tzinfo) -> None:
     shown, costliest = _chosen(rep, limit)
     titles = rep.bill.titles if rep.bill is not None else {}
@@ -65,6 +68,8 @@ def render_requests(rep: Report, limit: int | None, zone: dt.tzinfo) -> None:
              "id", "agent", "input", "read", "write", "fresh", "hit %", "cost", "why"]
     # the request that wrote a compaction's summary: its whole history sent to a new agent, the compaction's cost
     summaries = {id(c.summary) for c in rep.compactions if c.summary is not None}
+    # the first request after a compaction writes the shorter history again: that, not a miss, is its cost
+    rebuilds = {id(c.rebuild): REBUILD_WORDS[c.kind] for c in rep.compactions}
     rows = []
     for r, stamp, project, session in zip(shown, _stamps(shown, zone), projects, sessions):
         u, p = r.usage, r.predicted
@@ -72,8 +77,8 @@ def render_requests(rep: Report, limit: int | None, zone: dt.tzinfo) -> None:
         if r.observed and p is not None and p.cache_read_tokens != u.cache_read_tokens:
             read += f" (pred {p.cache_read_tokens:,})"
         hit = f"{100 * u.cache_read_tokens / u.input_tokens:.0f}" if u.input_tokens else "-"
-        why = _diag_words(r) or ("compaction summary" if id(r) in summaries else
-                                 "cold start" if r.write_kind == "cold_start" else "")
+        why = _diag_words(r) or ("compaction summary" if id(r) in summaries else rebuilds.get(id(r)) or
+                                 ("cold start" if r.write_kind == "cold_start" else ""))
         cells = {"time": stamp, "project": project, "session": session, "id": r.sk.id, "agent": r.sk.agent,
                  "input": f"{u.input_tokens:,}", "read": read, "write": f"{u.cache_write_tokens:,}",
                  "fresh": f"{u.fresh_input_tokens:,}", "hit %": hit, "cost": money(r.cost_usd),
@@ -85,6 +90,9 @@ def render_requests(rep: Report, limit: int | None, zone: dt.tzinfo) -> None:
     legend = [f"times in {zone_name(zone, shown[0].sk.started_at)} (--tz)"] if shown else []
     if any(not r.diagnoses for r in shown):
         legend.append(BLANK_WHY)
+    if any(id(r) in rebuilds and not r.diagnoses for r in shown):
+        legend.append("after a compaction / older messages dropped: the first request on the shorter history, "
+                      "which it writes again (the compactions below)")
     if any(id(r) in summaries for r in shown):
         legend.append("compaction summary: the request that summarised the history (its cost is the compaction's, "
                       "below)")
