@@ -188,3 +188,39 @@ def test_a_tail_past_the_last_breakpoint_is_named_but_not_worth_a_fix():
     assert [d.kind for d in r3.diagnoses] == ["missing_breakpoint"]
     assert f"read {total1:,}" in r3.diagnoses[0].detail
     assert not any(f["kind"] == "mark_breakpoint" for f in report.fixes + report.alternatives)
+
+
+def test_a_new_conversation_in_one_stream_is_named_and_a_changed_first_message_is_not():
+    """An agent's tasks captured one after another in one session: the third request starts another conversation
+    (its first message is another task's and its history does not go on), so only the tools and system could be
+    read; a date rewritten into the first message of a conversation that goes on is a change of that text."""
+    def convo(seed: str, turns: int) -> dict:
+        body = claude(system_tokens=3000, turns=turns)
+        for i, m in enumerate(body["messages"]):
+            if isinstance(m["content"], str):
+                m["content"] = words(300, f"{seed}{i}")
+            else:
+                m["content"][0]["text"] = words(300, f"{seed}{i}")
+        return body
+
+    a1, a3, b1 = convo("a", 1), convo("a", 3), convo("b", 1)
+    system = sizes(a1)[0]
+    records = [rec("r1", 0, a1, ant_usage(write=sizes(a1)[1])),
+               rec("r2", 10, a3, ant_usage(read=sizes(a1)[1], write=sizes(a3)[1] - sizes(a1)[1])),
+               rec("r3", 20, b1, ant_usage(read=system, write=sizes(b1)[1] - system))]
+    for r in records:
+        r.provider = infer_provider(r.request, None, r.response)
+    new = [d for d in build_report([], records=records, top=0, fixes=False).results[2].diagnoses
+           if d.kind == "prefix_changed"]
+    assert [(d.change, d.token_position) for d in new] == [("restarted", system)]
+    assert "another conversation" in new[0].detail and "cache_control" in new[0].advice
+
+    dated = convo("a", 3)
+    dated["messages"][0]["content"] = "Today is Friday. " + words(300, "a0")  # (not the last: a plain string)
+    records = [rec("d1", 0, a3, ant_usage(write=sizes(a3)[1])),
+               rec("d2", 10, dated, ant_usage(read=system, write=sizes(dated)[1] - system))]
+    for r in records:
+        r.provider = infer_provider(r.request, None, r.response)
+    changed = [d for d in build_report([], records=records, top=0, fixes=False).results[1].diagnoses
+               if d.kind == "prefix_changed"]
+    assert [d.change for d in changed] == [None]

@@ -246,3 +246,26 @@ def test_lint_reads_the_request_bodies_a_har_recording_holds(cli):
     res = cli("lint", har, "--json")
     assert res.exit_code in (0, 1), res.output
     assert json.loads(res.stdout)["inputs"][0]["requests"] >= 1
+
+
+def test_kilo_codes_cli_database_is_opencodes_store_advised_in_kilos_knobs(tmp_path, cli):
+    """Kilo Code's CLI 7 (built on OpenCode) keeps OpenCode's store as ~/.local/share/kilo/kilo.db, with a
+    storage/ folder beside it: read as OpenCode's, nothing skipped, its requests Kilo's."""
+    kilo = tmp_path / "kilo"
+    (kilo / "storage" / "session_diff").mkdir(parents=True)
+    (kilo / "storage" / "session_diff" / "ses_1.json").write_text("[]")
+    db = sqlite3.connect(kilo / "kilo.db")
+    db.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
+               "time_updated INTEGER, data TEXT)")
+    for m in _opencode_messages():
+        data = {k: v for k, v in m.items() if k not in ("id", "sessionID")}
+        db.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (m["id"], m["sessionID"], m["time"]["created"],
+                                                                 m["time"]["created"], json.dumps(data)))
+    db.commit()
+    db.close()
+    records, report = _load(kilo)
+    assert records and {r.extra.get("writer") for r in records} == {"Kilo Code"}
+    assert report.skipped == 0 and {s.format for s in report.sources} == {"opencode"}
+    from kvprobe.agents import profile_for
+    assert profile_for(records[0].extra).name == "Kilo Code CLI"
+    assert "kvprobe capture -- kilo" in cli("report", kilo).stdout

@@ -170,3 +170,20 @@ def test_a_twenty_turn_session_rerun_with_a_changed_tool_description_finds_every
     assert [r["cassette"]["match"] for r in changed] == ["exact"] * 10 + ["diverged"] * 10
     assert [r["cassette"]["turn"] for r in changed] == list(range(20))
     assert {r["cassette"]["diverged_at"] for r in changed[10:]} == {"messages[20]"}
+
+
+def test_a_captured_gemini_streams_text_comes_back_as_the_client_held_it():
+    """A captured Gemini stream is the parts of every chunk in a row, the last text part empty; served back in
+    one response that empty part made Gemini CLI 0.61 drop the answer as invalid and ask again. Plain text
+    runs are joined (thoughts apart), empty ones left out; calls and signed parts stay as they were."""
+    from kvprobe.serve.replies import gemini_parts
+
+    recorded = {"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "thinking ", "thought": True}, {"text": "more", "thought": True},
+        {"text": "Hel"}, {"text": "lo"}, {"text": ""},
+        {"functionCall": {"name": "read_file", "args": {"path": "a"}}, "thoughtSignature": "c2ln"},
+        {"text": "done", "thoughtSignature": "c2ln"}, {"text": ""}]}}]}
+    assert gemini_parts(recorded) == [
+        {"text": "thinking more", "thought": True}, {"text": "Hello"},
+        {"functionCall": {"name": "read_file", "args": {"path": "a"}}, "thoughtSignature": "c2ln"},
+        {"text": "done", "thoughtSignature": "c2ln"}]

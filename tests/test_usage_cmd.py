@@ -178,3 +178,21 @@ def test_a_folder_of_files_cut_short_quotes_a_few_skipped_lines_and_counts_the_r
     assert "skipped 12: truncated JSON line" in err
     assert err.count("  e.g. ") == 5
     assert "7 more skipped line(s) not quoted" in err
+
+
+def test_a_captured_gemini_request_is_priced_by_the_model_its_url_names(cli, tmp_path):
+    """Gemini names the model in the URL, not the body: a captured trace's requests are that model's (the
+    response's modelVersion, else the endpoint's /models/<model>:), as `report` prices them; not "no model"."""
+    usage = {"promptTokenCount": 9_110, "cachedContentTokenCount": 8_192, "candidatesTokenCount": 24,
+             "totalTokenCount": 9_134}
+    lines = [{"kvprobe": 1, "id": "g1", "provider": "gemini", "started_at": "2026-12-07T08:41:50Z",
+              "endpoint": "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+              "response": {"usageMetadata": usage}},
+             {"kvprobe": 1, "id": "g2", "provider": "gemini", "started_at": "2026-12-07T08:41:55Z",
+              "endpoint": "/v1beta/models/gemini-2.5-flash:generateContent",
+              "response": {"usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}}]
+    trace = tmp_path / "gemini.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = json.loads(cli("usage", trace, "--json").stdout)
+    assert sorted(m["model"] for m in data["by_model"]) == ["gemini-2.5-flash", "gemini-2.5-pro"]
+    assert data["requests_without_model"] == 0 and data["totals"]["cost_usd"] > 0

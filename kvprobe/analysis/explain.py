@@ -78,7 +78,32 @@ def _prefix_change(prev: "RequestResult", result: "RequestResult", reread: Rerea
             diag.token_position = before + round(b.blocks[i].tokens * count_text(tb.text[:offset]) / raw_all)
         diag.char_offset = offset
         diag.detail = describe_change(full_a.blocks, full_b.blocks, i, offset) + f" (since {prev.sk.id})"
+    if _new_conversation(a, b, i):
+        diag.change = "restarted"
+        diag.detail = (f"the first message differs from {prev.sk.id}'s and the history does not go on from it: "
+                       "another conversation began or resumed (or its first message was edited); only what precedes "
+                       f"it, {before:,} tokens of tools and system, could be read")
+        diag.advice = ("mark the end of the system prompt (the last tool, or the system text) with cache_control: "
+                       "each new conversation then reads the tools and system the last one wrote")
     return diag
+
+
+def _new_conversation(a: "RenderedRequest", b: "RenderedRequest", i: int) -> bool:
+    """The prompts part at the first message while the earlier one had a history: a new conversation in the
+    same stream (a trace that names no session: an agent's tasks captured one after another)."""
+    block = b.blocks[i] if i < len(b.blocks) else None
+    if block is None or block.level != "messages" or block.message_index != 0:
+        return False
+    earlier = max((x.message_index or 0 for x in a.blocks if x.level == "messages"), default=0)
+    later = max((x.message_index or 0 for x in b.blocks if x.level == "messages"), default=0)
+    if earlier < 1:
+        return False
+    if later < earlier:
+        return True
+    # as long or longer: another conversation if its second message differs too (a first message that changes
+    # on every request, a date in it, keeps the rest of the history: that is a change, not a new conversation)
+    second = [[x.body_hash for x in r.blocks if x.level == "messages" and x.message_index == 1] for r in (a, b)]
+    return second[0] != second[1]
 
 
 def from_evidence(result: "RequestResult") -> list[Diagnosis]:

@@ -44,6 +44,16 @@ def _label(bill: Bill, grouping: str, key: str) -> str:
     return shorten(title) if title else key
 
 
+def _distinct(labels: list[str], keys: list[str]) -> list[str]:
+    """Rows that would read the same (two sessions begun with the same prompt) told apart by the end of their
+    id, the part `usage --by session` and the JSON show."""
+    seen: dict[str, int] = {}
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+    return [f"{label} ({key[-6:]})" if seen[label] > 1 and label != key else label
+            for label, key in zip(labels, keys)]
+
+
 def render_bill(bill: Bill) -> None:
     """The bill by model, then by project, session and agent where there are several; every table's footer
     is the whole bill."""
@@ -52,7 +62,9 @@ def render_bill(bill: Bill) -> None:
         if grouping != "model" and len(rows) < 2:
             continue  # one project (session, agent): its row is the total, shown under the model table
         first = Col(grouping, footer="Total", cut="start" if grouping == "project" else "end")
-        cells = [[_label(bill, grouping, key), *money_cells(split, digits)] for key, split in rows[:BILL_ROWS]]
+        labels = _distinct([_label(bill, grouping, key) for key, _ in rows[:BILL_ROWS]],
+                           [key for key, _ in rows[:BILL_ROWS]])
+        cells = [[label, *money_cells(split, digits)] for label, (_, split) in zip(labels, rows[:BILL_ROWS])]
         more = f" (the {BILL_ROWS} costliest of {len(rows):,})" if len(rows) > BILL_ROWS else ""
         print_table(f"The bill by {grouping}{more}", money_columns(first, bill.total, digits), cells)
     if bill.total.unpriced_requests:

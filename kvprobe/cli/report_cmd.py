@@ -249,11 +249,14 @@ def render_tasks(rep: Report) -> None:
     if len(rep.tasks) < 2 and not any(t.outcome.passed is not None for t in rep.tasks):
         return
     o = overall(rep.tasks)
-    rate = "n/a" if o["pass_rate"] is None else f"{100 * o['pass_rate']:.0f}%"
+    times = f" · median {duration(o['median_duration_s'])} · slowest decile {duration(o['slowest_decile_duration_s'])}"
+    if o["pass_rate"] is None:  # no outcome known (no --outcomes): a pass rate and a cost per accepted task say nothing
+        out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']}{times} (--outcomes: pass rate and cost per "
+                                "accepted task)"))
+        return
+    rate = f"{100 * o['pass_rate']:.0f}%"
     out.print(Text.assemble(("Tasks: ", "bold"), f"{o['tasks']} · pass rate {rate} · cost per accepted task ",
-                            (money(o["cost_per_accepted_task_usd"]), "bold"),
-                            f" · median {duration(o['median_duration_s'])} · slowest decile "
-                            f"{duration(o['slowest_decile_duration_s'])}"))
+                            (money(o["cost_per_accepted_task_usd"]), "bold"), times))
 
 
 def render_fixes(rep: Report) -> None:

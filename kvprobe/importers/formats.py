@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 OPENCODE_DATABASE = "opencode.db"  # OpenCode's SQLite store: no JSON to sniff
+OPENCODE_DATABASES = (OPENCODE_DATABASE, "kilo.db")  # Kilo Code's CLI (built on OpenCode) keeps the same store
 KIMI_WIRE = "wire.jsonl"
 KIMI_SIDE_FILES = ("context.jsonl", "state.json", "metadata.json")  # beside wire.jsonl: no usage in them
 COPILOT_SIDE_FILES = ("config.json", "command-history-state.json", "mcp-config.json")  # beside session-state/
@@ -185,6 +186,16 @@ def vibe_file(path: Path) -> bool:
     return "plugins" in parts and parts.index("plugins") >= 2 and parts[parts.index("plugins") - 1] == "session"
 
 
+def opencode_side_file(path: Path) -> bool:
+    """A file of OpenCode's (or Kilo's) storage/ folder beside its database (session diffs and the like): no
+    usage of its own (the database has every message)."""
+    parts = path.parts
+    if "storage" not in parts[-4:-1]:
+        return False
+    root = Path(*parts[:len(parts) - 1 - parts[::-1].index("storage")])
+    return any((root / name).is_file() for name in OPENCODE_DATABASES)
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
     context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
@@ -199,6 +210,8 @@ def side_format(path: Path) -> str | None:
         return "openhands"
     if vibe_file(path):
         return "vibe"
+    if opencode_side_file(path):
+        return "opencode"
     return None
 
 
@@ -217,7 +230,7 @@ def detect_format(path: str | Path) -> str | None:
     """kvprobe | har | claude_code | codex | gemini_cli | qwen_code | opencode | cline | openhands | vibe |
     otel | litellm | kimi_cli | copilot_cli, or None when no importer knows the file (sniffed from a bounded prefix: importers.sniff)."""
     path = Path(path)
-    if path.name == OPENCODE_DATABASE:
+    if path.name in OPENCODE_DATABASES:
         return "opencode"
     side = side_format(path)
     return side if side is not None else format_of(sniff(path))

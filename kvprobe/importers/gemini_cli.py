@@ -5,7 +5,8 @@ Quirks:
   lastUpdated, messages: [...]}), rewritten as it grows. Newer ones append JSON Lines: a metadata line
   ({sessionId, projectHash, startTime, ...}), message records, `{"$set": {...}}` metadata updates (which can
   carry the whole `messages` list again) and `{"$rewindTo": id}` marks. A message is written again each time
-  it changes (its tokens arrive after its tool calls): the last version of each id wins.
+  it changes (its tokens arrive after its tool calls): the last version of each id wins, at the time it was
+  first written (a resumed session lists its whole history again, stamped with the resume's time).
 * One model call = one message of `type: "gemini"` with `tokens` {input (promptTokenCount, cached tokens
   included), output (candidatesTokenCount), cached (cachedContentTokenCount), thoughts (thoughtsTokenCount,
   billed as output), tool (toolUsePromptTokenCount, input the prompt count leaves out), total}. Messages
@@ -246,6 +247,11 @@ def _keep(messages: dict[str, dict], record: Any, lineno: int, stats: SourceStat
         stats.duplicates += 1
         if isinstance(old.get("tokens"), dict) and not isinstance(record.get("tokens"), dict):
             return  # a later copy without tokens (a history rewrite) keeps the counts already logged
+        first, again = time_or_none(old.get("timestamp")), time_or_none(record.get("timestamp"))
+        if first is not None and (again is None or first < again):
+            # a resumed session writes its whole history again, each message stamped with the resume's time:
+            # a message was sent when it was first written
+            record = {**record, "timestamp": old["timestamp"]}
     messages[record["id"]] = {**record, "_line": lineno}
 
 

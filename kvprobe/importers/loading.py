@@ -101,7 +101,7 @@ def _walk(root: Path, unreadable: list[tuple[Path, str]] | None) -> Iterator[Pat
     for folder, _dirs, names in os.walk(root, onerror=failed):
         for name in names:  # (a link that loops is listed here: following it finds no folder)
             path = Path(folder) / name
-            log = path.suffix in _SUFFIXES or name == opencode.DATABASE or bool(first_part(path))
+            log = path.suffix in _SUFFIXES or name in opencode.DATABASES or bool(first_part(path))
             if log and path.is_file():
                 yield path
             elif unreadable is not None and path.is_symlink() and not path.exists():
@@ -277,7 +277,7 @@ def _classify(files: list[Path], named: list[str | Path], fmt: str | None,
 
 def _detect(path: Path, fmt: str | None) -> tuple[str | None, Sniffed | None]:
     """The file's format (`fmt` when forced) and what its bounded prefix showed (None: a database)."""
-    if path.name == opencode.DATABASE and fmt in (None, opencode.NAME):
+    if path.name in opencode.DATABASES and fmt in (None, opencode.NAME):
         return opencode.NAME, None
     side = side_format(path)
     if side is not None and fmt in (None, side):

@@ -1,6 +1,7 @@
 """OpenCode sessions: ~/.local/share/opencode/ — `opencode.db` (SQLite, OpenCode 1.2 and later: a `message`
 table whose `data` column holds each message as JSON) or, before that, one JSON file per message
-(`storage/message/<sessionID>/msg_<id>.json`).
+(`storage/message/<sessionID>/msg_<id>.json`). Kilo Code's CLI, built on OpenCode, keeps the same store as
+~/.local/share/kilo/kilo.db: its records are marked `writer = "Kilo Code"` (advised in its own knobs).
 
 Quirks:
 * One model call = one `role: "assistant"` message with `tokens` {input, output, reasoning, cache: {read,
@@ -26,7 +27,7 @@ import orjson
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, split_usage,
                                    time_or_none, token_count)
 from kvprobe.importers.events import Events
-from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, SNIFFERS
+from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, OPENCODE_DATABASES as DATABASES, SNIFFERS
 from kvprobe.request.detect import infer_provider
 from kvprobe.trace import TraceRecord
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # imported where a database is read: every `usage` and `impor
     from kvprobe.importers.history import Sequence
 
 NAME = "opencode"
+KILO = "Kilo Code"
 SUMMARY_AGENT = "compaction"
 _PLATFORMS = {"amazon-bedrock": "bedrock", "google-vertex-anthropic": "vertex", "google-vertex": "vertex"}
 _PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "google": "gemini", "deepseek": "deepseek"}
@@ -45,17 +47,23 @@ _PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "google": "gemini", 
 
 def default_paths() -> list[Path]:
     env = os.environ.get("OPENCODE_DATA_DIR")
-    base = Path(os.environ.get("XDG_DATA_HOME", "~/.local/share")).expanduser() / "opencode"
-    roots = [Path(p).expanduser() for p in env.split(",") if p] if env else [base]
-    return [r for r in roots if (r / DATABASE).is_file() or (r / "storage" / "message").is_dir()]
+    share = Path(os.environ.get("XDG_DATA_HOME", "~/.local/share")).expanduser()
+    roots = [Path(p).expanduser() for p in env.split(",") if p] if env else [share / "opencode", share / "kilo"]
+    return [r for r in roots if any((r / name).is_file() for name in DATABASES) or (r / "storage" / "message").is_dir()]
 
 
 sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[TraceRecord]:
-    if path.name == DATABASE:
-        yield from _records(_database_messages(path, stats), str(path), stats, seen, _database_parts(path))
+    if path.name in DATABASES:
+        records = _records(_database_messages(path, stats), str(path), stats, seen, _database_parts(path))
+        if path.name == DATABASE:
+            yield from records
+            return
+        for record in records:  # kilo.db: Kilo Code's CLI, whose knobs are its own (kvprobe.agents: the writer)
+            record.extra["writer"] = KILO
+            yield record
         return
     data = path.read_bytes()
     if progress is not None:

@@ -59,8 +59,29 @@ def text_of(recorded: Recorded) -> str:
     return "".join(p.get("text", "") for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
 
 
+# the keys of a part that is text and nothing else (a thought's text too): parts a client joins into one
+_PLAIN_TEXT = ({"text"}, {"text", "thought"})
+
+
 def gemini_parts(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A recorded answer's parts as a client holds them: a captured stream is the parts of every chunk in a row
+    (one text part a chunk, the last one often empty), which a client joins; sent back in one response, an
+    empty text part makes Gemini CLI drop the answer as invalid and ask again. Runs of plain text parts are
+    joined, empty ones left out; a part with anything more (a function call, a thought signature) stays."""
     candidates = response.get("candidates")
     first = candidates[0] if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict) else {}
     content = first.get("content") if isinstance(first.get("content"), dict) else {}
-    return [p for p in content.get("parts") or [] if isinstance(p, dict)]
+    out: list[dict[str, Any]] = []
+    for part in content.get("parts") or []:
+        if not isinstance(part, dict):
+            continue
+        plain = set(part) in _PLAIN_TEXT and isinstance(part.get("text"), str)
+        if plain and not part["text"]:
+            continue
+        last = out[-1] if out else None
+        if plain and last is not None and set(last) == set(part) and last.get("thought") == part.get("thought") \
+                and isinstance(last.get("text"), str):
+            out[-1] = {**last, "text": last["text"] + part["text"]}
+            continue
+        out.append(dict(part))
+    return out

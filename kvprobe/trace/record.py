@@ -79,9 +79,19 @@ class TraceRecord:
 
     @property
     def model(self) -> str | None:
+        """The model the body names; for Gemini, which names it in the URL, the response's `modelVersion` or
+        the endpoint's `/models/<model>:…` (as the report renders the request)."""
         for holder in (self.request, self.response):
             if isinstance(holder, dict) and isinstance(holder.get("model"), str):
                 return holder["model"]
+        response = self.response
+        if isinstance(response, dict) and isinstance(response.get("modelVersion"), str):
+            return response["modelVersion"]
+        endpoint = self.endpoint
+        if isinstance(endpoint, str) and "/models/" in endpoint:
+            named = endpoint.split("/models/", 1)[1].split("?", 1)[0]
+            named = named.split(":", 1)[0].split("/", 1)[0]
+            return named or None
         return None
 
     @property
