@@ -269,3 +269,40 @@ def test_kilo_codes_cli_database_is_opencodes_store_advised_in_kilos_knobs(tmp_p
     from kvprobe.agents import profile_for
     assert profile_for(records[0].extra).name == "Kilo Code CLI"
     assert "kvprobe capture -- kilo" in cli("report", kilo).stdout
+
+
+def test_qwen_codes_managed_subagent_calls_are_read_from_their_telemetry(tmp_path):
+    """Qwen Code 0.24's auto-memory extractor writes no assistant record: its call is only the `ui_telemetry`
+    `qwen-code.api_response` event naming a subagent_id (the main call's own event, beside its assistant
+    record, is not read again). Shapes as Qwen Code 0.24.4 wrote them against `kvprobe serve`; the project
+    folder's meta.json and extract-cursor.json are its own files."""
+    def telemetry(uid, at, rid, prompt, cached, out, **sub):
+        return {"uuid": uid, "parentUuid": None, "sessionId": "s1", "timestamp": at, "type": "system",
+                "cwd": "/w", "version": "0.24.4", "subtype": "ui_telemetry",
+                "systemPayload": {"uiEvent": {"event.name": "qwen-code.api_response", "event.timestamp": at,
+                                              "response_id": rid, "model": "qwen3-coder-plus", "duration_ms": 7751,
+                                              "input_token_count": prompt, "output_token_count": out,
+                                              "cached_content_token_count": cached, "thoughts_token_count": 0,
+                                              **sub}}}
+    lines = [
+        {"uuid": "u1", "parentUuid": None, "sessionId": "s1", "timestamp": "2026-12-07T08:43:28.000Z",
+         "type": "user", "message": {"role": "user", "parts": [{"text": "read README.md"}]}},
+        telemetry("t1", "2026-12-07T08:43:29.906Z", "chatcmpl_1", 14_589, 0, 24),
+        {"uuid": "a1", "parentUuid": "t1", "sessionId": "s1", "timestamp": "2026-12-07T08:43:29.908Z",
+         "type": "assistant", "model": "qwen3-coder-plus", "message": {"role": "model", "parts": [{"text": "ok"}]},
+         "usageMetadata": {"promptTokenCount": 14_589, "candidatesTokenCount": 24, "totalTokenCount": 14_613}},
+        telemetry("t2", "2026-12-07T08:43:43.432Z", "chatcmpl_4", 11_077, 0, 7,
+                  subagent_name="managed-auto-memory-extractor", subagent_id="managed-auto-memory-extractor-48"),
+    ]
+    project = tmp_path / "projects" / "-w"
+    (project / "chats").mkdir(parents=True)
+    (project / "chats" / "s1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (project / "meta.json").write_text(json.dumps({"version": 1, "createdAt": "2026-12-07T08:43:35.617Z"}, indent=2))
+    (project / "extract-cursor.json").write_text(json.dumps({"sessionId": "s1", "processedOffset": 0}, indent=2))
+    records, report = _load(tmp_path / "projects")
+    assert [(r.id, r.agent) for r in records] == [("a1", "main"),
+                                                  ("chatcmpl_4", "subagent-managed-auto-memory-extractor-48")]
+    side = records[1]
+    assert side.response["usageMetadata"]["promptTokenCount"] == 11_077
+    assert round(side.finished_at - side.started_at, 3) == 7.751
+    assert report.skipped == 0

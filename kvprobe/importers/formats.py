@@ -20,6 +20,7 @@ OPENCODE_DATABASES = (OPENCODE_DATABASE, "kilo.db")  # Kilo Code's CLI (built on
 KIMI_WIRE = "wire.jsonl"
 KIMI_SIDE_FILES = ("context.jsonl", "state.json", "metadata.json")  # beside wire.jsonl: no usage in them
 COPILOT_SIDE_FILES = ("config.json", "command-history-state.json", "mcp-config.json")  # beside session-state/
+QWEN_SIDE_FILES = ("meta.json", "extract-cursor.json")  # a Qwen Code project folder's, beside chats/: no usage
 CLINE_UI_FILES = ("ui_messages.json", "claude_messages.json")  # a Cline task folder's log (the oldest name second)
 # beside it: the conversation sent, the task's metadata, the context manager's state (no usage in them)
 CLINE_SIDE_FILES = ("api_conversation_history.json", "task_metadata.json", "context_history.json")
@@ -196,6 +197,11 @@ def opencode_side_file(path: Path) -> bool:
     return any((root / name).is_file() for name in OPENCODE_DATABASES)
 
 
+def qwen_side_file(path: Path) -> bool:
+    """A Qwen Code project folder's own state (its memory extractor's cursor, its metadata), beside chats/."""
+    return path.name in QWEN_SIDE_FILES and (path.parent / "chats").is_dir() and path.parent.parent.name == "projects"
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
     context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
@@ -212,6 +218,8 @@ def side_format(path: Path) -> str | None:
         return "vibe"
     if opencode_side_file(path):
         return "opencode"
+    if qwen_side_file(path):
+        return "qwen_code"
     return None
 
 
