@@ -36,6 +36,7 @@ Quirks:
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     origin = _Origin(path)
     streams = _Streams() if history else None  # the events between each stream's requests
     chains = _chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
+    bodies = _Bodies() if history else None  # the requests as sent, where Claude Code logs them (2.1.33x)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
     lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
@@ -119,13 +121,21 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                     _sidechain_root(roots, uuid, line)
             kind = line.get("type")
             if kind == "assistant":
-                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains)
+                if bodies is not None:
+                    bodies.said(line, "assistant")
+                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains,
+                                bodies=bodies)
+            elif bodies is not None and kind in _Bodies.KINDS:
+                ignored += 1
+                bodies.line(kind, line)
             elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             else:
                 ignored += 1
                 if streams is not None and (kind == "user" or kind == "system"):
                     streams.note(origin, line, kind)
+                if bodies is not None and kind == "user":
+                    bodies.said(line, "user")
             if uuid.__class__ is str and chains is not None:
                 _chain(chains, uuid, line, kind)
     finally:
@@ -213,7 +223,7 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
 def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
                     pending: dict[str, TraceRecord], stats: SourceStats, seen: set[str],
                     provisional: bool = False, streams: "_Streams | None" = None,
-                    chains: Chains | None = None) -> None:
+                    chains: Chains | None = None, bodies: "_Bodies | None" = None) -> None:
     # Runs for every response line (several per request): the checks are written inline, not as helper calls.
     message = line.get("message")
     if not isinstance(message, dict):
@@ -276,11 +286,140 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         streams.tools_used(origin, line, message, extra, stamp)
     if chains is not None:
         extra["history"] = chains.request(agent, parent, _cleared(message))
+    body = bodies.take(model) if bodies is not None and not provisional else None
+    if body is not None and bodies is not None and bodies.betas:
+        extra["request_headers"] = {"anthropic-beta": bodies.betas}
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
     record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
-                         None, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
+                         body, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
                          None, extra, origin.source, lineno)
     pending[key] = record
+
+
+class _Bodies:
+    """The requests Claude Code sent, where it logs them (2.1.33x), rebuilt for the next response line.
+
+    Three line types, content-addressed: `api-request-shape` (`shapeHash`, `shape`: the system blocks and
+    tools), `api-request-blob` (`hash`, `message`: one message as sent) and `api-request` (`id`, `shapeHash`,
+    `params`: model, max_tokens, thinking, betas, …; the messages as `keep` of those of the request `base` then
+    the blobs of `tail`, in order; `cacheControl`: [{path, value}], where the breakpoints were). The request is
+    answered by the next assistant line: its record carries the body (a request whose shape or a blob is
+    missing, or whose response names another model, carries none)."""
+
+    KINDS = ("api-request-shape", "api-request-blob", "api-request")
+    _PARAMS = ("max_tokens", "thinking", "context_management", "output_config", "temperature", "top_p", "top_k",
+               "tool_choice", "stop_sequences", "metadata", "service_tier")
+
+    __slots__ = ("shapes", "blobs", "sent", "next", "betas", "said_messages", "assistants", "hashed")
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, dict[str, Any]] = {}
+        self.blobs: dict[str, Any] = {}
+        self.sent: dict[str, list[Any]] = {}  # request id -> its messages (a later request keeps some of them)
+        self.next: dict[str, Any] | None = None  # the body awaiting its response
+        self.betas: str | None = None
+        # the transcript's own messages as sent, hashed only when a request names a hash no blob line holds
+        # (Claude Code writes blob lines for what the transcript does not already hold)
+        self.said_messages: list[dict[str, Any]] = []
+        self.assistants: dict[str, dict[str, Any]] = {}  # message id -> the message, its lines' blocks joined
+        self.hashed = 0  # said_messages[:hashed] are in blobs
+
+    def said(self, line: dict[str, Any], role: str) -> None:
+        """A user or assistant line: the message as a later request sends it (a string content as one text block;
+        an answer's blocks, one per line, joined)."""
+        message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if role == "user":
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            if isinstance(content, list):
+                self.said_messages.append({"role": "user", "content": content})
+            return
+        ident = message.get("id") if isinstance(message, dict) else None
+        if not isinstance(content, list) or not isinstance(ident, str):
+            return
+        held = self.assistants.get(ident)
+        if held is None:
+            held = self.assistants[ident] = {"role": "assistant", "content": []}
+            self.said_messages.append(held)
+        held["content"].extend(content)
+
+    def _known(self, wanted: list[Any]) -> bool:
+        """Whether every hash is a blob, hashing the transcript's messages said since the last time if not."""
+        if all(h in self.blobs for h in wanted):
+            return True
+        import hashlib
+
+        for message in self.said_messages[self.hashed:]:
+            raw = json.dumps(message, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+            self.blobs.setdefault(hashlib.sha256(raw).hexdigest(), message)
+        self.hashed = len(self.said_messages)
+        return all(h in self.blobs for h in wanted)
+
+    def line(self, kind: str, line: dict[str, Any]) -> None:
+        if kind == "api-request-blob":
+            if isinstance(line.get("hash"), str) and isinstance(line.get("message"), dict):
+                self.blobs[line["hash"]] = line["message"]
+        elif kind == "api-request-shape":
+            if isinstance(line.get("shapeHash"), str) and isinstance(line.get("shape"), dict):
+                self.shapes[line["shapeHash"]] = line["shape"]
+        else:
+            self.next = self._body(line)
+
+    def take(self, model: Any) -> dict[str, Any] | None:
+        body, self.next = self.next, None
+        return body if body is not None and body.get("model") == model else None
+
+    def _body(self, line: dict[str, Any]) -> dict[str, Any] | None:
+        params, shape = line.get("params"), self.shapes.get(line.get("shapeHash"))  # type: ignore[arg-type]
+        tail, keep = line.get("tail"), line.get("keep")
+        if not isinstance(params, dict) or not isinstance(params.get("model"), str) or shape is None \
+                or not isinstance(tail, list) or not isinstance(keep, int) or keep < 0:
+            return None
+        kept = self.sent.get(line.get("base"), []) if keep else []  # type: ignore[arg-type]
+        if len(kept) < keep or not self._known(tail):
+            return None  # a base or a blob this file does not hold: no body rather than a wrong one
+        messages = kept[:keep] + [self.blobs[h] for h in tail]
+        if isinstance(line.get("id"), str):
+            self.sent[line["id"]] = messages
+        body: dict[str, Any] = {"model": params["model"]}
+        body.update((k, params[k]) for k in self._PARAMS if k in params)
+        if "system" in shape:
+            body["system"] = shape["system"]
+        if "tools" in shape:
+            body["tools"] = shape["tools"]
+        body["messages"] = messages
+        betas = params.get("betas")
+        self.betas = ",".join(b for b in betas if isinstance(b, str)) if isinstance(betas, list) else None
+        for mark in line.get("cacheControl") or ():
+            if isinstance(mark, dict) and isinstance(mark.get("path"), list) and isinstance(mark.get("value"), dict):
+                body = _marked(body, mark["path"], mark["value"])
+        return body
+
+
+def _marked(body: dict[str, Any], path: list[Any], value: dict[str, Any]) -> dict[str, Any]:
+    """The body with `cache_control` set on the block at `path` (["messages", 5, "content", 0]), every container
+    on the way copied (blobs and shapes are shared by the requests that send them)."""
+    out = dict(body)
+    holder: Any = out
+    for i, step in enumerate(path):
+        child = holder[step] if isinstance(holder, dict) and step in holder else \
+            holder[step] if isinstance(holder, list) and isinstance(step, int) and -len(holder) <= step < len(holder) \
+            else None
+        if child is None:
+            return body  # a path the body does not have: left unmarked
+        if isinstance(child, str) and i == len(path) - 1:  # a string content: as the block it is sent as
+            child = [{"type": "text", "text": child}]
+            holder[step] = child
+            holder = child
+            path = [*path, 0]
+            child = holder[0]
+        copy = dict(child) if isinstance(child, dict) else list(child) if isinstance(child, list) else child
+        holder[step] = copy
+        holder = copy
+    if isinstance(holder, dict):
+        holder["cache_control"] = value
+    return out
 
 
 _ROOT = "_sidechain_root"  # set on an inline sidechain line without agentId: its subagent's first line
