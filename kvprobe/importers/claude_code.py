@@ -310,7 +310,7 @@ class _Bodies:
     _PARAMS = ("max_tokens", "thinking", "context_management", "output_config", "temperature", "top_p", "top_k",
                "tool_choice", "stop_sequences", "metadata", "service_tier")
 
-    __slots__ = ("shapes", "blobs", "sent", "next", "betas", "said_messages", "assistants", "hashed")
+    __slots__ = ("shapes", "blobs", "sent", "next", "betas", "said_messages", "assistants", "hashed", "active")
 
     def __init__(self) -> None:
         self.shapes: dict[str, dict[str, Any]] = {}
@@ -323,10 +323,15 @@ class _Bodies:
         self.said_messages: list[dict[str, Any]] = []
         self.assistants: dict[str, dict[str, Any]] = {}  # message id -> the message, its lines' blocks joined
         self.hashed = 0  # said_messages[:hashed] are in blobs
+        # from a file's first shape line on: a transcript that logs no requests (every one before 2.1.33x) holds
+        # none of its messages here (a folder's worth of them would stay in memory for nothing)
+        self.active = False
 
     def said(self, line: dict[str, Any], role: str) -> None:
         """A user or assistant line: the message as a later request sends it (a string content as one text block;
         an answer's blocks, one per line, joined)."""
+        if not self.active:
+            return
         message = line.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         if role == "user":
@@ -361,6 +366,7 @@ class _Bodies:
             if isinstance(line.get("hash"), str) and isinstance(line.get("message"), dict):
                 self.blobs[line["hash"]] = line["message"]
         elif kind == "api-request-shape":
+            self.active = True
             if isinstance(line.get("shapeHash"), str) and isinstance(line.get("shape"), dict):
                 self.shapes[line["shapeHash"]] = line["shape"]
         else:
