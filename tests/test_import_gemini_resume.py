@@ -32,3 +32,19 @@ def test_a_resume_does_not_move_the_requests_it_lists_again(tmp_path: Path):
     # g1 was answered on the 7th (its first writing), g2 on the 8th
     assert records["g1"].finished_at == 1_796_632_912.575
     assert records["g2"].finished_at == 1_796_720_402.0
+
+
+def test_the_gemini_home_folder_reads_clean_and_says_what_the_log_leaves_out(tmp_path: Path, cli):
+    """Named at ~/.gemini, the settings beside tmp/ are Gemini CLI's own files (not "no known format"); the
+    import says the log holds the main model's calls only (the router's are not written: found by capture)."""
+    home = tmp_path / ".gemini"
+    chats = home / "tmp" / "work" / "chats"
+    chats.mkdir(parents=True)
+    lines = [META, {"id": "u1", "type": "user", "timestamp": "2026-12-07T08:41:51.713Z", "content": "hi"},
+             _gemini("g1", "2026-12-07T08:41:52.575Z", 0, 9_110)]
+    (chats / "session-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (home / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    (home / "projects.json").write_text(json.dumps({"projects": {}}))
+    out = cli("usage", home).output
+    assert "no known format" not in out
+    assert "Gemini CLI logs its main model's calls only" in out

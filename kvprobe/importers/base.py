@@ -134,6 +134,8 @@ class ImportReport:
                          "history a fork copies before its own first turn (billed once, in the parent's rollout)")
         for reason, count in self.reasons().most_common():
             lines.append(f"skipped {count:,}: {reason}")
+        for fmt in sorted({s.format for s in self.sources if s.records} & set(UNLOGGED_CALLS)):
+            lines.append(UNLOGGED_CALLS[fmt])
         platforms: Counter = Counter()
         for s in self.sources:
             platforms.update(s.platforms)
@@ -154,6 +156,15 @@ class ImportReport:
                          "to group an agent's calls)")
         return lines
 
+
+# calls an agent makes but does not write to its own log (found by running it through capture): said once per
+# format read, so a total from the log is known to leave them out
+UNLOGGED_CALLS = {
+    "gemini_cli": "Gemini CLI logs its main model's calls only: its router's calls (flash-lite, one a turn, small) "
+                  "and attempts it retried are not in the log (capture them: `kvprobe capture -- gemini`)",
+    "opencode": "OpenCode (and Kilo's CLI) log no usage for their title calls on the small model (a few hundred "
+                "tokens a session): not in the log (capture them: `kvprobe capture -- opencode`)",
+}
 
 PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI", "ollama": "Ollama",
                   "lmstudio": "LM Studio", "github-copilot": "GitHub Copilot"}

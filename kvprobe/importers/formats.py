@@ -202,6 +202,12 @@ def qwen_side_file(path: Path) -> bool:
     return path.name in QWEN_SIDE_FILES and (path.parent / "chats").is_dir() and path.parent.parent.name == "projects"
 
 
+# an agent's home folder: the .json files directly in it are its settings and state (settings.json,
+# projects.json, trustedFolders.json, …), never its logs: read as its format, ignored, not "no known format"
+_AGENT_HOMES = {".claude": "claude_code", ".codex": "codex", ".gemini": "gemini_cli", ".qwen": "qwen_code",
+                ".kimi": "kimi_cli", ".cline": "cline", ".vibe": "vibe", ".openhands": "openhands"}
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
     context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
@@ -220,7 +226,14 @@ def side_format(path: Path) -> str | None:
         return "opencode"
     if qwen_side_file(path):
         return "qwen_code"
+    if agent_home_file(path):
+        return _AGENT_HOMES[path.parent.name]
     return None
+
+
+def agent_home_file(path: Path) -> bool:
+    """A .json file directly in an agent's home folder (~/.gemini/settings.json): its settings, no log."""
+    return path.suffix == ".json" and path.parent.name in _AGENT_HOMES
 
 
 def format_of(sniffed: Sniffed) -> str | None:

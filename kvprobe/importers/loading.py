@@ -13,7 +13,7 @@ from kvprobe.errors import InputError, not_a_file
 from kvprobe.importers import (claude_code, cline, codex, copilot_cli, gemini_cli, har, kimi_cli, litellm, opencode,
                                openhands, otel, qwen_code, vibe)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats, first_part, log_bytes
-from kvprobe.importers.formats import format_of, side_format
+from kvprobe.importers.formats import agent_home_file, format_of, side_format
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
@@ -144,6 +144,10 @@ def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progres
               strict: bool, history: bool = True) -> Iterator[TraceRecord]:
     if kind == "kvprobe":
         return _read_kvprobe(path, stats, seen, progress, strict)  # read_trace checks usage itself
+    if agent_home_file(path):  # the agent's settings beside its logs: read as its files, nothing in them
+        stats.lines += 1
+        stats.ignored += 1
+        return iter(())
     read = IMPORTERS[kind].read
     records = read(path, stats, seen, progress) if history or kind not in _HISTORY_OPTIONAL else \
         read(path, stats, seen, progress, history=False)
