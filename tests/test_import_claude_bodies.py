@@ -100,3 +100,19 @@ def test_a_request_whose_messages_the_file_does_not_hold_carries_no_body(tmp_pat
     (folder / f"{SESSION}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (record,) = load_any(tmp_path / "projects")
     assert record.request is None and record.response["usage"]["cache_creation_input_tokens"] == 100
+
+
+def test_a_mark_on_a_string_content_marks_the_text_block_it_is_sent_as(tmp_path: Path):
+    shape = {"system": [{"type": "text", "text": "sys"}], "tools": []}
+    prompt = {"role": "user", "content": "Read README.md"}
+    lines = [_line("api-request-shape", shapeHash="s1", shape=shape),
+             _line("api-request-blob", hash=_hash(prompt), message=prompt),
+             _request("r1", "2026-12-07T08:40:37.635Z", [_hash(prompt)], marks=[["messages", 0, "content", 0]]),
+             _assistant("a1", None, "2026-12-07T08:40:38.000Z", "msg_1", {"type": "text", "text": "hi"}, 0, 100)]
+    folder = tmp_path / "projects" / "-work"
+    folder.mkdir(parents=True)
+    (folder / f"{SESSION}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (record,) = load_any(tmp_path / "projects")
+    assert record.request["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Read README.md", "cache_control": EPH}]}]
+    assert prompt["content"] == "Read README.md"  # the blob itself is left as it was

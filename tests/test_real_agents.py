@@ -3,7 +3,8 @@ for 3 non-interactive turns through `kvprobe capture` against `kvprobe serve` on
 no download), in emulate mode and then in cassette mode on what the first run recorded.
 
 Each run asserts what a user would check: every turn exits 0 and every request was answered 200 (a valid
-trace, no record with an error), `report` names what the turns changed (the third turn switches the model:
+trace, no record with an error), `usage` reads from the agent's own log what the capture recorded (model by
+model, but for the calls the agent does not log), `report` names what the turns changed (the third turn switches the model:
 `model changed`; Claude Code's second drops a tool: `prefix changed at tools`), and `gate` passes the run and
 fails a seeded regression (Claude Code's tool list changed every turn).
 
@@ -53,6 +54,8 @@ class Agent:
     turns: list[list[str]]  # each turn's arguments after the binary
     env: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # settings file (under HOME) -> auth type
+    logs: str = ""  # where under HOME the agent writes its own session logs (what `kvprobe usage` reads)
+    unlogged: tuple[str, ...] = ()  # models whose calls the agent does not write to its log (Gemini's router)
 
 
 BASE_URL = "@BASE_URL@"  # replaced, in the child, by the OPENAI_BASE_URL capture gives it
@@ -72,18 +75,19 @@ AGENT_LIST = [
         ["-p", PROMPTS[0], "--max-turns", "1"],
         ["-p", PROMPTS[1], "--max-turns", "1", "--continue", "--disallowedTools", "Write"],
         ["-p", PROMPTS[2], "--max-turns", "1", "--continue", "--disallowedTools", "Write",
-         "--model", "claude-sonnet-5"]], env={"ANTHROPIC_API_KEY": "sk-ant-kvprobe-local"}),
+         "--model", "claude-sonnet-5"]], env={"ANTHROPIC_API_KEY": "sk-ant-kvprobe-local"},
+          logs=".claude/projects"),
     Agent("codex", "codex", [_codex(PROMPTS[0]), _codex("resume", "--last", PROMPTS[1]),
                              _codex("-m", "gpt-5.5", "resume", "--last", PROMPTS[2])],
-          env={"OPENAI_API_KEY": "sk-kvprobe-local"}),
+          env={"OPENAI_API_KEY": "sk-kvprobe-local"}, logs=".codex/sessions"),
     Agent("gemini-cli", "gemini", [["-p", PROMPTS[0]], ["--resume", "latest", "-p", PROMPTS[1]],
                                    ["--resume", "latest", "-m", "gemini-3.5-flash", "-p", PROMPTS[2]]],
           env={"GEMINI_API_KEY": "kvprobe-local"},
-          settings={".gemini/settings.json": "gemini-api-key"}),
+          settings={".gemini/settings.json": "gemini-api-key"}, logs=".gemini/tmp", unlogged=("flash-lite",)),
     Agent("qwen-code", "qwen", [["-p", PROMPTS[0]], ["--continue", "-p", PROMPTS[1]],
                                 ["--continue", "-m", "qwen3-max", "-p", PROMPTS[2]]],
           env={"OPENAI_API_KEY": "sk-kvprobe-local", "OPENAI_MODEL": "qwen3-coder-plus"},
-          settings={".qwen/settings.json": "openai"}),
+          settings={".qwen/settings.json": "openai"}, logs=".qwen/projects"),
 ]
 
 
@@ -116,6 +120,7 @@ class Run:
     trace: Path
     seconds: list[float]
     serve_trace: Path
+    home: Path | None = None
 
 
 def run_agent(agent: Agent, serve_url: str, serve_trace: Path, tmp: Path, session: str,
@@ -138,7 +143,7 @@ def run_agent(agent: Agent, serve_url: str, serve_trace: Path, tmp: Path, sessio
                               stdin=subprocess.DEVNULL)
         seconds.append(round(time.monotonic() - start, 1))
         assert done.returncode == 0, f"{agent.name} turn {len(seconds)}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
-    return Run(trace, seconds, serve_trace)
+    return Run(trace, seconds, serve_trace, home)
 
 
 def _report(trace: Path) -> dict:
@@ -151,6 +156,23 @@ def _report(trace: Path) -> dict:
 def _gate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kvprobe", "gate", *args], capture_output=True, text=True,
                           timeout=300)
+
+
+def _usage_by_model(path: Path) -> dict[str, tuple[int, ...]]:
+    done = subprocess.run([sys.executable, "-m", "kvprobe", "usage", str(path), "--json"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {row["model"]: (row["requests"], row["input_tokens"], row["cache_read_tokens"], row["cache_write_tokens"],
+                           row["output_tokens"]) for row in json.loads(done.stdout)["by_model"]}
+
+
+def check_own_log(agent: Agent, run: Run) -> None:
+    """What kvprobe reads from the agent's own log equals what the capture recorded, model by model (requests,
+    input, read, write, output), but for the calls the agent is known not to log (Gemini CLI's router)."""
+    assert run.home is not None and (run.home / agent.logs).is_dir(), f"{agent.name}: no log in {agent.logs}"
+    own, captured = _usage_by_model(run.home / agent.logs), _usage_by_model(run.trace)
+    captured = {m: v for m, v in captured.items() if not any(u in m for u in agent.unlogged)}
+    assert own == captured, f"{agent.name}: own log {own} against the capture {captured}"
 
 
 def check_run(agent: Agent, run: Run) -> dict:
@@ -181,6 +203,7 @@ def test_three_turns_against_serve_then_replayed_from_their_cassette(agent, emul
     server, serve_trace = emulated
     run = run_agent(agent, server.base_url, serve_trace, tmp_path / "emulate", f"{agent.name}-emulate")
     figures = check_run(agent, run)
+    check_own_log(agent, run)
     if agent.binary == "claude":
         assert any(c.startswith("prefix_changed tools") for c in figures["causes"]), figures
     gate = _gate(str(run.trace), "--max-failed-requests", "0", "--max-input-equivalent", "100000000")

@@ -414,12 +414,13 @@ def _marked(body: dict[str, Any], path: list[Any], value: dict[str, Any]) -> dic
             else None
         if child is None:
             return body  # a path the body does not have: left unmarked
-        if isinstance(child, str) and i == len(path) - 1:  # a string content: as the block it is sent as
+        if isinstance(child, str) and (i == len(path) - 1 or path[i + 1] == 0):
+            # a string content marked: the one text block it is sent as (the API reads them alike)
             child = [{"type": "text", "text": child}]
-            holder[step] = child
-            holder = child
-            path = [*path, 0]
-            child = holder[0]
+            if i == len(path) - 1:
+                holder[step] = child
+                holder = child[0]
+                break
         copy = dict(child) if isinstance(child, dict) else list(child) if isinstance(child, list) else child
         holder[step] = copy
         holder = copy
