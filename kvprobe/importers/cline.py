@@ -42,7 +42,7 @@ import orjson
 from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally,
                                    split_usage, time_or_none, token_count)
 from kvprobe.importers.events import Events
-from kvprobe.importers.formats import CLINE_SIDE_FILES, CLINE_UI_FILES, SNIFFERS
+from kvprobe.importers.formats import CLINE_UI_FILES, SNIFFERS
 from kvprobe.trace import TraceRecord
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
