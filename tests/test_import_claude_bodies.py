@@ -116,3 +116,15 @@ def test_a_mark_on_a_string_content_marks_the_text_block_it_is_sent_as(tmp_path:
     assert record.request["messages"] == [{"role": "user", "content": [
         {"type": "text", "text": "Read README.md", "cache_control": EPH}]}]
     assert prompt["content"] == "Read README.md"  # the blob itself is left as it was
+
+
+def test_a_subagents_description_beside_its_transcript_is_claude_codes_own_file(tmp_path: Path, cli):
+    """Claude Code 2.1.33x writes subagents/agent-<id>.meta.json (type, model, description) beside each
+    subagent's transcript: read as its file, not "no known format"."""
+    sub = tmp_path / "projects" / "-work" / SESSION / "subagents"
+    sub.mkdir(parents=True)
+    line = _assistant("a1", None, "2026-12-07T08:40:38.000Z", "msg_9", {"type": "text", "text": "hi"}, 0, 100)
+    (sub / "agent-a8d6.jsonl").write_text(json.dumps({**line, "isSidechain": True, "agentId": "a8d6"}) + "\n")
+    (sub / "agent-a8d6.meta.json").write_text(json.dumps({"agentType": "general-purpose", "model": MODEL}))
+    data = json.loads(cli("usage", tmp_path / "projects", "--json").stdout)
+    assert data["import"]["skipped"] == 0 and data["totals"]["requests"] == 1

@@ -410,6 +410,26 @@ def split_usage(provider: str, fresh: int, read: int, write: int, output: int, r
             "output_tokens_details": {"reasoning_tokens": reasoning}}
 
 
+def token_counts(holder: dict[str, Any], keys: tuple[str, ...], prefix: str = "") -> list[int]:
+    """Each key's token count (absent: 0); BadCount naming the first that is no count (`prefix` + key)."""
+    return [token_count(holder.get(key), prefix + key) for key in keys]
+
+
+def read_document(path: Path, stats: SourceStats, progress: Progress | None) -> Any:
+    """A file read as one JSON document (a Cline task log, an OpenHands state, an OpenCode message file): its
+    value, or None when it does not parse (a counted skip: cut short while its agent was stopped, or broken)."""
+    data = path.read_bytes()
+    if progress is not None:
+        progress(len(data))
+    stats.lines += 1
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        cut = exc.pos >= len(data.rstrip())  # the file just stops: written while the agent was stopped
+        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
+        return None
+
+
 def first_count(holder: dict[str, Any], *keys: str, prefix: str = "") -> int:
     """The token count under the first of `keys` present (sources spell some counts two ways, newer first),
     named `prefix` + that key in a BadCount; the first key names it when none is present (a count of 0)."""

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally,
-                                   split_usage, time_or_none, token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, read_document,
+                                   served_locally, split_usage, time_or_none, token_count, token_counts)
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import CLINE_UI_FILES, SNIFFERS
 from kvprobe.trace import TraceRecord
@@ -116,15 +116,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
 
 
 def _document(path: Path, stats: SourceStats, progress: Progress | None, kind: type) -> Any:
-    data = path.read_bytes()
-    if progress is not None:
-        progress(len(data))
-    stats.lines += 1
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        cut = exc.pos >= len(data.rstrip())  # the file just stops: written while the editor was closed
-        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
+    doc = read_document(path, stats, progress)
+    if doc is None:
         return None
     if not isinstance(doc, kind):
         stats.skip("not a Cline message list" if kind is list else "not a Cline session", 1)
@@ -534,10 +527,8 @@ def _sdk_records(path: Path, session: dict[str, Any], stats: SourceStats, seen: 
             previous = stamp or previous
             continue
         try:
-            total = token_count(metrics.get("inputTokens"), "metrics.inputTokens")
-            read = token_count(metrics.get("cacheReadTokens"), "metrics.cacheReadTokens")
-            write = token_count(metrics.get("cacheWriteTokens"), "metrics.cacheWriteTokens")
-            output = token_count(metrics.get("outputTokens"), "metrics.outputTokens")
+            total, read, write, output = token_counts(
+                metrics, ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens"), "metrics.")
         except BadCount as exc:
             stats.skip("invalid usage", at + 1, str(exc))
             continue

@@ -227,12 +227,15 @@ def side_format(path: Path) -> str | None:
     if qwen_side_file(path):
         return "qwen_code"
     if agent_home_file(path):
-        return _AGENT_HOMES[path.parent.name]
+        return _AGENT_HOMES.get(path.parent.name, "claude_code")
     return None
 
 
 def agent_home_file(path: Path) -> bool:
-    """A .json file directly in an agent's home folder (~/.gemini/settings.json): its settings, no log."""
+    """A .json file directly in an agent's home folder (~/.gemini/settings.json): its settings, no log; or a
+    Claude Code subagent's description beside its transcript (subagents/agent-<id>.meta.json)."""
+    if path.name.endswith(".meta.json") and path.parent.name == "subagents":
+        return path.with_name(path.name[: -len(".meta.json")] + ".jsonl").is_file()
     return path.suffix == ".json" and path.parent.name in _AGENT_HOMES
 
 

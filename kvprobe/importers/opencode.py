@@ -24,8 +24,8 @@ from pathlib import Path
 
 import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, served_locally, split_usage,
-                                   time_or_none, token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, read_document,
+                                   served_locally, split_usage, time_or_none, token_count)
 from kvprobe.importers.events import Events
 from kvprobe.importers.formats import OPENCODE_DATABASE as DATABASE, OPENCODE_DATABASES as DATABASES, SNIFFERS
 from kvprobe.request.detect import infer_provider
@@ -65,16 +65,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             record.extra["writer"] = KILO
             yield record
         return
-    data = path.read_bytes()
-    if progress is not None:
-        progress(len(data))
-    stats.lines += 1
-    try:
-        message = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        cut = exc.pos >= len(data.rstrip())  # the file just stops: written while OpenCode was killed
-        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
-        return
+    message = read_document(path, stats, progress)  # a message file: cut short when OpenCode was killed
     yield from _records([message] if isinstance(message, dict) else [], str(path), stats, seen)
 
 

@@ -21,10 +21,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 
-from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, split_usage, time_or_none,
-                                   token_count)
+from kvprobe.importers.base import (BadCount, Progress, SourceStats, as_str, local_server, read_document, split_usage,
+                                   time_or_none, token_count, token_counts)
 from kvprobe.importers.formats import OPENHANDS_STATE, SNIFFERS
 from kvprobe.trace import TraceRecord
 
@@ -57,15 +56,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         stats.lines += 1
         stats.ignored += 1
         return
-    data = path.read_bytes()
-    if progress is not None:
-        progress(len(data))
-    stats.lines += 1
-    try:
-        state = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        cut = exc.pos >= len(data.rstrip())  # rewritten while OpenHands was stopped
-        stats.skip("truncated JSON file" if cut else "invalid JSON file", exc.lineno, str(exc))
+    state = read_document(path, stats, progress)  # rewritten as it runs: cut short when stopped
+    if state is None:
         return
     stats_of = state.get("stats") if isinstance(state, dict) else None
     # `usage_to_metrics` since the SDK named its LLMs by usage id; `service_to_metrics` before (SDK 1.0)
@@ -101,10 +93,8 @@ def _calls(llm: dict[str, Any], usage_id: str, agent: str, session: str, cwd: st
             stats.skip("token usage that is not an object", n + 1)
             continue
         try:
-            total = token_count(usage.get("prompt_tokens"), "prompt_tokens")
-            read = token_count(usage.get("cache_read_tokens"), "cache_read_tokens")
-            write = token_count(usage.get("cache_write_tokens"), "cache_write_tokens")
-            output = token_count(usage.get("completion_tokens"), "completion_tokens")
+            total, read, write, output = token_counts(
+                usage, ("prompt_tokens", "cache_read_tokens", "cache_write_tokens", "completion_tokens"))
         except BadCount as exc:
             stats.skip("invalid usage", n + 1, str(exc))
             continue
