@@ -354,3 +354,21 @@ def test_a_claude_code_log_that_caches_nothing_is_told_which_setting_does_that(t
     ok.turn(10, "k2", read=20_000, write=500)
     rep, _ = _report(ok.write(tmp_path / "k.jsonl"))
     assert not any("switched off" in n for n in rep.notes)
+
+
+def test_a_trace_that_names_its_agent_is_the_main_conversation_not_a_subagent(tmp_path):
+    """`kvprobe capture --agent claude-code` names every request's agent `claude-code`: its expiries are the main
+    conversation's (promptCacheTtl), not subagents' (subagentPromptCacheTtl); only the importers' subagent
+    streams (agent-<id>, sidechain, subagent-<id>) are subagents."""
+    from kvprobe.importers import load_any
+    from kvprobe.trace import write_trace
+
+    s = ClaudeTranscript("p")
+    s.turn(0, "p1", read=0, write=50_000)
+    s.turn(600, "p2", read=0, write=50_000)
+    records = list(load_any(_versioned(s, "2.1.250").write(tmp_path / "p.jsonl")))
+    for r in records:
+        r.agent = "claude-code"
+    write_trace(tmp_path / "named.jsonl", records)
+    rep, _ = _report(tmp_path / "named.jsonl")
+    assert [t["scope"] for t in rep.to_json()["lifetime_trades"]] == ["main"]

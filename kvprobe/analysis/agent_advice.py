@@ -105,8 +105,14 @@ def advise_one(r: RequestResult) -> None:
             _advise_one(d, r, profile, None)
 
 
+# how the importers name a subagent's stream (Claude Code's agent-<id> and inline sidechains, the others'
+# subagent-<id>); any other name is a main conversation (a captured trace names its agent as `--agent` said)
+_SUBAGENT_PREFIXES = ("agent-", "sidechain", "subagent")
+
+
 def _scope(r: RequestResult) -> str:
-    return MAIN if r.sk.agent == "main" else SUBAGENTS
+    agent = r.sk.agent or "main"
+    return SUBAGENTS if agent.startswith(_SUBAGENT_PREFIXES) else MAIN
 
 
 def _advise_one(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade | None) -> None:

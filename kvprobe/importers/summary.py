@@ -281,8 +281,10 @@ def usage_row(record: TraceRecord) -> UsageRow:
 
 
 def _logged(record: TraceRecord) -> float:
-    """The cost the agent logged for the request (Cline's, OpenHands'), 0.0 when none."""
-    cost = record.extra.get("logged_cost_usd") if record.extra else None
+    """The cost the agent logged for the request (Cline's, OpenHands'), 0.0 when none (most: one look-up)."""
+    cost = record.extra.get("logged_cost_usd")
+    if cost is None:
+        return 0.0
     return float(cost) if cost.__class__ in (int, float) and cost > 0 else 0.0
 
 
