@@ -170,11 +170,10 @@ def test_opencode_message_files_equal_ccusage(tmp_path):
     assert records[0].finished_at - records[0].started_at == pytest.approx(7.0)
 
 
-def test_opencode_database_and_its_compaction_agent(tmp_path):
-    messages = _opencode_messages()
-    messages.insert(2, {**messages[1], "id": "msg_0025", "agent": "compaction", "mode": "compaction",
-                        "time": {"created": 1770800008500, "completed": 1770800008900}})
-    db = sqlite3.connect(tmp_path / "opencode.db")
+def _opencode_db(path, messages):
+    """OpenCode's store (its `message` table, each message's JSON in `data`), as OpenCode 1.2 and Kilo's CLI
+    write it."""
+    db = sqlite3.connect(path)
     db.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
                "time_updated INTEGER, data TEXT)")
     for m in messages:
@@ -183,6 +182,13 @@ def test_opencode_database_and_its_compaction_agent(tmp_path):
                                                                  m["time"]["created"], json.dumps(data)))
     db.commit()
     db.close()
+
+
+def test_opencode_database_and_its_compaction_agent(tmp_path):
+    messages = _opencode_messages()
+    messages.insert(2, {**messages[1], "id": "msg_0025", "agent": "compaction", "mode": "compaction",
+                        "time": {"created": 1770800008500, "completed": 1770800008900}})
+    _opencode_db(tmp_path / "opencode.db", messages)
     records, report = _load(tmp_path)
     assert [s.format for s in report.sources] == ["opencode"]
     assert [(r.id, r.agent) for r in records] == [("msg_002", "build"), ("msg_0025", "compaction"),
@@ -254,15 +260,7 @@ def test_kilo_codes_cli_database_is_opencodes_store_advised_in_kilos_knobs(tmp_p
     kilo = tmp_path / "kilo"
     (kilo / "storage" / "session_diff").mkdir(parents=True)
     (kilo / "storage" / "session_diff" / "ses_1.json").write_text("[]")
-    db = sqlite3.connect(kilo / "kilo.db")
-    db.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
-               "time_updated INTEGER, data TEXT)")
-    for m in _opencode_messages():
-        data = {k: v for k, v in m.items() if k not in ("id", "sessionID")}
-        db.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (m["id"], m["sessionID"], m["time"]["created"],
-                                                                 m["time"]["created"], json.dumps(data)))
-    db.commit()
-    db.close()
+    _opencode_db(kilo / "kilo.db", _opencode_messages())
     records, report = _load(kilo)
     assert records and {r.extra.get("writer") for r in records} == {"Kilo Code"}
     assert report.skipped == 0 and {s.format for s in report.sources} == {"opencode"}

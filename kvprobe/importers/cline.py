@@ -331,14 +331,7 @@ class _Task:
                 as_str(used.get("mode")))
 
     def _extra(self, provider_id: str, info: dict[str, Any]) -> dict[str, Any]:
-        extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None, "writer": self.writer}
-        platform = _PLATFORMS.get(provider_id) or local_server(provider_id)
-        if platform:
-            extra["platform"] = platform
-        cost = info.get("cost")
-        if isinstance(cost, (int, float)) and cost > 0:
-            extra["logged_cost_usd"] = cost
-        return {k: v for k, v in extra.items() if v is not None}
+        return _extra_of(provider_id, self.writer, info.get("cost"))
 
     def _deleted(self, entries: list[Any], seen: set[str], whole: dict[str, bool],
                  misses: dict[str, bool]) -> Iterator[TraceRecord]:
@@ -415,6 +408,20 @@ def _between(between: list[Any], events: Events) -> bool:
         elif kind == "condense" or (kind == "tool" and "summarizeTask" in str(entry.get("text") or "")):
             summarised = True
     return summarised
+
+
+def _extra_of(provider_id: str, writer: str, cost: Any) -> dict[str, Any]:
+    """What a Cline record carries beside its usage: its format, provider id, writer, the platform that served it
+    and the cost the log gives it."""
+    extra: dict[str, Any] = {"source_format": NAME, "writer": writer}
+    if provider_id:
+        extra["provider_id"] = provider_id
+    platform = _PLATFORMS.get(provider_id) or local_server(provider_id)
+    if platform:
+        extra["platform"] = platform
+    if isinstance(cost, (int, float)) and cost > 0:
+        extra["logged_cost_usd"] = cost
+    return extra
 
 
 def _text_object(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -542,17 +549,12 @@ def _sdk_records(path: Path, session: dict[str, Any], stats: SourceStats, seen: 
             previous = stamp or previous
             continue
         provider = provider_of(provider_id, model)
-        extra: dict[str, Any] = {"source_format": NAME, "provider_id": provider_id or None, "writer": "Cline",
-                                 "history": history, "cwd": cwd}
-        platform = _PLATFORMS.get(provider_id) or local_server(provider_id)
-        if platform:
-            extra["platform"] = platform
-        cost = metrics.get("cost")
-        if isinstance(cost, (int, float)) and cost > 0:
-            extra["logged_cost_usd"] = cost
+        extra = {**_extra_of(provider_id, "Cline", metrics.get("cost")), "history": history}
+        if cwd:
+            extra["cwd"] = cwd
         yield TraceRecord(id=rid, provider=provider, started_at=previous if previous is not None else stamp,
                           response={"id": rid, "model": model,
                                     "usage": split_usage(provider, fresh, read, write, output)},
-                          session=sid, agent=agent, endpoint=ENDPOINT, finished_at=stamp,
-                          extra={k: v for k, v in extra.items() if v is not None}, source=str(path), line=at + 1)
+                          session=sid, agent=agent, endpoint=ENDPOINT, finished_at=stamp, extra=extra,
+                          source=str(path), line=at + 1)
         previous = stamp or previous
