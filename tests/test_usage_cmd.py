@@ -196,3 +196,23 @@ def test_a_captured_gemini_request_is_priced_by_the_model_its_url_names(cli, tmp
     data = json.loads(cli("usage", trace, "--json").stdout)
     assert sorted(m["model"] for m in data["by_model"]) == ["gemini-2.5-flash", "gemini-2.5-pro"]
     assert data["requests_without_model"] == 0 and data["totals"]["cost_usd"] > 0
+
+
+def test_the_session_table_names_each_session_by_its_first_prompt(cli, tmp_path):
+    """`usage --by session` in a terminal: a session is named as its user knows it (its first prompt, as
+    `report`'s bill does), not by its id; the JSON keeps the ids."""
+    from agent_logs import ClaudeTranscript
+
+    projects = tmp_path / "projects" / "-home-me-app"
+    for name, prompt in (("5a1c3a9e-0000-4000-8000-000000000001", "Fix the flaky login test"),
+                         ("5a1c3a9e-0000-4000-8000-000000000002", "Add a CSV export")):
+        s = ClaudeTranscript(name)
+        s.user(0, prompt)
+        s.assistant(2, f"{name}-r1", read=0, write=5_000)
+        s.write(projects / f"{name}.jsonl")
+    text = cli("usage", tmp_path / "projects", "--by", "session").stdout
+    assert "Fix the flaky login test" in text and "Add a CSV export" in text
+    assert "5a1c3a9e-0000-4000-8000-000000000001" not in text
+    data = json.loads(cli("usage", tmp_path / "projects", "--json").stdout)
+    assert {row["session"] for row in data["by_session"]} == {"5a1c3a9e-0000-4000-8000-000000000001",
+                                                              "5a1c3a9e-0000-4000-8000-000000000002"}

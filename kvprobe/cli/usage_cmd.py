@@ -64,7 +64,7 @@ def usage(
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
-    render(summary, by, breakdown, in_usd)
+    render(summary, by, breakdown, in_usd, sources)
     out.print(Text(f"Why it cost this: kvprobe report {' '.join(sources) if paths else _found_hint(sources)}"
                    " names each cache miss's cause, what it cost and what to do.", style="dim"))
     report_skips(report)
@@ -148,7 +148,25 @@ def _cells(t: Totals, reasoning: bool) -> list[str]:
     return cells + [_ratio(t), _cost(t)]
 
 
-def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool = False) -> None:
+def _session_titles(sources: list[str], sessions: list[str]) -> dict[str, str]:
+    """The titles of the sessions a table shows, from their logs (for a terminal row a person recognises; the
+    JSON keeps the ids): each session's log found by its name (Claude Code's <session>.jsonl, a Codex rollout
+    ending in its id, a Cline task's folder), read only for the rows shown."""
+    from kvprobe.importers import discover
+    from kvprobe.importers.titles import SessionTitles, shorten
+
+    wanted = set(sessions)
+    found: dict[str, list[str]] = {}
+    for path in discover(sources):
+        for key in (path.stem, path.stem[-36:], path.parent.name):
+            if key in wanted and key not in found and path.parent.name != "subagents":
+                found[key] = [str(path)]
+    titles = SessionTitles(found)
+    return {s: shorten(t) for s in sessions if (t := titles.get(s))}
+
+
+def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool = False,
+           sources: list[str] | None = None) -> None:
     total = summary.totals
     reasoning = total.reasoning_output_tokens > 0 and not in_usd  # a column only when some log reports them
     # (header, drop order: None = always shown). Narrow, the detail goes first: reasoning (a part of output),
@@ -164,8 +182,10 @@ def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool
     cols = [Col(by, footer="Total", cut="start" if by == "project" else "end")] + [Col(name, "right", footer=footer, drop=drop)
                                                     for (name, drop), footer in zip(names, cells(total))]
     rows: list[list[str | Text]] = []
-    for key, t in summary.rows(by):
-        rows.append([key, *cells(t)])
+    shown = summary.rows(by)
+    named = _session_titles(sources, [k for k, _ in shown]) if by == "session" and sources else {}
+    for key, t in shown:
+        rows.append([named.get(key, key), *cells(t)])
         if breakdown and by != "model":
             for model, m in t.ranked_models():
                 rows.append([Text(sub_row(model), style="dim"),
