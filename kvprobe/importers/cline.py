@@ -134,22 +134,31 @@ def _side(path: Path) -> Any:
         return None
 
 
-@lru_cache(maxsize=2)
 def usage_rule(name: str) -> frozenset[str]:
     """The Cline provider ids a rule of providers/agents/cline.toml's `[usage]` lists: `input_includes_cached`
     (handlers that log the whole prompt as input), `cache_writes_are_misses` (DeepSeek's misses as writes),
     `writes_logged_as_input` (gateways that logged no writes)."""
-    import tomllib
-
     from kvprobe.catalog import providers_dir
 
-    path = providers_dir() / "agents" / "cline.toml"
+    return _usage_table(str(providers_dir())).get(name, frozenset())
+
+
+@lru_cache(maxsize=4)
+def _usage_table(directory: str) -> dict[str, frozenset[str]]:
+    """The `[usage]` rules of the providers directory's Cline profile, parsed once per directory (each task
+    asks them); a malformed file is a CatalogError naming it, as every provider file is."""
+    import tomllib
+
+    from kvprobe.errors import CatalogError
+
+    path = Path(directory) / "agents" / "cline.toml"
     try:
         usage = tomllib.loads(path.read_text(encoding="utf-8")).get("usage", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return frozenset()
-    listed = usage.get(name, []) if isinstance(usage, dict) else []
-    return frozenset(p for p in listed if isinstance(p, str))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: cannot read Cline's usage rules: {exc}") from exc
+    if not isinstance(usage, dict):
+        raise CatalogError(f"{path}: [usage] must be a table of provider id lists")
+    return {k: frozenset(p for p in v if isinstance(p, str)) for k, v in usage.items() if isinstance(v, list)}
 
 
 def provider_of(provider_id: str, model: str | None) -> str:

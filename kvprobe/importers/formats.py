@@ -208,27 +208,24 @@ _AGENT_HOMES = {".claude": "claude_code", ".codex": "codex", ".gemini": "gemini_
                 ".kimi": "kimi_cli", ".cline": "cline", ".vibe": "vibe", ".openhands": "openhands"}
 
 
+def _agent_home_format(path: Path) -> str | None:
+    return _AGENT_HOMES.get(path.parent.name, "claude_code") if agent_home_file(path) else None
+
+
 def side_format(path: Path) -> str | None:
     """The format whose folder holds this file of settings or conversation without usage (a Kimi session's
     context.jsonl, Copilot's config.json, a Cline task's api_conversation_history.json): read as that format,
     so a named folder skips none of them."""
-    if kimi_side_file(path):
-        return "kimi_cli"
-    if copilot_side_file(path):
-        return "copilot_cli"
-    if cline_side_file(path):
-        return "cline"
-    if openhands_side_file(path):
-        return "openhands"
-    if vibe_file(path):
-        return "vibe"
-    if opencode_side_file(path):
-        return "opencode"
-    if qwen_side_file(path):
-        return "qwen_code"
-    if agent_home_file(path):
-        return _AGENT_HOMES.get(path.parent.name, "claude_code")
-    return None
+    for test, fmt in _SIDE_FILES:
+        if test(path):
+            return fmt
+    return _agent_home_format(path)
+
+
+# each format's test of a file beside its logs, in the order they are asked
+_SIDE_FILES = ((kimi_side_file, "kimi_cli"), (copilot_side_file, "copilot_cli"), (cline_side_file, "cline"),
+               (openhands_side_file, "openhands"), (vibe_file, "vibe"), (opencode_side_file, "opencode"),
+               (qwen_side_file, "qwen_code"))
 
 
 def agent_home_file(path: Path) -> bool:
