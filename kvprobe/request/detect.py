@@ -109,10 +109,12 @@ def infer_platform(endpoint: str | None = None, model: Any = None, response: Any
     (us.anthropic.claude-..., claude-...@20250929). None: the provider's own API, or nothing says."""
     rules_dir = providers_dir_override()
     rid = _response_id(response)
-    if rid:  # every response id differs: checked here, not cached
-        for plat, prefixes in _id_prefixes(rules_dir):
-            if rid.startswith(prefixes):
-                return plat
+    if rid:  # every response id differs: checked here, not cached (most start with none of the prefixes)
+        known = _id_prefixes(rules_dir)
+        if rid.startswith(known[0]):
+            for plat, prefixes in known[1]:
+                if rid.startswith(prefixes):
+                    return plat
     return _platform_of(endpoint.lower() if isinstance(endpoint, str) else "",
                         model.lower() if isinstance(model, str) else "", rules_dir)
 
@@ -127,9 +129,11 @@ def _response_id(response: Any) -> str:
 
 
 @lru_cache(maxsize=8)
-def _id_prefixes(_rules_dir: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    return tuple((p.platform, p.detect.get("response_id_prefixes", ())) for p in load_platforms().values()
+def _id_prefixes(_rules_dir: str | None) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Every platform's response id prefixes together (one test rules most ids out), then each platform's."""
+    each = tuple((p.platform, tuple(p.detect.get("response_id_prefixes", ()))) for p in load_platforms().values()
                  if p.detect.get("response_id_prefixes"))
+    return tuple(prefix for _, prefixes in each for prefix in prefixes), each
 
 
 @lru_cache(maxsize=4096)  # a trace names a handful of endpoints and models
