@@ -150,7 +150,7 @@ def test_one_model_served_first_party_and_by_bedrock_is_two_rows(cli, tmp_path):
 
     for name, prefix in (("own", "msg_01"), ("aws", "msg_bdrk_01")):
         s = ClaudeTranscript(name, id_prefix=prefix)
-        s.turn(0, "r1", read=0, write=1_000_000, fresh=0, output=0, model="claude-haiku-4-5-20251001")
+        s.turn(0, f"r-{name}", read=0, write=1_000_000, fresh=0, output=0, model="claude-haiku-4-5-20251001")
         s.write(tmp_path / f"{name}.jsonl")
     data = _usage_json(cli, tmp_path)
     # a million 5m-written tokens: $1.25 first-party, $1.375 on Bedrock

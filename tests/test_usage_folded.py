@@ -67,7 +67,7 @@ def _logs(root: Path, across: bool) -> Path:
 
 
 def _usage(cli, folder: Path, workers: str) -> dict:
-    res = cli("usage", folder, "--json", "--workers", workers)
+    res = cli("usage", folder, "--json", "--workers", workers, "--no-cache")  # (read: no rows kept from before)
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 

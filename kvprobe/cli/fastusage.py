@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 # usage's options: those that take a value, and the flags (booleans)
 VALUED = ("--by", "--since", "--until", "--tz", "--format", "--price-file", "--workers")
-FLAGS = ("--breakdown", "--usd", "--json")
+FLAGS = ("--breakdown", "--usd", "--json", "--no-cache")
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -71,7 +71,8 @@ def run(args: list[str]) -> bool:
         since, until = get("--since"), get("--until")
         start, end = day_bound(since, "--since", zone), day_bound(until, "--until", zone, end_of_day=True)
         summary = collect(line.paths, report, fmt=get("--format"), price_file=get("--price-file"),
-                          workers=int(get("--workers", "0")), zone=zone, since=start, until=end)
+                          workers=int(get("--workers", "0")), zone=zone, since=start, until=end,
+                          keep_rows="--no-cache" not in line.flags)
     except (KvprobeError, OSError, RecursionError):
         return False
     if not report.records or ((since or until) and not summary.totals.requests):

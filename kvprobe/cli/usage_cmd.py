@@ -38,6 +38,9 @@ def usage(
                                          "core for inputs over 12 MB)")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Totals and every grouping, each row with its "
                                            "models, as JSON")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Read every file (by default a Claude Code "
+                                           "transcript unchanged since the last run is not read again: its "
+                                           "rows are kept in the user's cache)")] = False,
 ) -> None:
     """Summarise what agent logs cost: tokens by class, token hit ratio and USD by day, week, month, project,
     session, agent or model.
@@ -58,7 +61,7 @@ def usage(
             fail(f"no logs found: looked in {DEFAULT_PLACES}; name a file or directory")
         with byte_progress(sources, "reading", not json_out) as progress:
             summary = collect(sources, report, fmt=fmt, price_file=price_file, workers=workers, zone=zone,
-                              since=start, until=end, progress=progress)
+                              since=start, until=end, progress=progress, keep_rows=not no_cache)
         _require_records(report, sources)
         _require_requests(summary, report, {"--since": since, "--until": until})
     if json_out:

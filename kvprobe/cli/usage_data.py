@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 from kvprobe.errors import InputError
 from kvprobe.importers import ImportReport, load_any
-from kvprobe.importers.summary import UsageSummary, UsageSums, resolve_tz, summarize, usage_row
+from kvprobe.importers.row_cache import RowCache
+from kvprobe.importers.row_cache import enabled as row_cache_enabled
+from kvprobe.importers.summary import UsageRow, UsageSummary, UsageSums, resolve_tz, summarize, usage_row
 from kvprobe.pricing import PriceBook
 from kvprobe.trace.record import parse_time
 from kvprobe.wording import show
@@ -16,12 +18,14 @@ from kvprobe.wording import show
 
 def collect(sources: list[str], report: ImportReport, *, fmt: str | None, price_file: str | None, workers: int,
             zone: dt.tzinfo, since: float | None, until: float | None,
-            progress: Callable[[int], None] | None = None) -> UsageSummary:
+            progress: Callable[[int], None] | None = None, keep_rows: bool = True) -> UsageSummary:
     """Every request of `sources` added up by every grouping (what was read and skipped goes to `report`).
-    Read without each request's rebuilt message list (importers' `history`): usage needs none of it."""
+    Read without each request's rebuilt message list (importers' `history`): usage needs none of it.
+    `keep_rows`: files unchanged since an earlier run are not read again (importers.row_cache)."""
     book = PriceBook.from_file(price_file)
+    cache = RowCache(UsageRow, sources) if keep_rows and row_cache_enabled() else None
     rows = load_any(sources, fmt=fmt, report=report, progress=progress, workers=max(workers, 0),
-                    reduce=usage_row, history=False, fold=lambda: UsageSums(book, zone, since, until))
+                    reduce=usage_row, history=False, fold=lambda: UsageSums(book, zone, since, until), cache=cache)
     return summarize(rows, book=book, tz=zone, since=since, until=until)
 
 

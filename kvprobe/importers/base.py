@@ -77,6 +77,9 @@ class ImportReport:
     """Everything `load_any` read: one entry per source file."""
 
     sources: list[SourceStats] = field(default_factory=list)
+    # files whose rows came from an earlier run (importers.row_cache), not read again: said in the terminal
+    # only (the JSON is the same whichever files were read)
+    kept: int = 0
 
     @property
     def records(self) -> int:
@@ -119,6 +122,9 @@ class ImportReport:
         formats = Counter(s.format for s in self.sources)
         lines = [f"read {self.records:,} requests from {len(self.sources)} file(s) "
                  f"({', '.join(f'{n} {f}' for f, n in formats.most_common())})"]
+        if self.kept:
+            lines.append(f"{self.kept:,} of the files unchanged since an earlier run: their rows were kept, not "
+                         "read again (--no-cache reads every file)")
         if self.from_progress:
             lines.append(f"{self.from_progress:,} subagent requests read from the parent's progress lines "
                          "(their own transcripts are absent)")

@@ -14,6 +14,7 @@ from kvprobe.importers import (claude_code, cline, codex, copilot_cli, gemini_cl
                                openhands, otel, qwen_code, vibe)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats, first_part, log_bytes
 from kvprobe.importers.formats import agent_home_file, format_of, side_format
+from kvprobe.importers.row_cache import KEPT_FORMATS, RowCache
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
@@ -189,7 +190,7 @@ class Folded:
 
 
 def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any],
-                history: bool, fold: Callable[[], Any]) -> Folded:
+                history: bool, fold: Callable[[], Any], cache: RowCache | None = None) -> Folded:
     """`_read_batch` in a child, its rows summed here (`fold`): the parent, which reads a run of its own
     meanwhile and finishes later, then adds one sum instead of each row (203 MB of Claude Code logs: ~24 ms)."""
     import pickle
@@ -200,7 +201,7 @@ def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[Tr
     provisional: list[tuple[int, Any]] = []
     duplicates: list[int] = []
     kept: list[Any] = []
-    for k, (stats, rows) in enumerate(_read_rows(batch, strict, reduce, history)):
+    for k, (stats, rows) in enumerate(_read_rows(batch, strict, reduce, history, cache)):
         out.append(_travelling(stats, rows))
         twice = 0
         for row in rows:
@@ -216,27 +217,49 @@ def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[Tr
             kept.append(row)
         duplicates.append(twice)
     sums.add(kept)
+    if cache is not None:
+        cache.flush(parent=False)
     return Folded(sums.partial(), ids, provisional, [stats for stats, _, _ in out], duplicates,
                   pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
 
 
 def _read_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None = None,
-                history: bool = True) -> list[tuple[SourceStats, list[Any], type | None]]:
+                history: bool = True, cache: RowCache | None = None
+                ) -> list[tuple[SourceStats, list[Any], type | None]]:
     """Worker side of a parallel load: every file of one batch, with its own stats; each record passed
     through `reduce` here, when given (what travels back is then only what the caller needs). Named tuples
     travel as plain tuples with their class beside them: pickle rebuilds a named tuple through a Python-level
     `__new__`, which made unpickling 100k of them ~4x slower than plain tuples in the parent."""
-    return [_travelling(stats, rows) for stats, rows in _read_rows(batch, strict, reduce, history)]
+    out = [_travelling(stats, rows) for stats, rows in _read_rows(batch, strict, reduce, history, cache)]
+    if cache is not None:
+        cache.flush(parent=False)
+    return out
 
 
 def _read_rows(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None,
-               history: bool) -> Iterator[tuple[SourceStats, list[Any]]]:
-    """Each file of a batch with its stats and its records (through `reduce`, when given)."""
+               history: bool, cache: RowCache | None = None) -> Iterator[tuple[SourceStats, list[Any]]]:
+    """Each file of a batch with its stats and its records (through `reduce`, when given); with `cache`, each
+    file it keeps is read alone and kept (`_kept_rows`)."""
     seen: set[str] = set()
     for name, kind in batch:
+        if cache is not None:
+            yield _kept_rows(Path(name), kind, strict, reduce, history, cache, None, seen)
+            continue
         stats = SourceStats(name, kind)
         records = _read_one(Path(name), kind, stats, seen, None, strict, history)
         yield stats, list(records) if reduce is None else [reduce(r) for r in records]
+
+
+def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecord], Any] | None, history: bool,
+               cache: RowCache, progress: Progress | None, seen: set[str]) -> tuple[SourceStats, list[Any]]:
+    """A file's stats and rows, kept in `cache` where its format is: such a file is read alone (its own set of
+    requests seen: the same request in another file is merged where all files' rows meet, `_dedupe`); one of
+    another format with the run's `seen`, as without a cache."""
+    stats = SourceStats(str(path), kind)
+    records = _read_one(path, kind, stats, set() if kind in KEPT_FORMATS else seen, progress, strict, history)
+    rows = list(records) if reduce is None else [reduce(r) for r in records]
+    cache.put(path, kind, stats, rows)
+    return stats, rows
 
 
 def _travelling(stats: SourceStats, rows: list[Any]) -> tuple[SourceStats, list[Any], type | None]:
@@ -413,7 +436,8 @@ def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Itera
 
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
                    strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
-                   fold: Callable[[], Any] | None = None) -> Iterator[tuple[SourceStats | None, Any]]:
+                   fold: Callable[[], Any] | None = None, cache: RowCache | None = None
+                   ) -> Iterator[tuple[SourceStats | None, Any]]:
     """The files in `workers` runs of about equal size, in order: a forked child reads each run after the first
     in one go while this process reads the first (`forked.Forked`; a standard process pool did the same work
     16-26 ms later on a 203 MB folder, its imports and start, and no sooner on 1 GB). A child that dies costs
@@ -426,22 +450,27 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     try:
         for run in runs[1:]:
             try:
-                children.append((run, Forked(_fold_batch, run, strict, reduce, history, fold) if fold and reduce
-                                 else Forked(_read_batch, run, strict, reduce, history)))
+                children.append((run, Forked(_fold_batch, run, strict, reduce, history, fold, cache)
+                                 if fold and reduce else Forked(_read_batch, run, strict, reduce, history, cache)))
             except OSError:  # no process to spare: read here, after this process's own run
                 children.append((run, None))
         seen: set[str] = set()
         own_seen: set[str] = set()  # (the children are at work from here on)
         for name, kind in runs[0]:
+            if cache is not None:
+                stats, rows = _kept_rows(Path(name), kind, strict, reduce, history, cache, progress, own_seen)
+                report.sources.append(stats)
+                yield from _dedupe(stats, rows, seen)
+                continue
             stats = SourceStats(name, kind)
             report.sources.append(stats)
             records = _read_one(Path(name), kind, stats, own_seen, progress, strict, history)
             yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
         for run, child in children:
             try:
-                result = child.result() if child is not None else _read_batch(run, strict, reduce, history)
+                result = child.result() if child is not None else _read_batch(run, strict, reduce, history, cache)
             except ChildLost:
-                result = _read_batch(run, strict, reduce, history)
+                result = _read_batch(run, strict, reduce, history, cache)
             if isinstance(result, Folded):
                 if not any(i in seen for i in result.ids):  # no row of an earlier run again: the sum stands
                     yield from _take_folded(result, report, seen, progress)
@@ -479,7 +508,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
              report: ImportReport | None = None, progress: Progress | None = None,
              strict_traces: bool = False, workers: int = 1,
              reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
-             fold: Callable[[], Any] | None = None) -> Iterator[Any]:
+             fold: Callable[[], Any] | None = None, cache: RowCache | None = None) -> Iterator[Any]:
     """Yield trace records from traces and agent logs, whatever their format.
 
     `paths`: files and/or directories. `fmt` forces one format for every file. `report` collects per-file
@@ -493,7 +522,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     child adds its rows to; the caller gets the child's `partial()` in the place of its rows, unless one of them
     is a request an earlier run read too (then the rows, as without `fold`). `history=False`
     leaves out each request's rebuilt message list and the events before it (`extra["history"]` and
-    `extra["events"]`, Claude Code's): faster where only usage is read.
+    `extra["events"]`, Claude Code's): faster where only usage is read. `cache` (with `reduce`: the rows it
+    makes): each file's rows kept between runs (`importers.row_cache`), a file unchanged since not read again.
     Records are deduplicated across all files: the same request logged twice (the same provider id, or the
     same local id with the same content) is read once; different requests that reuse a local id are both
     kept, the later one's id prefixed with its file's name (`b:req_1`).
@@ -510,12 +540,97 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     if workers == 0:
         workers = _auto_workers(found, reduced=reduce is not None)
     files = _classify(found, named, fmt, report)
-    if workers > 1 and len(files) > 1:
-        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce, history, fold))
+    if cache is not None and (reduce is None or not any(kind in KEPT_FORMATS for _, kind in files)):
+        cache = None  # (no file it keeps: read as without it)
+    kept = _kept(files, cache) if cache is not None else None
+    if kept:  # rows kept from an earlier run: the other files read, then all met in file order
+        settled = _settle(_load_kept(files, kept, workers, report, progress, strict_traces, reduce, history, cache))
+    elif workers > 1 and len(files) > 1:
+        settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce, history, fold,
+                                         cache))
+    elif kept is not None:  # (nothing kept yet: each file read here, and kept)
+        settled = _settle(_load_kept(files, {}, workers, report, progress, strict_traces, reduce, history, cache))
     else:
         pairs = _load_sequential(files, report, progress, strict_traces, history)
         settled = _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
     yield from settled if reduce is not None else _unique_ids(settled)
+    if kept is not None and cache is not None:
+        cache.flush()
+
+
+def _kept(files: list[tuple[Path, str]], cache: RowCache) -> dict[int, tuple[SourceStats, list[Any]]]:
+    """The files (by their place in `files`) whose rows `cache` kept and which have not changed since."""
+    kept = {}
+    for at, (path, kind) in enumerate(files):
+        hit = cache.get(path, kind)
+        if hit is not None:
+            kept[at] = hit
+    return kept
+
+
+def _load_kept(files: list[tuple[Path, str]], kept: dict[int, tuple[SourceStats, list[Any]]], workers: int,
+               report: ImportReport, progress: Progress | None, strict: bool,
+               reduce: Callable[[TraceRecord], Any] | None, history: bool, cache: RowCache | None
+               ) -> Iterator[tuple[SourceStats, Any]]:
+    """Every file's rows, kept or read now (and kept), met in file order: the first file to hold a request
+    counts it (`_dedupe`), as when every file is read."""
+    assert cache is not None
+    missing = [(at, path, kind) for at, (path, kind) in enumerate(files) if at not in kept]
+    read = _read_missing(missing, workers, strict, reduce, history, cache, progress)
+    seen: set[str] = set()
+    read_here: set[str] = set()  # (requests seen by the importers of files of other formats read here)
+    for at, (path, _) in enumerate(files):
+        if at in kept:
+            stats, rows = kept[at]
+            report.kept += 1
+            if progress is not None:
+                progress(log_bytes(path))
+        else:
+            stats, rows = read[at] if at in read else _kept_rows(path, files[at][1], strict, reduce, history,
+                                                                  cache, progress, read_here)
+        report.sources.append(stats)
+        yield from _dedupe(stats, rows, seen)
+
+
+def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bool,
+                  reduce: Callable[[TraceRecord], Any] | None, history: bool, cache: RowCache,
+                  progress: Progress | None) -> dict[int, tuple[SourceStats, list[Any]]]:
+    """The files the cache lacks, read ahead where they are enough bytes for several processes (children read
+    a run each while this process reads the first): {place in the files: (stats, rows)}. Those left out
+    (fewer bytes, a child lost) are read by `_load_kept` in file order."""
+    if workers < 2 or len(missing) < 2 or not hasattr(os, "fork"):
+        return {}
+    workers = min(workers, _auto_workers([path for _, path, _ in missing], reduced=True))
+    if workers < 2:
+        return {}
+    from kvprobe.forked import ChildLost, Forked
+
+    places = {str(path): at for at, path, _ in missing}
+    runs = _batches([(path, kind) for _, path, kind in missing], workers)
+    children = []
+    read: dict[int, tuple[SourceStats, list[Any]]] = {}
+    own_seen: set[str] = set()
+    try:
+        for run in runs[1:]:
+            try:
+                children.append(Forked(_read_batch, run, strict, reduce, history, cache))
+            except OSError:
+                pass  # (read in file order by `_load_kept`)
+        for name, kind in runs[0]:
+            read[places[name]] = _kept_rows(Path(name), kind, strict, reduce, history, cache, progress, own_seen)
+        for child in children:
+            try:
+                result = child.result()
+            except ChildLost:
+                continue  # (read by `_load_kept`)
+            for stats, rows, row_class in result:
+                read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))
+                if progress is not None:
+                    progress(log_bytes(Path(stats.path)))
+        return read
+    finally:
+        for child in children:
+            child.close()
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,

@@ -1,0 +1,130 @@
+"""`usage` keeps each Claude Code transcript's rows between runs (importers.row_cache): a file unchanged since
+is not read again, one that grew or was replaced is, and the answer is the one reading every file gives —
+the same request in two files counted once, in the first file that holds it. The transcripts are written
+here; every figure is worked out by hand below."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from agent_logs import ClaudeTranscript
+from kvprobe.cli.usage_data import collect, zone_of
+from kvprobe.importers import ImportReport
+from kvprobe.importers import row_cache
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(folder))
+    monkeypatch.delenv(row_cache.OFF, raising=False)
+    return folder
+
+
+def _folder(tmp_path: Path) -> Path:
+    """Session a (two requests) and session b, resumed from a: b's file copies a's second request (req_a2),
+    then adds one of its own."""
+    root = tmp_path / "projects" / "-home-me-shop"
+    a = ClaudeTranscript("a")
+    a.turn(0, "req_a1", read=0, write=1_000, fresh=10, output=5)
+    a.turn(60, "req_a2", read=1_000, write=200, fresh=20, output=6)
+    a.write(root / "a.jsonl")
+    b = ClaudeTranscript("b")
+    b.turn(60, "req_a2", read=1_000, write=200, fresh=20, output=6)  # the copy a resumed session carries
+    b.turn(600, "req_b1", read=0, write=3_000, fresh=30, output=7)
+    b.write(root / "b.jsonl")
+    return tmp_path / "projects"
+
+
+def _usage(folder: Path, keep: bool = True) -> tuple[dict, ImportReport]:
+    report = ImportReport()
+    summary = collect([str(folder)], report, fmt=None, price_file=None, workers=1, zone=zone_of("UTC"),
+                      since=None, until=None, keep_rows=keep)
+    return {**summary.to_json(), "import": report.to_json()}, report
+
+
+def _sessions(data: dict) -> dict[str, int]:
+    return {row["session"]: row["requests"] for row in data["by_session"]}
+
+
+def test_a_second_run_reads_no_unchanged_file_and_answers_the_same(cache, tmp_path):
+    folder = _folder(tmp_path)
+    first, report = _usage(folder)
+    assert report.kept == 0
+    # req_a1, req_a2 (in a: the first file to hold it), req_b1; b's copy of req_a2 a duplicate
+    assert first["totals"]["requests"] == 3 and first["import"]["duplicates"] == 1
+    assert first["totals"]["fresh_input_tokens"] == 10 + 20 + 30
+    assert _sessions(first) == {"a": 2, "b": 1}
+    second, report = _usage(folder)
+    assert report.kept == 2
+    assert second == first
+    unkept, report = _usage(folder, keep=False)
+    assert report.kept == 0 and unkept == first
+
+
+def test_a_file_that_grew_is_read_again_and_the_others_are_not(cache, tmp_path):
+    folder = _folder(tmp_path)
+    _usage(folder)
+    b = folder / "-home-me-shop" / "b.jsonl"
+    more = ClaudeTranscript("b")
+    more.turn(900, "req_b2", read=3_000, write=100, fresh=40, output=8)
+    with b.open("a") as fh:  # the session goes on: lines appended
+        fh.write("".join(json.dumps(line) + "\n" for line in more.lines))
+    data, report = _usage(folder)
+    assert report.kept == 1  # a.jsonl
+    assert data["totals"]["requests"] == 4
+    assert data["totals"]["fresh_input_tokens"] == 10 + 20 + 30 + 40
+    assert _sessions(data) == {"a": 2, "b": 2}
+
+
+def test_the_copy_counts_once_the_file_that_held_it_first_is_gone(cache, tmp_path):
+    """Files are read alone and met in file order: with a.jsonl deleted, b's copy of req_a2 is the one."""
+    folder = _folder(tmp_path)
+    _usage(folder)
+    (folder / "-home-me-shop" / "a.jsonl").unlink()
+    data, report = _usage(folder)
+    assert report.kept == 1  # b.jsonl, unchanged
+    assert data["totals"]["requests"] == 2 and data["import"]["duplicates"] == 0
+    assert _sessions(data) == {"b": 2}
+    assert data["totals"]["fresh_input_tokens"] == 20 + 30
+
+
+def test_a_damaged_cache_costs_the_reading_only(cache, tmp_path):
+    folder = _folder(tmp_path)
+    first, _ = _usage(folder)
+    packs = list(cache.rglob("*.pack"))
+    assert packs
+    for pack in packs:
+        pack.write_bytes(b"\x00not a pack")
+    again, report = _usage(folder)
+    assert report.kept == 0 and again == first
+
+
+def test_switched_off_nothing_is_kept(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv(row_cache.OFF, "0")
+    folder = _folder(tmp_path)
+    _usage(folder)
+    _, report = _usage(folder)
+    assert report.kept == 0 and not list(cache.rglob("*.pack"))
+
+
+def test_packs_do_not_pile_up(cache, tmp_path):
+    """Each run that reads a file writes a pack; from PACKS on, the run writes what it used as one."""
+    folder = _folder(tmp_path)
+    b = folder / "-home-me-shop" / "b.jsonl"
+    for k in range(3 * row_cache.PACKS):
+        os.utime(b, ns=(10**18 + k, 10**18 + k))  # touched: read again, a new pack
+        _, report = _usage(folder)
+        assert len(list(cache.rglob("*.pack"))) <= row_cache.PACKS
+    assert report.kept == 1
+
+
+def test_the_terminal_says_what_was_not_read_again(cache, tmp_path, cli):
+    folder = _folder(tmp_path)
+    cli("usage", folder)
+    res = cli("usage", folder)
+    assert res.exit_code == 0, res.output
+    assert "2 of the files unchanged since an earlier run" in " ".join(res.output.split())
