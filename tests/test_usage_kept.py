@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,16 @@ def test_the_terminal_says_what_was_not_read_again(cache, tmp_path, cli):
     res = cli("usage", folder)
     assert res.exit_code == 0, res.output
     assert "2 of the files unchanged since an earlier run" in " ".join(res.output.split())
+
+
+def test_what_other_code_versions_kept_goes_once_untouched_for_a_week(cache, tmp_path):
+    root = cache / "usage-rows"
+    old, recent = root / "0123456789abcdef", root / "fedcba9876543210"
+    for folder in (old, recent):
+        (folder / "roots").mkdir(parents=True)
+        (folder / "roots" / "1-1.pack").write_bytes(b"kept by another version")
+    week_ago = time.time() - row_cache.STALE_S - 60
+    os.utime(old, (week_ago, week_ago))
+    _usage(_folder(tmp_path))
+    assert not old.exists() and recent.exists()
+    assert len(list(root.iterdir())) == 2  # the recent one and this version's

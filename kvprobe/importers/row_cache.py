@@ -113,15 +113,30 @@ class RowCache:
             self.folder.mkdir(parents=True, exist_ok=True)
             # named by time, then process: a later pack's entries win
             write_bytes_atomic(self.folder / f"{time.time_ns():020d}-{os.getpid()}.pack", data, mode=0o600)
+            os.utime(self.folder.parent)  # (this code version's entries in use: see _let_go)
             if merge:
                 for pack in self.packs:
                     pack.unlink(missing_ok=True)
+            if parent and not self.packs:  # a first pack here: what other code versions kept goes, in time
+                _let_go(self.folder.parent)
         except OSError:
             pass  # a read-only home only costs the reading next run
         self.fresh = {}
 
 
 PACKS = 4  # packs in a folder from which the parent writes one in their place
+STALE_S = 7 * 86400  # another code version's entries, untouched this long, are removed
+
+
+def _let_go(current: Path) -> None:
+    """Remove the entries other code versions kept (an upgrade, an edited module) untouched for STALE_S: two
+    versions used side by side keep theirs."""
+    import shutil
+
+    now = time.time()
+    for other in current.parent.iterdir():
+        if other != current and other.is_dir() and now - other.stat().st_mtime > STALE_S:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _digest(text: str) -> str:
