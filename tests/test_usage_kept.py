@@ -142,3 +142,13 @@ def test_what_other_code_versions_kept_goes_once_untouched_for_a_week(cache, tmp
     _usage(_folder(tmp_path))
     assert not old.exists() and recent.exists()
     assert len(list(root.iterdir())) == 2  # the recent one and this version's
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_the_reading_only(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(blocked))
+    folder = _folder(tmp_path)
+    first, _ = _usage(folder)
+    again, report = _usage(folder)
+    assert report.kept == 0 and again == first and first["totals"]["requests"] == 3

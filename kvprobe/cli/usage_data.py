@@ -23,10 +23,18 @@ def collect(sources: list[str], report: ImportReport, *, fmt: str | None, price_
     Read without each request's rebuilt message list (importers' `history`): usage needs none of it.
     `keep_rows`: files unchanged since an earlier run are not read again (importers.row_cache)."""
     book = PriceBook.from_file(price_file)
-    cache = RowCache(UsageRow, sources) if keep_rows and row_cache_enabled() else None
+    cache = _row_cache(sources) if keep_rows and row_cache_enabled() else None
     rows = load_any(sources, fmt=fmt, report=report, progress=progress, workers=max(workers, 0),
                     reduce=usage_row, history=False, fold=lambda: UsageSums(book, zone, since, until), cache=cache)
     return summarize(rows, book=book, tz=zone, since=since, until=until)
+
+
+def _row_cache(sources: list[str]) -> RowCache | None:
+    """The rows kept for these sources; None where no cache folder can be named (no home folder): read all."""
+    try:
+        return RowCache(UsageRow, sources)
+    except (OSError, RuntimeError, KeyError):
+        return None
 
 
 def day_bound(value: str | None, name: str, zone: dt.tzinfo, end_of_day: bool = False) -> float | None:
