@@ -152,3 +152,23 @@ def test_a_cache_folder_that_cannot_be_written_costs_the_reading_only(tmp_path, 
     first, _ = _usage(folder)
     again, report = _usage(folder)
     assert report.kept == 0 and again == first and first["totals"]["requests"] == 3
+
+
+@pytest.mark.parametrize("workers, keep", [(1, False), (2, False), (1, True), (2, True)])
+def test_one_request_id_in_two_files_counts_once_however_they_are_read(cache, tmp_path, workers, keep):
+    """A request id names one API call: logged under two message ids in two files (a copy rewritten), it
+    counts once, in the first file, whether one process reads both, two processes read one each, or rows
+    kept from an earlier run meet."""
+    root = tmp_path / "projects" / "-home-me-shop"
+    for name, prefix, fresh in (("a", "msg_01", 10), ("b", "msg_02", 99)):
+        s = ClaudeTranscript(name, id_prefix=prefix)
+        s.turn(0, "req_same", read=0, write=1_000, fresh=fresh, output=5)
+        s.write(root / f"{name}.jsonl")
+    report = ImportReport()
+    for _ in range(2 if keep else 1):  # (kept: the second run meets the rows the first kept)
+        report = ImportReport()
+        summary = collect([str(tmp_path / "projects")], report, fmt=None, price_file=None, workers=workers,
+                          zone=zone_of("UTC"), since=None, until=None, keep_rows=keep)
+    data = summary.to_json()
+    assert data["totals"]["requests"] == 1 and data["totals"]["fresh_input_tokens"] == 10
+    assert report.duplicates == 1 and report.kept == (2 if keep else 0)

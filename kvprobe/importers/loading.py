@@ -434,6 +434,15 @@ def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Itera
         yield stats, record
 
 
+def _reduced(pairs: Iterator[tuple[SourceStats, TraceRecord]], reduce: Callable[[TraceRecord], Any]
+             ) -> Iterator[tuple[SourceStats, Any]]:
+    """Records read in one process, reduced and merged as rows are wherever they were read (`_dedupe`): one
+    request counts once whichever process, or earlier run, read its files."""
+    seen: set[str] = set()
+    for stats, record in pairs:
+        yield from _dedupe(stats, (reduce(record),), seen)
+
+
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
                    strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
                    fold: Callable[[], Any] | None = None, cache: RowCache | None = None
@@ -552,7 +561,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
         settled = _settle(_load_kept(files, {}, workers, report, progress, strict_traces, reduce, history, cache))
     else:
         pairs = _load_sequential(files, report, progress, strict_traces, history)
-        settled = _settle(pairs if reduce is None else ((stats, reduce(r)) for stats, r in pairs))
+        settled = _settle(pairs if reduce is None else _reduced(pairs, reduce))
     yield from settled if reduce is not None else _unique_ids(settled)
     if kept is not None and cache is not None:
         cache.flush()
