@@ -109,13 +109,8 @@ class DatasetCache:
     def _save(self) -> None:
         if self._path is None:
             return
-        try:
-            from kvprobe.trace.writer import write_atomic
-
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._path, json.dumps(self._data, sort_keys=True).encode())
-        except OSError:
-            pass  # a read-only home only costs the time of loading the dataset next run
+        # (unwritten, a read-only home: the dataset is loaded again next run)
+        user_cache.write(self._path, json.dumps(self._data, sort_keys=True).encode())
 
 
 _DATASET = DatasetCache()

@@ -83,13 +83,7 @@ def _read(cache: Path, folder: str) -> dict[str, tuple[tuple[int, ...], dict[str
 
 
 def _write(cache: Path, folder: str, entries: dict[str, tuple[tuple[int, ...], dict[str, Any]]]) -> None:
-    from kvprobe.output import write_bytes_atomic  # (a run that parses nothing writes nothing)
-
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(cache, marshal.dumps((FORMAT, folder, entries)))
-    except OSError:
-        pass  # a read-only home only costs the parsing next run
+    user_cache.write(cache, marshal.dumps((FORMAT, folder, entries)))  # (unwritten: parsed again next run)
 
 
 def _marshallable(value: Any) -> bool:

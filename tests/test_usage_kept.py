@@ -131,17 +131,61 @@ def test_the_terminal_says_what_was_not_read_again(cache, tmp_path, cli):
     assert "2 of the files unchanged since an earlier run" in " ".join(res.output.split())
 
 
-def test_what_other_code_versions_kept_goes_once_untouched_for_a_week(cache, tmp_path):
-    root = cache / "usage-rows"
-    old, recent = root / "0123456789abcdef", root / "fedcba9876543210"
-    for folder in (old, recent):
-        (folder / "roots").mkdir(parents=True)
-        (folder / "roots" / "1-1.pack").write_bytes(b"kept by another version")
+def test_what_other_code_versions_and_other_folders_kept_goes_once_untouched_for_a_week(cache, tmp_path):
+    folder = _folder(tmp_path)
+    _usage(folder)
+    [mine] = [p.parent for p in cache.rglob("*.pack")]  # usage-rows/<code>/<paths given>
+    root = mine.parent.parent
     week_ago = time.time() - row_cache.STALE_S - 60
-    os.utime(old, (week_ago, week_ago))
-    _usage(_folder(tmp_path))
-    assert not old.exists() and recent.exists()
-    assert len(list(root.iterdir())) == 2  # the recent one and this version's
+    made = []
+    for other in (root / "0123456789abcdef" / "paths", root / "fedcba9876543210" / "paths",
+                  mine.parent / "0123456789abcdef", mine.parent / "fedcba9876543210"):
+        other.mkdir(parents=True)
+        (other / "1-1.pack").write_bytes(b"kept by another version, or for other paths")
+        made.append(other)
+    for old in (made[0].parent, made[2]):
+        os.utime(old, (week_ago, week_ago))
+    (tmp_path / "projects2").mkdir()
+    os.rename(folder, tmp_path / "projects2" / "projects")  # other paths given: a first pack there
+    _usage(tmp_path / "projects2")
+    assert not made[0].exists() and made[1].exists() and not made[2].exists() and made[3].exists()
+    assert mine.exists()  # used a minute ago
+
+
+def test_a_file_appended_to_while_it_is_read_is_read_again_next_run(cache, tmp_path, monkeypatch):
+    """The agent writes while usage reads: the rows read are not kept under the file's later stat."""
+    from kvprobe.importers import loading
+
+    folder = _folder(tmp_path)
+    b = folder / "-home-me-shop" / "b.jsonl"
+    more = ClaudeTranscript("b")
+    more.turn(900, "req_b2", read=3_000, write=100, fresh=40, output=8)
+    real = loading._read_one
+
+    def read_then_append(path, *args, **kw):
+        yield from real(path, *args, **kw)
+        if path == b and more.lines:  # the agent appends as the reading ends
+            with b.open("a") as fh:
+                fh.write("".join(json.dumps(line) + "\n" for line in more.lines))
+            more.lines.clear()
+    monkeypatch.setattr(loading, "_read_one", read_then_append)
+    first, _ = _usage(folder)
+    assert first["totals"]["requests"] == 3  # read before the append
+    again, report = _usage(folder)
+    assert report.kept == 1  # a.jsonl; b.jsonl read again, with its new request
+    assert again["totals"]["requests"] == 4 and again["totals"]["fresh_input_tokens"] == 10 + 20 + 30 + 40
+
+
+def test_a_cache_file_that_cannot_be_made_costs_the_reading_only(cache, tmp_path, monkeypatch):
+    """A read-only or full cache folder: the temp file of each write cannot be made."""
+    from kvprobe import output
+
+    monkeypatch.setattr(output, "temp_name", lambda path: tmp_path / "no such folder" / "x.tmp")
+    folder = _folder(tmp_path)
+    first, _ = _usage(folder)
+    again, report = _usage(folder)
+    assert report.kept == 0 and again == first and first["totals"]["requests"] == 3
+    assert not list(cache.rglob("*.pack"))
 
 
 def test_a_cache_folder_that_cannot_be_written_costs_the_reading_only(tmp_path, monkeypatch):

@@ -45,7 +45,6 @@ import orjson
 
 from kvprobe.importers.base import (Progress, SourceStats, as_int, as_str, iter_lines, objects_of_bad_line,
                                    time_or_none)
-from kvprobe.importers.claude_skim import SMALLEST, Skim
 from kvprobe.importers.events import Events, event
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
@@ -112,8 +111,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     bodies = _Bodies() if history else None  # the requests as sent, where Claude Code logs them (2.1.33x)
     roots: dict[str, str] = {}  # inline sidechain line -> the first line of its chain (which subagent it is)
     ignored = 0
-    skim = None if history else Skim(origin.agent_file is not None)  # lines usage need not decode
-    lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress, skim)
+    lines = _array_lines(path, stats, progress) if _is_array(path) else _jsonl_lines(path, stats, progress)
     try:
         for lineno, line in lines:
             uuid = line.get("uuid")
@@ -122,8 +120,6 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 if line.get("isSidechain") is True and not line.get("agentId"):
                     _sidechain_root(roots, uuid, line)
             kind = line.get("type")
-            if skim is not None and kind == "assistant":
-                _skimmed_parent(skim, times, line.get("parentUuid"))
             if kind == "assistant":
                 if bodies is not None:
                     bodies.said(line, "assistant")
@@ -143,7 +139,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             if uuid.__class__ is str and chains is not None:
                 _chain(chains, uuid, line, kind)
     finally:
-        stats.ignored += ignored + (skim.count if skim is not None else 0)
+        stats.ignored += ignored
     for record in pending.values():
         stats.records += 1
         yield record
@@ -156,20 +152,15 @@ def _chains() -> Chains:
     return Chains()
 
 
-def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None,
-                 skim: Skim | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of a JSON Lines transcript, every line counted, a bad one a counted skip; with
-    `skim`, the lines it holds are not decoded (claude_skim)."""
+def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSON Lines transcript, every line counted, a bad one a counted skip."""
     # this loop runs for every line of every transcript: the count in a local, the JSON parsed inline (a line
     # that is not a JSON object goes through objects_of_bad_line, which counts it by reason)
     loads = orjson.loads
-    holds = skim.holds if skim is not None else None
     lines = 0
     try:
         for lineno, raw in iter_lines(path, progress):
             lines += 1
-            if holds is not None and len(raw) > SMALLEST and holds(raw):
-                continue
             try:
                 line = loads(raw)
             except orjson.JSONDecodeError:
@@ -181,15 +172,6 @@ def _jsonl_lines(path: Path, stats: SourceStats, progress: Progress | None,
                 yield lineno, part
     finally:
         stats.lines += lines
-
-
-def _skimmed_parent(skim: Skim, times: dict[str, Any], parent: Any) -> None:
-    """The timestamp of the line a response answers, where that line was held, not decoded. (A subagent's
-    response in a progress line answers a line of the subagent's chain, which is no line of this file.)"""
-    if parent.__class__ is str and parent not in times:
-        stamp = skim.timestamp(parent)
-        if stamp is not None:
-            times[parent] = stamp
 
 
 def _is_array(path: Path) -> bool:

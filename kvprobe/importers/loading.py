@@ -256,9 +256,10 @@ def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecor
     requests seen: the same request in another file is merged where all files' rows meet, `_dedupe`); one of
     another format with the run's `seen`, as without a cache."""
     stats = SourceStats(str(path), kind)
+    stamp = cache.stamp(path, kind)  # (before reading: a file appended to meanwhile is not kept as read)
     records = _read_one(path, kind, stats, set() if kind in KEPT_FORMATS else seen, progress, strict, history)
     rows = list(records) if reduce is None else [reduce(r) for r in records]
-    cache.put(path, kind, stats, rows)
+    cache.put(path, kind, stats, rows, stamp)
     return stats, rows
 
 

@@ -84,15 +84,20 @@ class RowCache:
             setattr(stats, name, type(getattr(stats, name))(value) if name in _COUNTERS else value)
         return stats, list(map(self.row_class._make, rows))
 
-    def put(self, path: Path, kind: str, stats: SourceStats, rows: list[Any]) -> None:
-        """Keep a file's rows, read alone, with its stats as the file left them (before any merging)."""
-        if kind not in KEPT_FORMATS:
+    def stamp(self, path: Path, kind: str) -> tuple[tuple[int, ...], ...] | None:
+        """The file's stat before it is read (what `put` keeps its rows under); None for a format not kept."""
+        return _file_stamp(path) if kind in KEPT_FORMATS else None
+
+    def put(self, path: Path, kind: str, stats: SourceStats, rows: list[Any],
+            stamp: tuple[tuple[int, ...], ...] | None) -> None:
+        """Keep a file's rows, read alone, with its stats as the file left them (before any merging), under
+        its stat from before it was read: a file written to while it was read (an agent appending) is not
+        kept, and is read again next run."""
+        if kind not in KEPT_FORMATS or stamp is None or _file_stamp(path) != stamp:
             return
-        stamp = _file_stamp(path)
-        if stamp is not None:
-            counts = tuple(dict(v) if k in _COUNTERS else (list(v) if isinstance(v, list) else v)
-                           for k, v in ((k, getattr(stats, k)) for k in _STATS[2:]))
-            self.fresh[(str(path), kind)] = (stamp, counts, [tuple(r) for r in rows])
+        counts = tuple(dict(v) if k in _COUNTERS else (list(v) if isinstance(v, list) else v)
+                       for k, v in ((k, getattr(stats, k)) for k in _STATS[2:]))
+        self.fresh[(str(path), kind)] = (stamp, counts, [tuple(r) for r in rows])
 
     def flush(self, parent: bool = True) -> None:
         """Write the entries this process read as a pack; in the parent, once packs pile up, what this run
@@ -101,26 +106,24 @@ class RowCache:
         merge = parent and len(self.packs) + 1 >= PACKS
         if merge:
             entries = {key: self.kept[key] for key in self.used} | entries
+        if parent:
+            _touch(self.folder, self.folder.parent)  # (in use: see _let_go)
         if not entries:
             return
         try:
             data = marshal.dumps((FORMAT, entries))
         except ValueError:  # a value marshal cannot keep: read again next time
             return
-        from kvprobe.output import write_bytes_atomic
-
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            # named by time, then process: a later pack's entries win
-            write_bytes_atomic(self.folder / f"{time.time_ns():020d}-{os.getpid()}.pack", data, mode=0o600)
-            os.utime(self.folder.parent)  # (this code version's entries in use: see _let_go)
-            if merge:
-                for pack in self.packs:
-                    pack.unlink(missing_ok=True)
-            if parent and not self.packs:  # a first pack here: what other code versions kept goes, in time
-                _let_go(self.folder.parent)
-        except OSError:
-            pass  # a read-only home only costs the reading next run
+        # named by time, then process: a later pack's entries win (unwritten, a read-only home: read next run)
+        if user_cache.write(self.folder / f"{time.time_ns():020d}-{os.getpid()}.pack", data, mode=0o600):
+            try:
+                if merge:
+                    for pack in self.packs:
+                        pack.unlink(missing_ok=True)
+                if parent and not self.packs:  # a first pack here: what others kept untouched goes
+                    _let_go(self.folder)
+            except OSError:
+                pass
         self.fresh = {}
 
 
@@ -129,14 +132,25 @@ STALE_S = 7 * 86400  # another code version's entries, untouched this long, are 
 
 
 def _let_go(current: Path) -> None:
-    """Remove the entries other code versions kept (an upgrade, an edited module) untouched for STALE_S: two
-    versions used side by side keep theirs."""
+    """Remove what was kept for other paths, and by other code versions (an upgrade, an edited module),
+    untouched for STALE_S (a folder's time is its last pack's): two versions, or two folders, used side by side
+    keep theirs."""
     import shutil
 
     now = time.time()
-    for other in current.parent.iterdir():
-        if other != current and other.is_dir() and now - other.stat().st_mtime > STALE_S:
-            shutil.rmtree(other, ignore_errors=True)
+    code = current.parent
+    for folder, keep in ((code, current), (code.parent, code)):
+        for other in folder.iterdir():
+            if other != keep and other.is_dir() and now - other.stat().st_mtime > STALE_S:
+                shutil.rmtree(other, ignore_errors=True)
+
+
+def _touch(*folders: Path) -> None:
+    for folder in folders:
+        try:
+            os.utime(folder)
+        except OSError:
+            pass  # (not made yet, or read-only)
 
 
 def _digest(text: str) -> str:

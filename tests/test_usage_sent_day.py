@@ -1,7 +1,8 @@
-"""`usage` reads a Claude Code transcript's user and tool-progress lines by their first bytes only
-(importers.claude_skim): what it adds up must be what `report`, which decodes every line, finds. The
-transcripts are written here as Claude Code writes them (compact JSON, `type` before the message, `uuid` and
-`timestamp` after it, tool results of several KB); every figure is worked out by hand below."""
+"""What `usage` reads of a Claude Code transcript's long lines (tool results of several KB, written as Claude
+Code writes them: compact JSON, `type` before the message, `uuid` and `timestamp` after it): the day a request
+was sent (its parent line's timestamp), and every line decoded, so a line broken inside, or a response
+joined onto a user line, is counted (a review found both lost when such lines were read by their head only;
+that reading was taken out). Every figure is worked out by hand below."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BIG = "y" * 5000  # a tool result of 5 KB: a line long enough to be read by its head
+BIG = "y" * 5000  # a tool result of 5 KB
 
 
 def _line(kind: str, uuid: str, parent: str | None, ts: str, message: dict, side: bool = False, **more) -> str:
@@ -49,14 +50,14 @@ def _run(cli, path: Path, *more: str) -> dict:
 
 
 def test_a_request_sent_before_midnight_and_answered_after_it_counts_on_the_day_it_was_sent(cli, tmp_path):
-    """The day of a request is when it was sent: its parent line's timestamp, read beside the parent's uuid
-    without decoding the 5 KB line; the parent written by another writer (timestamp before uuid) is decoded."""
+    """The day of a request is when it was sent: its parent line's timestamp, whatever lines come between
+    and however the parent's keys are ordered."""
     other_order = json.dumps({"parentUuid": "a2", "isSidechain": False, "type": "user",
                               "message": {"role": "user", "content": [{"type": "tool_result", "content": BIG}]},
                               "timestamp": "2026-09-11T23:59:58.000Z", "uuid": "u3"}, separators=(",", ":"))
     lines = [
         _user("u1", None, "2026-09-10T23:59:50.000Z"),
-        _bash_progress("p1", "u1", "2026-09-10T23:59:55.000Z"),  # a progress line between: held too
+        *(_bash_progress(f"p{k}", "u1", "2026-09-10T23:59:55.000Z") for k in range(20)),  # tool output between
         _assistant("a1", "u1", "2026-09-11T00:00:04.000Z", "req_1", 100, 1000),  # sent on the 10th
         _user("u2", "a1", "2026-09-11T12:00:00.000Z"),
         _assistant("a2", "u2", "2026-09-11T12:00:03.000Z", "req_2", 200, 2000),  # the 11th
@@ -69,8 +70,8 @@ def test_a_request_sent_before_midnight_and_answered_after_it_counts_on_the_day_
     assert {r["day"]: r["requests"] for r in data["by_day"]} == {"2026-09-10": 1, "2026-09-11": 2}
     assert data["totals"]["fresh_input_tokens"] == 600 and data["totals"]["cache_read_tokens"] == 6000
     assert data["import"]["skipped"] == 0
-    # 3 user lines and the progress line are not requests; report, decoding each, agrees on the days
-    assert data["import"]["sources"][0]["ignored"] == 4
+    # 3 user lines and 20 progress lines are not requests; report agrees on the days
+    assert data["import"]["sources"][0]["ignored"] == 23
     report = cli("report", path, "--json")
     assert report.exit_code == 0, report.output
     sent = sorted(r["started_at"][:10] for r in json.loads(report.stdout)["requests"])
@@ -90,8 +91,8 @@ def test_a_user_line_cut_short_is_counted_as_malformed(cli, tmp_path):
 
 
 @pytest.mark.parametrize("side", [False, True], ids=["main thread", "inline subagent"])
-def test_inline_subagent_lines_are_decoded_to_tell_the_subagent(cli, tmp_path, side):
-    """An inline subagent's user line (isSidechain true) names its chain's first line: decoded, not held."""
+def test_inline_subagent_lines_tell_the_subagent(cli, tmp_path, side):
+    """An inline subagent's user line (isSidechain true) is its chain's first line: the subagent is named by it."""
     lines = [_user("u1", None, "2026-09-10T10:00:00.000Z", side),
              _assistant("a1", "u1", "2026-09-10T10:00:03.000Z", "req_1", 100, 1000, side)]
     path = tmp_path / "s1.jsonl"
@@ -99,3 +100,31 @@ def test_inline_subagent_lines_are_decoded_to_tell_the_subagent(cli, tmp_path, s
     data = _run(cli, path)
     agents = [r["agent"] for r in data["by_agent"]]
     assert agents == (["sidechain-u1"] if side else ["main"])
+
+
+def test_a_long_user_line_broken_inside_is_counted_as_malformed(cli, tmp_path):
+    broken = _user("u2", "a1", "2026-09-10T10:01:00.000Z").replace(BIG, BIG[:100] + "\\q" + BIG[100:], 1)
+    lines = [_user("u1", None, "2026-09-10T10:00:00.000Z"),
+             _assistant("a1", "u1", "2026-09-10T10:00:03.000Z", "req_1", 100, 1000),
+             broken,  # an invalid escape inside the tool result
+             _assistant("a2", "u2", "2026-09-10T10:01:03.000Z", "req_2", 200, 2000)]
+    path = tmp_path / "s1.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    data = _run(cli, path)
+    assert data["totals"]["requests"] == 2
+    assert data["import"]["skipped_reasons"] == {"invalid JSON line": 1}
+
+
+def test_a_response_joined_onto_a_long_user_line_is_counted(cli, tmp_path):
+    """A user line cut short of its newline, the response appended after it: both read (joined_lines 1)."""
+    lines = [_user("u1", None, "2026-09-10T10:00:00.000Z"),
+             _assistant("a1", "u1", "2026-09-10T10:00:03.000Z", "req_1", 100, 1000),
+             _user("u2", "a1", "2026-09-10T10:01:00.000Z")
+             + _assistant("a2", "u2", "2026-09-10T10:01:03.000Z", "req_2", 200, 2000),
+             _user("u3", "a2", "2026-09-10T10:02:00.000Z"),
+             _assistant("a3", "u3", "2026-09-10T10:02:03.000Z", "req_3", 300, 3000)]
+    path = tmp_path / "s1.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    data = _run(cli, path)
+    assert data["totals"]["requests"] == 3 and data["totals"]["fresh_input_tokens"] == 600
+    assert data["import"]["joined_lines"] == 1
