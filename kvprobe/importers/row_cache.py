@@ -3,8 +3,9 @@
 Agent logs grow by appending and old sessions never change, so most of a folder that `usage` read yesterday
 is the same today. Each file's rows (`importers.summary.usage_row`, what `usage` adds up) and its read
 counts (`SourceStats`) are kept in the user's cache (`kvprobe.user_cache`), under the size, modification
-and change times and inode its file (and the chunks that continue it) had when it was read: a file whose
-stat differs in any of them is read again, so the log stays the only source of truth.
+and change times and inode its file (and the chunks that continue it) had before it was read (one written to
+while it was read is not kept): a file whose stat differs in any of them is read again, so the log stays the
+only source of truth.
 
 A file kept is one read alone (its own set of requests seen): the same request in two files is merged
 where the rows of all files meet (`loading._dedupe`, in file order), as when files are read by several
@@ -128,7 +129,7 @@ class RowCache:
 
 
 PACKS = 4  # packs in a folder from which the parent writes one in their place
-STALE_S = 7 * 86400  # another code version's entries, untouched this long, are removed
+STALE_S = 7 * 86400  # what was kept for other paths or by another code version, untouched this long, goes
 
 
 def _let_go(current: Path) -> None:
