@@ -3,7 +3,8 @@
 The generators' traces say nothing about real logs' shape (subagents, compactions, interrupts, a model
 switch), so this runs on a folder you point it at — for instance the transcripts marot/spotter commits as
 test fixtures (test/fixtures/transcripts/, Feb 2026), laid out as `DIR/projects/<project>/…` the way Claude
-Code writes them. Nothing is copied into this repository. It prints medians of interleaved runs and checks that
+Code writes them. Nothing is copied into this repository. It prints medians of interleaved runs (`usage` reading
+every file, and with the rows its warm-up run kept) and checks that
 kvprobe's total cost equals ccusage's to the cent.
 Usage: uv run python benchmarks/bench_real_logs.py CLAUDE_CONFIG_DIR [--runs 5] [--work DIR]
 """
@@ -37,7 +38,9 @@ def main() -> None:
     cache_byte_code(work / "pycache")
     kv = kvprobe_cmd()
     env = {"CLAUDE_CONFIG_DIR": str(args.config_dir)}
-    tools = {"kvprobe usage --json": ([*kv, "usage", str(projects), "--json"], None),
+    # `usage` reading every file (a first run) and with the rows its warm-up run kept (a later run)
+    tools = {"kvprobe usage --json": ([*kv, "usage", str(projects), "--json", "--no-cache"], None),
+             "kvprobe usage, rows kept": ([*kv, "usage", str(projects), "--json"], None),
              "kvprobe report --json": ([*kv, "report", str(projects), "--json"], None)}
     if ccusage:
         tools["ccusage daily --json"] = ([*ccusage, "daily", "--json"], env)
