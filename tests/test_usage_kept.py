@@ -216,3 +216,46 @@ def test_one_request_id_in_two_files_counts_once_however_they_are_read(cache, tm
     data = summary.to_json()
     assert data["totals"]["requests"] == 1 and data["totals"]["fresh_input_tokens"] == 10
     assert report.duplicates == 1 and report.kept == (2 if keep else 0)
+
+
+def test_a_pack_damaged_since_it_was_written_is_not_read(cache, tmp_path):
+    """One flipped bit in a kept request id would split it from its copy in the other file: the pack's
+    checksum differs, so both files are read again."""
+    folder = _folder(tmp_path)
+    first, _ = _usage(folder)
+    [pack] = cache.rglob("*.pack")
+    data = bytearray(pack.read_bytes())
+    at = data.index(b"req_a2")
+    data[at + 3] ^= 0x20  # req_a2 -> req\x7fa2
+    pack.write_bytes(bytes(data))
+    again, report = _usage(folder)
+    assert report.kept == 0 and again == first and again["totals"]["requests"] == 3
+
+
+def test_a_file_whose_reading_depends_on_another_is_not_kept(cache, tmp_path):
+    """A subagent's `.meta.json` is read as nothing while its transcript sits beside it, as lines otherwise:
+    its rows depend on another file, so it is read every run."""
+    sub = tmp_path / "projects" / "-home-me-shop" / "s" / "subagents"
+    for name, request in (("agent-a.jsonl", "req_A"), ("agent-b.meta.json", "req_B")):
+        t = ClaudeTranscript("s")
+        t.assistant(0, request, read=0, write=1_000, fresh=10, output=5)
+        t.write(sub / name)
+    first, _ = _usage(tmp_path / "projects")
+    assert first["totals"]["requests"] == 2
+    (sub / "agent-b.jsonl").write_bytes((sub / "agent-a.jsonl").read_bytes())  # b's transcript appears
+    again, report = _usage(tmp_path / "projects")
+    unkept, _ = _usage(tmp_path / "projects", keep=False)
+    assert again == unkept and again["totals"]["requests"] == 1 and report.kept == 1  # agent-a.jsonl
+
+
+def test_what_was_kept_elsewhere_goes_on_any_later_run(cache, tmp_path):
+    folder = _folder(tmp_path)
+    _usage(folder)
+    [mine] = [p.parent for p in cache.rglob("*.pack")]
+    old = mine.parent.parent / "0123456789abcdef" / "paths"
+    old.mkdir(parents=True)
+    (old / "1-1.pack").write_bytes(b"kept by another version")
+    month_ago = time.time() - 30 * 86400
+    os.utime(old.parent, (month_ago, month_ago))
+    _usage(folder)  # nothing read: every file kept
+    assert not old.parent.exists() and mine.exists()

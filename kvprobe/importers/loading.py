@@ -14,7 +14,7 @@ from kvprobe.importers import (claude_code, cline, codex, copilot_cli, gemini_cl
                                openhands, otel, qwen_code, vibe)
 from kvprobe.importers.base import ImportReport, Progress, SourceStats, first_part, log_bytes
 from kvprobe.importers.formats import agent_home_file, format_of, side_format
-from kvprobe.importers.row_cache import KEPT_FORMATS, RowCache
+from kvprobe.importers.row_cache import RowCache, kept_alone
 from kvprobe.importers.sniff import Sniffed, max_document_bytes, sniff
 from kvprobe.trace import TraceRecord
 from kvprobe.trace.validate import response_usage_problem
@@ -257,7 +257,7 @@ def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecor
     another format with the run's `seen`, as without a cache."""
     stats = SourceStats(str(path), kind)
     stamp = cache.stamp(path, kind)  # (before reading: a file appended to meanwhile is not kept as read)
-    records = _read_one(path, kind, stats, set() if kind in KEPT_FORMATS else seen, progress, strict, history)
+    records = _read_one(path, kind, stats, set() if kept_alone(path, kind) else seen, progress, strict, history)
     rows = list(records) if reduce is None else [reduce(r) for r in records]
     cache.put(path, kind, stats, rows, stamp)
     return stats, rows
@@ -550,7 +550,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     if workers == 0:
         workers = _auto_workers(found, reduced=reduce is not None)
     files = _classify(found, named, fmt, report)
-    if cache is not None and (reduce is None or not any(kind in KEPT_FORMATS for _, kind in files)):
+    if cache is not None and (reduce is None or not any(kept_alone(path, kind) for path, kind in files)):
         cache = None  # (no file it keeps: read as without it)
     kept = _kept(files, cache) if cache is not None else None
     if kept:  # rows kept from an earlier run: the other files read, then all met in file order

@@ -19,6 +19,7 @@ only costs the reading; `usage --no-cache` (or KVPROBE_ROW_CACHE=0) reads every 
 """
 from __future__ import annotations
 
+import binascii
 import hashlib
 import marshal
 import os
@@ -34,7 +35,7 @@ TYPE_CHECKING = False  # true for type checkers only: typing is not imported at 
 if TYPE_CHECKING:
     from typing import Any
 
-FORMAT = 1  # raised when what an entry holds changes
+FORMAT = 2  # raised when what a pack holds changes
 KEPT_FORMATS = frozenset({"claude_code"})  # rows from the file alone
 OFF = "KVPROBE_ROW_CACHE"  # "0": every file read
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -42,6 +43,12 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 _MAKERS = ("importers", "trace", "request", "usage.py", "secrets.py", "catalog.py", "environ.py")
 _STATS = [f.name for f in fields(SourceStats)]
 _COUNTERS = frozenset(f.name for f in fields(SourceStats) if f.name in ("skipped", "platforms"))
+
+
+def kept_alone(path: Path, kind: str) -> bool:
+    """Whether the file's rows come from it alone: a JSON Lines transcript of a format kept (not, say, a
+    subagent's `.meta.json`, read as nothing only while its transcript sits beside it)."""
+    return kind in KEPT_FORMATS and path.name.endswith(".jsonl")
 
 
 def enabled() -> bool:
@@ -74,7 +81,7 @@ class RowCache:
         """The file's stats and rows as last read, or None when it changed or was not kept."""
         key = (str(path), kind)
         entry = self.kept.get(key)
-        if entry.__class__ is not tuple or len(entry) != 3 or kind not in KEPT_FORMATS:
+        if entry.__class__ is not tuple or len(entry) != 3 or not kept_alone(path, kind):
             return None
         stamp, counts, rows = entry
         if stamp != _file_stamp(path) or stamp is None:
@@ -87,14 +94,14 @@ class RowCache:
 
     def stamp(self, path: Path, kind: str) -> tuple[tuple[int, ...], ...] | None:
         """The file's stat before it is read (what `put` keeps its rows under); None for a format not kept."""
-        return _file_stamp(path) if kind in KEPT_FORMATS else None
+        return _file_stamp(path) if kept_alone(path, kind) else None
 
     def put(self, path: Path, kind: str, stats: SourceStats, rows: list[Any],
             stamp: tuple[tuple[int, ...], ...] | None) -> None:
         """Keep a file's rows, read alone, with its stats as the file left them (before any merging), under
         its stat from before it was read: a file written to while it was read (an agent appending) is not
         kept, and is read again next run."""
-        if kind not in KEPT_FORMATS or stamp is None or _file_stamp(path) != stamp:
+        if stamp is None or not kept_alone(path, kind) or _file_stamp(path) != stamp:
             return
         counts = tuple(dict(v) if k in _COUNTERS else (list(v) if isinstance(v, list) else v)
                        for k, v in ((k, getattr(stats, k)) for k in _STATS[2:]))
@@ -109,22 +116,22 @@ class RowCache:
             entries = {key: self.kept[key] for key in self.used} | entries
         if parent:
             _touch(self.folder, self.folder.parent)  # (in use: see _let_go)
+            _let_go(self.folder)
         if not entries:
             return
         try:
-            data = marshal.dumps((FORMAT, entries))
+            payload = marshal.dumps(entries)
         except ValueError:  # a value marshal cannot keep: read again next time
             return
+        data = marshal.dumps((FORMAT, binascii.crc32(payload), payload))  # (a pack damaged since is not read)
         # named by time, then process: a later pack's entries win (unwritten, a read-only home: read next run)
         if user_cache.write(self.folder / f"{time.time_ns():020d}-{os.getpid()}.pack", data, mode=0o600):
-            try:
-                if merge:
-                    for pack in self.packs:
+            if merge:
+                for pack in self.packs:
+                    try:
                         pack.unlink(missing_ok=True)
-                if parent and not self.packs:  # a first pack here: what others kept untouched goes
-                    _let_go(self.folder)
-            except OSError:
-                pass
+                    except OSError:
+                        pass
         self.fresh = {}
 
 
@@ -136,14 +143,18 @@ def _let_go(current: Path) -> None:
     """Remove what was kept for other paths, and by other code versions (an upgrade, an edited module),
     untouched for STALE_S (a folder's time is its last pack's): two versions, or two folders, used side by side
     keep theirs."""
-    import shutil
-
     now = time.time()
     code = current.parent
     for folder, keep in ((code, current), (code.parent, code)):
-        for other in folder.iterdir():
-            if other != keep and other.is_dir() and now - other.stat().st_mtime > STALE_S:
-                shutil.rmtree(other, ignore_errors=True)
+        try:
+            others = [other for other in os.scandir(folder) if other.path != str(keep) and other.is_dir()
+                      and now - other.stat().st_mtime > STALE_S]
+        except OSError:
+            continue  # (not made yet)
+        for other in others:
+            import shutil
+
+            shutil.rmtree(other.path, ignore_errors=True)
 
 
 def _touch(*folders: Path) -> None:
@@ -166,11 +177,15 @@ def _packs(folder: Path) -> list[Path]:
 
 
 def _read_pack(pack: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
+    """A pack's entries; none where it is damaged (its checksum differs), cut short or of another format."""
     try:
-        fmt, entries = marshal.loads(pack.read_bytes())
+        fmt, checksum, payload = marshal.loads(pack.read_bytes())
+        if fmt != FORMAT or binascii.crc32(payload) != checksum:
+            return {}
+        entries = marshal.loads(payload)
     except (OSError, ValueError, EOFError, TypeError):
         return {}
-    return entries if fmt == FORMAT and isinstance(entries, dict) else {}
+    return entries if isinstance(entries, dict) else {}
 
 
 def _file_stamp(path: Path) -> tuple[tuple[int, ...], ...] | None:
