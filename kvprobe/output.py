@@ -18,12 +18,14 @@ import contextlib
 import os
 import signal
 import stat
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from kvprobe.errors import InputError
+
+TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 _TEMP_TAG = ".kvprobe-"  # .{name}.kvprobe-{pid}-{random}.tmp
 
@@ -79,10 +81,10 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = (), *, force: 
 
 def temp_name(path: Path) -> Path:
     """Where `path`'s content is written until it is complete: beside it, named after it and this process."""
-    import secrets  # here: it loads hmac and hashlib (~2 ms of every start-up), and only a write needs it
-
+    # (os.urandom, as secrets.token_hex reads it: importing secrets loads hmac, random and more, ~5 ms of a
+    # run whose only write is a cache file)
     folder = path.parent if str(path.parent) else Path(".")
-    return folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    return folder / f".{path.name}{_TEMP_TAG}{os.getpid()}-{os.urandom(4).hex()}.tmp"
 
 
 def remove_stale_temps(path: Path) -> None:
@@ -112,9 +114,6 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """While writing, SIGTERM unwinds the stack (so the temp file is removed) instead of killing outright."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     previous = signal.getsignal(signal.SIGTERM)
     if previous not in (signal.SIG_DFL, None):  # someone else handles SIGTERM: leave theirs alone
         yield
@@ -122,11 +121,15 @@ def sigterm_raises() -> Iterator[None]:
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
-    signal.signal(signal.SIGTERM, stop)
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread, the only one that may set a handler (threading not imported)
+        previous = None
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
