@@ -259,3 +259,21 @@ def test_what_was_kept_elsewhere_goes_on_any_later_run(cache, tmp_path):
     os.utime(old.parent, (month_ago, month_ago))
     _usage(folder)  # nothing read: every file kept
     assert not old.parent.exists() and mine.exists()
+
+
+def test_codex_rollouts_and_their_forks_are_kept_as_read(cache, tmp_path):
+    """A Codex fork replays its parent's history in its own file (skipped, counted as replayed): read alone,
+    its rows are its own turns, so rollouts are kept like transcripts (figures by hand in
+    test_import_codex_forks: 6 requests, 6 replayed)."""
+    from test_import_codex_forks import FORK_A, FORK_A_CALLS, FORK_B, FORK_B_CALLS, PARENT, _fork, _parent
+
+    root = tmp_path / "sessions"
+    _parent().write(root, PARENT)
+    _fork(FORK_A, 100, restamp=True, spawn_only=False, own=FORK_A_CALLS, started_at=True).write(root, FORK_A)
+    _fork(FORK_B, 200, restamp=False, spawn_only=True, own=FORK_B_CALLS, started_at=False).write(root, FORK_B)
+    first, _ = _usage(root)
+    again, report = _usage(root)
+    unkept, _ = _usage(root, keep=False)
+    assert report.kept == 3 and again == first == unkept
+    assert first["totals"]["requests"] == 6 and first["import"]["replayed_from_parent"] == 6
+    assert round(first["totals"]["cost_usd"], 4) == 0.1427

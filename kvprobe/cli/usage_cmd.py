@@ -39,8 +39,8 @@ def usage(
     json_out: Annotated[bool, typer.Option("--json", help="Totals and every grouping, each row with its "
                                            "models, as JSON")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Read every file (by default a Claude Code "
-                                           "transcript unchanged since the last run is not read again: its "
-                                           "rows are kept in the user's cache)")] = False,
+                                           "transcript or Codex rollout unchanged since the last run is not read "
+                                           "again: its rows are kept in the user's cache)")] = False,
 ) -> None:
     """Summarise what agent logs cost: tokens by class, token hit ratio and USD by day, week, month, project,
     session, agent or model.

@@ -13,8 +13,9 @@ processes, so a file's rows do not depend on which other files were read with it
 code that read them (the stats of the modules that make rows and of the rule files: a new kvprobe, an
 edited module or rule file starts a new set) and by $KVPROBE_PROVIDERS_DIR.
 
-Only formats whose rows come from the file alone are kept (a Claude Code transcript; not a Cline task,
-whose side files count, nor an SQLite store). A cache missing, damaged, from another Python or unwritable
+Only formats whose rows come from the file alone are kept (a Claude Code transcript, a Codex rollout, whose
+fork replays its parent's history in its own file; not a Cline task, whose side files count, nor an SQLite
+store). A cache missing, damaged, from another Python or unwritable
 only costs the reading; `usage --no-cache` (or KVPROBE_ROW_CACHE=0) reads every file.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 FORMAT = 2  # raised when what a pack holds changes
-KEPT_FORMATS = frozenset({"claude_code"})  # rows from the file alone
+KEPT_FORMATS = frozenset({"claude_code", "codex"})  # rows from the file alone
 OFF = "KVPROBE_ROW_CACHE"  # "0": every file read
 _PACKAGE = Path(__file__).resolve().parent.parent
 # what makes a file's rows: the importers, the record and its usage, the credential scrub, the platform rules
