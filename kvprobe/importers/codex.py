@@ -99,20 +99,25 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             stats.skip("not a {timestamp, type, payload} line (older rollout format has no token counts)", lineno)
             continue
         kind = line.get("type")
-        stamp = time_or_none(line.get("timestamp"))
+        # a line's time as written, read as a number only where one is used (most lines are not requests:
+        # reading each line's time was a sixth of reading a rollout for `usage`)
+        written = line.get("timestamp")
         if conversation is not None:
             _converse(conversation, kind, payload)  # a fork's replayed history is its context too
             turns.saw(kind, payload, conversation)
-        if state.fork is not None and state.fork.replayed(kind, payload, stamp):
+        if state.fork is not None and state.fork.replayed(kind, payload, time_or_none(written)):
             state.replay(kind, payload, stats)
             turns.replayed(kind, payload)
             continue
         if not (kind == "event_msg" and payload.get("type") == "token_count"):
             stats.ignored += 1
-            state.note(kind, payload, stamp, events)
-            turn.saw(kind, payload, stamp)
-            _event_of(kind, payload, stamp, events)
+            if kind != "response_item":  # (session_meta, turn_context, events: what is said of the next request)
+                stamp = time_or_none(written)
+                state.note(kind, payload, stamp, events)
+                _event_of(kind, payload, stamp, events)
+            turn.saw(kind, payload, written)
             continue
+        stamp = time_or_none(written)
         usage = _counted_usage(payload, state, stats, lineno)
         if usage is None:
             continue
@@ -356,15 +361,16 @@ class _Turn:
         self.start: float | None = None
         self.idle = False
 
-    def saw(self, kind: Any, payload: dict[str, Any], stamp: float | None) -> None:
+    def saw(self, kind: Any, payload: dict[str, Any], written: Any) -> None:
+        """A line that is no request, with its time as written (read as a number only where it starts a turn)."""
         ptype = payload.get("type")
         if kind == "event_msg" and ptype == "task_complete":
             self.start, self.idle = None, True
         elif self.idle:
             if _starts_turn(kind, payload):
-                self.start, self.idle = stamp, False
+                self.start, self.idle = time_or_none(written), False
         elif self.start is None:
-            self.start = stamp
+            self.start = time_or_none(written)
 
 
 def _starts_turn(kind: Any, payload: dict[str, Any]) -> bool:
