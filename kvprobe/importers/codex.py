@@ -115,7 +115,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 stamp = time_or_none(written)
                 state.note(kind, payload, stamp, events)
                 _event_of(kind, payload, stamp, events)
-            turn.saw(kind, payload, written)
+            if turn.start is None or turn.idle or kind == "event_msg":  # (else a turn under way: nothing to note)
+                turn.saw(kind, payload, written)
             continue
         stamp = time_or_none(written)
         usage = _counted_usage(payload, state, stats, lineno)
