@@ -8,6 +8,8 @@ import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
+
 from kvprobe.pricing import DatasetCache, PriceBook
 from kvprobe.usage import Usage
 
@@ -46,3 +48,18 @@ def test_warm_run_does_not_load_the_dataset(tmp_path):
             for _ in range(2)]
     (cost1, loaded1), (cost2, loaded2) = (r.stdout.split() for r in runs)
     assert cost1 == cost2 and loaded1 == "True" and loaded2 == "False"
+
+
+def test_a_request_with_no_time_is_priced_as_of_today_and_kept_too(tmp_path):
+    """A request whose log gives no time is priced at today's prices: that look-up is kept for the day (it
+    loaded the dataset on every run)."""
+    code = ("import sys; from kvprobe.pricing import PriceBook; from kvprobe.usage import Usage\n"
+            "print(PriceBook().cost('anthropic', 'claude-sonnet-4-5', Usage(5000, 1000, 0, 0, 10), None).usd)\n"
+            "print('genai_prices' in sys.modules)")
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+            for _ in range(2)]
+    (cost1, loaded1), (cost2, loaded2) = (r.stdout.split() for r in runs)
+    # claude-sonnet-4-5: $3 / $15 per MTok, reads $0.30: 4,000 fresh + 1,000 read + 10 output
+    assert cost1 == cost2 and float(cost1) == pytest.approx((4_000 * 3 + 1_000 * 0.30 + 10 * 15) / 1e6, abs=1e-12)
+    assert loaded1 == "True" and loaded2 == "False"
