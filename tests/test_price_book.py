@@ -507,18 +507,30 @@ def test_one_book_follows_the_providers_folder_it_is_asked_under(tmp_path, monke
     assert book.cost("anthropic", "claude-mythos-5-1", Usage(1_000_000), NOV).usd == pytest.approx(20.0)
 
 
-def test_a_request_with_no_time_is_never_priced_from_the_cache_on_disk(tmp_path):
+def test_a_request_with_no_time_is_priced_from_the_cache_on_disk_only_the_same_day(tmp_path):
     """The on-disk look-ups are per price period; a request with no time is priced at today's list, which a
-    later run of the same dataset may find changed: nothing of it is read from, or kept in, the file."""
+    later day of the same dataset may find changed: it is kept under today's day, and what was kept on
+    another day (or under no day) is not read."""
     name = f"genai-prices-{version('genai-prices')}.json"
-    planted = {f"tiers|anthropic|{SONNET}|None": [],
-               f"units|anthropic|{SONNET}|None|0": {k: 2 * v for k, v in BASE.items()},
-               f"units|anthropic|{SONNET}|None|1": {k: 2 * v for k, v in LONG.items()}}
+    yesterday = int(dt.datetime.now(dt.timezone.utc).timestamp() // 86400) - 1
+    planted = {}
+    for day in ("None", f"now{yesterday}"):
+        planted |= {f"tiers|anthropic|{SONNET}|{day}": [],
+                    f"units|anthropic|{SONNET}|{day}|0": {k: 2 * v for k, v in BASE.items()},
+                    f"units|anthropic|{SONNET}|{day}|1": {k: 2 * v for k, v in LONG.items()}}
     (tmp_path / name).write_text(json.dumps(planted))
     book = PriceBook(dataset=DatasetCache(tmp_path))
     assert book.unit_prices("anthropic", SONNET, None, 300_000) == pytest.approx(LONG, rel=1e-9)
     assert book.unit_prices("anthropic", SONNET, None, 10_000) == pytest.approx(BASE, rel=1e-9)
-    assert json.loads((tmp_path / name).read_text()) == planted
+    kept = json.loads((tmp_path / name).read_text())
+    today = {k: v for k, v in kept.items() if k not in planted}
+    assert {k.rsplit("|now", 1)[1].split("|")[0] for k in today} == {str(yesterday + 1)}
+    # the next run, the same day, reads today's entries: change them and it prices from them
+    (tmp_path / name).write_text(json.dumps({**kept, **{k: {u: 3 * x for u, x in v.items()} for k, v in today.items()
+                                                         if k.startswith("units")}}))
+    again = PriceBook(dataset=DatasetCache(tmp_path))
+    assert again.unit_prices("anthropic", SONNET, None, 10_000) == pytest.approx(
+        {k: 3 * v for k, v in BASE.items()}, rel=1e-9)
 
 
 # The dataset's Mistral Large 4 list changes twice: $0.68 input / $0.07 read / $2.09 output per million until
