@@ -8,7 +8,8 @@ product sharing tools + system, with breakers in each; reported with fixes on an
 subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
 the standard library's `json.loads` over every line, in its own process. The start-up job times what users
 type most, where start-up is the whole cost: `diff` of two small requests (cachelint's `diff` beside it),
-`--help`, and `usage` of a 1.8 MB Claude Code folder (ccusage beside it); `usage` is also timed on 20 MB.
+`--help`, and `usage` of a 1.8 MB Claude Code folder (ccusage beside it: its JSON, and its table as people
+type it); `usage` is also timed on 20 MB.
 `usage` is timed twice: reading every file (`--no-cache`, a first run) and with the rows its warm-up round
 kept (a later run over the same folder, whose unchanged files are not read again).
 
@@ -260,7 +261,7 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
                   Tool("baseline kvprobe usage --json", [*base_kv, "usage", str(tiny), "--json"], then,
                        versus="kvprobe usage --json --no-cache")]
     out[f"start-up: diff of two small requests, --help, usage of a {folder_mb(tiny):,.1f} MB folder"] = \
-        small + usage_tools(kv, ccusage, tiny)
+        small + usage_tools(kv, ccusage, tiny, table=True)
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     return out
@@ -270,15 +271,20 @@ def folder_mb(claude: Path) -> float:
     return sum(p.stat().st_size for p in claude.rglob("*.jsonl")) / 1e6
 
 
-def usage_tools(kv: list[str], ccusage: list[str] | None, claude: Path) -> list[Tool]:
+def usage_tools(kv: list[str], ccusage: list[str] | None, claude: Path, table: bool = False) -> list[Tool]:
     """`kvprobe usage` and ccusage's `daily` over one Claude Code projects folder: kvprobe reading every file
     (`--no-cache`, what a first run does) and with the rows its warm-up run kept (what a run over a folder it
-    has read before does: unchanged files are not read again)."""
+    has read before does: unchanged files are not read again); `table`: the table too, beside ccusage's."""
     tools = [Tool("kvprobe usage --json --no-cache", [*kv, "usage", str(claude), "--json", "--no-cache"]),
              Tool("kvprobe usage --json (rows kept)", [*kv, "usage", str(claude), "--json"])]
     if ccusage:
         tools.append(Tool("ccusage daily --json", [*ccusage, "daily", "--json", "--offline"],
                           {"CLAUDE_CONFIG_DIR": str(claude.parent)}, versus=tools[0].name))
+    if table:  # what people type: the table (stdout a pipe here, as in a script or a status line)
+        tools.append(Tool("kvprobe usage (table, rows kept)", [*kv, "usage", str(claude)]))
+        if ccusage:
+            tools.append(Tool("ccusage daily (table)", [*ccusage, "daily", "--offline"],
+                              {"CLAUDE_CONFIG_DIR": str(claude.parent)}, versus=tools[-1].name))
     return tools
 
 

@@ -95,6 +95,68 @@ def test_plain_output_has_no_box_lines_and_spaced_rows_get_a_blank_line():
     assert BOX & set(c.file.getvalue()) and "├" in c.file.getvalue()  # a rule between the rows
 
 
+# --- a plain table written without rich (cli/table_layout.py) ------------------------------------------------
+
+def test_a_plain_table_is_written_without_rich_as_counted_by_hand():
+    """Off a terminal: the title, then columns two spaces apart, each as wide as its widest text (header and
+    footer included), numbers right-aligned, no trailing blanks; at 30 columns the agent (drop 1) goes, a
+    path keeps its end and a name its start."""
+    from kvprobe.cli.table_layout import plain_lines
+
+    cols = (Col("id"), Col("agent", drop=1), Col("where", cut="start"), Col("tokens", "right", footer="15,765"))
+    rows = [["req_1", "main", "a/b.jsonl:5", "3,265"], ["req_2", "scout", "a/c.jsonl:17", "12,500"]]
+    assert plain_lines("Requests", cols, rows, 80) == ([
+        "Requests",
+        "id     agent  where         tokens",
+        "req_1  main   a/b.jsonl:5    3,265",
+        "req_2  scout  a/c.jsonl:17  12,500",
+        "                            15,765"], [])
+    # 30 columns: without agent 5 + 12 + 6 + 2 x 2 = 27; at 22 `where` is cut to 22 - 5 - 6 - 4 = 7
+    assert plain_lines(None, cols, rows, 30)[1] == ["agent"]
+    assert plain_lines(None, cols, rows, 22) == ([
+        "id     where    tokens",
+        "req_1  …sonl:5   3,265",
+        "req_2  …onl:17  12,500",
+        "                15,765"], ["agent"])
+
+
+def test_a_plain_table_is_the_one_rich_prints():
+    """Tables of every shape the layout makes (columns dropped, values cut at either end, right and left
+    aligned, footers, blank and space-led cells) at widths from 20 to 160: the lines written without rich are
+    rich's, and where rich would wrap, draw a wide character or a multi-line cell, none are written."""
+    import random
+
+    from kvprobe.cli.table_layout import plain_lines
+    from kvprobe.cli.tables import build, print_block
+
+    rnd = random.Random(41)
+    values = ["a", "claude-opus-4-1", "2026-09-10", "$1.18", "95.4%", "423.8k", "-", "", "n/a*", "…", "Total",
+              "/home/me/some/long/project/path", "x y z", "  - gpt-5", "trailing  ", " lead", "café → naïve",
+              "a-very-long-session-identifier-0000-4f1c-8a2b"]
+    compared = declined = 0
+    for _ in range(1500):
+        n = rnd.randint(1, 8)
+        cols = [Col(rnd.choice(["day", "reqs", "project", "cost", "x", "a long header"]), rnd.choice(["left", "right"]),
+                    wrap=rnd.random() < 0.1, drop=rnd.choice([None, None, 1, 2, 3]),
+                    footer=rnd.choice(["", "", "Total", "123,456"]), cut=rnd.choice(["end", "start"]))
+                for _ in range(n)]
+        rows = [[rnd.choice(values) for _ in range(n)] for _ in range(rnd.randint(0, 5))]
+        title, width = rnd.choice([None, "Usage by day", "Usage by project"]), rnd.randint(20, 160)
+        made = plain_lines(title, cols, rows, width)
+        if made is None:
+            declined += 1
+            continue
+        console = _console(width, terminal=False)
+        table, hidden = build(title, cols, rows, console)
+        print_block(table, console)
+        assert made == (console.file.getvalue().splitlines(), hidden), (title, cols, rows, width)
+        compared += 1
+    assert compared > 1000 and declined > 50
+    assert plain_lines(None, [Col("a")], [["全角"]], 80) is None  # two cells wide each: rich's to measure
+    assert plain_lines(None, [Col("a")], [["one\ntwo"]], 80) is None
+    assert plain_lines(None, [Col("a", wrap=True, least=6)], [["wrap these words"]], 10) is None
+
+
 def test_an_indented_line_keeps_its_indent_when_a_terminal_wraps_it():
     from kvprobe.cli.common import _Console
 

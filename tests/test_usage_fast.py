@@ -1,6 +1,7 @@
-"""`kvprobe usage PATH --json` is answered before Typer and rich load (kvprobe.cli.fastusage: ~0.1 s of
-start-up, about what ccusage takes for a whole small folder, issue #41), with the full command's output byte
-for byte; anything else on its command line is left to the full command, which answers as it always has."""
+"""`kvprobe usage [PATH...]` is answered before Typer loads, and off a terminal before rich loads
+(kvprobe.cli.fastusage: ~0.1 s of start-up, about what ccusage takes for a whole small folder, issue #41),
+its JSON and its table the full command's byte for byte; anything else on its command line is left to the
+full command, which answers as it always has."""
 from __future__ import annotations
 
 import json
@@ -24,9 +25,9 @@ _RUN = ("import sys; from kvprobe.cli import main\n"
         "if m in sys.modules)}\\n')")
 
 
-def _kvprobe(tmp_path, *args):
+def _kvprobe(tmp_path, *args, **environ):
     """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process."""
-    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200"}
+    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200", **environ}
     res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env=env)
     *said, last = res.stderr.rstrip("\n").split("\n")
@@ -66,11 +67,68 @@ def test_a_usage_error_is_the_full_commands_own(args, message, tmp_path):
     assert "typer" in loaded
 
 
-def test_usage_help_and_tables_are_the_full_commands(tmp_path):
+def test_usage_help_is_the_full_commands(tmp_path):
     code, out, _, loaded = _kvprobe(tmp_path, "usage", "--help")
     assert code == 0 and "--breakdown" in out and "typer" in loaded
-    code, out, _, loaded = _kvprobe(tmp_path, "usage", CLAUDE)
-    assert code == 0 and "Usage by day" in out and "rich" in loaded
+
+
+@pytest.mark.parametrize("columns", ["200", "80", "46"])
+@pytest.mark.parametrize("args", [
+    (CLAUDE,),
+    (CLAUDE, CODEX, "--by", "week", "--breakdown"),
+    (FIX, "--usd", "--by", "model"),
+    (FIX, "--by", "project", "--tz", "Europe/Paris"),
+    (CLAUDE, "--by", "session"),
+], ids=["claude", "weeks with models", "every format in dollars", "projects", "sessions (titled)"])
+def test_the_usage_table_off_a_terminal_loads_neither_typer_nor_rich_and_is_the_full_commands(
+        args, columns, tmp_path, monkeypatch):
+    """The table, its notes and the hint under it (stdout), what was read and skipped (stderr): the full
+    command's (Typer's, printing through rich) at every width, a narrow one leaving columns out."""
+    from typer.testing import CliRunner
+
+    from kvprobe.cli import build_app
+
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(tmp_path / "full"))
+    full = CliRunner().invoke(build_app(), ["usage", *map(str, args), "--no-cache"])
+    assert full.exit_code == 0, full.output
+    code, out, said, loaded = _kvprobe(tmp_path, "usage", *args, "--no-cache", COLUMNS=columns)
+    assert (code, loaded) == (0, "[]")
+    assert (out, said.rstrip("\n")) == (full.stdout, full.stderr.rstrip("\n"))
+    assert out.startswith("Usage by ") and "Why it cost this: kvprobe report" in out
+    assert "read " in said and "requests from" in said
+    if columns == "46":
+        assert "(not shown at 46 columns:" in out
+
+
+def test_usage_on_a_terminal_is_drawn_by_rich_without_typer(tmp_path):
+    """On a terminal (FORCE_COLOR makes one for rich) the table has its box lines, a model's row its branch,
+    and colours: rich draws them; Typer is still not loaded."""
+    code, out, _, loaded = _kvprobe(tmp_path, "usage", CLAUDE, "--breakdown", FORCE_COLOR="1")
+    assert (code, loaded) == (0, "['rich']")
+    assert "┃" in out and "└ claude-" in out and "\x1b[" in out
+
+
+def test_usage_with_no_path_reads_where_the_agents_keep_their_logs(tmp_path):
+    """No path: ~/.claude/projects and the other agents' places, as the full command reads them, the hint
+    naming the folder found; the JSON and the table both answered without Typer."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(CLAUDE, home / ".claude" / "projects" / "-home-me-app")
+    place = {"HOME": str(home), "CLAUDE_CONFIG_DIR": "", "CODEX_HOME": str(home / ".codex")}
+    env = {k: v for k, v in place.items() if v}
+    unset = [k for k, v in place.items() if not v]
+    code, out, _, loaded = _kvprobe(tmp_path, "usage", "--json", **env, **dict.fromkeys(unset, ""))
+    assert (code, loaded) == (0, "[]")
+    assert json.loads(out)["totals"]["requests"] == 5
+    code, out, said, loaded = _kvprobe(tmp_path, "usage", **env, **dict.fromkeys(unset, ""))
+    assert (code, loaded) == (0, "[]")
+    assert "Why it cost this: kvprobe report ~/.claude/projects names" in out
+    assert said.startswith("read 5 requests from")
+    code, _, said, loaded = _kvprobe(tmp_path, "usage", HOME=str(tmp_path / "nobody"), CLAUDE_CONFIG_DIR="",
+                                     CODEX_HOME=str(tmp_path / "nobody" / ".codex"))
+    assert code == 2 and "no logs found: looked in" in said and "typer" in loaded
 
 
 def test_the_fast_path_knows_every_option_usage_has():

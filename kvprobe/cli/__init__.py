@@ -115,7 +115,7 @@ ANALYSES = ("report", "fix", "compare", "gate", "baseline", "html", "plot", "db"
 FROZEN_AT_EXIT = ("report", "fix", "compare", "gate", "baseline", "html", "plot", "usage", "lint", "diff")
 
 
-_answered_fast = False  # a fast path (--help, diff, usage --json) answered: what it opened is closed
+_answered_fast = False  # a fast path (--help, diff, usage) answered: what it opened is closed
 
 
 def entry() -> None:
@@ -228,7 +228,7 @@ def _run() -> None:
         if (code := fastdiff.run(sys.argv[2:])) is not None:
             _answered_fast = True
             raise SystemExit(code)
-    if sys.argv[1:2] == ["usage"]:  # `usage --json` answered before Typer and rich load (cli/fastusage.py)
+    if sys.argv[1:2] == ["usage"]:  # `usage` answered before Typer (and off a terminal rich) loads (cli/fastusage.py)
         from kvprobe.cli import fastusage
 
         if fastusage.run(sys.argv[2:]):

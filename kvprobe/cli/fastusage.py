@@ -1,11 +1,12 @@
-"""`kvprobe usage ... --json` answered without Typer or rich (~0.1 s of imports, about what ccusage takes for
-a whole small folder).
+"""`kvprobe usage ...` answered without Typer, and without rich off a terminal (~0.1 s of imports, about
+what ccusage takes for a whole small folder): its JSON, or its table (cli/usage_view.py).
 
 Only a plain command line is taken: the options `usage` has (cli/usage_cmd.py; a test keeps the two lists
 equal), as `--name value` or `--name=value`, and paths. Anything else (--help, an unknown or repeated-looking
 form, a value Typer would refuse) returns False and the full CLI answers, errors included: a run that fails
 here (no requests, a bad date, an unreadable file) has written nothing, and the full CLI says why as it
-always has. The JSON is the full command's, byte for byte (both print through cli/jsonout.py).
+always has. The JSON is the full command's, byte for byte (both print through cli/jsonout.py), and so is
+the table (cli/usage_view.py).
 """
 from __future__ import annotations
 
@@ -53,31 +54,45 @@ def parse(args: list[str]) -> Line | None:
 
 
 def run(args: list[str]) -> bool:
-    """Print `usage --json`'s answer and return True; False when the full CLI must answer instead."""
+    """Print `usage`'s answer (its table, or its JSON) and return True; False when the full CLI must answer
+    instead."""
     line = parse(args)
-    if line is None or "--json" not in line.flags or not line.paths:
-        return False  # (no path: the default places, and the error when there are none, are the command's)
+    if line is None:
+        return False
+    from kvprobe.cli.import_view import byte_progress
     from kvprobe.cli.usage_data import collect, day_bound, zone_of
     from kvprobe.errors import KvprobeError
-    from kvprobe.importers import ImportReport
+    from kvprobe.importers import ImportReport, default_sources
     from kvprobe.importers.summary import GROUPINGS
 
-    get = line.values.get
-    if get("--by", "day") not in GROUPINGS:
+    get, json_out = line.values.get, "--json" in line.flags
+    by = get("--by", "day")
+    if by not in GROUPINGS:
+        return False
+    # no path: the places the agents keep their logs (none found: the command's error says where it looked)
+    sources = line.paths or [str(path) for path in default_sources()]
+    if not sources:
         return False
     report = ImportReport()
     try:
         zone = zone_of(get("--tz", "UTC"))
         since, until = get("--since"), get("--until")
         start, end = day_bound(since, "--since", zone), day_bound(until, "--until", zone, end_of_day=True)
-        summary = collect(line.paths, report, fmt=get("--format"), price_file=get("--price-file"),
-                          workers=int(get("--workers", "0")), zone=zone, since=start, until=end,
-                          keep_rows="--no-cache" not in line.flags)
+        with byte_progress(sources, "reading", not json_out) as progress:
+            summary = collect(sources, report, fmt=get("--format"), price_file=get("--price-file"),
+                              workers=int(get("--workers", "0")), zone=zone, since=start, until=end,
+                              progress=progress, keep_rows="--no-cache" not in line.flags)
     except (KvprobeError, OSError, RecursionError):
         return False
     if not report.records or ((since or until) and not summary.totals.requests):
         return False  # nothing read, or nothing in the window: the command's errors say which
-    from kvprobe.cli.jsonout import print_json
+    if json_out:
+        from kvprobe.cli.jsonout import print_json
 
-    print_json({**summary.to_json(), "import": report.to_json()})
+        print_json({**summary.to_json(), "import": report.to_json()})
+    else:
+        from kvprobe.cli.usage_view import show
+
+        show(summary, report, by, "--breakdown" in line.flags, "--usd" in line.flags, sources,
+             named=bool(line.paths))
     return True

@@ -1,53 +1,16 @@
 """`kvprobe import SRC... -o trace.jsonl`: turn the logs people already have into a kvprobe trace."""
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from kvprobe.cli.common import Force, err, output_path, print_json, user_errors
+from kvprobe.cli.import_view import byte_progress, report_skips
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, discover, load_any
-from kvprobe.importers.base import log_bytes
 from kvprobe.trace import write_trace
-
-
-@contextlib.contextmanager
-def byte_progress(paths: list[str], label: str, enabled: bool = True) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr over the bytes of every file under `paths` (hidden when not a TTY)."""
-    if not enabled or not err.is_terminal:
-        yield None
-        return
-    with contextlib.suppress(Exception):
-        total = sum(map(log_bytes, discover(paths)))
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn  # ~0.1 s
-
-    columns = (TextColumn(label, markup=False), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task(label, total=locals().get("total"))
-        yield lambda n: bar.advance(task, n)
-
-
-EXAMPLES_SHOWN = 5  # skipped lines quoted without --verbose, whatever the number of files they are in
-
-
-def report_skips(report: ImportReport, verbose: bool = False) -> None:
-    """What was read and skipped; a few skipped lines quoted (--verbose: up to five of every file). A folder of
-    179 transcripts each cut short quoted two of each: 313 lines of examples under a one-line summary."""
-    for line in report.summary():
-        err.print(line, soft_wrap=True, markup=False)
-    if not (verbose or report.skipped):
-        return
-    examples = [example for source in report.sources for example in source.examples[: 5 if verbose else 2]]
-    shown = examples if verbose else examples[:EXAMPLES_SHOWN]
-    for example in shown:
-        err.print(f"  e.g. {example}", soft_wrap=True, markup=False, style="dim")
-    if not verbose and len(shown) < report.skipped:
-        err.print(f"  ... {report.skipped - len(shown):,} more skipped line(s) not quoted (`kvprobe import --verbose` "
-                  "quotes up to five a file)", soft_wrap=True, markup=False, style="dim")
 
 
 def import_(

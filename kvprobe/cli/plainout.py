@@ -44,15 +44,15 @@ class Line:
     cut: bool = False
 
 
-def write(lines: list[Line]) -> bool:
-    """Write `lines` as the console would, and return True; or write nothing and return False where the
-    console might write anything else (the caller prints through it)."""
+def write(lines: list[Line], stderr: bool = False) -> bool:
+    """Write `lines` as the console would (the error console's, `stderr`: off a terminal only), and return
+    True; or write nothing and return False where the console might write anything else (the caller prints
+    through it)."""
     texts = ["".join(piece for piece, _ in line.pieces) for line in lines]
-    joined = "".join(texts)
-    if not (joined.isprintable() if joined.isascii() else re.fullmatch(_SAFE, joined)):
+    if not one_cell_each("".join(texts)):
         return False
-    target = _target()
-    if target is None:
+    target = _target(stderr)
+    if target is None or (stderr and target[0]):
         return False
     terminal, colour, width = target
     if width is None and (terminal or any(line.cut for line in lines)):
@@ -68,15 +68,29 @@ def write(lines: list[Line]) -> bool:
         if any(line.cut and (width is None or len(text) > width) for line, text in zip(lines, texts)):
             return False  # the ellipsis is rich's to place
         rendered = texts
-    sys.stdout.write("".join(f"{text}\n" for text in rendered))
+    (sys.stderr if stderr else sys.stdout).write("".join(f"{text}\n" for text in rendered))
     return True
 
 
-def _target() -> tuple[bool, bool, int | None] | None:
+def one_cell_each(text: str) -> bool:
+    """Whether every character of `text` is one cell wide to rich and left as it is (`_SAFE`)."""
+    return text.isprintable() if text.isascii() else re.fullmatch(_SAFE, text) is not None
+
+
+def plain_target(stderr: bool = False) -> int | None:
+    """The width of the console (standard output's, or the error console's) where it is off a terminal and
+    writes plain text; None where it may be a terminal (or rich must decide)."""
+    target = _target(stderr)
+    if target is None or target[0]:
+        return None
+    return target[2] if target[2] is not None else _width()
+
+
+def _target(stderr: bool = False) -> tuple[bool, bool, int | None] | None:
     """(on a terminal, in colour, the width when known) of the console, or None where rich must print."""
     module = sys.modules.get("kvprobe.cli.console")
     if module is not None:  # rich is loaded already (the full CLI, tests): its own settings decide
-        console: Console = module.out
+        console: Console = module.err if stderr else module.out
         if not console.is_terminal and console.soft_wrap and console.color_system is None:
             return False, False, console.width
         if console.is_terminal and not console.soft_wrap and not console.is_jupyter and not \
@@ -91,7 +105,7 @@ def _target() -> tuple[bool, bool, int | None] | None:
         return None
     if getattr(sys.stdin, "__module__", "").startswith("idlelib"):  # IDLE: a "terminal" rich writes plain to
         return None
-    isatty = getattr(sys.stdout, "isatty", None)
+    isatty = getattr(sys.stderr if stderr else sys.stdout, "isatty", None)
     try:
         terminal = isatty is not None and isatty()
     except ValueError:  # a closed stream: rich's to report

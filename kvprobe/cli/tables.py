@@ -20,97 +20,26 @@ brackets prints as it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvprobe.cli.common import out, plain, visible_cell
+from kvprobe.cli import table_layout
+from kvprobe.cli.console import out, plain, visible_cell
+from kvprobe.cli.table_layout import ELLIPSIS, MIN_CUT, MIN_WRAP, Col  # noqa: F401  (commands import Col here)
 
 Cell = str | Text
-MIN_WRAP = 12  # narrowest a wrapping column gets (unless its longest word is wider)
-MIN_CUT = 6  # narrowest any column gets when the table cannot fit otherwise
-ELLIPSIS = "…"
-
-
-@dataclass(frozen=True, slots=True)
-class Col:
-    header: str
-    justify: Literal["left", "right"] = "left"
-    wrap: bool = False  # free text: may wrap between words
-    drop: int | None = None  # None: always shown; else dropped when too narrow, lowest first
-    footer: str = ""
-    style: str | None = None
-    least: int = MIN_WRAP  # for `wrap` columns: the narrowest it gets before other columns are dropped
-    cut: Literal["end", "start"] = "end"  # which end of a value too long for any layout gives way
 
 
 def _text(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def _longest_line(texts: list[str]) -> int:
-    return max((cell_len(line) for t in texts for line in t.split("\n")), default=0)
-
-
-def _longest_word(texts: list[str]) -> int:
-    return max((cell_len(word) for t in texts for word in t.split()), default=0)
-
-
-def _overhead(count: int, boxed: bool) -> int:
-    """Characters a table adds around `count` columns: padding and separators (with edges when boxed)."""
-    return 3 * count + 1 if boxed else max(2 * count - 2, 0)
-
-
-def _constant(cells: list[str]) -> bool:
-    return len(cells) > 1 and len(set(cells)) == 1
-
-
-def _drop_order(cols: Sequence[Col], bodies: list[list[str]]) -> list[int]:
-    """Droppable columns in the order they are left out: constant ones first, then by priority (the later
-    of two equal priorities first)."""
-    droppable = [i for i, c in enumerate(cols) if c.drop is not None]
-    return sorted(droppable, key=lambda i: (not _constant(bodies[i]), cols[i].drop, -i))
-
-
 def layout(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int, boxed: bool) -> dict[int, int]:
-    """Column index -> width for the columns shown at `width`."""
-    bodies = [[_text(row[i]) for row in rows] for i in range(len(cols))]
-    texts = [[c.header, c.footer, *bodies[i]] for i, c in enumerate(cols)]
-    natural = [_longest_line(t) for t in texts]
-    least = [min(natural[i], max(_longest_word(t), cols[i].least)) if cols[i].wrap else natural[i]
-             for i, t in enumerate(texts)]
-    shown = list(range(len(cols)))
-    for i in _drop_order(cols, bodies):
-        if sum(least[k] for k in shown) + _overhead(len(shown), boxed) <= width:
-            break
-        shown.remove(i)
-    widths = _fit(cols, shown, natural, least, width, boxed)
-    # a column that says nothing (the same in every row) gives way to text that would otherwise wrap
-    idle = [i for i in shown if cols[i].drop is not None and _constant(bodies[i])]
-    while idle and any(cols[i].wrap and widths[i] < natural[i] for i in widths):
-        shown.remove(idle.pop())
-        widths = _fit(cols, shown, natural, least, width, boxed)
-    return widths
-
-
-def _fit(cols: Sequence[Col], shown: list[int], natural: list[int], least: list[int], width: int,
-         boxed: bool) -> dict[int, int]:
-    widths = {i: least[i] for i in shown}
-    spare = width - sum(widths.values()) - _overhead(len(shown), boxed)
-    while spare < 0 and max(widths.values()) > MIN_CUT:  # nothing left to drop: narrow the widest column,
-        widest = max(widths, key=lambda i: (widths[i], i))  # whose longest values then lose characters
-        widths[widest] -= 1
-        spare += 1
-    # wrapping columns grow back toward their natural width, the nearest first: most columns on one line
-    for i in sorted((i for i in shown if cols[i].wrap), key=lambda i: natural[i] - widths[i]):
-        grow = max(min(spare, natural[i] - widths[i]), 0)
-        widths[i] += grow
-        spare -= grow
-    return widths
+    """Column index -> width for the columns shown at `width` (cli/table_layout.py)."""
+    return table_layout.layout(cols, [[_text(cell) for cell in row] for row in rows], width, boxed, cell_len)
 
 
 def _cut_start(cell: Cell, width: int) -> Cell:
@@ -151,11 +80,20 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
 
 def print_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
                 console: Console = out, *, spaced: bool = False) -> None:
+    if not spaced and not console.is_terminal and console.soft_wrap and console.color_system is None:
+        # off a terminal, the lines rich would print, written without it where they can be (table_layout)
+        made = table_layout.plain_lines(title, cols, [[_text(visible_cell(c)) for c in row] for row in rows],
+                                        console.width)
+        if made is not None:
+            lines, hidden = made
+            console.file.write("".join(f"{line}\n" for line in lines))
+            if hidden:
+                console.file.write(table_layout.hidden_note(console.width, hidden) + "\n")
+            return
     table, hidden = build(title, cols, rows, console, spaced=spaced)
     print_block(table, console)
     if hidden:
-        console.print(Text(f"(not shown at {console.width} columns: {', '.join(hidden)}; --json has every "
-                           "field)", style="dim"))
+        console.print(Text(table_layout.hidden_note(console.width, hidden), style="dim"))
 
 
 def print_block(renderable: RenderableType, console: Console = out) -> None:
@@ -170,6 +108,5 @@ def print_block(renderable: RenderableType, console: Console = out) -> None:
 
 
 def sub_row(label: str, console: Console = out) -> str:
-    """The first cell of a row that details the row above it (a model under a day): a tree branch on a
-    terminal, a dash in plain output (no box-drawing characters off a terminal)."""
-    return f"  {'└' if not plain(console) else '-'} {label}"
+    """The first cell of a row that details the row above it (table_layout.sub_row), for `console`."""
+    return table_layout.sub_row(label, plain(console))

@@ -2,21 +2,18 @@
 project, session, agent or model, with a per-model breakdown of every row."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
-from kvprobe.cli.common import fail, out, print_json, user_errors
-from kvprobe.cli.import_cmd import byte_progress, report_skips
-from kvprobe.cli.tables import Col, print_table, sub_row
+from kvprobe.cli.common import fail, print_json, user_errors
+from kvprobe.cli.import_view import byte_progress, report_skips
 from kvprobe.cli.usage_data import collect, day_bound, zone_of
-from kvprobe.economics.bill_words import COLUMN_NAMES
+from kvprobe.cli.usage_view import show
 from kvprobe.errors import InputError
 from kvprobe.importers import FORMATS, ImportReport, default_sources
-from kvprobe.importers.summary import GROUPINGS, Totals, UsageSummary
-from kvprobe.wording import plural, show, usd
+from kvprobe.importers.summary import GROUPINGS
+from kvprobe.wording import show as shown
 
 
 def usage(
@@ -51,7 +48,7 @@ def usage(
     Example: kvprobe usage ~/.claude/projects --by week --since 2026-09-01 --breakdown
     """
     if by not in GROUPINGS:
-        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {show(by)}")
+        fail(f"field '--by': expected one of {', '.join(GROUPINGS)}, got {shown(by)}")
     report = ImportReport()
     with user_errors():
         zone = zone_of(tz)
@@ -67,17 +64,7 @@ def usage(
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
-    render(summary, by, breakdown, in_usd, sources)
-    out.print(Text(f"Why it cost this: kvprobe report {' '.join(sources) if paths else _found_hint(sources)}"
-                   " names each cache miss's cause, what it cost and what to do.", style="dim"))
-    report_skips(report)
-
-
-def _found_hint(sources: list[str]) -> str:
-    """The folder to name in the hint when none was given: the one found, or the first of those found."""
-    home = str(Path("~").expanduser())
-    shown = ["~" + s[len(home):] if s.startswith(home + "/") else s for s in sources]
-    return shown[0] if len(shown) == 1 else f"FOLDER (one of: {', '.join(shown[:3])}{', …' if len(shown) > 3 else ''})"
+    show(summary, report, by, breakdown, in_usd, sources, named=bool(paths))
 
 
 DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_CONFIG_DIR), ~/.codex/sessions "
@@ -111,100 +98,3 @@ def _require_requests(summary, report: ImportReport, window: dict[str, str | Non
                          field=given[0].split()[0] if len(given) == 1 else None)
 
 
-def _ratio(t: Totals) -> str:
-    r = t.token_hit_ratio
-    return f"{r:.1%}" if r is not None else "-"
-
-
-def _n(tokens: int) -> str:
-    """Token counts that fit a terminal: 812, 45.3k, 12.1M, 3.40B."""
-    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e4, "k")):
-        if abs(tokens) >= limit:
-            value = tokens / (limit if suffix != "k" else 1e3)
-            return f"{value:.2f}{suffix}" if value < 10 else f"{value:.1f}{suffix}"
-    return f"{tokens:,}"
-
-
-def _cost(t: Totals) -> str:
-    if t.requests and t.unpriced_requests == t.requests:
-        return "n/a*"  # nothing of the row could be priced: unknown, never $0
-    text = usd(t.cost_usd, 2)  # a Haiku row of 3,000 written tokens reads $0.0037, not $0.00
-    return text + "*" if t.unpriced_requests else text
-
-
-# the --usd columns: report's bill classes (COLUMN_NAMES) as indices of Totals.class_usd; narrow, fresh goes first
-_USD_INDEX = {"read": 1, "write_5m": 2, "write_1h": 3, "fresh": 0, "output": 4}
-_USD_DROP = {"read": None, "write_5m": 5, "write_1h": 6, "fresh": 2, "output": 3}
-
-
-def _usd_cells(t: Totals, digits: int) -> list[str]:
-    return [f"{t.requests:,}"] + [usd(t.class_usd[_USD_INDEX[cls]], digits) for cls, _ in COLUMN_NAMES] + \
-        [_ratio(t), _cost(t)]
-
-
-def _cells(t: Totals, reasoning: bool) -> list[str]:
-    u = t.usage
-    cells = [f"{t.requests:,}", _n(u.input_tokens), _n(u.cache_read_tokens), _n(u.cache_write_tokens),
-             _n(u.fresh_input_tokens), _n(u.output_tokens)]
-    if reasoning:
-        cells.append(_n(t.reasoning_output_tokens))
-    return cells + [_ratio(t), _cost(t)]
-
-
-def _session_titles(sources: list[str], sessions: list[str]) -> dict[str, str]:
-    """The titles of the sessions a table shows, from their logs (for a terminal row a person recognises; the
-    JSON keeps the ids): each session's log found by its name (Claude Code's <session>.jsonl, a Codex rollout
-    ending in its id, a Cline task's folder), read only for the rows shown."""
-    from kvprobe.importers import discover
-    from kvprobe.importers.titles import SessionTitles, shorten
-
-    wanted = set(sessions)
-    found: dict[str, list[str]] = {}
-    for path in discover(sources):
-        for key in (path.stem, path.stem[-36:], path.parent.name):
-            if key in wanted and key not in found and path.parent.name != "subagents":
-                found[key] = [str(path)]
-    titles = SessionTitles(found)
-    return {s: shorten(t) for s in sessions if (t := titles.get(s))}
-
-
-def render(summary: UsageSummary, by: str, breakdown: bool = False, in_usd: bool = False,
-           sources: list[str] | None = None) -> None:
-    total = summary.totals
-    reasoning = total.reasoning_output_tokens > 0 and not in_usd  # a column only when some log reports them
-    # (header, drop order: None = always shown). Narrow, the detail goes first: reasoning (a part of output),
-    # fresh input, output, the request count; what the cache did and cost (read, write, hit, cost) stays
-    names = [("reqs", 4), ("input", 5), ("read", None), ("write", 6), ("fresh", 2), ("output", 3)] + \
-        ([("reasoning", 1)] if reasoning else []) + [("hit", None), ("cost", None)]
-    digits = 2 if total.cost_usd >= 1 else 4  # cents on a real bill (report's bill does the same)
-    cells = (lambda t: _cells(t, reasoning)) if not in_usd else (lambda t: _usd_cells(t, digits))
-    if in_usd:
-        names = [("reqs", 4)] + [(name, _USD_DROP[cls]) for cls, name in COLUMN_NAMES] + [("hit", None),
-                                                                                            ("cost", None)]
-    # row labels stay on one line; a path (project) too long for any layout keeps its end
-    cols = [Col(by, footer="Total", cut="start" if by == "project" else "end")] + [Col(name, "right", footer=footer, drop=drop)
-                                                    for (name, drop), footer in zip(names, cells(total))]
-    rows: list[list[str | Text]] = []
-    shown = summary.rows(by)
-    named = _session_titles(sources, [k for k, _ in shown]) if by == "session" and sources else {}
-    for key, t in shown:
-        rows.append([named.get(key, key), *cells(t)])
-        if breakdown and by != "model":
-            for model, m in t.ranked_models():
-                rows.append([Text(sub_row(model), style="dim"),
-                             *(Text(cell, style="dim") for cell in cells(m))])
-    print_table(f"Usage by {by}", cols, rows)
-    if summary.unknown_models:
-        out.print(f"* no price known for: {', '.join(sorted(summary.unknown_models))} (use --price-file)",
-                  markup=False)
-    if summary.logged_unpriced_usd:
-        out.print(f"* the logs' own cost for the requests not priced: {usd(summary.logged_unpriced_usd, 2)} "
-                  "(the agent's estimate, not a bill; not in the table's cost)", markup=False)
-    if summary.without_model:
-        out.print(f"* {plural(summary.without_model, 'request')} name no model (the log does not say which): "
-                  "unpriced (a --price-file prices models by name)", markup=False)
-    for note in summary.price_notes:
-        out.print(f"* {note}", markup=False)
-    if summary.without_usage:
-        out.print(f"{plural(summary.without_usage, 'request')} logged no usage (a failed call, or a stream sent "
-                  "without stream_options.include_usage): counted in the import, not in the table", markup=False)
