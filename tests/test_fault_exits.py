@@ -73,6 +73,28 @@ def test_stdout_on_a_full_disk_exits_2_with_one_line(args):
     assert res.stderr.strip() == "error: cannot write the output: No space left on device"
 
 
+@pytest.mark.parametrize("args", [["usage", SAMPLE], ["usage", SAMPLE, "--json"], ["diff", REQUEST_A, REQUEST_B],
+                                  ["--help"], ["report", SAMPLE]],
+                         ids=["usage", "usage-json", "diff", "help", "report"])
+def test_stdout_closed_at_start_exits_2_without_a_traceback(args):
+    """`kvprobe usage >&-`: Python starts with no stdout at all (None); the first write was an AttributeError
+    traceback, exit 1."""
+    res = subprocess.run([sys.executable, "-m", "kvprobe", *map(str, args)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, timeout=120,
+                         preexec_fn=lambda: os.close(1))
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "Bad file descriptor" in res.stderr.strip().splitlines()[-1]
+
+
+def test_a_command_that_writes_nothing_to_a_closed_stdout_runs(tmp_path):
+    out = tmp_path / "t.jsonl"
+    res = subprocess.run([sys.executable, "-m", "kvprobe", "import", str(SAMPLE), "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                         preexec_fn=lambda: os.close(1))
+    assert res.returncode == 0, res.stderr
+    assert len(out.read_text().splitlines()) == len(LINES)
+
+
 @pytest.mark.parametrize("args", [["diff", REQUEST_A, REQUEST_B, "--json"], ["diff", REQUEST_A, "missing.json"],
                                   ["usage", SAMPLE, "--json"], ["--help"], []],
                          ids=["diff-json", "diff-missing", "usage-json", "help", "bare"])

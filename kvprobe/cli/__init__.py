@@ -150,6 +150,7 @@ def main() -> None:
     """The `kvprobe` command: exit codes as docs/contracts.md §8 says, whatever happens (Ctrl-C at start-up,
     output that cannot be written even at the last flush)."""
     raise_swallowed_interrupts()
+    _closed_streams()
     try:
         _run()
     except OSError as exc:  # the fast help's own write
@@ -167,6 +168,39 @@ def main() -> None:
         raise SystemExit(INTERRUPTED) from None
     _flush_stdout()
     _leave_to_exit()
+
+
+class _ClosedOutput:
+    """Standard output closed when the process started (`kvprobe usage >&-`), which Python leaves as None: the
+    first write was an AttributeError's traceback (exit 1). A write here fails as a write to a closed
+    descriptor does, so the output error of docs/contracts.md §8 says it (exit 2); a command that writes
+    nothing to it runs as it would."""
+
+    def write(self, text: str) -> int:
+        import errno
+        import os
+
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    def flush(self) -> None:  # (nothing was written: nothing to flush)
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.write("")
+
+
+def _closed_streams() -> None:
+    """Standard output or error closed at start: output fails as `_ClosedOutput` says; messages for a closed
+    standard error go nowhere (there is nowhere else to say them)."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()  # type: ignore[assignment]
+    if sys.stderr is None:
+        import os
+
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (the process's own stream, closed at its end)
 
 
 def _leave_to_exit() -> None:
