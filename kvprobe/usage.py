@@ -79,14 +79,29 @@ def _anthropic(u: dict[str, Any]) -> Usage:
 
 
 def _openai(u: dict[str, Any]) -> Usage:
-    details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
-    total = _int(u, "prompt_tokens", "input_tokens")
-    read = _int(details, "cached_tokens")
+    get = u.get
+    details = get("prompt_tokens_details") or get("input_tokens_details") or {}
+    # plain counts (what logs hold) as they are, without a call each: this runs for every request read
+    total = get("prompt_tokens") if "prompt_tokens" in u else get("input_tokens")
+    if total.__class__ is not int:
+        total = _int(u, "prompt_tokens", "input_tokens")
+    read = details.get("cached_tokens") if details.__class__ is dict else None
+    if read.__class__ is not int:
+        read = _int(details, "cached_tokens")
     # GPT-5.6+ and OpenRouter: cache_write_tokens; Qwen's explicit cache: cache_creation_input_tokens
-    write = _int(details, "cache_write_tokens", "cache_creation_input_tokens") or _int(u, "cache_write_tokens")
-    out_details = u.get("output_tokens_details") or u.get("completion_tokens_details")
-    return Usage(total, read, write, 0, _int(u, "completion_tokens", "output_tokens"),
-                 reasoning_output_tokens=_int(out_details, "reasoning_tokens"))
+    write = details.get("cache_write_tokens") if details.__class__ is dict else None
+    if write.__class__ is not int:
+        write = _int(details, "cache_write_tokens", "cache_creation_input_tokens")
+    if not write and "cache_write_tokens" in u:
+        write = _int(u, "cache_write_tokens")
+    output = get("completion_tokens") if "completion_tokens" in u else get("output_tokens")
+    if output.__class__ is not int:
+        output = _int(u, "completion_tokens", "output_tokens")
+    out_details = get("output_tokens_details") or get("completion_tokens_details")
+    reasoning = out_details.get("reasoning_tokens") if out_details.__class__ is dict else None
+    if reasoning.__class__ is not int:
+        reasoning = _int(out_details, "reasoning_tokens")
+    return Usage(total, read, write, 0, output, reasoning_output_tokens=reasoning)
 
 
 def _deepseek(u: dict[str, Any]) -> Usage:
@@ -139,7 +154,8 @@ def normalize_usage(provider: str | None, usage: dict[str, Any] | None) -> Usage
         return _anthropic(usage)
     if "prompt_cache_hit_tokens" in usage or (provider == "deepseek" and "prompt_tokens_details" not in usage):
         return _deepseek(usage)
-    gemini_keys = {"promptTokenCount", "prompt_token_count", "totalTokenCount", "total_token_count"} & usage.keys()
+    gemini_keys = "promptTokenCount" in usage or "prompt_token_count" in usage or "totalTokenCount" in usage or \
+        "total_token_count" in usage
     if gemini_keys and "input_tokens" not in usage and "prompt_tokens" not in usage:
         return _gemini(usage)
     return _openai(usage)

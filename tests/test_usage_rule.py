@@ -58,12 +58,19 @@ IMPOSSIBLE = [  # (provider, model, usage key, usage, the field named)
     ("gemini", "gemini-2.5-flash", "usage", {"total_input_tokens": 10, "total_cached_tokens": 500,
                                              "total_output_tokens": 3},  # Gemini's Interactions API
      "response.usage.total_cached_tokens"),
+    ("openai", "gpt-5.6", "usage", {"input_tokens": 100, "output_tokens": 5, "input_tokens_details": {
+        "cached_tokens": 60, "cache_write_tokens": 41}},  # reads and writes together above all input
+     "response.usage.input_tokens_details.cached_tokens"),
+    ("openai", "gpt-5", "usage", {"input_tokens": 100, "output_tokens": 5,
+                                  "output_tokens_details": {"reasoning_tokens": 6}},
+     "response.usage.output_tokens_details.reasoning_tokens"),
 ]
 
 
 @pytest.mark.parametrize(("provider", "model", "key", "usage", "field"), IMPOSSIBLE,
                          ids=["chat-cached", "responses-cached", "reasoning", "deepseek-hits", "gemini-cached",
-                              "anthropic-split", "fractional", "qwen-writes", "interactions-cached"])
+                              "anthropic-split", "fractional", "qwen-writes", "interactions-cached",
+                              "responses-written", "responses-reasoning"])
 def test_impossible_usage_never_passes_a_gate(cli, tmp_path, provider, model, key, usage, field):
     trace = _trace(tmp_path, provider, model, usage, key)
     gate = cli("gate", trace, *GATE)
@@ -85,6 +92,9 @@ def test_impossible_usage_never_passes_a_gate(cli, tmp_path, provider, model, ke
     ("openai", "gpt-4o", "usage", {"prompt_tokens": 100, "completion_tokens": 5,
                                    "prompt_tokens_details": {"cached_tokens": 100},
                                    "completion_tokens_details": {"reasoning_tokens": 5}}, 0),
+    ("openai", "gpt-5.6", "usage", {"input_tokens": 100, "output_tokens": 5,
+                                    "input_tokens_details": {"cached_tokens": 60, "cache_write_tokens": 40},
+                                    "output_tokens_details": {"reasoning_tokens": 5}}, 0),
     ("deepseek", "deepseek-chat", "usage", {"prompt_tokens": 100, "prompt_cache_hit_tokens": 64,
                                             "prompt_cache_miss_tokens": 36, "completion_tokens": 3}, 36),
     ("gemini", "gemini-2.5-flash", "usageMetadata", {"promptTokenCount": 100, "cachedContentTokenCount": 100}, 0),
@@ -111,6 +121,22 @@ def _rollout(tmp_path, last: dict):
     return path
 
 
+def test_codex_counts_written_as_digits_are_the_counts(cli, tmp_path):
+    """Counts as digit strings (as OTLP JSON writes 64-bit integers) or whole floats read as the counts: the
+    same totals as plain integers (8,000 input of which 6,000 read and 1,500 written: 500 fresh)."""
+    plain = {"input_tokens": 8000, "cached_input_tokens": 6000, "cache_write_input_tokens": 1500,
+             "output_tokens": 30, "reasoning_output_tokens": 10, "total_tokens": 8030}
+    written = {**plain, "input_tokens": "8000", "cached_input_tokens": 6000.0, "output_tokens": "30"}
+    totals = []
+    for last in (plain, written):
+        res = cli("usage", _rollout(tmp_path, last), "--json")
+        assert res.exit_code == 0, res.output
+        totals.append(json.loads(res.stdout)["totals"])
+    assert totals[0] == totals[1]
+    assert (totals[0]["fresh_input_tokens"], totals[0]["cache_read_tokens"], totals[0]["cache_write_tokens"],
+            totals[0]["output_tokens"]) == (500, 6000, 1500, 30)
+
+
 @pytest.mark.parametrize("last", [
     {"input_tokens": 10, "cached_input_tokens": 50000, "output_tokens": 3},  # cached above all input
     {"input_tokens": -5000, "cached_input_tokens": 0, "output_tokens": 3},
@@ -118,6 +144,7 @@ def _rollout(tmp_path, last: dict):
     {"input_tokens": True, "cached_input_tokens": 0, "output_tokens": 3},
     {"input_tokens": {}, "cached_input_tokens": 0, "output_tokens": 3},
     {"input_tokens": 8000, "cached_input_tokens": "-5", "output_tokens": 3},
+    {"input_tokens": 8000, "cached_input_tokens": 6000, "cache_write_input_tokens": 2001, "output_tokens": 3},
 ])
 def test_codex_counts_that_are_no_counts_are_counted_skips(cli, tmp_path, last):
     rollout = _rollout(tmp_path, last)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from typing import Any
     from kvprobe.importers.history import Sequence
 from kvprobe.trace.record import content_key
+from kvprobe.trace.validate import MAX_TOKENS
 
 NAME = "codex"
 
@@ -68,9 +69,29 @@ def default_paths() -> list[Path]:
 sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.formats)
 
 
+_COUNTS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
+           "reasoning_output_tokens", "total_tokens")
+
+
 def _usage(last: dict[str, Any]) -> dict[str, Any]:
     """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads); BadCount for a
     count that is none (the line is then a counted skip)."""
+    counts = []
+    for key in _COUNTS:  # plain counts (or none), as token_count takes them, read inline: one per request
+        value = last.get(key)
+        if value.__class__ is not int or not 0 <= value <= MAX_TOKENS:
+            if value is not None:
+                return _checked_usage(last)
+            value = 0
+        counts.append(value)
+    fresh, cached, written, output, reasoning, total = counts
+    return {"input_tokens": fresh, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": total}
+
+
+def _checked_usage(last: dict[str, Any]) -> dict[str, Any]:
+    """`_usage` of counts that are not all plain: each read by token_count (a BadCount names the first bad one)."""
     prefix = "last_token_usage."
     return {"input_tokens": first_count(last, "input_tokens", prefix=prefix),
             "input_tokens_details": {"cached_tokens": first_count(last, "cached_input_tokens", prefix=prefix),
@@ -90,7 +111,7 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
 
     state = _State(path.stem.removeprefix("rollout-"))
     turn = _Turn()
-    events = Events()
+    events = Events() if history else None  # (what happened between requests: only a history carries it)
     conversation = Sequence() if history else None  # each request's items, rebuilt (kvprobe.importers.history)
     turns = _Reasoning()
     for lineno, raw, line in iter_raw_objects(path, stats, progress):  # (a line holding two, joined: each)
@@ -111,7 +132,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             continue
         if not (kind == "event_msg" and payload.get("type") == "token_count"):
             stats.ignored += 1
-            if kind != "response_item":  # (session_meta, turn_context, events: what is said of the next request)
+            if events is None:  # (no history: whose session, which model and folder, nothing else)
+                if kind == "session_meta" or kind == "turn_context":
+                    state.note(kind, payload, time_or_none(written) if kind == "session_meta" else None, events)
+            elif kind != "response_item":  # (session_meta, turn_context, events: what is said of the next request)
                 stamp = time_or_none(written)
                 state.note(kind, payload, stamp, events)
                 _event_of(kind, payload, stamp, events)
@@ -130,8 +154,6 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
         if conversation is not None:
             extra["history"] = conversation.request()
             turns.request(f"{state.session}#{state.count}", usage, extra["history"])
-        else:  # (no history: the events attached are dropped, not left to pile up to the file's end)
-            extra.pop("events", None)
         yield TraceRecord(id=f"{state.session}#{state.count}", provider=state.provider_of(),
                           started_at=turn.start or stamp, response={"model": state.model, "usage": usage},
                           session=state.session, agent="main", endpoint="/v1/responses", finished_at=stamp,
@@ -247,9 +269,10 @@ class _State:
         self.previous_total: Any = None
         self.count = 0
 
-    def note(self, kind: Any, payload: dict[str, Any], stamp: float | None, events: Events) -> None:
+    def note(self, kind: Any, payload: dict[str, Any], stamp: float | None, events: Events | None) -> None:
         """A session_meta (the first one says whose rollout this is; a later one is another session's, copied
-        into a fork) or a turn_context (model, working directory, settings)."""
+        into a fork) or a turn_context (model, working directory, settings: a change of them is an event,
+        where events are kept)."""
         if kind == "session_meta" and not self.meta_seen:
             self.meta_seen = True
             self.session = as_str(payload.get("id")) or self.session
@@ -261,7 +284,8 @@ class _State:
         elif kind == "turn_context":
             self.model = as_str(payload.get("model")) or self.model
             self.cwd = as_str(payload.get("cwd")) or self.cwd
-            self.context = _settings_event(self.context, payload, stamp, events)
+            if events is not None:
+                self.context = _settings_event(self.context, payload, stamp, events)
 
     def replay(self, kind: Any, payload: dict[str, Any], stats: SourceStats) -> None:
         """A line of the parent's history replayed in a fork: a token count is the parent's request (counted as
@@ -283,7 +307,7 @@ class _State:
             return "local"
         return infer_provider({"model": self.model}) or "openai"
 
-    def extra(self, events: Events) -> dict[str, Any]:
+    def extra(self, events: Events | None) -> dict[str, Any]:
         extra: dict[str, Any] = {"source_format": NAME}
         if self.cwd:
             extra["cwd"] = self.cwd
@@ -291,7 +315,8 @@ class _State:
             extra["platform"] = self.server
         if self.fork is not None:
             extra["forked_from"] = self.fork.parent
-        events.attach(extra)
+        if events is not None:
+            events.attach(extra)
         return extra
 
 

@@ -143,6 +143,8 @@ def _parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
 
 def _openai_parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
     """OpenAI Chat / Responses: cached (and written) input within the prompt, reasoning within the output."""
+    if _responses_parts_fit(usage):
+        return None
     name = next((k for k in ("prompt_tokens_details", "input_tokens_details") if usage.get(k)), None)
     if name is not None and isinstance(usage[name], dict):
         details = usage[name]
@@ -160,6 +162,34 @@ def _openai_parts_problem(usage: dict[Any, Any]) -> tuple[str, str] | None:
         whole = _first_count(usage, "completion_tokens", "output_tokens") or ("completion_tokens", 0)
         return _more_than([(f"{name}.reasoning_tokens", _count(usage[name], "reasoning_tokens"))], whole)
     return None
+
+
+def _responses_parts_fit(usage: dict[Any, Any]) -> bool:
+    """True for usage in the Responses API's names only (Codex logs every request so) whose parts, all plain
+    counts, are within their wholes: what `_openai_parts_problem` finds no problem in, told without its
+    look-ups (this runs for every request read). False: anything else, which `_openai_parts_problem` reads."""
+    get = usage.get
+    if "prompt_tokens" in usage or "completion_tokens" in usage or get("prompt_tokens_details") or \
+            get("completion_tokens_details"):
+        return False
+    details, out_details = get("input_tokens_details"), get("output_tokens_details")
+    if details:
+        if details.__class__ is not dict or "cache_write_tokens" in usage:
+            return False
+        cached, written = details.get("cached_tokens", 0), details.get("cache_write_tokens", 0)
+        whole = get("input_tokens", 0)
+        if written.__class__ is int and not written:  # (the other spelling, Qwen's explicit cache)
+            written = details.get("cache_creation_input_tokens", 0)
+        if not (cached.__class__ is int and written.__class__ is int and whole.__class__ is int and
+                cached + written <= whole):
+            return False
+    if out_details:
+        if out_details.__class__ is not dict:
+            return False
+        reasoning, whole = out_details.get("reasoning_tokens", 0), get("output_tokens", 0)
+        if not (reasoning.__class__ is int and whole.__class__ is int and reasoning <= whole):
+            return False
+    return True
 
 
 def _more_than(parts: list[tuple[str, float | None]], whole: tuple[str, float]) -> tuple[str, str] | None:
