@@ -152,6 +152,14 @@ def test_a_plain_table_is_the_one_rich_prints():
         assert made == (console.file.getvalue().splitlines(), hidden), (title, cols, rows, width)
         compared += 1
     assert compared > 1000 and declined > 50
+    for title in ("t.db ", "", " lead"):  # trailing blanks stripped, no line for none, leading ones rich's
+        made = plain_lines(title, [Col("a")], [["a wide cell"]], 40)
+        console = _console(40, terminal=False)
+        table, hidden = build(title, [Col("a")], [["a wide cell"]], console)
+        print_block(table, console)
+        assert made is None or made == (console.file.getvalue().splitlines(), hidden), title
+    assert plain_lines("t.db ", [Col("a")], [["a wide cell"]], 40)[0][0] == "t.db"
+    assert plain_lines("", [Col("a")], [["a wide cell"]], 40)[0] == ["a", "a wide cell"]
     assert plain_lines(None, [Col("a")], [["全角"]], 80) is None  # two cells wide each: rich's to measure
     assert plain_lines(None, [Col("a")], [["one\ntwo"]], 80) is None
     assert plain_lines(None, [Col("a", wrap=True, least=6)], [["wrap these words"]], 10) is None

@@ -59,12 +59,24 @@ def test_usage_json_loads_neither_typer_nor_rich_and_prints_what_the_full_comman
     ((ROOT / "nowhere", "--json"), "nowhere: file or directory does not exist"),
     ((CLAUDE, "--json", "--workers", "two"), "'--workers': 'two' is not a valid int"),
 ], ids=["bad date", "bad grouping", "empty window", "bad zone", "no logs", "missing path", "bad number"])
-def test_a_usage_error_is_the_full_commands_own(args, message, tmp_path):
-    """Exit 2, one line naming what is wrong, nothing on stdout: as before there was a fast path."""
+def test_a_usage_error_is_the_full_commands_own(args, message, tmp_path, monkeypatch):
+    """Exit 2, one line naming what is wrong, nothing on stdout: as before there was a fast path. A run that
+    read the logs and found nothing to add up (no request, none in the window) says so itself, as the full
+    command does (stderr byte for byte); any other error is the full command's."""
+    from typer.testing import CliRunner
+
+    from kvprobe.cli import build_app
+
     code, out, said, loaded = _kvprobe(tmp_path, "usage", *args)
     assert (code, out) == (2, "")
     assert message in said
-    assert "typer" in loaded
+    read_nothing = message.startswith(("none of", "no requests"))
+    assert ("typer" in loaded) is not read_nothing
+    if read_nothing:
+        monkeypatch.setenv("COLUMNS", "200")
+        monkeypatch.setenv("KVPROBE_CACHE_DIR", str(tmp_path / "full"))
+        full = CliRunner().invoke(build_app(), ["usage", *map(str, args)])
+        assert (full.exit_code, full.stderr.rstrip("\n")) == (2, said.rstrip("\n"))
 
 
 def test_usage_help_is_the_full_commands(tmp_path):
@@ -195,3 +207,24 @@ def test_usage_reads_no_events_and_counts_the_same(tmp_path):
     totals = json.loads(out)["totals"]
     assert (code, totals["requests"], totals["cache_write_tokens"], totals["cache_read_tokens"]) == \
         (0, 3, 7500, 3000)
+
+
+def test_a_first_run_that_finds_no_request_says_so_once(tmp_path):
+    """Nothing to add up (logs read as another format, none of their lines a request): the files read and
+    skipped, then the error, exit 2 — said by the fast path itself. Handed to the full command, which read
+    the files again, it said they were "unchanged since an earlier run" on the first run there was."""
+    code, out, said, loaded = _kvprobe(tmp_path, "usage", CLAUDE, "--format", "codex")
+    assert (code, out) == (2, "")
+    assert said.startswith("read 0 requests from 3 file(s) (3 codex)\n") and "unchanged since" not in said
+    assert said.rstrip().endswith("or kvprobe traces") and "error: no requests found in" in said
+    assert "typer" not in loaded
+    code, _, said, _ = _kvprobe(tmp_path, "usage", CLAUDE, "--since", "2031-01-01")
+    assert code == 2 and said.strip().splitlines()[-1] == \
+        "error: field '--since': none of the 5 requests read is in --since 2031-01-01"
+
+
+def test_a_zero_width_is_left_to_rich(tmp_path):
+    """COLUMNS=0: rich prints nothing at all (neither the table nor the lines under it), and so does the fast
+    path, which leaves every line to rich there."""
+    code, out, said, _ = _kvprobe(tmp_path, "usage", CLAUDE, COLUMNS="0")
+    assert (code, out, said.strip()) == (0, "", "")

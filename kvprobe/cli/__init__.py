@@ -177,19 +177,23 @@ class _ClosedOutput:
     nothing to it runs as it would."""
 
     def write(self, text: str) -> int:
-        import errno
-        import os
+        raise _bad_descriptor()
 
-        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-
-    def flush(self) -> None:  # (nothing was written: nothing to flush)
+    def flush(self) -> None:  # (nothing is ever pending)
         pass
 
     def isatty(self) -> bool:
         return False
 
     def fileno(self) -> int:
-        return self.write("")
+        raise _bad_descriptor()
+
+
+def _bad_descriptor() -> OSError:
+    import errno
+    import os
+
+    return OSError(errno.EBADF, os.strerror(errno.EBADF))
 
 
 def _closed_streams() -> None:
@@ -265,9 +269,9 @@ def _run() -> None:
     if sys.argv[1:2] == ["usage"]:  # `usage` answered before Typer (and off a terminal rich) loads (cli/fastusage.py)
         from kvprobe.cli import fastusage
 
-        if fastusage.run(sys.argv[2:]):
+        if (code := fastusage.run(sys.argv[2:])) is not None:
             _answered_fast = True
-            raise SystemExit(0)
+            raise SystemExit(code)
     if first == "report":  # a large trace's tokenizer then loads in a second process while this one imports
         from kvprobe.analysis.helper import prestart
 

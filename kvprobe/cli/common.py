@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.text import Text
 
 from kvprobe.cli import INTERRUPTED
 from kvprobe.cli.console import (HANG, _Console, _stdout_failed, err, hanging, out, plain,  # noqa: F401
                                  visible, visible_cell)  # (commands import them from here)
+from kvprobe.cli.import_view import say_error
 from kvprobe.cli.jsonout import print_json, terminal_safe  # noqa: F401  (commands import them from here)
 from kvprobe.errors import InputError, KvprobeError
 from kvprobe.interrupts import say_interrupted
@@ -29,13 +29,12 @@ def money(value: float | None) -> str:
 def fail(message: str, code: int = 2) -> NoReturn:
     # one line: a file name or value with a newline in it (a CI input) must not start a line of its own, which
     # a CI log could read as a command (GitHub's `::error::`, `::add-mask::`)
-    message = message.replace("\r", "\\r").replace("\n", "\\n")
-    err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
+    say_error(message)
     raise typer.Exit(code)
 
 
-# errors of writing the output itself (a full disk, a closed pipe, a device error)
-_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG})
+# errors of writing the output itself (a full disk, a closed pipe, a device error, output closed at start)
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
 
 
 def unexpected(exc: BaseException) -> NoReturn:

@@ -3,9 +3,9 @@ what ccusage takes for a whole small folder): its JSON, or its table (cli/usage_
 
 Only a plain command line is taken: the options `usage` has (cli/usage_cmd.py; a test keeps the two lists
 equal), as `--name value` or `--name=value`, and paths. Anything else (--help, an unknown or repeated-looking
-form, a value Typer would refuse) returns False and the full CLI answers, errors included: a run that fails
-here (no requests, a bad date, an unreadable file) has written nothing, and the full CLI says why as it
-always has. The JSON is the full command's, byte for byte (both print through cli/jsonout.py), and so is
+form, a value Typer would refuse) returns None and the full CLI answers, errors included: a run that fails
+here (a bad date, an unreadable file) has written nothing, and the full CLI says why as it always has; a
+run that read no request, or none in its window, says so here, as the full command does. The JSON is the full command's, byte for byte (both print through cli/jsonout.py), and so is
 the table (cli/usage_view.py).
 """
 from __future__ import annotations
@@ -53,14 +53,15 @@ def parse(args: list[str]) -> Line | None:
     return line if _INT.fullmatch(workers) else None
 
 
-def run(args: list[str]) -> bool:
-    """Print `usage`'s answer (its table, or its JSON) and return True; False when the full CLI must answer
-    instead."""
+def run(args: list[str]) -> int | None:
+    """Print `usage`'s answer (its table, or its JSON; or why there is none) and return the exit code; None
+    when the full CLI must answer instead."""
     line = parse(args)
     if line is None:
-        return False
-    from kvprobe.cli.import_view import byte_progress
+        return None
+    from kvprobe.cli.import_view import byte_progress, say_error
     from kvprobe.cli.usage_data import collect, day_bound, zone_of
+    from kvprobe.cli.usage_view import require_requests
     from kvprobe.errors import KvprobeError
     from kvprobe.importers import ImportReport, default_sources
     from kvprobe.importers.summary import GROUPINGS
@@ -68,11 +69,11 @@ def run(args: list[str]) -> bool:
     get, json_out = line.values.get, "--json" in line.flags
     by = get("--by", "day")
     if by not in GROUPINGS:
-        return False
+        return None
     # no path: the places the agents keep their logs (none found: the command's error says where it looked)
     sources = line.paths or [str(path) for path in default_sources()]
     if not sources:
-        return False
+        return None
     report = ImportReport()
     try:
         zone = zone_of(get("--tz", "UTC"))
@@ -83,9 +84,13 @@ def run(args: list[str]) -> bool:
                               workers=int(get("--workers", "0")), zone=zone, since=start, until=end,
                               progress=progress, keep_rows="--no-cache" not in line.flags)
     except (KvprobeError, OSError, RecursionError):
-        return False
-    if not report.records or ((since or until) and not summary.totals.requests):
-        return False  # nothing read, or nothing in the window: the command's errors say which
+        return None  # (the full command says why, as it always has)
+    try:  # nothing read, or nothing in the window: said here (read again by the full command, the files it
+        # read would be said to be unchanged since an earlier run: this one)
+        require_requests(summary, report, sources, {"--since": since, "--until": until})
+    except KvprobeError as exc:
+        say_error(str(exc))
+        return exc.exit_code
     if json_out:
         from kvprobe.cli.jsonout import print_json
 
@@ -95,4 +100,4 @@ def run(args: list[str]) -> bool:
 
         show(summary, report, by, "--breakdown" in line.flags, "--usd" in line.flags, sources,
              named=bool(line.paths))
-    return True
+    return 0

@@ -1,6 +1,7 @@
-"""What reading logs shows on stderr: a progress bar over their bytes on a terminal, then what was read and
-skipped. Neither Typer nor rich is imported to say it off a terminal (cli/plainout.py writes the lines rich
-would), so a command answered before they load (`kvprobe usage`, cli/fastusage.py) says it too."""
+"""What a command says on stderr: a progress bar over the bytes of the logs it reads (on a terminal), what was
+read and skipped, and an error. Neither Typer nor rich is imported to say it off a terminal (cli/plainout.py
+writes the lines rich would), so a command answered before they load (`kvprobe usage`, cli/fastusage.py)
+says it as the full command does."""
 from __future__ import annotations
 
 import contextlib
@@ -59,3 +60,16 @@ def report_skips(report: ImportReport, verbose: bool = False) -> None:
 
     for line in lines:
         err.print(line.pieces[0][0], soft_wrap=True, markup=False, style=line.style or None)
+
+
+def say_error(message: str) -> None:
+    """An error as every command says it (`cli.common.fail`): one line on stderr, "error:" bold red on a
+    terminal; a newline in a file name or value stays on the line."""
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    if plainout.write([Line([("error:", "bold red"), (f" {message}", None)])], stderr=True):
+        return
+    from rich.text import Text
+
+    from kvprobe.cli.console import err
+
+    err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)

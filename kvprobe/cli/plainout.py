@@ -91,6 +91,8 @@ def _target(stderr: bool = False) -> tuple[bool, bool, int | None] | None:
     module = sys.modules.get("kvprobe.cli.console")
     if module is not None:  # rich is loaded already (the full CLI, tests): its own settings decide
         console: Console = module.err if stderr else module.out
+        if console.width < 1:  # (COLUMNS=0: rich prints nothing at all, however much it is given)
+            return None
         if not console.is_terminal and console.soft_wrap and console.color_system is None:
             return False, False, console.width
         if console.is_terminal and not console.soft_wrap and not console.is_jupyter and not \
@@ -99,6 +101,8 @@ def _target(stderr: bool = False) -> tuple[bool, bool, int | None] | None:
             return True, console.color_system is not None, console.width
         return None
     # the console, made now (rich's Console.is_terminal, is_dumb_terminal, _is_jupyter; console.py's colours)
+    if os.environ.get("COLUMNS", "").strip("0") == "" and os.environ.get("COLUMNS"):  # COLUMNS=0: rich's (as above)
+        return None
     if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ or sys.platform == "win32":
         return None
     if hasattr(builtins, "get_ipython"):  # Jupyter or IPython: rich renders for the notebook

@@ -122,9 +122,9 @@ def plain_lines(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[
     if not shown:
         return None  # (every column left out: rich's to print)
     table_width = sum(widths.values()) + _overhead(len(shown), False)
-    if table_width > width or (title is not None and len(title) > table_width):
-        return None
-    lines = [] if title is None else [title]
+    if table_width > width or (title and (len(title) > table_width or not title.strip() or title[0].isspace())):
+        return None  # (a title that wraps, or whose leading blanks rich may place otherwise)
+    lines = [title.rstrip()] if title else []  # (no line for an empty title, none of its trailing blanks)
     body = [(False, [c.header for c in cols]), *((True, row) for row in rows)]
     if any(c.footer for c in cols):
         body.append((False, [c.footer for c in cols]))

@@ -7,10 +7,9 @@ from typing import Annotated
 import typer
 
 from kvprobe.cli.common import fail, print_json, user_errors
-from kvprobe.cli.import_view import byte_progress, report_skips
+from kvprobe.cli.import_view import byte_progress
 from kvprobe.cli.usage_data import collect, day_bound, zone_of
-from kvprobe.cli.usage_view import show
-from kvprobe.errors import InputError
+from kvprobe.cli.usage_view import require_requests, show
 from kvprobe.importers import FORMATS, ImportReport, default_sources
 from kvprobe.importers.summary import GROUPINGS
 from kvprobe.wording import show as shown
@@ -59,8 +58,7 @@ def usage(
         with byte_progress(sources, "reading", not json_out) as progress:
             summary = collect(sources, report, fmt=fmt, price_file=price_file, workers=workers, zone=zone,
                               since=start, until=end, progress=progress, keep_rows=not no_cache)
-        _require_records(report, sources)
-        _require_requests(summary, report, {"--since": since, "--until": until})
+        require_requests(summary, report, sources, {"--since": since, "--until": until})
     if json_out:
         print_json({**summary.to_json(), "import": report.to_json()})
         return
@@ -73,28 +71,3 @@ DEFAULT_PLACES = ("~/.claude/projects and ~/.config/claude/projects (or $CLAUDE_
                   "~/.copilot/otel (or $COPILOT_OTEL_FILE_EXPORTER_PATH), ~/.cline/data (or $CLINE_DIR) and the "
                   "Cline, Roo Code and Kilo Code extensions' storage, ~/.openhands/conversations (or "
                   "$OPENHANDS_CONVERSATIONS_DIR), ~/.vibe/logs/session/unified (or $VIBE_HOME)")
-
-
-def _require_records(report: ImportReport, sources: list[str]) -> None:
-    """No request in any log is an empty input (exit 2, as for `report`), said with where kvprobe looked
-    (requests read but none inside --since/--until: `_require_requests`)."""
-    if report.records:
-        return
-    files = len(report.sources)
-    if files:  # what was skipped in them, and why
-        report_skips(report)
-    from kvprobe.agents import profiles  # (here: the agents whose logs are read, named from their profiles)
-
-    agents = ", ".join(sorted({profile.name for profile in profiles().values()}))
-    raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
-                     f"read): expected agent logs ({agents}), HAR, OpenTelemetry or LiteLLM logs, or kvprobe traces")
-
-
-def _require_requests(summary, report: ImportReport, window: dict[str, str | None]) -> None:
-    """A window that holds none of the requests read is a mistake to report (exit 2), as `report` does."""
-    given = [f"{flag} {value}" for flag, value in window.items() if value is not None]
-    if given and report.records and not summary.totals.requests:
-        raise InputError(f"none of the {report.records:,} requests read is in {' and '.join(given)}",
-                         field=given[0].split()[0] if len(given) == 1 else None)
-
-

@@ -12,12 +12,34 @@ from kvprobe.cli.import_view import report_skips
 from kvprobe.cli.plainout import Line
 from kvprobe.cli.table_layout import Col, sub_row
 from kvprobe.economics.bill_words import COLUMN_NAMES
+from kvprobe.errors import InputError
 from kvprobe.wording import plural, usd
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
     from kvprobe.importers import ImportReport
     from kvprobe.importers.summary import Totals, UsageSummary
+
+
+def require_requests(summary: UsageSummary, report: ImportReport, sources: list[str],
+                     window: dict[str, str | None]) -> None:
+    """InputError (exit 2) where there is nothing to show: no request in any log (an empty input, as for
+    `report`: said with where kvprobe looked, after what was skipped in the files read), or a --since/--until
+    window that holds none of the requests read."""
+    if not report.records:
+        files = len(report.sources)
+        if files:  # what was skipped in them, and why
+            report_skips(report)
+        from kvprobe.agents import profiles  # (here: the agents whose logs are read, named from their profiles)
+
+        agents = ", ".join(sorted({profile.name for profile in profiles().values()}))
+        raise InputError(f"no requests found in {', '.join(sources)} ({files} log file{'s' if files != 1 else ''} "
+                         f"read): expected agent logs ({agents}), HAR, OpenTelemetry or LiteLLM logs, or kvprobe "
+                         "traces")
+    given = [f"{flag} {value}" for flag, value in window.items() if value is not None]
+    if given and not summary.totals.requests:
+        raise InputError(f"none of the {report.records:,} requests read is in {' and '.join(given)}",
+                         field=given[0].split()[0] if len(given) == 1 else None)
 
 
 def show(summary: UsageSummary, report: ImportReport, by: str, breakdown: bool, in_usd: bool, sources: list[str],
