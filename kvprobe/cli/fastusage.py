@@ -5,8 +5,8 @@ Only a plain command line is taken: the options `usage` has (cli/usage_cmd.py; a
 equal), as `--name value` or `--name=value`, and paths. Anything else (--help, an unknown or repeated-looking
 form, a value Typer would refuse) returns None and the full CLI answers, errors included: a run that fails
 here (a bad date, an unreadable file) has written nothing, and the full CLI says why as it always has; a
-run that read no request, or none in its window, says so here, as the full command does. The JSON is the full command's, byte for byte (both print through cli/jsonout.py), and so is
-the table (cli/usage_view.py).
+run that read no request, or none in its window, says so here, as the full command does. The JSON is the
+full command's, byte for byte (both print through cli/jsonout.py), and so is the table (cli/usage_view.py).
 """
 from __future__ import annotations
 

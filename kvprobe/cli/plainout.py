@@ -101,7 +101,8 @@ def _target(stderr: bool = False) -> tuple[bool, bool, int | None] | None:
             return True, console.color_system is not None, console.width
         return None
     # the console, made now (rich's Console.is_terminal, is_dumb_terminal, _is_jupyter; console.py's colours)
-    if os.environ.get("COLUMNS", "").strip("0") == "" and os.environ.get("COLUMNS"):  # COLUMNS=0: rich's (as above)
+    columns = os.environ.get("COLUMNS")
+    if columns and not columns.strip("0"):  # COLUMNS=0: rich's (as above)
         return None
     if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ or sys.platform == "win32":
         return None

@@ -59,7 +59,6 @@ def _found_hint(sources: list[str]) -> str:
     return shown[0] if len(shown) == 1 else f"FOLDER (one of: {', '.join(shown[:3])}{', …' if len(shown) > 3 else ''})"
 
 
-
 def _ratio(t: Totals) -> str:
     r = t.token_hit_ratio
     return f"{r:.1%}" if r is not None else "-"
