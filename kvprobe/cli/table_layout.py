@@ -14,7 +14,7 @@ from dataclasses import dataclass
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Literal
+    from typing import Literal, TextIO
 
 MIN_WRAP = 12  # narrowest a wrapping column gets (unless its longest word is wider)
 MIN_CUT = 6  # narrowest any column gets when the table cannot fit otherwise
@@ -104,6 +104,18 @@ def sub_row(label: str, plain: bool) -> str:
 def hidden_note(width: int, hidden: list[str]) -> str:
     """The line under a table that names the columns left out."""
     return f"(not shown at {width} columns: {', '.join(hidden)}; --json has every field)"
+
+
+def write_plain(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int,
+                file: TextIO) -> bool:
+    """The plain table (`plain_lines`) and the line naming the columns left out, written to `file`; False,
+    nothing written, where rich must lay it out."""
+    made = plain_lines(title, cols, rows, width)
+    if made is None:
+        return False
+    lines, hidden = made
+    file.write("".join(f"{line}\n" for line in lines) + (f"{hidden_note(width, hidden)}\n" if hidden else ""))
+    return True
 
 
 def plain_lines(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int

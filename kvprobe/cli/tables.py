@@ -80,16 +80,11 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
 
 def print_table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
                 console: Console = out, *, spaced: bool = False) -> None:
-    if not spaced and not console.is_terminal and console.soft_wrap and console.color_system is None:
-        # off a terminal, the lines rich would print, written without it where they can be (table_layout)
-        made = table_layout.plain_lines(title, cols, [[_text(visible_cell(c)) for c in row] for row in rows],
-                                        console.width)
-        if made is not None:
-            lines, hidden = made
-            console.file.write("".join(f"{line}\n" for line in lines))
-            if hidden:
-                console.file.write(table_layout.hidden_note(console.width, hidden) + "\n")
-            return
+    plain_console = not console.is_terminal and console.soft_wrap and console.color_system is None
+    # off a terminal, the lines rich would print, written without it where they can be (table_layout)
+    if not spaced and plain_console and table_layout.write_plain(
+            title, cols, [[_text(visible_cell(c)) for c in row] for row in rows], console.width, console.file):
+        return
     table, hidden = build(title, cols, rows, console, spaced=spaced)
     print_block(table, console)
     if hidden:

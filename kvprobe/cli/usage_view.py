@@ -159,15 +159,10 @@ def _print_table(title: str, cols: list[Col], rows: list[tuple[list[str], bool]]
     """The table: off a terminal written without rich where that gives rich's bytes (cli/table_layout.py),
     else through rich, a model's row under its row dim and on a branch."""
     width = plainout.plain_target()
-    if width is not None:
-        made = table_layout.plain_lines(title, cols, [[sub_row(cells[0], plain=True), *cells[1:]] if detail
-                                                      else cells for cells, detail in rows], width)
-        if made is not None:
-            lines, hidden = made
-            sys.stdout.write("".join(f"{line}\n" for line in lines))
-            if hidden:
-                sys.stdout.write(table_layout.hidden_note(width, hidden) + "\n")
-            return
+    if width is not None and table_layout.write_plain(
+            title, cols, [[sub_row(cells[0], plain=True), *cells[1:]] if detail else cells for cells, detail in rows],
+            width, sys.stdout):
+        return
     from rich.text import Text
 
     from kvprobe.cli import tables
