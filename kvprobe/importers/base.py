@@ -275,33 +275,18 @@ def iter_objects(path: Path, stats: SourceStats, progress: Progress | None = Non
 
 def iter_raw_objects(path: Path, stats: SourceStats, progress: Progress | None = None
                      ) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """`iter_objects` with each object's own bytes (a joined line's objects: each one's, written again). The
-    lines are `iter_lines`'s, read here in the same loop (one generator less: this runs for every line of
-    every JSON Lines log, ~0.2 us a line)."""
-    lineno, loads = 0, orjson.loads
-    for chunk in parts_of(path):
-        with chunk.open("rb", buffering=READ_BUFFER) as fh:
-            pending = 0
-            for lineno, raw in enumerate(fh, start=lineno + 1):
-                if progress is not None:
-                    pending += len(raw)
-                    if pending > 1 << 20:
-                        progress(pending)
-                        pending = 0
-                if raw.isspace():
-                    continue
-                stats.lines += 1
-                try:
-                    value = loads(raw)
-                except orjson.JSONDecodeError:
-                    value = None
-                if value.__class__ is dict:
-                    yield lineno, raw, value
-                    continue
-                for part in objects_of_bad_line(raw, stats, lineno):
-                    yield lineno, orjson.dumps(part), part
-            if progress is not None and pending:
-                progress(pending)
+    """`iter_objects` with each object's own bytes (a joined line's objects: each one's, written again)."""
+    for lineno, raw in iter_lines(path, progress):
+        stats.lines += 1
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+        if value.__class__ is dict:
+            yield lineno, raw, value
+            continue
+        for part in objects_of_bad_line(raw, stats, lineno):
+            yield lineno, orjson.dumps(part), part
 
 
 def objects_of_bad_line(raw: bytes, stats: SourceStats, lineno: int) -> list[dict[str, Any]]:

@@ -77,29 +77,18 @@ def _usage(last: dict[str, Any]) -> dict[str, Any]:
     """Codex token counts in the OpenAI Responses usage shape (what normalize_usage reads); BadCount for a
     count that is none (the line is then a counted skip)."""
     counts = []
-    for key in _COUNTS:  # plain counts (or none), as token_count takes them, read inline: one per request
+    for key in _COUNTS:  # plain counts (or none) as token_count takes them, read inline: this runs per request
         value = last.get(key)
         if value.__class__ is not int or not 0 <= value <= MAX_TOKENS:
-            if value is not None:
-                return _checked_usage(last)
+            if value is not None:  # anything else read by token_count (a BadCount names the first bad one)
+                counts = [first_count(last, name, prefix="last_token_usage.") for name in _COUNTS]
+                break
             value = 0
         counts.append(value)
     fresh, cached, written, output, reasoning, total = counts
     return {"input_tokens": fresh, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
             "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": total}
-
-
-def _checked_usage(last: dict[str, Any]) -> dict[str, Any]:
-    """`_usage` of counts that are not all plain: each read by token_count (a BadCount names the first bad one)."""
-    prefix = "last_token_usage."
-    return {"input_tokens": first_count(last, "input_tokens", prefix=prefix),
-            "input_tokens_details": {"cached_tokens": first_count(last, "cached_input_tokens", prefix=prefix),
-                                     "cache_write_tokens": first_count(last, "cache_write_input_tokens",
-                                                                       prefix=prefix)},
-            "output_tokens": first_count(last, "output_tokens", prefix=prefix),
-            "output_tokens_details": {"reasoning_tokens": first_count(last, "reasoning_output_tokens", prefix=prefix)},
-            "total_tokens": first_count(last, "total_tokens", prefix=prefix)}
 
 
 def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None,
