@@ -6,7 +6,8 @@ Each run asserts what a user would check: every turn exits 0 and every request w
 trace, no record with an error), `usage` reads from the agent's own log what the capture recorded (model by
 model, but for the calls the agent does not log), `report` names what the turns changed (the third turn switches the model:
 `model changed`; Claude Code's second drops a tool: `prefix changed at tools`), and `gate` passes the run and
-fails a seeded regression (Claude Code's tool list changed every turn).
+fails a seeded regression (Claude Code's tool list changed every turn). Claude Code run with
+DISABLE_PROMPT_CACHING=1 sends no cache_control and says so in its log, and `report` of that log names the setting.
 
 Marked `real_agents` (not in the default suite: `.ci/run` runs them in their own step, `uv run pytest -m
 real_agents`); a CLI that is not installed is skipped, saying so. The CLIs never reach the internet:
@@ -239,6 +240,23 @@ def test_gate_fails_a_seeded_cache_regression(emulated, tmp_path):
     gate = _gate(str(broken.trace), "--baseline", str(baseline), "--max-regression", "10%")
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "FAIL regression" in gate.stdout and "tools" in gate.stdout
+
+
+def test_claude_code_with_caching_switched_off_says_so_in_its_own_log(emulated, tmp_path):
+    """DISABLE_PROMPT_CACHING=1: Claude Code sends no cache_control (the capture shows it), its log says
+    `promptCacheRequested: off`, and `report` of that log names the setting instead of inferring a cause."""
+    agent = Agent("claude-code", "claude", [["-p", PROMPTS[0], "--max-turns", "1"],
+                                            ["-p", PROMPTS[1], "--max-turns", "1", "--continue"]],
+                  env={**AGENT_LIST[0].env, "DISABLE_PROMPT_CACHING": "1"}, logs=".claude/projects")
+    server, serve_trace = emulated
+    run = run_agent(agent, server.base_url, serve_trace, tmp_path / "off", "caching-off")
+    sent = [r.request for r in read_trace(run.trace) if r.request]
+    assert sent and not any("cache_control" in json.dumps(body) for body in sent)
+    assert run.home is not None
+    report = _report(run.home / agent.logs)
+    assert "sent with prompt caching off (the log says so)" in " ".join(report["notes"]), report["notes"]
+    assert "DISABLE_PROMPT_CACHING" in " ".join(report["notes"])
+    assert "prompt caching off (the log says so)" in report["bill"]["headline"]
 
 
 def teardown_module() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from kvprobe.agents import AgentProfile, advice_keys, profile_for
 from kvprobe.analysis.diagnosis import ADVICE, Diagnosis
 from kvprobe.analysis.simulate import RequestResult
+from kvprobe.analysis.usage_only import CACHING_OFF
 from kvprobe.economics.bill_words import NO_BODIES
 from kvprobe.economics.keep_alive import entry_lifetime_s
 from kvprobe.pricing import PriceBook, multipliers
@@ -116,7 +117,10 @@ def _scope(r: RequestResult) -> str:
 
 
 def _advise_one(d: Diagnosis, r: RequestResult, profile: AgentProfile, trade: LifetimeTrade | None) -> None:
-    found = profile.advise(advice_keys(d.kind, d.param, d.path, d.triggers, r.sk.extra.get("platform")))
+    keys = advice_keys(d.kind, d.param, d.path, d.triggers, r.sk.extra.get("platform"))
+    if r.sk.extra.get("cache_requested") == CACHING_OFF:  # the log says caching was off: that setting first
+        keys.insert(0, "caching_off")
+    found = profile.advise(keys)
     if found is None:
         return
     d.api_advice = d.advice or ADVICE.get(d.kind)
@@ -226,26 +230,52 @@ UNCACHED_MIN_REQUESTS = 3  # fewer say nothing: a cold start or two is no patter
 
 def uncached_notes(results: list[RequestResult]) -> list[str]:
     """Agent logs whose requests, long enough to cache, read and wrote nothing: no miss (nothing was cached to
-    miss), but a bill paid at the full input price; the agent's `uncached` advice says which setting does it."""
-    counts: dict[tuple[str, str | None], list] = {}  # (agent, model) -> [profile, over the minimum, uncached, tokens]
+    miss), but a bill paid at the full input price. Where the log says what caching each request asked for
+    (`extra["cache_requested"]`), it says why: caching was off (the agent's `caching_off` advice names the
+    setting), or it was asked for and the requests went through an endpoint that cached nothing (a gateway or
+    proxy: `uncached_routed`); where it says nothing, most such requests of a model mean caching looks
+    switched off (`uncached`)."""
+    over: dict[tuple[str, str | None], int] = {}  # (agent, model) -> its requests long enough to cache
+    counts: dict[tuple[str, str | None, str], list] = {}  # (agent, model, why) -> [profile, uncached, tokens]
     for r in results:
         profile = profile_for(r.sk.extra)
         minimum = r.rules.get("min_cacheable_tokens")
-        if profile is None or "uncached" not in profile.advice or not isinstance(minimum, int) \
-                or r.usage.input_tokens < minimum:
+        if profile is None or not isinstance(minimum, int) or r.usage.input_tokens < minimum:
             continue
-        entry = counts.setdefault((profile.name, r.sk.model), [profile, 0, 0, 0])
+        over[profile.name, r.sk.model] = over.get((profile.name, r.sk.model), 0) + 1
+        why = _why_uncached(r.sk.extra)
+        if why is None or why not in profile.advice or r.usage.cache_read_tokens or r.usage.cache_write_tokens:
+            continue
+        entry = counts.setdefault((profile.name, r.sk.model, why), [profile, 0, 0])
         entry[1] += 1
-        if not r.usage.cache_read_tokens and not r.usage.cache_write_tokens:
-            entry[2] += 1
-            entry[3] += r.usage.input_tokens
+        entry[2] += r.usage.input_tokens
     notes = []
-    for (name, model), (profile, over, uncached, tokens) in counts.items():
-        if uncached >= UNCACHED_MIN_REQUESTS and uncached >= UNCACHED_SHARE * over:
-            notes.append(f"{uncached:,} of {over:,} {name} requests to {model or 'an unnamed model'} "
-                         f"({tokens:,} input tokens), each long enough to cache, read and wrote no cache: "
-                         f"{profile.advice['uncached'].text}")
+    for (name, model, why), (profile, uncached, tokens) in counts.items():
+        of = over[name, model]
+        said = why == "caching_off"  # the log says so: one request is enough
+        if said or (uncached >= UNCACHED_MIN_REQUESTS and uncached >= UNCACHED_SHARE * of):
+            notes.append(f"{uncached:,} of {of:,} {name} requests to {model or 'an unnamed model'} "
+                         f"({tokens:,} input tokens), each long enough to cache, {_UNCACHED_WORDS[why]}: "
+                         f"{profile.advice[why].text}")
     return notes
+
+
+_UNCACHED_WORDS = {"caching_off": "were sent with prompt caching off (the log says so) and read and wrote no cache",
+                   "uncached_routed": "asked for caching (the log says so) but read and wrote no cache",
+                   "uncached": "read and wrote no cache"}
+# the routes (`extra["route"]`) that reach the provider through someone else's endpoint: a gateway or proxy
+_PROXIED_ROUTES = ("customEndpoint", "gateway")
+
+
+def _why_uncached(extra: dict[str, Any]) -> str | None:
+    """Which advice a request that read and wrote nothing falls under: what its log says it asked for, where it
+    says; None where caching was asked for on a route that says nothing more (no cause the log backs)."""
+    asked = extra.get("cache_requested")
+    if asked is None:
+        return "uncached"
+    if asked == CACHING_OFF:
+        return "caching_off"
+    return "uncached_routed" if extra.get("route") in _PROXIED_ROUTES else None
 
 
 def no_bodies_note(results: list[RequestResult]) -> str | None:

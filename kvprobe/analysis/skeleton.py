@@ -161,7 +161,7 @@ def _miss_reason(response: dict | None) -> Reported | None:
 # ran, the agent that wrote a format several write) and the project a request belongs to (cwd: the bill and
 # the request rows).
 _CARRIED = ("task_passed", "keep_alive", "block_tokens", "output_tokens", "size_hints", "events", "platform",
-            "history", "source_format", "client_version", "client", "writer", "cwd")
+            "history", "source_format", "client_version", "client", "writer", "cwd", "cache_requested", "route")
 
 
 def failed_call(error: str | None, logged: Usage | None, http_status: object) -> bool:

@@ -185,6 +185,9 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
     ideal rests on the tools+system level known so far)."""
     sk, usage = r.sk, r.usage
     r.diagnoses = []
+    if sk.extra.get("cache_requested") == CACHING_OFF:  # the log says caching was off: nothing could be read
+        r.ideal_read_tokens = 0  # (no miss; `agent_advice.uncached_notes` says what it cost and which knob)
+        return False, False
     base, switched, own = _base(r, stream)
     if base is None:
         r.ideal_read_tokens = 0
@@ -273,16 +276,27 @@ def _went_elsewhere(r: "RequestResult", base: "RequestResult | None") -> bool:
         any(d.kind in _ELSEWHERE for d in r.diagnoses)
 
 
-def _lifetime(base: "RequestResult", stream: _Stream) -> tuple[float | None, ModelRules, bool]:
-    """(seconds an entry of `base` lives, the rules with that lifetime in force, whether the log's own writes
-    chose it): 1h where the stream's latest writes were all 1h entries."""
+def _lifetime(base: "RequestResult", stream: _Stream) -> tuple[float | None, ModelRules, str | None]:
+    """(seconds an entry of `base` lives, the rules with that lifetime in force, what in the log chose it: None
+    for the default): 1h where `base` says it asked for 1h (`extra["cache_requested"]`, Claude Code's
+    promptCacheRequested), or says nothing and the stream's latest writes were all 1h entries."""
     rules = base.rules
-    chosen = stream.ttl.get(base.sk.model) == _LONG_TTL and isinstance(rules.get("ttl_seconds"), dict) \
-        and _LONG_TTL in rules.get("ttl_seconds")
-    if chosen:
-        rule = Rule("default_ttl", _LONG_TTL, "the log's own writes (ephemeral_1h_input_tokens)", dt.date.today())
-        rules = dataclasses.replace(rules, rules={**rules.rules, "default_ttl": rule})
+    said = base.sk.extra.get("cache_requested")
+    ttl = said if said in REQUESTED_TTLS else stream.ttl.get(base.sk.model)
+    if ttl != _LONG_TTL or not isinstance(rules.get("ttl_seconds"), dict) or _LONG_TTL not in rules.get("ttl_seconds"):
+        return keep_alive.entry_lifetime_s(rules), rules, None
+    chosen, source = (_SAID_TTL, "the log's promptCacheRequested") if said == _LONG_TTL else \
+        (_WRITTEN_TTL, "the log's own writes (ephemeral_1h_input_tokens)")
+    rule = Rule("default_ttl", _LONG_TTL, source, dt.date.today())
+    rules = dataclasses.replace(rules, rules={**rules.rules, "default_ttl": rule})
     return keep_alive.entry_lifetime_s(rules), rules, chosen
+
+
+# what a usage-only log can say it asked for (Claude Code's promptCacheRequested), and the 1h TTL's two grounds
+REQUESTED_TTLS = ("5m", _LONG_TTL)
+CACHING_OFF = "off"
+_SAID_TTL = "the 1h TTL the log says the request asked for"
+_WRITTEN_TTL = "the 1h TTL of this log’s own writes"
 
 
 def _shortfall(r: "RequestResult", base: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
@@ -357,9 +371,9 @@ def _outlived(r: "RequestResult", stream: _Stream, levels: Levels) -> bool:
 
 
 def _expired(r: "RequestResult", base: "RequestResult", gap: float, lifetime: float, rules: ModelRules,
-             chosen: bool) -> Diagnosis | None:
+             chosen: str | None) -> Diagnosis | None:
     """A TTL expiry with the advice that pays for it; None (and nothing to read) for a new start."""
-    ttl = f"{duration(lifetime)} ({'the 1h TTL of this log’s own writes' if chosen else 'the default'})"
+    ttl = f"{duration(lifetime)} ({chosen or 'the default'})"
     detail = f"{duration(gap)} since {base.sk.id} started; the entry lives {ttl}"
     advice = keep_alive.pause_advice(rules, r.ideal_read_tokens, gap, lifetime)
     if advice is None:

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvprobe.economics.bill_words import SPEND_WORDS, WITHOUT_MISSES
+from kvprobe.analysis.usage_only import CACHING_OFF
+from kvprobe.economics.bill_words import CACHING_OFF_WORDS, SPEND_WORDS, WITHOUT_MISSES
 from kvprobe.economics.token_costs import CLASSES, token_class_usd
 from kvprobe.importers.summary import model_label, project_from
 from kvprobe.importers.titles import SessionTitles
@@ -85,6 +86,8 @@ class Bill:
     # where some misses could not be priced (wasted_usd None): what the priced ones cost, and how many are not
     priced_waste_usd: float = 0.0
     unpriced_misses: int = 0
+    # input sent without the cache by requests whose log says caching was off (`extra["cache_requested"]`)
+    uncached_off_usd: float = 0.0
 
     @property
     def largest(self) -> tuple[str, float] | None:
@@ -115,7 +118,9 @@ class Bill:
             return wasted + "."
         cls, share = largest
         what, advice = SPEND_WORDS[cls]
-        if self.wasted_usd == 0:
+        if cls == "fresh" and self.uncached_off_usd >= 0.5 * self.total.usd["fresh"] > 0:
+            advice = CACHING_OFF_WORDS
+        elif self.wasted_usd == 0:
             advice = WITHOUT_MISSES.get(cls, advice)
         return f"{wasted}; {100 * share:.0f}% is {what}: {advice}."
 
@@ -139,13 +144,17 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
     # one split per (model, project, session, agent) first, then each grouping sums those: a large log adds
     # each request once, not once per grouping
     cells: dict[tuple[str, ...], Split] = {}
+    off = 0.0
     for r in results:
         sk = r.sk
         key = (model_label(sk.model, sk.extra.get("platform")), project_of(r), sk.session, sk.agent)
         cell = cells.get(key)
         if cell is None:
             cell = cells[key] = Split()
-        cell.add(token_class_usd(r, prices))
+        classes = token_class_usd(r, prices)
+        cell.add(classes)
+        if classes is not None and sk.extra.get("cache_requested") == CACHING_OFF:
+            off += classes["fresh"]
     total = Split()
     groups: dict[str, dict[str, Split]] = {g: {} for g in GROUPINGS}
     for key, cell in cells.items():
@@ -155,4 +164,5 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
     ranked = {g: sorted(rows.items(), key=lambda kv: (-(kv[1].cost_usd or 0.0), kv[0])) for g, rows in groups.items()}
     priced = [usd_value for usd_value in wasted if usd_value is not None]
     unpriced = len(wasted) - len(priced)
-    return Bill(total, None if unpriced else sum(priced), ranked, titles or SessionTitles(), sum(priced), unpriced)
+    return Bill(total, None if unpriced else sum(priced), ranked, titles or SessionTitles(), sum(priced), unpriced,
+                off)

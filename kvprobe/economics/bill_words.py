@@ -23,6 +23,9 @@ WITHOUT_MISSES: dict[str, str] = {
              "turn's new part); no cache could have read it",
 }
 
+# the advice instead where most of the input sent without the cache went with caching off, as the log says
+CACHING_OFF_WORDS = "most of it was sent with prompt caching off (the log says so): the notes below name the setting"
+
 # the bill's columns, in every output: (class, short header)
 COLUMN_NAMES: tuple[tuple[str, str], ...] = (("read", "reads"), ("write_5m", "5m writes"),
                                              ("write_1h", "1h writes"), ("fresh", "fresh"), ("output", "output"))

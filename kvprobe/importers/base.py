@@ -173,7 +173,7 @@ UNLOGGED_CALLS = {
 }
 
 PLATFORM_NAMES = {"bedrock": "Amazon Bedrock", "vertex": "Google Vertex AI", "ollama": "Ollama",
-                  "lmstudio": "LM Studio", "github-copilot": "GitHub Copilot"}
+                  "lmstudio": "LM Studio", "github-copilot": "GitHub Copilot", "foundry": "Microsoft Foundry"}
 
 
 def platform_note(platform: str, count: int) -> str:

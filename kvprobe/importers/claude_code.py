@@ -33,6 +33,12 @@ Quirks:
 * Usage-only: `request` is absent; `response` holds id, model, stop_reason and usage (cache fields and any
   provider-reported `cache_miss_reason` included), and `message.diagnostics` (the API's cache diagnostics:
   `cache_miss_reason` {type, cache_missed_input_tokens}) when the client asked for it.
+* What caching the request asked for: since 2.1.33x an assistant line says it (`promptCacheRequested`: `5m`,
+  `1h`, or `off` where caching was switched off): `extra["cache_requested"]`.
+* The way requests went: 2.1.337 writes `api-request-route` lines (`provider`: anthropic, customEndpoint,
+  bedrock, vertex, foundry, anthropicAws, mantle, gateway; `credential`: login, key, token, …) as the route
+  is set and on each turn; the latest one before a response line is its `extra["route"]`, and a route that
+  names a platform (`_ROUTE_PLATFORMS`) is its `extra["platform"]` where the message id names none.
 """
 from __future__ import annotations
 
@@ -73,10 +79,11 @@ sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.for
 class _Origin:
     """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
-    __slots__ = ("source", "stem", "default_session", "agent_file")
+    __slots__ = ("source", "stem", "default_session", "agent_file", "route")
 
     def __init__(self, path: Path) -> None:
         self.source = str(path)
+        self.route: str | None = None  # the provider of the file's latest `api-request-route` line
         self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
         self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
         # a subagent's own transcript (agent-<id>.jsonl): the id its name gives, else None
@@ -130,6 +137,10 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 bodies.line(kind, line)
             elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
                 _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
+            elif kind == ROUTE_LINE:
+                ignored += 1
+                route = line.get("provider")
+                origin.route = route if route.__class__ is str and route not in _NO_ROUTE else None
             else:
                 ignored += 1
                 if streams is not None and (kind == "user" or kind == "system"):
@@ -277,7 +288,10 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
-    platform = _platform(message_id)
+    route = origin.route
+    if route is not None:
+        extra["route"] = route
+    platform = _platform(message_id) or _ROUTE_PLATFORMS.get(route)  # type: ignore[arg-type]
     if platform:
         extra["platform"] = platform
     agent = origin.agent(line)
@@ -463,7 +477,8 @@ def _cleared(message: dict[str, Any]) -> bool:
 
 
 # the line's fields copied into extra (source name, kvprobe name); Qwen Code's records carry the same ones
-EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version"))
+EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client_version"),
+                ("promptCacheRequested", "cache_requested"))
 
 
 def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], stamp: float | None) -> None:
@@ -486,6 +501,13 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
 
 
 _PLATFORM_ID_PREFIXES = (("msg_bdrk_", "bedrock"), ("msg_vrtx_", "vertex"))
+
+ROUTE_LINE = "api-request-route"
+# The routes whose name is a platform of providers/ (bedrock.toml, vertex.toml) or one kvprobe names without
+# rules of its own (Microsoft Foundry: priced and ruled as Anthropic's API, with that caveat), as Claude Code
+# 2.1.337 names them; anthropic, customEndpoint (ANTHROPIC_BASE_URL: a gateway or proxy) and gateway name none
+_ROUTE_PLATFORMS = {"bedrock": "bedrock", "vertex": "vertex", "foundry": "foundry"}
+_NO_ROUTE = ("", "unrecorded", "other")  # what it writes where the route was not recorded
 
 
 def _platform(message_id: str | None) -> str | None:
