@@ -36,8 +36,8 @@ def _assistant(uuid: str, parent: str, msg_id: str, second: int, said: str | Non
     return line
 
 
-def _route(provider: str) -> dict[str, Any]:
-    return {"type": "api-request-route", "provider": provider, "credential": "cloud", "sessionId": "s1"}
+def _route(provider: str, credential: str = "cloud") -> dict[str, Any]:
+    return {"type": "api-request-route", "provider": provider, "credential": credential, "sessionId": "s1"}
 
 
 def _folder(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
@@ -57,6 +57,9 @@ ROUTED = [
     _assistant("a3", "a2", "msg_01C", 3, said="off"),
     _route("foundry"),
     _assistant("a4", "a3", "msg_01D", 4),
+    _route("anthropic", "login"),  # signed in with a Claude.ai account: the plan pays, not an API key
+    _assistant("a5", "a4", "msg_01E", 5),
+    _assistant("a5", "a4", "msg_01E", 6),  # its second content block: the same request
 ]
 
 
@@ -66,10 +69,16 @@ def test_each_response_carries_the_caching_it_asked_for_and_the_route_its_reques
     said = {rid: (r.extra.get("cache_requested"), r.extra.get("route"), r.extra.get("platform"))
             for rid, r in records.items()}
     assert said == {"req_a1": ("1h", "bedrock", "bedrock"), "req_a2": (None, "bedrock", "bedrock"),
-                    "req_a3": ("off", None, None), "req_a4": (None, "foundry", "foundry")}
+                    "req_a3": ("off", None, None), "req_a4": (None, "foundry", "foundry"),
+                    "req_a5": (None, "anthropic", None)}
     # Foundry has no rules or prices in providers/: said, not hidden
     assert ("1 requests served through Microsoft Foundry: priced and ruled as the provider's own API — a caveat: "
             "Microsoft Foundry's prices and cache rules are not in providers/") in report.summary()
+    # one request (a5, logged twice) went with a Claude account login: its dollars are the API's, not the plan's
+    assert report.to_json()["account_login"] == 1
+    assert ("1 request the log says went with a Claude account login (a Claude.ai plan pays for them, not an API "
+            "key): their dollars are what the API would charge at list prices, not what the plan bills") \
+        in report.summary()
 
 
 def test_usage_prices_a_request_routed_through_bedrock_as_bedrock_serves_it(tmp_path):

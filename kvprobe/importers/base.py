@@ -44,6 +44,9 @@ class SourceStats:
     replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
     totals: int = 0  # records (in `records`) that sum a process's calls, not one request (Copilot CLI sessions)
     joined: int = 0  # lines that held several objects written with no newline between them (each one read)
+    # records sent with a Claude account login (Claude Code's route credential `login`): a Claude.ai plan, not an
+    # API key, pays for them
+    logins: int = 0
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -68,7 +71,7 @@ class SourceStats:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
                 "replayed_from_parent": self.replayed, "process_totals": self.totals, "joined_lines": self.joined,
-                "skipped": self.skipped_total,
+                "account_login": self.logins, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -105,6 +108,10 @@ class ImportReport:
     def joined(self) -> int:
         return sum(s.joined for s in self.sources)
 
+    @property
+    def logins(self) -> int:
+        return sum(s.logins for s in self.sources)
+
     def reasons(self) -> Counter:
         total: Counter = Counter()
         for s in self.sources:
@@ -113,7 +120,8 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
-                "replayed_from_parent": self.replayed, "joined_lines": self.joined, "skipped": self.skipped,
+                "replayed_from_parent": self.replayed, "joined_lines": self.joined, "account_login": self.logins,
+                "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -146,6 +154,10 @@ class ImportReport:
         for s in self.sources:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
+        if self.logins:
+            lines.append(f"{plural(self.logins, 'request')} the log says went with a Claude account login (a "
+                         "Claude.ai plan pays for them, not an API key): their dollars are what the API would "
+                         "charge at list prices, not what the plan bills")
         totals = sum(s.totals for s in self.sources if s.format != "cline")
         if totals:
             lines.append(f"{totals:,} records are a Copilot CLI process's token totals (its session files keep no "
