@@ -70,6 +70,25 @@ def _from_table(text: str, encoding: str) -> int | None:
     return table.count(text)
 
 
+def count_from_table(text: str, meta: str, encoding: str) -> int | None:
+    """`count_block_text`'s count from the shipped table, where the tokenizer is not loaded here and the table's
+    budget still covers the text and meta together; None otherwise (nothing is loaded to count it)."""
+    if encoding in _LOADED:
+        return None
+    table = tokentable.table(encoding)
+    if table is None:
+        return None
+    spent = _spent.get(encoding, 0) + len(text) + len(meta)
+    if spent > table.encoding.budget_chars:
+        return None
+    counted = table.count(text) if text else 0
+    extra = table.count(meta) if meta and counted is not None else 0
+    if counted is None or extra is None:
+        return None
+    _spent[encoding] = spent
+    return counted + extra
+
+
 def count_text(text: str, encoding: str = ESTIMATE_ENCODING) -> int:
     if not text:
         return 0

@@ -131,6 +131,34 @@ def test_skeletons_match_a_single_pass_and_share_blocks(monkeypatch, tmp_path, k
     assert set(objects) == set(seq_store.blocks)
 
 
+def test_few_texts_are_counted_here_while_the_helper_still_loads(monkeypatch, tmp_path):
+    """A trace over the split size whose texts fit the shipped table's budget (kvprobe.tokentable): when the
+    parse ends before the helper has loaded its tokenizer, this process counts them from the table instead of
+    waiting, to the same counts, and the helper still counts the single texts asked of it afterwards (it
+    answers the parse's counts first, which are passed over)."""
+    from kvprobe import tokens
+
+    trace = _write(tmp_path / "t.jsonl", _records(turns=4))  # ~20,000 characters of distinct texts
+    seq_store, par_store = BlockStore(), BlockStore()
+    seq = list(skeletons(read_trace(trace), seq_store))
+    monkeypatch.setattr(tokens, "_LOADED", set())  # as in a fresh process: no tokenizer loaded, no table spent
+    monkeypatch.setattr(tokens, "_spent", {})
+    monkeypatch.setattr(helper, "_preload", lambda paths: time.sleep(1.5))  # its tokenizer takes 1.5 s to load
+    _way(monkeypatch, "count")
+    start = time.monotonic()
+    par, _ = split_parse.parse([trace], par_store, [])
+    waited = time.monotonic() - start
+    try:
+        assert waited < 1.0  # the helper was not waited for
+        assert [[par_store.raw[b.cache_key] for b in s.request.blocks] for s in par] == \
+            [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]
+        [lent] = split_parse._lent
+        text = " ".join(f"module{i} returned {i * 7} rows" for i in range(40_000))  # past any table's budget
+        assert lent.count(text, "cl100k_base") == tokens._encoding("cl100k_base").count(text)
+    finally:
+        split_parse.end_counting()
+
+
 @pytest.mark.parametrize("batch", [1, 2, 5])
 def test_the_helpers_share_sent_in_batches_equals_one_pass(cli, monkeypatch, tmp_path, batch):
     """The helper sends its skeletons a batch at a time, each pickled apart: a block two batches share arrives

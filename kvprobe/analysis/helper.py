@@ -16,7 +16,12 @@ from typing import Any
 
 from kvprobe.forked import end_with_parent
 
-MIN_SPLIT_BYTES = 24_000_000  # below this, a second process costs about what it saves
+# Below this, the texts a report counts mostly fit the shipped table's budget (kvprobe.tokentable): no tokenizer
+# loads, and a helper that loads one would be waited for (a 150 KB capture of three Claude Code turns: 0.18 s
+# alone, 0.25 s with it). Above, the tokenizer loads anyway, and loading it beside this process's imports
+# saves most of its load: 1.3-5.4 MB traces (fleets, long sessions, real Claude Code captures) 0.31-0.38 s
+# -> 0.24-0.32 s (docs/benchmarks.md, stop 61).
+MIN_SPLIT_BYTES = 1_000_000
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
 _prestarted: Helper | None = None
@@ -26,12 +31,13 @@ def prestart(paths: Iterable[str | Path]) -> None:
     """Start the helper now if a large trace is among `paths` (arguments that may name files) and this
     system forks; `take` then hands it to the parse. Unused, it ends with this process."""
     global _prestarted
-    if _prestarted is not None or not _forks():
+    if _prestarted is not None:
         return
     try:
         large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()
                  and p.stat().st_size >= min_split_bytes()]
-        if large and worth_splitting(large):
+        # (the sizes first: a small trace's report does not import multiprocessing to ask whether it forks)
+        if large and _forks() and worth_splitting(large):
             _prestarted = Helper(large)
     except OSError:  # no process to spare, or a file gone meanwhile: the parse decides again
         _prestarted = None
@@ -98,6 +104,7 @@ class Helper:
         self._sent = 0  # bytes of texts sent, ever
         self._read = _SharedInt() if fork else None  # of those, the bytes the helper has read
         self._end = 0  # the file's length
+        self._unwanted = 0  # answers to pass over (`forgo_counts`)
         # a forked helper closes its copy of this end, so that it sees the pipe end if this process dies
         mine = self._conn.fileno() if fork else None
         self._proc = ctx.Process(target=_main, daemon=True,
@@ -157,6 +164,11 @@ class Helper:
         return None if self._read is None else self._sent - self._read.value
 
     @property
+    def sent_bytes(self) -> int:
+        """Bytes of texts sent, ever."""
+        return self._sent
+
+    @property
     def scratch_bytes(self) -> int:
         """The scratch file's length now."""
         return self._end
@@ -166,10 +178,19 @@ class Helper:
         self._notify(("end",), "counting tokens")
         return self._receive("counting tokens", None)
 
+    def forgo_counts(self) -> None:
+        """`counts` without waiting for them (the texts were counted here): the helper sends them when it has,
+        and the next answer read (`count`'s) passes over them."""
+        self._notify(("end",), "counting tokens")
+        self._unwanted += 1
+
     def count(self, text: str, encoding: str) -> int | None:
         """One text's raw tokens, counted there after `counts`; None when the helper has ended."""
         try:
             self._conn.send_bytes(pickle.dumps(("count", text, encoding), protocol=_PROTOCOL))
+            while self._unwanted:
+                self._receive("counting tokens", None)
+                self._unwanted -= 1
             counted = self._receive("counting a text", None)
         except (OSError, EOFError, RuntimeError):  # ended or stuck: the caller counts it itself
             return None

@@ -30,7 +30,7 @@ from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, sk
 from kvprobe.analysis.split_piece import Piece, leading_flags, parse_range
 from kvprobe.errors import InputError
 from kvprobe.request.responses_chain import ResponseChain
-from kvprobe.tokens import count_block_text, count_elsewhere
+from kvprobe.tokens import count_block_text, count_elsewhere, count_from_table
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # From this much input, large files are cut in two and each process renders and counts its own part (the
@@ -47,6 +47,9 @@ BATCH_CHARS = 1 << 18
 # and this process counts the next batch's worth itself, loading its own tokenizer once. Agent traces repeat
 # their history and stay far below it: 8 MB at most on 100 MB, 14 MB on 200 MB, all while the helper loads.
 BEHIND_BYTES = 32_000_000
+# The most characters of texts a parse keeps to count here if the helper is still loading when the parse ends:
+# the shipped tables' largest budget (kvprobe.tokentable; `tokens.count_from_table` holds each to its own)
+HERE_AT_MOST_CHARS = 250_000
 
 
 def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
@@ -152,19 +155,32 @@ def end_counting() -> None:
 
 class _TextsToCount:
     """This process's new block texts, handed to the helper in batches as they come (BlockStore.pending), or
-    counted here while the helper is behind: what waits for it stays under BEHIND_BYTES at any trace size."""
+    counted here while the helper is behind: what waits for it stays under BEHIND_BYTES at any trace size.
+
+    A trace whose texts turn out few (under the shipped table's budget, `tokens.count_from_table`) is counted
+    here if the helper has not begun counting when the parse ends (it is still loading its tokenizer): waiting
+    for it would cost more than the table (a 1.2 MB trace of one short session repeated: ~0.1 s). The helper
+    then counts the later single texts as usual."""
 
     def __init__(self, helper: Helper) -> None:
         self._helper = helper
         self._batch: list[tuple[int, str, str, str]] = []
         self._chars = 0
         self._here = 0  # characters still to count in this process before looking at the helper again
+        # every text sent, while they are few enough for the table to count here (None past that)
+        self._sent: list[tuple[int, str, str, str]] | None = []
+        self._sent_chars = 0
 
     def add(self, body: int, encoding: str, text: str, meta: str) -> int | None:
         size = len(text) + len(meta)
         if self._here > 0:
             self._here -= size
             return count_block_text(text, meta, encoding)
+        if self._sent is not None:
+            self._sent.append((body, encoding, text, meta))
+            self._sent_chars += size
+            if self._sent_chars > HERE_AT_MOST_CHARS:
+                self._sent = None
         self._batch.append((body, encoding, text, meta))
         self._chars += size
         if self._chars >= BATCH_CHARS:
@@ -179,8 +195,19 @@ class _TextsToCount:
             self._batch, self._chars = [], 0
 
     def counts(self) -> dict[int, int]:
-        """Raw token counts of every text added, by body hash (waits for the helper to finish)."""
+        """Raw token counts of every text added, by body hash (waits for the helper to finish, unless they are
+        counted here: see the class)."""
         self._flush()
+        if self._sent is not None and self._helper.unread_bytes == self._helper.sent_bytes:
+            here = {}
+            for body, encoding, text, meta in self._sent:
+                counted = count_from_table(text, meta, encoding)
+                if counted is None:
+                    break
+                here[body] = counted
+            else:
+                self._helper.forgo_counts()
+                return here
         return self._helper.counts()
 
 

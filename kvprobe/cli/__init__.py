@@ -276,6 +276,11 @@ def _run() -> None:
         from kvprobe.analysis.helper import prestart
 
         prestart(arg for arg in sys.argv[sys.argv.index(first) + 1:] if not arg.startswith("-"))
+        if sys.argv[1:2] == ["report"]:  # `report --json` answered before Typer or rich loads (cli/fastreport.py)
+            from kvprobe.cli import fastreport
+
+            if (code := fastreport.run(sys.argv[2:])) is not None:
+                raise SystemExit(code)  # (as Python ends: the report's helper and pool processes end with it)
     # one program name however it was started (`python -m kvprobe` too): help and completion say `kvprobe`
     if first is None and "--version" in sys.argv[1:]:
         build_app("")(prog_name="kvprobe")  # no command module is imported just to print the version

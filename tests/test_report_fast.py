@@ -1,0 +1,98 @@
+"""`kvprobe report PATH... --json` is answered before Typer, click or rich load (kvprobe.cli.fastreport: ~35 ms of
+a small report's ~0.17 s, issue #41), its JSON the full command's byte for byte; anything else on its command
+line, and any report that fails, is the full command's, which answers as it always has."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SAMPLE = ROOT / "traces" / "sample_session.jsonl"
+CLAUDE = ROOT / "tests" / "fixtures" / "importers" / "claude"
+
+# runs the installed entry point's main() and says, after the output, which of these were imported
+_RUN = ("import sys; from kvprobe.cli import main\n"
+        "sys.argv = ['kvprobe', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    code = done.code\nelse:\n    code = 0\n"
+        "sys.stdout.flush()\n"
+        "sys.stderr.write(f'\\n{code} {sorted(m for m in (\"typer\", \"rich\", \"click\", \"kvprobe.cli.report_cmd\") "
+        "if m in sys.modules)}\\n')")
+
+
+def _kvprobe(tmp_path, *args, **environ):
+    """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process."""
+    env = {k: v for k, v in os.environ.items() if k != "KVPROBE_CLUSTER"}  # (set only where a test sets it)
+    env.update({"KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200", **environ})
+    res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=env)
+    *said, last = res.stderr.rstrip("\n").split("\n")
+    code, loaded = last.split(" ", 1)
+    return int(code), res.stdout, "\n".join(said), loaded
+
+
+@pytest.mark.parametrize("args", [
+    (SAMPLE,),
+    (SAMPLE, "--no-fixes"),
+    (SAMPLE, "--what-if", "--predicted"),
+    (SAMPLE, CLAUDE),
+], ids=["a trace", "no fixes", "what-if, predicted", "a trace and agent logs"])
+def test_report_json_loads_neither_typer_nor_rich_and_prints_what_the_full_command_prints(args, cli, tmp_path):
+    full = cli("report", *args, "--json")  # the full command (Typer's), in this process
+    assert full.exit_code == 0, full.output
+    code, out, said, loaded = _kvprobe(tmp_path, "report", *args, "--json")
+    assert (code, said, loaded) == (0, "", "[]")
+    assert out == full.output
+    assert json.loads(out)["totals"]["requests"] >= 5
+
+
+@pytest.mark.parametrize("args", [
+    (SAMPLE, "--json", "--top", "3"),
+    (SAMPLE, "--json", "--session", "nobody"),
+    (SAMPLE,),
+], ids=["another option", "a filter that matches nothing", "the text report"])
+def test_any_other_command_line_is_the_full_commands(args, cli, tmp_path):
+    code, out, said, loaded = _kvprobe(tmp_path, "report", *args)
+    assert "typer" in loaded
+    full = cli("report", *args)
+    assert code == full.exit_code
+    if code == 0 and "--json" in args:
+        assert out == full.output
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("missing.jsonl", None, "file or directory does not exist"),
+    ("empty.jsonl", "", "no requests found"),
+    ("bad.jsonl", '{"id": "r1", "request": {"model": 5}}\n', "expected the model name as a string"),
+], ids=["a missing file", "an empty file", "a malformed line"])
+def test_a_report_that_fails_is_said_by_the_full_command(name, content, message, tmp_path):
+    """Exit 2, the full command's message, nothing on stdout: the fast path printed nothing first."""
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    code, out, said, loaded = _kvprobe(tmp_path, "report", path, "--json")
+    assert (code, out) == (2, "")
+    assert message in said and "typer" in loaded
+
+
+def test_a_cluster_named_in_the_environment_is_the_full_commands(tmp_path):
+    """$KVPROBE_CLUSTER is the full command's --cluster: an address nothing answers at is its usage error."""
+    code, out, said, loaded = _kvprobe(tmp_path, "report", SAMPLE, "--json", KVPROBE_CLUSTER="tcp://127.0.0.1:9")
+    assert (code, out) == (2, "") and "--cluster" in said and "typer" in loaded
+
+
+def test_the_fast_flags_are_flags_of_the_full_command():
+    """Every flag the fast path takes is a boolean option of `report` (renamed or removed there, this fails)."""
+    import typer.main
+
+    from kvprobe.cli import build_app
+    from kvprobe.cli.fastreport import FLAGS
+
+    command = typer.main.get_command(build_app("report"))
+    report = command.commands["report"]  # type: ignore[attr-defined]
+    flags = {opt for p in report.params if getattr(p, "is_flag", False) for opt in p.opts}
+    assert set(FLAGS) <= flags
