@@ -3,7 +3,7 @@
 Peers are installed at benchmark time into a throwaway folder (never vendored): cacheeconomics and cachelint
 from PyPI (into their own virtual environment), ccusage from npm (with its native binary for this
 platform). A peer that cannot be installed is skipped with the reason. Inputs are generated here, never
-committed: ~100 MB and ~1 GB agent traces (gen_trace), a fleet of 3,000 requests (gen_fleet: sessions of one
+committed: ~100 MB and ~1 GB agent traces (gen_trace), fleets of 3,000 and of 300 requests (gen_fleet: sessions of one
 product sharing tools + system, with breakers in each; reported with fixes on and off), and a Claude Code projects folder of real-shaped transcripts with fresh ids (bench_usage:
 subagents with and without their own transcripts, progress lines, crash-cut lines). The JSON-parse floor is
 the standard library's `json.loads` over every line, in its own process. The start-up job times what users
@@ -198,14 +198,16 @@ def bodies_file(trace: Path, out: Path) -> Path:
 def inputs(work: Path, quick: bool) -> dict[str, Path]:
     big = 200 if quick else 1000
     made = {"t100": work / "trace_100mb.jsonl", "tbig": work / f"trace_{big}mb.jsonl",
-            "t3000": work / "fleet_3000req.jsonl", "claude": work / f"claude_{big}mb" / "projects",
+            "t3000": work / "fleet_3000req.jsonl", "t300": work / "fleet_300req.jsonl",
+            "claude": work / f"claude_{big}mb" / "projects",
             "claude_1": work / "claude_1mb" / "projects", "claude_20": work / "claude_20mb" / "projects"}
     if not made["t100"].exists():
         generate(made["t100"], 100)
     if not made["tbig"].exists():
         generate(made["tbig"], big)
-    if not made["t3000"].exists():  # a fleet: 200 sessions of one product sharing tools + system, with breakers
-        generate_fleet(made["t3000"], 3000)
+    for key, requests in (("t3000", 3000), ("t300", 300)):  # fleets: sessions of one product, with breakers
+        if not made[key].exists():
+            generate_fleet(made[key], requests)
     for key, megabytes in (("claude", big), ("claude_1", 1), ("claude_20", 20)):
         if not made[key].exists():
             bench_usage.generate(made[key], megabytes * 1_000_000)
@@ -246,6 +248,14 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
                                                      "--from", "bodies", "--format", "json"], hmac))
     out[f"report with fixes, fleet of 3,000 requests ({size(t3000)})"] = fleet + [
         Tool("json parse floor", [*floor, str(t3000)])]
+    # a few hundred requests: where a report's fixed cost (start-up, the tokenizer's load) is most of it
+    t300 = made["t300"]
+    small = [Tool("kvprobe report --json (fixes on)", [*kv, "report", str(t300), "--json"])]
+    if py_bin:
+        small.append(Tool("cacheeconomics analyze", [str(py_bin / "cacheeconomics"), "analyze", str(t300),
+                                                     "--from", "bodies", "--format", "json"], hmac))
+    out[f"report with fixes, fleet of 300 requests ({size(t300)})"] = small + [
+        Tool("json parse floor", [*floor, str(t300)])]
     for claude in (made["claude_20"], made["claude"]):
         out[f"usage, Claude Code folder ({folder_mb(claude):,.0f} MB)"] = usage_tools(kv, ccusage, claude) + [
             Tool("json parse floor", [*floor, str(claude)])]

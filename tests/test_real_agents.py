@@ -7,7 +7,8 @@ trace, no record with an error), `usage` reads from the agent's own log what the
 model, but for the calls the agent does not log), `report` names what the turns changed (the third turn switches the model:
 `model changed`; Claude Code's second drops a tool: `prefix changed at tools`), and `gate` passes the run and
 fails a seeded regression (Claude Code's tool list changed every turn). Claude Code run with
-DISABLE_PROMPT_CACHING=1 sends no cache_control and says so in its log, and `report` of that log names the setting.
+DISABLE_PROMPT_CACHING=1 sends no cache_control and says so in its log, and `report` of that log names the setting;
+with ENABLE_PROMPT_CACHING_1H=1 it asks for 1h entries and its log says that too.
 
 Marked `real_agents` (not in the default suite: `.ci/run` runs them in their own step, `uv run pytest -m
 real_agents`); a CLI that is not installed is skipped, saying so. The CLIs never reach the internet:
@@ -245,18 +246,47 @@ def test_gate_fails_a_seeded_cache_regression(emulated, tmp_path):
 def test_claude_code_with_caching_switched_off_says_so_in_its_own_log(emulated, tmp_path):
     """DISABLE_PROMPT_CACHING=1: Claude Code sends no cache_control (the capture shows it), its log says
     `promptCacheRequested: off`, and `report` of that log names the setting instead of inferring a cause."""
-    agent = Agent("claude-code", "claude", [["-p", PROMPTS[0], "--max-turns", "1"],
-                                            ["-p", PROMPTS[1], "--max-turns", "1", "--continue"]],
-                  env={**AGENT_LIST[0].env, "DISABLE_PROMPT_CACHING": "1"}, logs=".claude/projects")
-    server, serve_trace = emulated
-    run = run_agent(agent, server.base_url, serve_trace, tmp_path / "off", "caching-off")
+    run = _claude_with(emulated, tmp_path, "DISABLE_PROMPT_CACHING")
     sent = [r.request for r in read_trace(run.trace) if r.request]
     assert sent and not any("cache_control" in json.dumps(body) for body in sent)
     assert run.home is not None
-    report = _report(run.home / agent.logs)
+    report = _report(run.home / ".claude" / "projects")
     assert "sent with prompt caching off (the log says so)" in " ".join(report["notes"]), report["notes"]
     assert "DISABLE_PROMPT_CACHING" in " ".join(report["notes"])
     assert "prompt caching off (the log says so)" in report["bill"]["headline"]
+
+
+def test_claude_code_asked_for_1h_entries_says_so_in_its_own_log(emulated, tmp_path):
+    """ENABLE_PROMPT_CACHING_1H=1: every breakpoint Claude Code sends asks for 1h (the capture shows it), and
+    each request read from its own log carries what it asked for (`cache_requested`), the lifetime the
+    usage-only analysis gives what it wrote."""
+    from kvprobe.importers import load_any
+
+    run = _claude_with(emulated, tmp_path, "ENABLE_PROMPT_CACHING_1H")
+    marks = [m for r in read_trace(run.trace) if r.request for m in _cache_controls(r.request)]
+    assert marks and all(m.get("ttl") == "1h" for m in marks), marks
+    assert run.home is not None
+    logged = list(load_any(run.home / ".claude" / "projects", history=False))
+    assert len(logged) == 2 and {r.extra.get("cache_requested") for r in logged} == {"1h"}
+
+
+def _claude_with(emulated, tmp_path, setting: str) -> Run:
+    """Two turns of Claude Code with one of its environment settings at 1, through capture against serve."""
+    agent = Agent("claude-code", "claude", [["-p", PROMPTS[0], "--max-turns", "1"],
+                                            ["-p", PROMPTS[1], "--max-turns", "1", "--continue"]],
+                  env={**AGENT_LIST[0].env, setting: "1"}, logs=".claude/projects")
+    server, serve_trace = emulated
+    return run_agent(agent, server.base_url, serve_trace, tmp_path / setting.lower(), setting.lower())
+
+
+def _cache_controls(value: object) -> list[dict]:
+    """Every cache_control object in a request body."""
+    if isinstance(value, dict):
+        found = [value["cache_control"]] if isinstance(value.get("cache_control"), dict) else []
+        return found + [m for v in value.values() for m in _cache_controls(v)]
+    if isinstance(value, list):
+        return [m for v in value for m in _cache_controls(v)]
+    return []
 
 
 def teardown_module() -> None:
