@@ -10,6 +10,7 @@ the same. Figures in the comments are the expected ones.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,13 +73,33 @@ def test_each_response_carries_the_caching_it_asked_for_and_the_route_its_reques
                     "req_a3": ("off", None, None), "req_a4": (None, "foundry", "foundry"),
                     "req_a5": (None, "anthropic", None)}
     # Foundry has no rules or prices in providers/: said, not hidden
-    assert ("1 requests served through Microsoft Foundry: priced and ruled as the provider's own API — a caveat: "
+    assert ("1 request served through Microsoft Foundry: priced and ruled as the provider's own API — a caveat: "
             "Microsoft Foundry's prices and cache rules are not in providers/") in report.summary()
-    # one request (a5, logged twice) went with a Claude account login: its dollars are the API's, not the plan's
-    assert report.to_json()["account_login"] == 1
-    assert ("1 request the log says went with a Claude account login (a Claude.ai plan pays for them, not an API "
+    # the file says requests went with a Claude account login: their dollars are the API's, not the plan's
+    assert report.to_json()["account_login_files"] == 1
+    assert ("1 file says requests went with a Claude account login (a Claude.ai plan pays for them, not an API "
             "key): their dollars are what the API would charge at list prices, not what the plan bills") \
         in report.summary()
+
+
+def test_a_login_is_said_per_file_whichever_way_the_files_are_read(tmp_path):
+    """Two transcripts signed in with a Claude account, the second a resumed copy holding the first's request:
+    two files say so, read in one process, in two, or with the rows an earlier run kept."""
+    first = [_route("anthropic", "login"), _assistant("a1", "u0", "msg_01A", 1)]
+    second = [_route("anthropic", "login"), _assistant("a1", "u0", "msg_01A", 1), _assistant("a2", "a1", "msg_01B", 2)]
+    projects = tmp_path / "projects"
+    (projects / "p").mkdir(parents=True)
+    for name, lines in (("s1.jsonl", first), ("s2.jsonl", second)):
+        (projects / "p" / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    said = []
+    for args in (["--no-cache"], [], [], ["--no-cache", "--workers", "2"]):  # read, kept, read again, two processes
+        done = subprocess.run([sys.executable, "-m", "kvprobe", "usage", str(projects), "--json", *args],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path / "cache")})
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)["import"]
+        said.append((got["records"], got["duplicates"], got["account_login_files"]))
+    assert said == [(2, 1, 2)] * 4
 
 
 def test_usage_prices_a_request_routed_through_bedrock_as_bedrock_serves_it(tmp_path):
@@ -148,6 +169,36 @@ def test_requests_the_log_says_went_with_caching_off_are_no_miss_but_a_bill_with
     assert rep["bill"]["headline"] == (
         "Misses wasted $0.0000 of $0.1973 (0.0%); 61% is input sent without the cache: most of it was sent with "
         "prompt caching off (the log says so): the notes below name the setting.")
+
+
+def test_a_request_sent_with_caching_off_changes_nothing_for_the_next_ones(tmp_path):
+    """It neither left nor refreshed an entry: the next request of its stream is explained against the one
+    before it, as if it were not there, with the events the log showed before it."""
+    r1 = _rec("r1", 0, read=0, write=20_000, said="5m")
+    # r3, 20 s after r1, reads nothing and writes it all again: a miss whether or not r2 went between
+    off = _rec("r2", 10, read=0, write=0, fresh=20_003, said="off")
+    r3 = _rec("r3", 20, read=0, write=20_000, said="5m")
+    without, with_off = _causes(_report(tmp_path, r1, r3)), _causes(_report(tmp_path, r1, off, r3))
+    assert [k for k, _ in with_off["r3"]] == ["unexplained"] and with_off["r3"] == without["r3"]
+    assert with_off["r2"] == []
+    # r3' 400 s after r1 (r2 off at 200 s): r1's entry expired, as it would have without r2
+    late_off, late = dict(off, started_at=T0 + 200), dict(r3, started_at=T0 + 400)
+    expired = _causes(_report(tmp_path, r1, late_off, late))["r3"]
+    assert expired == _causes(_report(tmp_path, r1, late))["r3"]
+    assert expired[0] == ("ttl_expired", "6m40s since r1 started; the entry lives 5m00s (the default)")
+    # what the log showed before r2 is named for r3
+    events = [{"kind": "tools_changed"}]
+    named = _causes(_report(tmp_path, r1, dict(off, events=events), r3))["r3"]
+    assert named[0][0] == "prefix_changed" and "the tool list changed" in named[0][1]
+
+
+def test_the_bill_names_caching_off_only_where_a_note_does(tmp_path):
+    """Requests said off but too short to cache (under Sonnet's 1,024-token minimum) went fresh for their size,
+    not the setting: no note, and the bill's first line does not point at one."""
+    short = [_rec(f"s{i}", 10 * i, read=0, write=0, fresh=800, said="off") for i in range(3)]
+    rep = _report(tmp_path, *short)
+    assert not [n for n in rep["notes"] if "caching off" in n]
+    assert "caching off" not in rep["bill"]["headline"]
 
 
 def test_caching_asked_for_through_a_gateway_that_cached_nothing_names_the_endpoint_not_the_setting(tmp_path):

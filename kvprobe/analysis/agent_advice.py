@@ -267,6 +267,17 @@ _UNCACHED_WORDS = {"caching_off": "were sent with prompt caching off (the log sa
 _PROXIED_ROUTES = ("customEndpoint", "gateway")
 
 
+def caching_off_counted(r: RequestResult) -> bool:
+    """A request the caching-off note counts (and the bill's first line with it): its log says caching was off,
+    its agent names the setting that does it, it was long enough to cache, and it read and wrote nothing."""
+    if r.sk.extra.get("cache_requested") != CACHING_OFF or r.usage.cache_read_tokens or r.usage.cache_write_tokens:
+        return False
+    profile = profile_for(r.sk.extra)
+    minimum = r.rules.get("min_cacheable_tokens")
+    return profile is not None and "caching_off" in profile.advice and isinstance(minimum, int) and \
+        r.usage.input_tokens >= minimum
+
+
 def _why_uncached(extra: dict[str, Any]) -> str | None:
     """Which advice a request that read and wrote nothing falls under: what its log says it asked for, where it
     says; None where caching was asked for on a route that says nothing more (no cause the log backs)."""

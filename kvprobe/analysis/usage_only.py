@@ -112,6 +112,8 @@ class _Stream:
     # other sessions), so at most what an expiry of the conversation's own entries leaves
     opened: dict[str | None, int] = field(default_factory=dict)
     recent: deque = field(default_factory=deque)  # start times of its requests in the last minute (any model)
+    # the events of requests sent with caching off since its last cached one (`UsageOnly.step`): the next one's
+    carried: list = field(default_factory=list)
 
     def update(self, r: "RequestResult") -> None:
         self.opened.setdefault(r.sk.model, r.usage.cache_read_tokens)
@@ -154,7 +156,16 @@ class UsageOnly:
         if stream is None:
             stream = self.streams[(sk.session, sk.agent)] = _Stream()
         first = stream.last is None
-        events = events_of(sk.extra)
+        events = stream.carried + events_of(sk.extra)
+        if sk.extra.get("cache_requested") == CACHING_OFF:
+            # the log says caching was off: nothing could be read (no miss), and it neither left nor refreshed
+            # an entry: the stream's next request is explained against the ones before it, with the events
+            # that came before this one
+            r.diagnoses, r.ideal_read_tokens = [], 0
+            r.write_kind = _write_kind(r)
+            stream.carried = events
+            return
+        stream.carried = []
         compacted = any(e["kind"] == "compaction" for e in events) or whole_history_changed(r)
         dropped, on_level = _explain(r, stream, events, self.levels)
         r.write_kind = _write_kind(r)
@@ -185,9 +196,6 @@ def _explain(r: "RequestResult", stream: _Stream, events: list[dict[str, Any]],
     ideal rests on the tools+system level known so far)."""
     sk, usage = r.sk, r.usage
     r.diagnoses = []
-    if sk.extra.get("cache_requested") == CACHING_OFF:  # the log says caching was off: nothing could be read
-        r.ideal_read_tokens = 0  # (no miss; `agent_advice.uncached_notes` says what it cost and which knob)
-        return False, False
     base, switched, own = _base(r, stream)
     if base is None:
         r.ideal_read_tokens = 0

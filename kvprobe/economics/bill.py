@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvprobe.analysis.agent_advice import caching_off_counted
 from kvprobe.analysis.usage_only import CACHING_OFF
 from kvprobe.economics.bill_words import CACHING_OFF_WORDS, SPEND_WORDS, WITHOUT_MISSES
 from kvprobe.economics.token_costs import CLASSES, token_class_usd
@@ -86,7 +87,7 @@ class Bill:
     # where some misses could not be priced (wasted_usd None): what the priced ones cost, and how many are not
     priced_waste_usd: float = 0.0
     unpriced_misses: int = 0
-    # input sent without the cache by requests whose log says caching was off (`extra["cache_requested"]`)
+    # input sent without the cache by the requests the caching-off note counts (`agent_advice.caching_off_counted`)
     uncached_off_usd: float = 0.0
 
     @property
@@ -153,7 +154,7 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
             cell = cells[key] = Split()
         classes = token_class_usd(r, prices)
         cell.add(classes)
-        if classes is not None and sk.extra.get("cache_requested") == CACHING_OFF:
+        if classes is not None and sk.extra.get("cache_requested") == CACHING_OFF and caching_off_counted(r):
             off += classes["fresh"]
     total = Split()
     groups: dict[str, dict[str, Split]] = {g: {} for g in GROUPINGS}

@@ -44,9 +44,10 @@ class SourceStats:
     replayed: int = 0  # a fork's copy of its parent's requests (Codex forks and subagents): billed in the parent
     totals: int = 0  # records (in `records`) that sum a process's calls, not one request (Copilot CLI sessions)
     joined: int = 0  # lines that held several objects written with no newline between them (each one read)
-    # records sent with a Claude account login (Claude Code's route credential `login`): a Claude.ai plan, not an
-    # API key, pays for them
-    logins: int = 0
+    # the file says its requests went with a Claude account login (a Claude Code route line's credential `login`):
+    # a Claude.ai plan, not an API key, pays for them. A flag of the file, not a count of its requests: a request
+    # two files hold is counted in the first one read, which a per-file count could not follow
+    login: bool = False
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
         self.skipped[reason] += 1
@@ -71,7 +72,7 @@ class SourceStats:
         return {"path": self.path, "format": self.format, "lines": self.lines, "records": self.records,
                 "duplicates": self.duplicates, "ignored": self.ignored, "from_agent_progress": self.from_progress,
                 "replayed_from_parent": self.replayed, "process_totals": self.totals, "joined_lines": self.joined,
-                "account_login": self.logins, "skipped": self.skipped_total,
+                "account_login": self.login, "skipped": self.skipped_total,
                 "skipped_reasons": dict(self.skipped.most_common()), "examples": self.examples}
 
 
@@ -109,8 +110,8 @@ class ImportReport:
         return sum(s.joined for s in self.sources)
 
     @property
-    def logins(self) -> int:
-        return sum(s.logins for s in self.sources)
+    def login_files(self) -> int:
+        return sum(1 for s in self.sources if s.login)
 
     def reasons(self) -> Counter:
         total: Counter = Counter()
@@ -120,8 +121,8 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "duplicates": self.duplicates, "from_agent_progress": self.from_progress,
-                "replayed_from_parent": self.replayed, "joined_lines": self.joined, "account_login": self.logins,
-                "skipped": self.skipped,
+                "replayed_from_parent": self.replayed, "joined_lines": self.joined,
+                "account_login_files": self.login_files, "skipped": self.skipped,
                 "skipped_reasons": dict(self.reasons().most_common()),
                 "sources": [s.to_json() for s in self.sources]}
 
@@ -154,8 +155,9 @@ class ImportReport:
         for s in self.sources:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
-        if self.logins:
-            lines.append(f"{plural(self.logins, 'request')} the log says went with a Claude account login (a "
+        if self.login_files:
+            lines.append(f"{plural(self.login_files, 'file')} {'says' if self.login_files == 1 else 'say'} "
+                         "requests went with a Claude account login (a "
                          "Claude.ai plan pays for them, not an API key): their dollars are what the API would "
                          "charge at list prices, not what the plan bills")
         totals = sum(s.totals for s in self.sources if s.format != "cline")
@@ -196,13 +198,13 @@ def platform_note(platform: str, count: int) -> str:
 
     name = PLATFORM_NAMES.get(platform, platform)
     if platform in LOCAL_SERVERS.values():
-        return (f"{count:,} requests served through {name}: the models it runs here are ruled as kvprobe's local "
+        return (f"{plural(count, 'request')} served through {name}: the models it runs here are ruled as kvprobe's local "
                 "engine and cost $0; its cloud models (…:cloud) are ruled and priced as their maker's API — a "
                 f"caveat: {name}'s own cache and billing are not in providers/")
     if platform in load_platforms():
-        return (f"{count:,} requests served through {name}: ruled by providers/{platform}.toml and priced at its "
+        return (f"{plural(count, 'request')} served through {name}: ruled by providers/{platform}.toml and priced at its "
                 "list prices where the price data has them")
-    return (f"{count:,} requests served through {name}: priced and ruled as the provider's own API — a caveat: "
+    return (f"{plural(count, 'request')} served through {name}: priced and ruled as the provider's own API — a caveat: "
             f"{name}'s prices and cache rules are not in providers/")
 
 

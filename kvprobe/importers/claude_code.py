@@ -38,8 +38,8 @@ Quirks:
 * The way requests went: 2.1.337 writes `api-request-route` lines (`provider`: anthropic, customEndpoint,
   bedrock, vertex, foundry, anthropicAws, mantle, gateway; `credential`: login, key, token, …) as the route
   is set and on each turn; the latest one before a response line is its `extra["route"]`, and a route that
-  names a platform (`_ROUTE_PLATFORMS`) is its `extra["platform"]` where the message id names none. Requests
-  under a `login` credential (a Claude.ai plan pays, not an API key) are counted (`SourceStats.logins`).
+  names a platform (`_ROUTE_PLATFORMS`) is its `extra["platform"]` where the message id names none. A file
+  with a `login` credential (a Claude.ai plan pays, not an API key) says so (`SourceStats.login`).
 """
 from __future__ import annotations
 
@@ -80,12 +80,11 @@ sniff = SNIFFERS[NAME]  # how a file of this format is recognised (importers.for
 class _Origin:
     """What a transcript's path says about its lines, worked out once per file (not per line)."""
 
-    __slots__ = ("source", "stem", "default_session", "agent_file", "route", "login")
+    __slots__ = ("source", "stem", "default_session", "agent_file", "route")
 
     def __init__(self, path: Path) -> None:
         self.source = str(path)
         self.route: str | None = None  # the provider of the file's latest `api-request-route` line
-        self.login = False  # whether that line's credential is a Claude account login (a Claude.ai plan)
         self.stem = path.name[:-6] if path.name.endswith(".jsonl") else path.stem
         self.default_session = path.parent.parent.name if path.parent.name == "subagents" else path.stem
         # a subagent's own transcript (agent-<id>.jsonl): the id its name gives, else None
@@ -143,7 +142,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
                 ignored += 1
                 route = line.get("provider")
                 origin.route = route if route.__class__ is str and route not in _NO_ROUTE else None
-                origin.login = line.get("credential") == LOGIN
+                if line.get("credential") == LOGIN:
+                    stats.login = True
             else:
                 ignored += 1
                 if streams is not None and (kind == "user" or kind == "system"):
@@ -291,8 +291,6 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         extra["logged_cost_usd"] = cost
     if provisional:
         extra["via"] = VIA_PROGRESS
-    elif origin.login:  # (a progress copy counts where `load_any` keeps it: its subagent's own file says so)
-        stats.logins += 1
     route = origin.route
     if route is not None:
         extra["route"] = route

@@ -31,7 +31,7 @@ OPENHANDS_STATE = "base_state.json"  # an OpenHands conversation's state; its ev
 # Line types only Claude Code writes that carry no session id or chain (a transcript can start with, or be, one:
 # a session teleported from the web is a one-line `teleported-from` stub until its history arrives)
 _CLAUDE_OWN_LINE_TYPES = ("file-history-snapshot", "teleported-from", "pr-link", "custom-title", "agent-name",
-                          "last-prompt")
+                          "last-prompt", "api-request-route")
 _QWEN_SYSTEM_SUBTYPES = ("chat_compression", "notification", "background_task_completed", "slash_command",
                          "session_model", "ui_telemetry", "session_source", "custom_title", "at_command")
 _COPILOT_KINDS = ("span", "metric", "log")
