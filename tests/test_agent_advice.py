@@ -372,3 +372,38 @@ def test_a_trace_that_names_its_agent_is_the_main_conversation_not_a_subagent(tm
     write_trace(tmp_path / "named.jsonl", records)
     rep, _ = _report(tmp_path / "named.jsonl")
     assert [t["scope"] for t in rep.to_json()["lifetime_trades"]] == ["main"]
+
+
+def test_an_agent_profile_is_read_again_when_it_changes_and_a_broken_one_is_named(tmp_path, monkeypatch):
+    """Profiles are kept parsed between runs (kvprobe.toml_cache): an edit is seen on the next run, and a profile
+    that is not TOML is an error naming its file (exit 2), not a stale answer from the cache."""
+    import os
+    import subprocess
+    import sys
+
+    providers = tmp_path / "providers"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "providers", providers)
+    env = {**os.environ, "KVPROBE_PROVIDERS_DIR": str(providers), "KVPROBE_CACHE_DIR": str(tmp_path / "cache")}
+    profile = providers / "agents" / "claude_code.toml"
+    trace = tmp_path / "off.jsonl"  # two long Claude Code requests its log says went with caching off
+    trace.write_text("".join(json.dumps({
+        "id": f"r{i}", "session": "s", "provider": "anthropic", "started_at": 1_770_000_000 + 10 * i,
+        "source_format": "claude_code", "cache_requested": "off",
+        "response": {"model": "claude-sonnet-4-5", "usage": {"input_tokens": 20_000, "output_tokens": 5}}}) + "\n"
+        for i in range(2)))
+
+    def notes() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), "--json", "--no-fixes"],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    first = notes()
+    assert first.returncode == 0, first.stderr
+    assert "DISABLE_PROMPT_CACHING" in " ".join(json.loads(first.stdout)["notes"])
+    profile.write_text(profile.read_text().replace("switches prompt caching off for every request",
+                                                   "turns caching off (edited)"))
+    edited = notes()
+    assert "turns caching off (edited)" in " ".join(json.loads(edited.stdout)["notes"])
+    profile.write_text(profile.read_text() + "\n[advice.broken\n")
+    broken = notes()
+    assert broken.returncode == 2 and broken.stdout == ""
+    assert f"{profile}: cannot read the agent profile" in broken.stderr
