@@ -4,35 +4,23 @@ line, and any report that fails, is the full command's, which answers as it alwa
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from cli_process import fast_json_is_the_full_commands, run_kvprobe
 from conftest import ROOT
 
 SAMPLE = ROOT / "traces" / "sample_session.jsonl"
 CLAUDE = ROOT / "tests" / "fixtures" / "importers" / "claude"
 
-# runs the installed entry point's main() and says, after the output, which of these were imported
-_RUN = ("import sys; from kvprobe.cli import main\n"
-        "sys.argv = ['kvprobe', *sys.argv[1:]]\n"
-        "try:\n    main()\nexcept SystemExit as done:\n    code = done.code\nelse:\n    code = 0\n"
-        "sys.stdout.flush()\n"
-        "sys.stderr.write(f'\\n{code} {sorted(m for m in (\"typer\", \"rich\", \"click\", \"kvprobe.cli.report_cmd\") "
-        "if m in sys.modules)}\\n')")
+
+WATCHED = ("typer", "rich", "click", "kvprobe.cli.report_cmd")  # what the fast path must not load
 
 
 def _kvprobe(tmp_path, *args, **environ):
-    """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process."""
-    env = {k: v for k, v in os.environ.items() if k != "KVPROBE_CLUSTER"}  # (set only where a test sets it)
-    env.update({"KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200", **environ})
-    res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT, env=env)
-    *said, last = res.stderr.rstrip("\n").split("\n")
-    code, loaded = last.split(" ", 1)
-    return int(code), res.stdout, "\n".join(said), loaded
+    """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process, without
+    $KVPROBE_CLUSTER unless a test sets it."""
+    return run_kvprobe(tmp_path, WATCHED, *args, **{"KVPROBE_CLUSTER": None, **environ})
 
 
 @pytest.mark.parametrize("args", [
@@ -42,11 +30,7 @@ def _kvprobe(tmp_path, *args, **environ):
     (SAMPLE, CLAUDE),
 ], ids=["a trace", "no fixes", "what-if, predicted", "a trace and agent logs"])
 def test_report_json_loads_neither_typer_nor_rich_and_prints_what_the_full_command_prints(args, cli, tmp_path):
-    full = cli("report", *args, "--json")  # the full command (Typer's), in this process
-    assert full.exit_code == 0, full.output
-    code, out, said, loaded = _kvprobe(tmp_path, "report", *args, "--json")
-    assert (code, said, loaded) == (0, "", "[]")
-    assert out == full.output
+    out = fast_json_is_the_full_commands(cli, tmp_path, WATCHED, "report", *args, KVPROBE_CLUSTER=None)
     assert json.loads(out)["totals"]["requests"] >= 5
 
 

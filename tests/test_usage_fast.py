@@ -5,34 +5,22 @@ full command, which answers as it always has."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from cli_process import fast_json_is_the_full_commands, run_kvprobe
 from conftest import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "importers"
 CLAUDE, CODEX = FIX / "claude", FIX / "codex"
 
-# runs the installed entry point's main() and says, after the output, which of these were imported
-_RUN = ("import sys; from kvprobe.cli import main\n"
-        "sys.argv = ['kvprobe', *sys.argv[1:]]\n"
-        "try:\n    main()\nexcept SystemExit as done:\n    code = done.code\nelse:\n    code = 0\n"
-        "sys.stdout.flush()\n"
-        "sys.stderr.write(f'\\n{code} {sorted(m for m in (\"typer\", \"rich\", \"kvprobe.cli.usage_cmd\") "
-        "if m in sys.modules)}\\n')")
+
+WATCHED = ("typer", "rich", "kvprobe.cli.usage_cmd")  # what the fast path must not load (rich: off a terminal)
 
 
 def _kvprobe(tmp_path, *args, **environ):
     """(exit code, stdout, stderr without the last line, modules loaded) of one `kvprobe ...` process."""
-    env = {**os.environ, "KVPROBE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "200", **environ}
-    res = subprocess.run([sys.executable, "-c", _RUN, *map(str, args)], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT, env=env)
-    *said, last = res.stderr.rstrip("\n").split("\n")
-    code, loaded = last.split(" ", 1)
-    return int(code), res.stdout, "\n".join(said), loaded
+    return run_kvprobe(tmp_path, WATCHED, *args, **environ)
 
 
 @pytest.mark.parametrize("args", [
@@ -42,11 +30,7 @@ def _kvprobe(tmp_path, *args, **environ):
     (CLAUDE, "--workers", "2", "--format", "claude_code"),
 ], ids=["claude", "claude and codex", "every format, a window", "forced format, two processes"])
 def test_usage_json_loads_neither_typer_nor_rich_and_prints_what_the_full_command_prints(args, cli, tmp_path):
-    full = cli("usage", *args, "--json")  # the full command (Typer's), in this process
-    assert full.exit_code == 0, full.output
-    code, out, said, loaded = _kvprobe(tmp_path, "usage", *args, "--json")
-    assert (code, said, loaded) == (0, "", "[]")
-    assert out == full.output
+    out = fast_json_is_the_full_commands(cli, tmp_path, WATCHED, "usage", *args)
     assert '"requests"' in out
 
 
