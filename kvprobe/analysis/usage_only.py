@@ -112,7 +112,8 @@ class _Stream:
     # other sessions), so at most what an expiry of the conversation's own entries leaves
     opened: dict[str | None, int] = field(default_factory=dict)
     recent: deque = field(default_factory=deque)  # start times of its requests in the last minute (any model)
-    # the events of requests sent with caching off since its last cached one (`UsageOnly.step`): the next one's
+    # the events logged before its requests sent with caching off since the last other one (`UsageOnly.step`):
+    # they are the next other one's
     carried: list = field(default_factory=list)
 
     def update(self, r: "RequestResult") -> None:
@@ -291,7 +292,8 @@ def _lifetime(base: "RequestResult", stream: _Stream) -> tuple[float | None, Mod
     rules = base.rules
     said = base.sk.extra.get("cache_requested")
     ttl = said if said in REQUESTED_TTLS else stream.ttl.get(base.sk.model)
-    if ttl != _LONG_TTL or not isinstance(rules.get("ttl_seconds"), dict) or _LONG_TTL not in rules.get("ttl_seconds"):
+    offered = rules.get("ttl_seconds")
+    if ttl != _LONG_TTL or not isinstance(offered, dict) or _LONG_TTL not in offered:
         return keep_alive.entry_lifetime_s(rules), rules, None
     chosen, source = (_SAID_TTL, "the log's promptCacheRequested") if said == _LONG_TTL else \
         (_WRITTEN_TTL, "the log's own writes (ephemeral_1h_input_tokens)")

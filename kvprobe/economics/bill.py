@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.analysis.agent_advice import caching_off_counted
-from kvprobe.analysis.usage_only import CACHING_OFF
 from kvprobe.economics.bill_words import CACHING_OFF_WORDS, SPEND_WORDS, WITHOUT_MISSES
 from kvprobe.economics.token_costs import CLASSES, token_class_usd
 from kvprobe.importers.summary import model_label, project_from
@@ -154,7 +153,7 @@ def build_bill(results: Iterable[RequestResult], prices: PriceBook | None, waste
             cell = cells[key] = Split()
         classes = token_class_usd(r, prices)
         cell.add(classes)
-        if classes is not None and sk.extra.get("cache_requested") == CACHING_OFF and caching_off_counted(r):
+        if classes is not None and caching_off_counted(r):
             off += classes["fresh"]
     total = Split()
     groups: dict[str, dict[str, Split]] = {g: {} for g in GROUPINGS}

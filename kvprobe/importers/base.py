@@ -45,8 +45,8 @@ class SourceStats:
     totals: int = 0  # records (in `records`) that sum a process's calls, not one request (Copilot CLI sessions)
     joined: int = 0  # lines that held several objects written with no newline between them (each one read)
     # the file says its requests went with a Claude account login (a Claude Code route line's credential `login`):
-    # a Claude.ai plan, not an API key, pays for them. A flag of the file, not a count of its requests: a request
-    # two files hold is counted in the first one read, which a per-file count could not follow
+    # a Claude.ai plan, not an API key, pays for them. A flag of the file, not a count of requests: a request
+    # several files hold is kept from the first one read, and a count made per file as it is read counts it in each
     login: bool = False
 
     def skip(self, reason: str, line: int | str | None = None, detail: str | None = None) -> None:
@@ -156,10 +156,10 @@ class ImportReport:
             platforms.update(s.platforms)
         lines += [platform_note(name, count) for name, count in platforms.most_common()]
         if self.login_files:
-            lines.append(f"{plural(self.login_files, 'file')} {'says' if self.login_files == 1 else 'say'} "
-                         "requests went with a Claude account login (a "
-                         "Claude.ai plan pays for them, not an API key): their dollars are what the API would "
-                         "charge at list prices, not what the plan bills")
+            verb = "says" if self.login_files == 1 else "say"
+            lines.append(f"{plural(self.login_files, 'file')} {verb} requests went with a Claude account login (a "
+                         "Claude.ai plan pays for them, not an API key): their dollars are what the API would charge "
+                         "at list prices, not what the plan bills")
         totals = sum(s.totals for s in self.sources if s.format != "cline")
         if totals:
             lines.append(f"{totals:,} records are a Copilot CLI process's token totals (its session files keep no "
@@ -198,14 +198,14 @@ def platform_note(platform: str, count: int) -> str:
 
     name = PLATFORM_NAMES.get(platform, platform)
     if platform in LOCAL_SERVERS.values():
-        return (f"{plural(count, 'request')} served through {name}: the models it runs here are ruled as kvprobe's local "
-                "engine and cost $0; its cloud models (…:cloud) are ruled and priced as their maker's API — a "
-                f"caveat: {name}'s own cache and billing are not in providers/")
+        return (f"{plural(count, 'request')} served through {name}: the models it runs here are ruled as kvprobe's "
+                "local engine and cost $0; its cloud models (…:cloud) are ruled and priced as their maker's API — "
+                f"a caveat: {name}'s own cache and billing are not in providers/")
     if platform in load_platforms():
-        return (f"{plural(count, 'request')} served through {name}: ruled by providers/{platform}.toml and priced at its "
-                "list prices where the price data has them")
-    return (f"{plural(count, 'request')} served through {name}: priced and ruled as the provider's own API — a caveat: "
-            f"{name}'s prices and cache rules are not in providers/")
+        return (f"{plural(count, 'request')} served through {name}: ruled by providers/{platform}.toml and priced "
+                "at its list prices where the price data has them")
+    return (f"{plural(count, 'request')} served through {name}: priced and ruled as the provider's own API — a "
+            f"caveat: {name}'s prices and cache rules are not in providers/")
 
 
 def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
