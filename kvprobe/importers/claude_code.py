@@ -36,10 +36,12 @@ Quirks:
 * What caching the request asked for: since 2.1.33x an assistant line says it (`promptCacheRequested`: `5m`,
   `1h`, or `off` where caching was switched off): `extra["cache_requested"]`.
 * The way requests went: 2.1.337 writes `api-request-route` lines (`provider`: anthropic, customEndpoint,
-  bedrock, vertex, foundry, anthropicAws, mantle, gateway; `credential`: login, key, token, …) as the route
-  is set and on each turn; the latest one before a response line is its `extra["route"]`, and a route that
-  names a platform (`_ROUTE_PLATFORMS`) is its `extra["platform"]` where the message id names none. A file
-  with a `login` credential (a Claude.ai plan pays, not an API key) says so (`SourceStats.login`).
+  bedrock, vertex, foundry, anthropicAws, mantle, gateway; `credential`: login, key, token, …), session state
+  it writes into the session's own transcript (not a subagent's) when a route is first used and again as the
+  file is written on; the latest one before a response line is its `extra["route"]` (a session takes one
+  route in practice), and a route that names a platform (`_ROUTE_PLATFORMS`) is its `extra["platform"]` where
+  the message id names none. A subagent's own transcript has no route line: its requests carry no route. A
+  file with a `login` credential (a Claude.ai plan pays, not an API key) says so (`SourceStats.login`).
 """
 from __future__ import annotations
 
