@@ -61,32 +61,25 @@ _spent: dict[str, int] = {}
 
 def _from_table(text: str, encoding: str) -> int | None:
     table = tokentable.table(encoding)
-    if table is None:
+    if table is None or not _within_budget(table, encoding, len(text)):
         return None
-    spent = _spent.get(encoding, 0) + len(text)
-    if spent > table.encoding.budget_chars:
-        return None
-    _spent[encoding] = spent
+    _spent[encoding] = _spent.get(encoding, 0) + len(text)
     return table.count(text)
+
+
+def _within_budget(table: tokentable.Table, encoding: str, chars: int) -> bool:
+    return _spent.get(encoding, 0) + chars <= table.encoding.budget_chars
 
 
 def count_from_table(text: str, meta: str, encoding: str) -> int | None:
     """`count_block_text`'s count from the shipped table, where the tokenizer is not loaded here and the table's
     budget still covers the text and meta together; None otherwise (nothing is loaded to count it)."""
-    if encoding in _LOADED:
+    table = tokentable.table(encoding) if encoding not in _LOADED else None
+    if table is None or not _within_budget(table, encoding, len(text) + len(meta)):
         return None
-    table = tokentable.table(encoding)
-    if table is None:
-        return None
-    spent = _spent.get(encoding, 0) + len(text) + len(meta)
-    if spent > table.encoding.budget_chars:
-        return None
-    counted = table.count(text) if text else 0
-    extra = table.count(meta) if meta and counted is not None else 0
-    if counted is None or extra is None:
-        return None
-    _spent[encoding] = spent
-    return counted + extra
+    counted = _from_table(text, encoding) if text else 0
+    extra = _from_table(meta, encoding) if meta and counted is not None else 0
+    return None if counted is None or extra is None else counted + extra
 
 
 def count_text(text: str, encoding: str = ESTIMATE_ENCODING) -> int:

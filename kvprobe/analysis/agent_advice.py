@@ -238,13 +238,12 @@ def uncached_notes(results: list[RequestResult]) -> list[str]:
     over: dict[tuple[str, str | None], int] = {}  # (agent, model) -> its requests long enough to cache
     counts: dict[tuple[str, str | None, str], list] = {}  # (agent, model, why) -> [profile, uncached, tokens]
     for r in results:
-        profile = profile_for(r.sk.extra)
-        minimum = r.rules.get("min_cacheable_tokens")
-        if profile is None or not isinstance(minimum, int) or r.usage.input_tokens < minimum:
+        profile = _agent_of_cacheable(r)
+        if profile is None:
             continue
         over[profile.name, r.sk.model] = over.get((profile.name, r.sk.model), 0) + 1
         why = _why_uncached(r.sk.extra)
-        if why is None or why not in profile.advice or r.usage.cache_read_tokens or r.usage.cache_write_tokens:
+        if why is None or why not in profile.advice or _cached_any(r):
             continue
         entry = counts.setdefault((profile.name, r.sk.model, why), [profile, 0, 0])
         entry[1] += 1
@@ -270,12 +269,22 @@ _PROXIED_ROUTES = ("customEndpoint", "gateway")
 def caching_off_counted(r: RequestResult) -> bool:
     """A request the caching-off note counts (and the bill's first line with it): its log says caching was off,
     its agent names the setting that does it, it was long enough to cache, and it read and wrote nothing."""
-    if r.sk.extra.get("cache_requested") != CACHING_OFF or r.usage.cache_read_tokens or r.usage.cache_write_tokens:
+    if r.sk.extra.get("cache_requested") != CACHING_OFF or _cached_any(r):
         return False
-    profile = profile_for(r.sk.extra)
+    profile = _agent_of_cacheable(r)
+    return profile is not None and "caching_off" in profile.advice
+
+
+def _agent_of_cacheable(r: RequestResult) -> AgentProfile | None:
+    """The profile of the agent that wrote a request long enough to cache (its model's minimum); None else."""
     minimum = r.rules.get("min_cacheable_tokens")
-    return profile is not None and "caching_off" in profile.advice and isinstance(minimum, int) and \
-        r.usage.input_tokens >= minimum
+    if not isinstance(minimum, int) or r.usage.input_tokens < minimum:
+        return None
+    return profile_for(r.sk.extra)
+
+
+def _cached_any(r: RequestResult) -> bool:
+    return bool(r.usage.cache_read_tokens or r.usage.cache_write_tokens)
 
 
 def _why_uncached(extra: dict[str, Any]) -> str | None:

@@ -163,10 +163,9 @@ class Helper:
         """Bytes of texts sent that the helper has not read yet (None without the scratch file)."""
         return None if self._read is None else self._sent - self._read.value
 
-    @property
-    def sent_bytes(self) -> int:
-        """Bytes of texts sent, ever."""
-        return self._sent
+    def still_loading(self) -> bool:
+        """The helper has read none of the texts sent (it reads them once its tokenizer has loaded)."""
+        return self._read is not None and self._read.value == 0
 
     @property
     def scratch_bytes(self) -> int:

@@ -198,7 +198,7 @@ class _TextsToCount:
         """Raw token counts of every text added, by body hash (waits for the helper to finish, unless they are
         counted here: see the class)."""
         self._flush()
-        if self._sent is not None and self._helper.unread_bytes == self._helper.sent_bytes:
+        if self._sent is not None and self._helper.still_loading():
             here = {}
             for body, encoding, text, meta in self._sent:
                 counted = count_from_table(text, meta, encoding)

@@ -25,13 +25,11 @@ def run(args: list[str]) -> int | None:
 
     from kvprobe.cli.jsonout import print_json_items
     from kvprobe.errors import KvprobeError
-    from kvprobe.pricing import PriceBook
-    from kvprobe.report import Filters, build_report
+    from kvprobe.report import build_report
 
     fixes = False if "--no-fixes" in flags else (True if "--what-if" in flags else None)
-    try:
-        rep = build_report([Path(p) for p in paths], filters=Filters(), prices=PriceBook.from_file(None), top=10,
-                           fixes=fixes, predicted_only="--predicted" in flags, outcomes=None)
+    try:  # (no filter, no price file, the default --top: build_report's own defaults)
+        rep = build_report([Path(p) for p in paths], fixes=fixes, predicted_only="--predicted" in flags)
     except (KvprobeError, OSError, RecursionError):
         return None  # (the full command says why, as it always has)
     if not (rep.results or rep.failed):
