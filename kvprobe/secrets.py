@@ -85,6 +85,14 @@ class _Scrubber:
         rebuilt history's key) is no credential, and the same few strings repeat on every request."""
         return _remembered(self._unchanged, text, lambda: self.clean(text) or redact_text(text) == text)
 
+    def scrub(self, text: str) -> str:
+        """`text` with its credentials scrubbed (`redact_text`), one that repeats asked about once."""
+        return text if self.unchanged(text) else redact_text(text)
+
+    def scrub_id(self, text: str) -> str:
+        """`scrub` of a text that differs every time (a request's id): nothing remembered of it."""
+        return redact_text(text) if self.suspects(text) else text
+
     def suspects(self, text: str) -> list[_Shape]:
         """The shapes `text` may hold, by substring tests rather than one regular expression: Python's re
         tries each of 39 alternatives at every position (16 ms on 100 KB of prose; a loop of `in`, 6.5 ms),

@@ -160,7 +160,7 @@ def test_a_file_appended_to_while_it_is_read_is_read_again_next_run(cache, tmp_p
     b = folder / "-home-me-shop" / "b.jsonl"
     more = ClaudeTranscript("b")
     more.turn(900, "req_b2", read=3_000, write=100, fresh=40, output=8)
-    real = loading._read_one
+    real = loading._rows_of
 
     def read_then_append(path, *args, **kw):
         yield from real(path, *args, **kw)
@@ -168,7 +168,7 @@ def test_a_file_appended_to_while_it_is_read_is_read_again_next_run(cache, tmp_p
             with b.open("a") as fh:
                 fh.write("".join(json.dumps(line) + "\n" for line in more.lines))
             more.lines.clear()
-    monkeypatch.setattr(loading, "_read_one", read_then_append)
+    monkeypatch.setattr(loading, "_rows_of", read_then_append)
     first, _ = _usage(folder)
     assert first["totals"]["requests"] == 3  # read before the append
     again, report = _usage(folder)

@@ -214,15 +214,20 @@ def iter_lines(path: Path, progress: Progress | None = None) -> Iterator[tuple[i
     lineno = 0
     for part in parts_of(path):
         with part.open("rb", buffering=READ_BUFFER) as fh:
+            if progress is None:  # (no bytes to count: the loop alone, as it runs for every line of a log)
+                for lineno, raw in enumerate(fh, start=lineno + 1):
+                    if not raw.isspace():
+                        yield lineno, raw
+                continue
             pending = 0
             for lineno, raw in enumerate(fh, start=lineno + 1):
                 pending += len(raw)
-                if progress is not None and pending > 1 << 20:
+                if pending > 1 << 20:
                     progress(pending)
                     pending = 0
                 if not raw.isspace():  # orjson ignores the line break: no copy of a multi-KB line to strip it
                     yield lineno, raw
-            if progress is not None and pending:
+            if pending:
                 progress(pending)
 
 

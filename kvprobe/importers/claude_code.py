@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 NAME = "claude_code"
 SYNTHETIC_MODEL = "<synthetic>"
 VIA_PROGRESS = "agent_progress"  # extra["via"] of a record read from a parent's progress line
+PROVIDER, ENDPOINT = "anthropic", "/v1/messages"  # every record's
 
 
 def default_paths() -> list[Path]:
@@ -112,9 +113,48 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     """Records of one transcript file, merged per request, in the order requests first appear.
     history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads needs neither; rebuilding
     the history is a third of reading, the events a twentieth)."""
+    return _read(path, stats, seen, progress, history, _assistant_line)
+
+
+def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[Any]:
+    """`usage`'s rows of one transcript file (`summary.UsageRow`): those `summary.usage_row` makes of `read`'s
+    records (history=False) once `loading` has checked their usage and scrubbed their identity, in the same
+    order with the same counts, made straight from each request's few fields instead (`_Response`): no
+    record, response or `extra` is built for a row that needs a dozen values of them (a third of `usage`'s
+    time on a large folder went there)."""
+    from kvprobe.importers.summary import project_from, row_of
+    from kvprobe.request.detect import platform_of
+    from kvprobe.secrets import shapes_table
+    from kvprobe.trace.validate import usage_problem
+
+    table, platforms, source = shapes_table(), stats.platforms, str(path)
+    named: dict[tuple[str, str, str | None], tuple[str, str, str]] = {}  # (session, agent, cwd) -> scrubbed
+    for r in _read(path, stats, seen, progress, False, _assistant_response):
+        if r.platform is not None:  # (counted valid or not, as `loading` counts a record's)
+            platforms[r.platform] += 1
+        problem = usage_problem(r.usage, "response.usage")
+        if problem is not None:
+            stats.records -= 1
+            stats.skip("invalid usage", r.line, f"{problem[0]}: {problem[1]}")
+            continue
+        who = (r.session, r.agent, r.cwd)  # (the same few on every request of a file: scrubbed once each)
+        clean = named.get(who)
+        if clean is None:
+            session, agent, cwd = who
+            clean = named[who] = (table.scrub(session), table.scrub(agent),
+                                  project_from(table.scrub(cwd) if cwd is not None else None, source))
+        yield row_of(table.scrub_id(r.id), r.via, r.when, PROVIDER, r.model,
+                     r.platform or platform_of(ENDPOINT, r.model, r.message_id or ""), clean[2], clean[0], clean[1],
+                     r.usage, False, r.cost)
+
+
+def _read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None, history: bool,
+          respond: Callable[..., None]) -> Iterator[Any]:
+    """`read`, each request's lines taken by `respond` (`_assistant_line`: a record; `_assistant_response`: what
+    a usage row needs of it)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
-    pending: dict[str, TraceRecord] = {}  # each request read, by message id and request id, in first-line order
-    provisional: dict[str, TraceRecord] = {}  # from progress lines: kept only if no transcript has the request
+    pending: dict[str, Any] = {}  # each request read, by message id and request id, in first-line order
+    provisional: dict[str, Any] = {}  # from progress lines: kept only if no transcript has the request
     origin = _Origin(path)
     streams = _Streams() if history else None  # the events between each stream's requests
     chains = _chains() if history else None  # each request's message list, rebuilt (kvprobe.importers.history)
@@ -133,13 +173,13 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
             if kind == "assistant":
                 if bodies is not None:
                     bodies.said(line, "assistant")
-                _assistant_line(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains,
-                                bodies=bodies)
+                respond(origin, line, lineno, times, pending, stats, seen, streams=streams, chains=chains,
+                        bodies=bodies)
             elif bodies is not None and kind in _Bodies.KINDS:
                 ignored += 1
                 bodies.line(kind, line)
             elif kind == "progress" and (nested := _progress_assistant(line)) is not None:
-                _assistant_line(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
+                respond(origin, nested, lineno, times, provisional, stats, seen, provisional=True)
             elif kind == ROUTE_LINE:
                 ignored += 1
                 route = line.get("provider")
@@ -236,23 +276,22 @@ def _progress_assistant(line: dict[str, Any]) -> dict[str, Any] | None:
     return {**context, **nested, "isSidechain": True, "agentId": agent_id or nested.get("agentId")}
 
 
-def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
-                    pending: dict[str, TraceRecord], stats: SourceStats, seen: set[str],
-                    provisional: bool = False, streams: "_Streams | None" = None,
-                    chains: Chains | None = None, bodies: "_Bodies | None" = None) -> None:
-    # Runs for every response line (several per request): the checks are written inline, not as helper calls.
+def _request_of(line: dict[str, Any], lineno: int, stats: SourceStats
+                ) -> tuple[dict[str, Any], Any, dict[str, Any], str | None, str | None] | None:
+    """(message, model, usage, message id, request id) of a response line that is an API call's; None (a counted
+    skip saying why) for one that is not. The checks are written inline: this runs for every response line."""
     message = line.get("message")
     if not isinstance(message, dict):
         stats.skip("assistant line without a message object", lineno)
-        return
+        return None
     model = message.get("model")
     if model == SYNTHETIC_MODEL:
         stats.skip("synthetic message written by Claude Code (no API call)", lineno)
-        return
+        return None
     usage = message.get("usage")
     if not isinstance(usage, dict):
         stats.skip("assistant message without usage", lineno)
-        return
+        return None
     message_id, request_id = message.get("id"), line.get("requestId")
     if not (isinstance(message_id, str) and message_id):
         message_id = None
@@ -260,7 +299,73 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         request_id = None
     if message_id is None and request_id is None:
         stats.skip("no message.id or requestId to identify the request", lineno)
+        return None
+    return message, model, usage, message_id, request_id
+
+
+class _Response:
+    """What a usage row needs of one request (`usage_rows`): its record's values, without the record. `when` is
+    the record's start (its parent line's time, else its first line's), else, while `timed` is false, the
+    latest of its lines' times (the record's `finished_at`): a usage row's time."""
+
+    __slots__ = ("id", "message_id", "when", "timed", "usage", "model", "session", "agent", "cwd", "cost", "via",
+                 "platform", "line")
+
+    def __init__(self, rid: str, message_id: str | None, when: float | None, usage: dict[str, Any],
+                 model: str | None, session: str, agent: str, cwd: str | None, cost: float, via: str | None,
+                 platform: str | None, line: int) -> None:
+        self.id, self.message_id, self.when, self.timed = rid, message_id, when, when is not None
+        self.usage, self.model, self.session, self.agent, self.cwd = usage, model, session, agent, cwd
+        self.cost, self.via, self.platform, self.line = cost, via, platform, line
+
+
+def _assistant_response(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
+                        pending: dict[str, _Response], stats: SourceStats, seen: set[str], provisional: bool = False,
+                        **_: None) -> None:
+    """`_assistant_line` for `usage_rows`: the same requests, merged, counted and timed the same way."""
+    said = _request_of(line, lineno, stats)
+    if said is None:
         return
+    _, model, usage, message_id, request_id = said
+    key = f"{message_id}:{request_id}"
+    held = pending.get(key)
+    if held is not None:
+        if _later_usage(held.usage, usage):
+            held.usage = usage
+        if not held.timed:  # (a line's time is read only where the row's time is still open)
+            stamp = time_or_none(line.get("timestamp"))
+            if stamp is not None:
+                held.when = max(held.when or stamp, stamp)
+        stats.duplicates += 1
+        return
+    if key in seen:
+        stats.duplicates += 1
+        return
+    if not provisional:
+        seen.add(key)
+    parent = line.get("parentUuid")
+    when = time_or_none(times.get(parent)) if parent.__class__ is str else None
+    if when is None:
+        when = time_or_none(line.get("timestamp"))
+    cwd, cost = line.get("cwd"), line.get("costUSD")
+    pending[key] = _Response(
+        request_id or message_id or key, message_id, when, usage, model if isinstance(model, str) else None,
+        origin.session(line), origin.agent(line), cwd if cwd.__class__ is str and cwd else None,
+        float(cost) if cost.__class__ in (int, float) and cost > 0 else 0.0,  # (as summary's `_logged` reads it)
+        VIA_PROGRESS if provisional else None,
+        _platform(message_id) or _ROUTE_PLATFORMS.get(origin.route),  # type: ignore[arg-type]
+        lineno)
+
+
+def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: dict[str, Any],
+                    pending: dict[str, TraceRecord], stats: SourceStats, seen: set[str],
+                    provisional: bool = False, streams: "_Streams | None" = None,
+                    chains: Chains | None = None, bodies: "_Bodies | None" = None) -> None:
+    # Runs for every response line (several per request)
+    said = _request_of(line, lineno, stats)
+    if said is None:
+        return
+    message, model, usage, message_id, request_id = said
     key = f"{message_id}:{request_id}"
     stamp = time_or_none(line.get("timestamp"))
     held = pending.get(key)
@@ -309,8 +414,8 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
     if body is not None and bodies is not None and bodies.betas:
         extra["request_headers"] = {"anthropic-beta": bodies.betas}
     # positional, in TraceRecord's field order (a keyword call costs more, once per request)
-    record = TraceRecord(request_id or message_id or key, "anthropic", started if started is not None else stamp,
-                         body, response, origin.session(line), agent, "/v1/messages", stamp, stamp,
+    record = TraceRecord(request_id or message_id or key, PROVIDER, started if started is not None else stamp,
+                         body, response, origin.session(line), agent, ENDPOINT, stamp, stamp,
                          None, extra, origin.source, lineno)
     pending[key] = record
 
@@ -489,13 +594,7 @@ EXTRA_FIELDS = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "client
 def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], stamp: float | None) -> None:
     """A later line of the same response: its usage is at least as complete; it ends later."""
     response = record.response or {}
-    old = response.get("usage") or {}
-    new_out = usage.get("output_tokens")
-    old_out = old.get("output_tokens") if isinstance(old, dict) else 0
-    plain = new_out.__class__ is int and old_out.__class__ is int and 0 <= new_out < 10**15 and 0 <= old_out < 10**15
-    if not plain:  # plain counts (the usual case) compare as they are; anything else as as_int reads it
-        new_out, old_out = as_int(new_out), as_int(old_out)
-    if new_out >= old_out:
+    if _later_usage(response.get("usage") or {}, usage):
         response["usage"] = dict(usage)
     if message.get("stop_reason"):
         response["stop_reason"] = message["stop_reason"]
@@ -503,6 +602,16 @@ def _merge(record: TraceRecord, message: dict[str, Any], usage: dict[str, Any], 
         response["diagnostics"] = message["diagnostics"]
     if stamp is not None:
         record.finished_at = max(record.finished_at or stamp, stamp)
+
+
+def _later_usage(old: Any, usage: dict[str, Any]) -> bool:
+    """Whether a later line's usage replaces the one held: its output count is at least as large."""
+    new_out = usage.get("output_tokens")
+    old_out = old.get("output_tokens") if isinstance(old, dict) else 0
+    plain = new_out.__class__ is int and old_out.__class__ is int and 0 <= new_out < 10**15 and 0 <= old_out < 10**15
+    if not plain:  # plain counts (the usual case) compare as they are; anything else as as_int reads it
+        new_out, old_out = as_int(new_out), as_int(old_out)
+    return new_out >= old_out
 
 
 _PLATFORM_ID_PREFIXES = (("msg_bdrk_", "bedrock"), ("msg_vrtx_", "vertex"))

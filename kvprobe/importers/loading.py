@@ -155,6 +155,24 @@ def _read_one(path: Path, kind: str, stats: SourceStats, seen: set[str], progres
     return _valid_usage(records, stats)
 
 
+def _rows_of(path: Path, kind: str, stats: SourceStats, seen: set[str], progress: Progress | None, strict: bool,
+             history: bool, reduce: Callable[[TraceRecord], Any] | None) -> Iterator[Any]:
+    """A file's records (`_read_one`), through `reduce` where given: `usage`'s rows are read straight from the
+    lines by an importer that can (its `usage_rows`: the same rows, without building each record)."""
+    if reduce is not None and not history and reduce is _usage_row() and not agent_home_file(path):
+        direct = getattr(IMPORTERS[kind], "usage_rows", None) if kind in IMPORTERS else None
+        if direct is not None:
+            return direct(path, stats, seen, progress)
+    records = _read_one(path, kind, stats, seen, progress, strict, history)
+    return records if reduce is None else map(reduce, records)
+
+
+def _usage_row() -> Callable[[TraceRecord], Any]:
+    from kvprobe.importers.summary import usage_row  # (here: summary reads the records loading gives)
+
+    return usage_row
+
+
 def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator[TraceRecord]:
     """Records whose usage passes the one usage check; the others are counted skips naming the field. Error
     texts, where logs keep what a provider echoed (keys included), and the identity fields (session, agent,
@@ -246,8 +264,7 @@ def _read_rows(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[Tra
             yield _kept_rows(Path(name), kind, strict, reduce, history, cache, None, seen)
             continue
         stats = SourceStats(name, kind)
-        records = _read_one(Path(name), kind, stats, seen, None, strict, history)
-        yield stats, list(records) if reduce is None else [reduce(r) for r in records]
+        yield stats, list(_rows_of(Path(name), kind, stats, seen, None, strict, history, reduce))
 
 
 def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecord], Any] | None, history: bool,
@@ -257,8 +274,8 @@ def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecor
     another format with the run's `seen`, as without a cache."""
     stats = SourceStats(str(path), kind)
     stamp = cache.stamp(path, kind)  # (before reading: a file appended to meanwhile is not kept as read)
-    records = _read_one(path, kind, stats, set() if kept_alone(path, kind) else seen, progress, strict, history)
-    rows = list(records) if reduce is None else [reduce(r) for r in records]
+    rows = list(_rows_of(path, kind, stats, set() if kept_alone(path, kind) else seen, progress, strict, history,
+                         reduce))
     cache.put(path, kind, stats, rows, stamp)
     return stats, rows
 
@@ -435,15 +452,6 @@ def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Itera
         yield stats, record
 
 
-def _reduced(pairs: Iterator[tuple[SourceStats, TraceRecord]], reduce: Callable[[TraceRecord], Any]
-             ) -> Iterator[tuple[SourceStats, Any]]:
-    """Records read in one process, reduced and merged as rows are wherever they were read (`_dedupe`): one
-    request counts once whichever process, or earlier run, read its files."""
-    seen: set[str] = set()
-    for stats, record in pairs:
-        yield from _dedupe(stats, (reduce(record),), seen)
-
-
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
                    strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
                    fold: Callable[[], Any] | None = None, cache: RowCache | None = None
@@ -474,8 +482,8 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
                 continue
             stats = SourceStats(name, kind)
             report.sources.append(stats)
-            records = _read_one(Path(name), kind, stats, own_seen, progress, strict, history)
-            yield from _dedupe(stats, records if reduce is None else map(reduce, records), seen)
+            yield from _dedupe(stats, _rows_of(Path(name), kind, stats, own_seen, progress, strict, history, reduce),
+                               seen)
         for run, child in children:
             try:
                 result = child.result() if child is not None else _read_batch(run, strict, reduce, history, cache)
@@ -561,8 +569,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     elif kept is not None:  # (nothing kept yet: each file read here, and kept)
         settled = _settle(_load_kept(files, {}, workers, report, progress, strict_traces, reduce, history, cache))
     else:
-        pairs = _load_sequential(files, report, progress, strict_traces, history)
-        settled = _settle(pairs if reduce is None else _reduced(pairs, reduce))
+        settled = _settle(_load_sequential(files, report, progress, strict_traces, history, reduce))
     yield from settled if reduce is not None else _unique_ids(settled)
     if kept is not None and cache is not None:
         cache.flush()
@@ -644,13 +651,21 @@ def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bo
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,
-                     strict: bool, history: bool = True) -> Iterator[tuple[SourceStats, TraceRecord]]:
+                     strict: bool, history: bool = True, reduce: Callable[[TraceRecord], Any] | None = None
+                     ) -> Iterator[tuple[SourceStats, Any]]:
+    """Every file's records read here; through `reduce`, its rows merged as they are wherever they were read
+    (`_dedupe`): one request counts once whichever process, or earlier run, read its files."""
     seen: set[str] = set()
+    counted: set[str] = set()
     for path, kind in files:
         stats = SourceStats(str(path), kind)
         report.sources.append(stats)
-        for record in _read_one(path, kind, stats, seen, progress, strict, history):
-            yield stats, record
+        rows = _rows_of(path, kind, stats, seen, progress, strict, history, reduce)
+        if reduce is None:
+            for record in rows:
+                yield stats, record
+        else:
+            yield from _dedupe(stats, rows, counted)
 
 
 # From how many bytes of files a second process pays for its start and for sending back what it read: whole

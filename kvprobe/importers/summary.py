@@ -266,18 +266,27 @@ UsageRow = namedtuple("UsageRow", ("id", "via", "when", "provider", "model", "pl
 
 
 def usage_row(record: TraceRecord) -> UsageRow:
-    u = normalize_usage(record.provider, record.usage)
+    return row_of(record.identity, record.via,
+                  record.started_at if record.started_at is not None else record.finished_at,
+                  record.provider, record.model, record.platform, project_of(record), record.session,
+                  record.agent if record.agent is not None else _client(record),
+                  record.usage, record.error is not None, _logged(record))
+
+
+def row_of(identity: str, via: str | None, when: float | None, provider: str | None, model: str | None,
+           platform: str | None, project: str, session: str | None, agent: str | None, usage: dict[str, Any] | None,
+           error: bool, logged: float) -> UsageRow:
+    """A usage row of these values, `usage` as the provider logged it (an importer that reads rows without
+    records makes them here too: `claude_code.usage_rows`)."""
+    u = normalize_usage(provider, usage)
     # (fresh input spelled out, not through Usage's two properties: this runs for every request read)
     figures = None if u is None else (
         u.input_tokens - u.cache_read_tokens - u.cache_write_5m_tokens - u.cache_write_1h_tokens,
         u.cache_read_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens, u.output_tokens,
         u.reasoning_output_tokens)
     # _make: a named tuple's own __new__ is a Python function, one more call per request read
-    return UsageRow._make((record.identity, record.via,
-                           record.started_at if record.started_at is not None else record.finished_at,
-                           record.provider, record.model, record.platform, project_of(record), record.session,
-                           record.agent if record.agent is not None else _client(record),
-                           figures, record.error is not None, _logged(record)))
+    return UsageRow._make((identity, via, when, provider, model, platform, project, session, agent, figures, error,
+                           logged))
 
 
 def _logged(record: TraceRecord) -> float:

@@ -107,8 +107,12 @@ def infer_platform(endpoint: str | None = None, model: Any = None, response: Any
     """Which platform served a request (bedrock, vertex, openrouter, ...) from what a record shows: the
     response id's prefix (msg_bdrk_, msg_vrtx_), the endpoint's host or path, the model id's form
     (us.anthropic.claude-..., claude-...@20250929). None: the provider's own API, or nothing says."""
+    return platform_of(endpoint, model, _response_id(response))
+
+
+def platform_of(endpoint: str | None, model: Any, rid: str) -> str | None:
+    """`infer_platform` of a response whose id is `rid` ("" for none)."""
     rules_dir = providers_dir_override()
-    rid = _response_id(response)
     if rid:  # every response id differs: checked here, not cached (most start with none of the prefixes)
         known = _id_prefixes(rules_dir)
         if rid.startswith(known[0]):
