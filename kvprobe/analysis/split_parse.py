@@ -55,8 +55,13 @@ HERE_AT_MOST_CHARS = 250_000
 def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
           progress: Callable[[int], None] | None = None, keep_records: bool = False,
           while_waiting: Callable[[list[Skeleton], Callable[[], None]], None] | None = None,
+          meanwhile: Callable[[], None] | None = None,
           ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
     """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked.
+
+    meanwhile: the caller's work that reads nothing parsed, done once this process has read its share, while
+    the helper still counts or reads (its tokenizer loads for ~0.15 s: a small trace is read here before
+    that); not called where no helper runs.
 
     while_waiting: given the skeletons of this process's share of a single cut file (final: ids, lines and
     order as the result will have them) once they are read, and called before waiting for the other
@@ -66,7 +71,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     ~220 and 42 MB, where one pickle of the whole share held ~200 MB beside it, the run's high-water mark with
     this process's growing beside it)."""
     if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
-        return _read_all_count_there(paths, store, stats_out, progress, keep_records)
+        return _read_all_count_there(paths, store, stats_out, progress, keep_records, meanwhile)
     cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
     helper = take(paths, counting=False) if jobs else None
@@ -79,6 +84,9 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
         for path in paths:
             cut, chain = cuts[path], ResponseChain()
             joined.add(_read_here(path, cut, store, progress, helper, None, chain))
+            if cut is not None and meanwhile is not None:
+                meanwhile()
+                meanwhile = None
             early: list[Piece] = []
             if cut is not None and while_waiting is not None and len(paths) == 1:
                 assert helper is not None
@@ -108,6 +116,7 @@ def cut_min_bytes() -> int:
 
 def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadStats]],
                           progress: Callable[[int], None] | None, keep: bool,
+                          meanwhile: Callable[[], None] | None = None,
                           ) -> tuple[list[Skeleton], list[TraceRecord] | None]:
     """Every record read and rendered here (and kept if asked); the helper counts the new blocks' tokens
     meanwhile (where processes fork; elsewhere they are counted here). With the records kept, this is the way
@@ -124,6 +133,8 @@ def _read_all_count_there(paths: list[Path], store: BlockStore, stats_out: list[
         for path in paths:
             joined.add(_read_here(path, None, store, progress, None, kept))
         if texts is not None:
+            if meanwhile is not None:
+                meanwhile()
             store.settle(texts.counts())
         for rec, sk in zip(kept or (), joined.skeletons):  # as the skeletons name them (ids made unique)
             rec.id, rec.line = sk.id, sk.line
