@@ -18,15 +18,12 @@ from functools import lru_cache
 from kvprobe import tokentable
 from kvprobe.catalog import ModelRules, rules_for
 from kvprobe.request.model import Block, RenderedRequest
-
-ESTIMATE_ENCODING = "cl100k_base"  # loads 3x faster than o200k; close to Claude's vocabulary size
+from kvprobe.tokenizers import ESTIMATE_ENCODING, EXACT_PROVIDER, load
 
 
 @lru_cache(maxsize=4)
 def _encoding(name: str):
-    import quicktok  # here: a process that counts only a few texts never loads it (`tokentable`)
-
-    found = quicktok.get_encoding(name)
+    found = load(name)  # (quicktok is imported there: a process that counts only a few texts never loads it)
     _LOADED.add(name)
     return found
 
@@ -114,7 +111,7 @@ class TokenCounter:
     message_overhead: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.exact = self.rules.provider == "openai"
+        self.exact = self.rules.provider == EXACT_PROVIDER
         self.encoding = str(self.rules.get("tokenizer", ESTIMATE_ENCODING)) if self.exact else ESTIMATE_ENCODING
         self.effective_ratio = 1.0 if self.exact else (
             self.ratio if self.ratio is not None else estimate_ratio(self.rules))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.forked import end_with_parent
+from kvprobe.tokenizers import EXACT_PROVIDER
 
 # Below this, the texts a report counts mostly fit the shipped table's budget (kvprobe.tokentable): no tokenizer
 # loads, and a helper that loads one would be waited for (a 150 KB capture of three Claude Code turns: 0.18 s
@@ -305,15 +306,45 @@ def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, rea
 
 def _preload(paths: list[str]) -> None:
     """Load the tokenizer the first record of the first file will be counted with, before any text arrives
-    (a wrong guess costs only this process's time: the right one loads at its first text)."""
-    from kvprobe.tokens import _encoding
+    (a wrong guess costs only this process's time: the right one loads at its first text); then import what
+    reading and counting take, while the other process reads on.
+
+    A record that names a provider other than OpenAI near its start (kvprobe traces write `provider` among their
+    first keys) is counted with the estimate encoding: that one loads before anything else is imported here
+    (this process is forked before the other has imported orjson: ~20 ms of imports off the load's path)."""
+    from kvprobe.tokenizers import ESTIMATE_ENCODING, load
 
     try:
-        encoding = _likely_encoding(paths[0]) if paths else None
+        named = _named_provider(paths[0]) if paths else None
+        if named is not None and named != EXACT_PROVIDER:
+            load(ESTIMATE_ENCODING)
+        from kvprobe.tokens import _encoding
+
+        encoding = ESTIMATE_ENCODING if named is not None and named != EXACT_PROVIDER else \
+            _likely_encoding(paths[0]) if paths else None
     except Exception:  # noqa: BLE001 - a guess: whatever the first line holds, the parse reports it
         return
     if encoding is not None:
         _encoding(encoding)
+    import kvprobe.analysis.split_piece  # noqa: F401 - what the work, once given, runs
+
+
+_PROVIDER_KEY = (b'"provider":"', b'"provider": "')
+_PEEK_HEAD = 4096  # where a kvprobe trace record names its provider
+
+
+def _named_provider(path: str) -> str | None:
+    """The provider the file's first record names in its first few KB, read as bytes (nothing imported to parse
+    it); None where it names none there."""
+    with open(path, "rb") as fh:
+        head = fh.read(_PEEK_HEAD)
+    for key in _PROVIDER_KEY:
+        at = head.find(key)
+        if at >= 0:
+            start = at + len(key)
+            end = head.find(b'"', start)
+            return head[start:end].decode("ascii", "replace") if end > start else None
+    return None
 
 
 def _likely_encoding(path: str) -> str | None:

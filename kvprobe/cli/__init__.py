@@ -256,6 +256,10 @@ def _run() -> None:
             sys.stdout.write(text)
             _answered_fast = True
             raise SystemExit(0 if sys.argv[1:] else 2)  # a bare `kvprobe` is a usage error, as in Typer
+    if first == "report":  # a large trace's tokenizer then loads in a second process while this one imports
+        from kvprobe.analysis.helper import prestart  # (before orjson: the helper needs none to load it)
+
+        prestart(arg for arg in sys.argv[sys.argv.index(first) + 1:] if not arg.startswith("-"))
     if first is not None:  # every command reads or writes JSON with orjson, which a Ctrl-C must not cut short
         from kvprobe.interrupts import import_whole
 
@@ -272,10 +276,7 @@ def _run() -> None:
         if (code := fastusage.run(sys.argv[2:])) is not None:
             _answered_fast = True
             raise SystemExit(code)
-    if first == "report":  # a large trace's tokenizer then loads in a second process while this one imports
-        from kvprobe.analysis.helper import prestart
-
-        prestart(arg for arg in sys.argv[sys.argv.index(first) + 1:] if not arg.startswith("-"))
+    if first == "report":
         if sys.argv[1:2] == ["report"]:  # `report --json` answered before Typer or rich loads (cli/fastreport.py)
             from kvprobe.cli import fastreport
 
