@@ -268,7 +268,8 @@ def jobs(made: dict[str, Path], work: Path, py_bin: Path | None, ccusage: list[s
         then = {"PYTHONPATH": str(baseline)}
         base_kv = [sys.executable, "-P", "-m", "kvprobe"]  # -P: not the current folder's kvprobe
         small += [Tool("baseline kvprobe diff", [*base_kv, "diff", str(a), str(b)], then, versus="kvprobe diff"),
-                  Tool("baseline kvprobe usage --json", [*base_kv, "usage", str(tiny), "--json"], then,
+                  Tool("baseline kvprobe usage --json --no-cache", [*base_kv, "usage", str(tiny), "--json",
+                                                                 "--no-cache"], then,
                        versus="kvprobe usage --json --no-cache")]
     out[f"start-up: diff of two small requests, --help, usage of a {folder_mb(tiny):,.1f} MB folder"] = \
         small + usage_tools(kv, ccusage, tiny, table=True)
