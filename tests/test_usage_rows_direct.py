@@ -51,7 +51,8 @@ def _folder(root: Path) -> Path:
     a `<synthetic>` line, a line without usage, one with neither id (three counted skips);
     r3 with a part larger than the whole (1h 900 of 500 written, so 5m -400: an invalid usage, a counted skip);
     a route line to Vertex, then r4 (served by Vertex: the route names it) whose request id holds a key;
-    a malformed line; a progress line carrying subagent request r5 (known only from there) and one carrying r1.
+    a malformed line; progress lines carrying subagent request r5 (known only from there), r1, and r7 with a
+    negative output count (an invalid usage: skipped, and never counted as a request);
     agent-x.jsonl (a subagent's own file): r6 by Bedrock (its message id says so), no cwd."""
     project = root / "projects" / "-home-me-web"
     prompt = _line("user", "u1", None, "2026-10-01T10:00:00.000Z", message={"role": "user", "content": "hi"})
@@ -70,9 +71,10 @@ def _folder(root: Path) -> Path:
     nested = {n: {"type": "assistant", "timestamp": ts, "requestId": f"req_{n}", "uuid": f"n{n}",
                   "message": _said(f"n{n}", "u1", ts, f"msg_0{n}", f"req_{n}", usage)["message"]}
               for n, ts, usage in ((5, "2026-10-01T10:09:00.000Z", _usage(3, 50, 0, 4)),
-                                   (1, "2026-10-01T10:00:03.000Z", _usage(5, 100, 20, 3)))}
+                                   (1, "2026-10-01T10:00:03.000Z", _usage(5, 100, 20, 3)),
+                                   (7, "2026-10-01T10:09:10.000Z", _usage(3, 0, 0, -4)))}
     progress = [_line("progress", f"p{n}", "u1", "2026-10-01T10:09:30.000Z",
-                      data={"type": "agent_progress", "agentId": "x5", "message": nested[n]}) for n in (5, 1)]
+                      data={"type": "agent_progress", "agentId": "x5", "message": nested[n]}) for n in (5, 1, 7)]
     _write(project / "s1.jsonl", [prompt, *r1, *r2, *skipped, r3, route, r4, '{"type": "user", broken',
                                   *progress])
     r6 = _said("f1", "u9", "2026-10-01T11:00:00.000Z", "msg_bdrk_06", "req_6", _usage(4, 0, 0, 6),
@@ -130,8 +132,112 @@ def test_the_rows_by_hand(tmp_path):
     assert s1["skipped_reasons"] == {"synthetic message written by Claude Code (no API call)": 1,
                                      "assistant message without usage": 1,
                                      "no message.id or requestId to identify the request": 1,
-                                     "invalid usage": 1, "truncated JSON line": 1}  # r3; the malformed line
-    assert (s1["lines"], s1["records"], s1["ignored"]) == (15, 4, 2)  # r1, r2, r4, r5; the prompt, the route
+                                     "invalid usage": 2, "truncated JSON line": 1}  # r3, r7; the malformed line
+    assert (s1["lines"], s1["records"], s1["ignored"]) == (16, 4, 2)  # r1, r2, r4, r5; the prompt, the route
     # r1's two later lines and its progress copy; r2's later line
     assert s1["duplicates"] == 4
     assert isinstance(rows[0], UsageRow)
+
+
+def _old_reading(folder: Path) -> tuple[list, dict]:
+    """What `usage` read before its rows were made straight from the lines: each record checked, scrubbed and
+    reduced (a `reduce` other than `usage_row` itself takes that path), merged across files by `_dedupe`."""
+    report = ImportReport()
+    rows = list(load_any([folder], report=report, reduce=lambda record: usage_row(record), history=False))
+    return rows, report.to_json()
+
+
+HUGE = 10 ** 400  # an integer past any float: only a joined line (two objects, read by json) carries one
+
+
+def _random_folder(root: Path, seed: int) -> Path:
+    """Transcripts of random lines, odd values among them, from small pools of ids (so that lines merge, copies
+    repeat across files and progress lines, and parents point anywhere)."""
+    import random
+
+    rnd = random.Random(seed)
+    pick = rnd.choice
+    uuids: list[str] = []
+
+    def usage() -> object:
+        good = {"input_tokens": rnd.randint(0, 50), "cache_read_input_tokens": rnd.randint(0, 5000),
+                "cache_creation_input_tokens": 100, "output_tokens": rnd.randint(0, 40),
+                "cache_creation": {"ephemeral_5m_input_tokens": 60, "ephemeral_1h_input_tokens": 40}}
+        odd = [{**good, "output_tokens": -1}, {**good, "input_tokens": 1.5}, {"input_tokens": 3},
+               {**good, "cache_creation": {"ephemeral_5m_input_tokens": 900, "ephemeral_1h_input_tokens": 0}},
+               "none", None, {**good, "output_tokens": "7"}]
+        return good if rnd.random() < 0.7 else pick(odd)
+
+    def line(kind: str) -> dict:
+        uuid = f"u{rnd.randint(0, 10 ** 6)}"
+        out = {"type": kind, "uuid": uuid,
+               "parentUuid": pick([None, f"u{rnd.randint(0, 10 ** 6)}", *uuids[-3:], *uuids[-3:]]),
+               "sessionId": pick(["s1", "s1", "s2", "", 7, f"s-{SECRET}"]),
+               "cwd": pick([CWD, "/home/me/web", "/home/me/web", "", 5, None]),
+               "timestamp": pick(["2026-10-01T10:00:0%dZ" % rnd.randint(0, 9)] * 4 +
+                                 [1790848800123, None, "soon", " 2026-10-01T10:00:00Z"]),
+               "isSidechain": pick([False, False, True]), "version": "2.1.0"}
+        if rnd.random() < 0.2:
+            out["agentId"] = pick(["x", "y", ""])
+        uuids.append(uuid)
+        return {k: v for k, v in out.items() if v is not None or rnd.random() < 0.5}
+
+    def said() -> dict:
+        out = line("assistant")
+        out["requestId"] = pick(["req_1", "req_2", "req_3", f"req_4_{SECRET}", "", None])
+        out["message"] = {"id": pick(["msg_01", "msg_02", "msg_bdrk_03", "msg_vrtx_04", "", None]),
+                          "model": pick([SONNET, SONNET, "<synthetic>", "claude-haiku-4-5", None, 5]),
+                          "usage": usage(), "stop_reason": pick([None, "end_turn"])}
+        if rnd.random() < 0.3:
+            out["costUSD"] = pick([0.25, -1, True, "0.5", 0, 2 ** 70])
+        return out
+
+    def any_line() -> str:
+        roll = rnd.random()
+        if roll < 0.45:
+            obj: dict = said()
+        elif roll < 0.6:
+            obj = {**line("progress"), "data": {"type": "agent_progress", "agentId": "x5", "message": said()}}
+        elif roll < 0.62:
+            obj = {"type": "api-request-route", "provider": pick(["vertex", "bedrock", "anthropic", "other"]),
+                   "credential": pick(["login", "key"])}
+        elif roll < 0.65:
+            return '{"type": "user", broken'
+        else:
+            obj = {**line(pick(["user", "system"])), "message": {"role": "user", "content": "hi"}}
+        text = json.dumps(obj)
+        if rnd.random() < 0.08:  # a line cut short of its break, joined to the next object
+            if obj.get("type") == "assistant" and rnd.random() < 0.5:  # what only JSON's own parser reads
+                text = text[:-1] + f', "{pick(["costUSD", "timestamp"])}": {HUGE}}}'
+            text += json.dumps({"type": "summary", "summary": "s"})
+        return text
+
+    project = root / "projects" / "-home-me-web"
+    for name in ("a.jsonl", "b.jsonl", "s1/subagents/agent-x.jsonl"):
+        _write(project / name, [any_line() for _ in range(rnd.randint(5, 40))])
+    return root / "projects"
+
+
+def test_random_transcripts_read_the_same_both_ways(tmp_path):
+    """Every figure `usage` shows comes out the same as through whole records, on odd and broken input too."""
+    for seed in range(40):
+        folder = _random_folder(tmp_path / str(seed), seed)
+        assert _direct(folder) == _old_reading(folder), seed
+
+
+def test_a_cost_or_time_past_any_float_is_no_cost_or_time(tmp_path):
+    """A costUSD or timestamp no float holds (a joined line, read by JSON's own parser) is none: the request is
+    read (or skipped for its usage) as without it, where it stopped the whole run before."""
+    good = _usage(5, 100, 20, 3)
+    first = _said("a1", None, "2026-10-01T10:00:00.000Z", "msg_01", "req_1", good)
+    later = _said("a2", "a1", None, "msg_01", "req_1", {**good, "output_tokens": 9})
+    bad = _said("b1", None, "2026-10-01T10:00:00.000Z", "msg_02", "req_2", {**good, "output_tokens": -1})
+    summary = json.dumps({"type": "summary", "summary": "s"})
+    lines = [json.dumps(first), json.dumps(later)[:-1] + f', "timestamp": {HUGE}}}' + summary,
+             json.dumps(bad)[:-1] + f', "costUSD": {HUGE}}}' + summary]
+    _write(tmp_path / "projects" / "p" / "s.jsonl", lines)
+    rows, report = _direct(tmp_path / "projects")
+    assert (rows, report) == _old_reading(tmp_path / "projects")
+    (row,) = rows
+    assert (row.id, row.usage[4], row.when, row.logged) == ("req_1", 9, 1790848800.0, 0.0)
+    assert report["skipped_reasons"] == {"invalid usage": 1}

@@ -373,7 +373,10 @@ def time_or_none(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer past any float (a line JSON's own parser read): no time
+            return None
         if not math.isfinite(v) or v <= 0:
             return None
         while v > 1e11:  # ms, µs or ns since the epoch

@@ -122,7 +122,7 @@ def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progres
     order with the same counts, made straight from each request's few fields instead (`_Response`): no
     record, response or `extra` is built for a row that needs a dozen values of them (a third of `usage`'s
     time on a large folder went there)."""
-    from kvprobe.importers.summary import project_from, row_of
+    from kvprobe.importers.summary import logged_cost, project_from, row_of
     from kvprobe.request.detect import platform_of
     from kvprobe.secrets import shapes_table
     from kvprobe.trace.validate import usage_problem
@@ -134,7 +134,8 @@ def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progres
             platforms[r.platform] += 1
         problem = usage_problem(r.usage, "response.usage")
         if problem is not None:
-            stats.records -= 1
+            if r.via is None:  # (a progress copy is counted only once it is kept: `loading._settle`)
+                stats.records -= 1
             stats.skip("invalid usage", r.line, f"{problem[0]}: {problem[1]}")
             continue
         who = (r.session, r.agent, r.cwd)  # (the same few on every request of a file: scrubbed once each)
@@ -145,7 +146,7 @@ def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progres
                                   project_from(table.scrub(cwd) if cwd is not None else None, source))
         yield row_of(table.scrub_id(r.id), r.via, r.when, PROVIDER, r.model,
                      r.platform or platform_of(ENDPOINT, r.model, r.message_id or ""), clean[2], clean[0], clean[1],
-                     r.usage, False, r.cost)
+                     r.usage, False, logged_cost(r.cost))
 
 
 def _read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None, history: bool,
@@ -312,7 +313,7 @@ class _Response:
                  "platform", "line")
 
     def __init__(self, rid: str, message_id: str | None, when: float | None, usage: dict[str, Any],
-                 model: str | None, session: str, agent: str, cwd: str | None, cost: float, via: str | None,
+                 model: str | None, session: str, agent: str, cwd: str | None, cost: object, via: str | None,
                  platform: str | None, line: int) -> None:
         self.id, self.message_id, self.when, self.timed = rid, message_id, when, when is not None
         self.usage, self.model, self.session, self.agent, self.cwd = usage, model, session, agent, cwd
@@ -351,7 +352,7 @@ def _assistant_response(origin: _Origin, line: dict[str, Any], lineno: int, time
     pending[key] = _Response(
         request_id or message_id or key, message_id, when, usage, model if isinstance(model, str) else None,
         origin.session(line), origin.agent(line), cwd if cwd.__class__ is str and cwd else None,
-        float(cost) if cost.__class__ in (int, float) and cost > 0 else 0.0,  # (as summary's `_logged` reads it)
+        cost if isinstance(cost, (int, float)) else None,  # (what the record keeps of it: `_assistant_line`)
         VIA_PROGRESS if provisional else None,
         _platform(message_id) or _ROUTE_PLATFORMS.get(origin.route),  # type: ignore[arg-type]
         lineno)

@@ -189,7 +189,8 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
         if problem is None:
             yield scrub_identity(record, table)
             continue
-        stats.records -= 1
+        if record.via != claude_code.VIA_PROGRESS:  # (a progress copy is counted only once it is kept: `_settle`)
+            stats.records -= 1
         stats.skip("invalid usage", record.line, f"{problem[0]}: {problem[1]}")
 
 

@@ -292,9 +292,18 @@ def row_of(identity: str, via: str | None, when: float | None, provider: str | N
 def _logged(record: TraceRecord) -> float:
     """The cost the agent logged for the request (Cline's, OpenHands'), 0.0 when none (most: one look-up)."""
     cost = record.extra.get("logged_cost_usd")
-    if cost is None:
+    return 0.0 if cost is None else logged_cost(cost)
+
+
+def logged_cost(cost: object) -> float:
+    """A cost an agent logged, in USD, as a usage row keeps it: a positive number, else 0.0 (none, or no amount:
+    a flag, text, an integer past any float)."""
+    if cost.__class__ not in (int, float) or not cost > 0:  # type: ignore[operator]
         return 0.0
-    return float(cost) if cost.__class__ in (int, float) and cost > 0 else 0.0
+    try:
+        return float(cost)  # type: ignore[arg-type]
+    except OverflowError:
+        return 0.0
 
 
 def _client(record: TraceRecord) -> str | None:
