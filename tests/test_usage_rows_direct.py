@@ -241,3 +241,24 @@ def test_a_cost_or_time_past_any_float_is_no_cost_or_time(tmp_path):
     (row,) = rows
     assert (row.id, row.usage[4], row.when, row.logged) == ("req_1", 9, 1790848800.0, 0.0)
     assert report["skipped_reasons"] == {"invalid usage": 1}
+
+
+def test_a_copy_skipped_for_its_usage_hides_no_later_one(cli, tmp_path, monkeypatch):
+    """A resumed session's copy of a request with a broken usage (a.jsonl) and the request itself (b.jsonl):
+    the request counts once, whether the files are read in one pass, in two processes or one by one for the
+    rows kept between runs; before, the one pass took b's copy for a duplicate of the skipped one."""
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    project = tmp_path / "projects" / "-home-me-web"
+    usage = _usage(5, 100, 20, 7)
+    _write(project / "a.jsonl", [_said("a1", None, "2026-10-01T10:00:00.000Z", "msg_01", "req_1",
+                                       {**usage, "output_tokens": -7})])
+    _write(project / "b.jsonl", [_said("b1", None, "2026-10-01T10:00:00.000Z", "msg_01", "req_1", usage)])
+    answers = []
+    for args in (["--no-cache", "--workers", "1"], ["--no-cache", "--workers", "2"], [], []):
+        res = cli("usage", tmp_path / "projects", "--json", *args)
+        assert res.exit_code == 0, res.output
+        answers.append(json.loads(res.stdout))
+    totals = answers[0]["totals"]
+    assert (totals["requests"], totals["output_tokens"], totals["cache_read_tokens"]) == (1, 7, 100)
+    assert all(a["totals"] == totals for a in answers[1:])
+    assert answers[0]["import"]["skipped_reasons"] == {"invalid usage": 1}

@@ -3,7 +3,8 @@
 Quirks:
 * One API response is written as several lines (one per content block) repeating the same usage; later
   lines can carry a larger output count. Lines are merged by `message.id` + `requestId` (the last usage
-  wins), and a request already seen in another file (resumed sessions copy history) is a duplicate.
+  wins), and a request already seen in another file (resumed sessions copy history) is a duplicate (of a
+  copy whose usage was usable: one skipped for its usage hides none read later).
 * `<synthetic>` model lines are written by Claude Code itself (interruptions, errors): no API call, skipped.
 * Subagents: `<sessionId>/subagents/agent-<id>.jsonl` (older: `agent-*.jsonl` beside the sessions, or
   `isSidechain` lines inline); their records carry `agent = "agent-<id>"`, the main thread `agent = "main"`.
@@ -57,6 +58,7 @@ from kvprobe.importers.base import (Progress, SourceStats, as_int, as_str, iter_
 from kvprobe.importers.events import Events, event
 from kvprobe.importers.formats import SNIFFERS
 from kvprobe.trace import TraceRecord
+from kvprobe.trace.validate import usage_problem
 
 TYPE_CHECKING = False  # true for type checkers only: typing is not imported at run time (start-up)
 if TYPE_CHECKING:
@@ -113,7 +115,8 @@ def read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | No
     """Records of one transcript file, merged per request, in the order requests first appear.
     history=False: no `extra["history"]` and no `extra["events"]` (what `usage` reads needs neither; rebuilding
     the history is a third of reading, the events a twentieth)."""
-    return _read(path, stats, seen, progress, history, _assistant_line)
+    for record, _ in _read(path, stats, seen, progress, history, _assistant_line):
+        yield record  # (its usage is checked where it is read: `loading._valid_usage`)
 
 
 def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None = None) -> Iterator[Any]:
@@ -125,14 +128,11 @@ def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progres
     from kvprobe.importers.summary import logged_cost, project_from, row_of
     from kvprobe.request.detect import platform_of
     from kvprobe.secrets import shapes_table
-    from kvprobe.trace.validate import usage_problem
-
     table, platforms, source = shapes_table(), stats.platforms, str(path)
     named: dict[tuple[str, str, str | None], tuple[str, str, str]] = {}  # (session, agent, cwd) -> scrubbed
-    for r in _read(path, stats, seen, progress, False, _assistant_response):
+    for r, problem in _read(path, stats, seen, progress, False, _assistant_response):
         if r.platform is not None:  # (counted valid or not, as `loading` counts a record's)
             platforms[r.platform] += 1
-        problem = usage_problem(r.usage, "response.usage")
         if problem is not None:
             if r.via is None:  # (a progress copy is counted only once it is kept: `loading._settle`)
                 stats.records -= 1
@@ -150,9 +150,12 @@ def usage_rows(path: Path, stats: SourceStats, seen: set[str], progress: Progres
 
 
 def _read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | None, history: bool,
-          respond: Callable[..., None]) -> Iterator[Any]:
+          respond: Callable[..., None]) -> Iterator[tuple[Any, tuple[str, str] | None]]:
     """`read`, each request's lines taken by `respond` (`_assistant_line`: a record; `_assistant_response`: what
-    a usage row needs of it)."""
+    a usage row needs of it), each given with what is wrong with its usage (`usage_problem`; None: nothing).
+    A request goes into `seen` (its copies in files read later are duplicates) once its file is read, and only
+    where its usage is usable: a copy skipped for its usage hides no later one (as when each file is read
+    apart: `usage`'s kept rows, several processes)."""
     times: dict[str, Any] = {}  # uuid -> raw timestamp, to find when each request was sent (parsed if used)
     pending: dict[str, Any] = {}  # each request read, by message id and request id, in first-line order
     provisional: dict[str, Any] = {}  # from progress lines: kept only if no transcript has the request
@@ -197,10 +200,14 @@ def _read(path: Path, stats: SourceStats, seen: set[str], progress: Progress | N
                 _chain(chains, uuid, line, kind)
     finally:
         stats.ignored += ignored
-    for record in pending.values():
+    for key, entry in pending.items():
+        problem = usage_problem(entry.usage, "response.usage")
+        if problem is None:  # later files' copies are duplicates: not those of a request skipped for its usage
+            seen.add(key)
         stats.records += 1
-        yield record
-    yield from provisional.values()  # counted by load_any once it knows whether a transcript had them
+        yield entry, problem
+    for entry in provisional.values():  # counted by load_any once it knows whether a transcript had them
+        yield entry, usage_problem(entry.usage, "response.usage")
 
 
 def _chains() -> Chains:
@@ -342,8 +349,6 @@ def _assistant_response(origin: _Origin, line: dict[str, Any], lineno: int, time
     if key in seen:
         stats.duplicates += 1
         return
-    if not provisional:
-        seen.add(key)
     parent = line.get("parentUuid")
     when = time_or_none(times.get(parent)) if parent.__class__ is str else None
     if when is None:
@@ -381,8 +386,6 @@ def _assistant_line(origin: _Origin, line: dict[str, Any], lineno: int, times: d
         if streams is not None:  # what happened before it went with it there: no later request of this copy's
             streams.attach(origin.agent(line), {})
         return
-    if not provisional:  # a progress copy must not hide the subagent's own transcript line read later
-        seen.add(key)
     parent = line.get("parentUuid")
     started = time_or_none(times.get(parent)) if parent.__class__ is str else None
     response = {"id": message_id, "model": model if isinstance(model, str) else None,
