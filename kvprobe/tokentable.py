@@ -11,7 +11,8 @@ quicktok's own data gives them, so counts are the tokenizer's to the token (test
 them against quicktok, and the shipped tables against a fresh build).
 
 Python counts at ~1.4-3 M characters/s where quicktok counts hundreds of MB/s, so `kvprobe.tokens` uses a
-table only for the first `budget_chars` characters a process counts with it, then loads the tokenizer.
+table only for the first `budget_chars` characters a process counts with it, then loads the tokenizer (since
+`kvprobe.tokenizers` loads rs_bpe for small inputs, 25-45 ms, the table still wins where its budget holds all).
 
 File layout (little-endian u32): magic b"KVTT", version, tokens, slots, blob bytes, classes; the number of
 ranges of each class; the ranges (first, last code point); `slots` entries of rank + 1 (0: empty), indexed by

@@ -15,8 +15,9 @@ from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
 CLAUDE = ROOT / "tests" / "fixtures" / "importers" / "claude"
-# each of these costs tens to hundreds of milliseconds to import (quicktok's cl100k map ~0.1 s to load)
-HEAVY = ("quicktok", "sqlite3", "duckdb", "pandas", "numpy", "httpx", "anthropic", "openai", "starlette",
+# each of these costs milliseconds to hundreds of them to import or load (quicktok's cl100k map ~0.25 s, rs_bpe's
+# ~25 ms)
+HEAVY = ("quicktok", "rs_bpe", "sqlite3", "duckdb", "pandas", "numpy", "httpx", "anthropic", "openai", "starlette",
          "uvicorn", "multiprocessing", "asyncio")
 
 _RUN = ("import sys; from kvprobe.cli import main\n"

@@ -2,7 +2,8 @@
 process is still importing and reading, then parses its share of the files or counts the tokens of the texts
 this process sends it.
 
-The tokenizer's load (~0.2 s of one core) is the longest fixed cost of a report; `prestart`, called by the
+The tokenizer's load (25-45 ms for rs_bpe, ~0.25 s for quicktok, which large inputs load: `kvprobe.tokenizers`)
+is the longest fixed cost of a report; `prestart`, called by the
 command line before it imports the analysis, starts the helper ~50 ms earlier than parsing could. This module
 imports little at its top for that reason: the helper imports what it needs after the fork, on its own core.
 """
@@ -21,7 +22,8 @@ from kvprobe.tokenizers import EXACT_PROVIDER
 # loads, and a helper that loads one would be waited for (a 150 KB capture of three Claude Code turns: 0.18 s
 # alone, 0.25 s with it). Above, the tokenizer loads anyway, and loading it beside this process's imports
 # saves most of its load: 1.3-5.4 MB traces (fleets, long sessions, real Claude Code captures) 0.31-0.38 s
-# -> 0.24-0.32 s (docs/benchmarks.md, stop 61).
+# -> 0.24-0.32 s with quicktok (docs/benchmarks.md, stop 61). With rs_bpe's ~25 ms load the helper neither helps
+# nor costs there (1.3-11 MB: within 10 ms either way, stop 63).
 MIN_SPLIT_BYTES = 1_000_000
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
@@ -99,7 +101,7 @@ class Helper:
         # its tokenizer and reads.
         self._scratch = _scratch_file() if fork else None
         # Once the helper has read everything written, the file is emptied and written from its start again:
-        # it holds what waits to be counted, the texts of the ~0.2 s the tokenizer takes to load (8 MB at most
+        # it holds what waits to be counted, the texts of the ~0.25 s quicktok takes to load (8 MB at most
         # on 100 MB, 14 MB on 200 MB), then next to nothing while counting keeps up with reading; when it does
         # not, the sender counts some itself (split_parse.BEHIND_BYTES).
         self._sent = 0  # bytes of texts sent, ever
@@ -312,8 +314,9 @@ def _preload(paths: list[str]) -> None:
     A record that names a provider other than OpenAI near its start (kvprobe traces write `provider` among their
     first keys) is counted with the estimate encoding: that one loads before anything else is imported here
     (this process is forked before the other has imported orjson: ~20 ms of imports off the load's path)."""
-    from kvprobe.tokenizers import ESTIMATE_ENCODING, load
+    from kvprobe.tokenizers import ESTIMATE_ENCODING, expect_input, load
 
+    expect_input(_bytes_of(paths))
     try:
         named = _named_provider(paths[0]) if paths else None
         if named is not None and named != EXACT_PROVIDER:
@@ -328,6 +331,16 @@ def _preload(paths: list[str]) -> None:
 
         _encoding(encoding)  # (noted as loaded there: counts are made with it, not with the shipped tables)
     import kvprobe.analysis.split_piece  # noqa: F401 - what the work, once given, runs
+
+
+def _bytes_of(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.path.getsize(path)
+        except OSError:  # gone meanwhile: the parse reports it
+            pass
+    return total
 
 
 _PROVIDER_KEY = (b'"provider":"', b'"provider": "')

@@ -5,7 +5,7 @@ across requests but the block store. A second process (the helper, `analysis.hel
 two ways:
 
 - Counting there (inputs under `CUT_MIN_BYTES`, and whenever the what-if needs the records themselves):
-  this process reads and renders every record, and the helper loads the tokenizer (~0.2 s) while it does,
+  this process reads and renders every record, and the helper loads the tokenizer (`kvprobe.tokenizers`) while it does,
   then counts the new blocks' texts as they come. This process never pays for the load, and the counts are
   ready about when the reading is done.
 - Cut in two (larger inputs without the records kept): each large file is cut at a line boundary and the
@@ -31,6 +31,7 @@ from kvprobe.analysis.split_piece import Piece, leading_flags, parse_range
 from kvprobe.errors import InputError
 from kvprobe.request.responses_chain import ResponseChain
 from kvprobe.tokens import count_block_text, count_elsewhere, count_from_table
+from kvprobe.tokenizers import expect_input
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # From this much input, large files are cut in two and each process renders and counts its own part (the
@@ -60,8 +61,8 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     """Skeletons of every record of `paths` (kvprobe traces), and the records themselves if asked.
 
     meanwhile: the caller's work that reads nothing parsed, done once this process has read its share, while
-    the helper still counts or reads (its tokenizer loads for ~0.15 s: a small trace is read here before
-    that); not called where no helper runs.
+    the helper still counts or reads (a small trace is read here before its counts are done); not called where
+    no helper runs.
 
     while_waiting: given the skeletons of this process's share of a single cut file (final: ids, lines and
     order as the result will have them) once they are read, and called before waiting for the other
@@ -70,7 +71,9 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     helper then ends, and its memory with it: its share and the share's pickles at 105,000 requests of a fleet,
     ~220 and 42 MB, where one pickle of the whole share held ~200 MB beside it, the run's high-water mark with
     this process's growing beside it)."""
-    if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
+    total = sum(p.stat().st_size for p in paths)
+    expect_input(total)  # (before a helper is forked: it counts with the same implementation)
+    if keep_records or total < cut_min_bytes():
         return _read_all_count_there(paths, store, stats_out, progress, keep_records, meanwhile)
     cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
