@@ -122,9 +122,10 @@ def entry() -> None:
     """The installed `kvprobe` command and `python -m kvprobe`: `main`, and where a fast path answered, the
     process ends as soon as its output is flushed (`os._exit`). The interpreter's own finalization (every
     module's dictionary cleared, ~140 of them for `diff`) was ~1.3 ms of a 55 ms `diff`, ~1.8 ms of `usage
-    --json` of a small folder, ~4.7 ms of `--help`; those paths register no exit handler and leave no file
-    open, so nothing is skipped that anyone would see. Any other command ends as Python ends it (a DuckDB
-    connection, a server's sockets are closed by their finalizers)."""
+    --json` of a small folder, ~4.7 ms of `--help`; those paths leave no file open, and their one exit handler
+    (the classes' kept code, `dataclass_code.keep`) is run here first, so nothing is skipped that anyone would
+    see. Any other command ends as Python ends it (a DuckDB connection, a server's sockets are closed by their
+    finalizers)."""
     try:
         main()
         code: object = 0
@@ -135,6 +136,10 @@ def entry() -> None:
     if not _ends_at_once():
         return
     import os
+
+    from kvprobe import dataclass_code
+
+    dataclass_code.keep()
 
     with suppress(OSError, ValueError):
         sys.stderr.flush()
@@ -261,7 +266,10 @@ def _run() -> None:
 
         prestart(arg for arg in sys.argv[sys.argv.index(first) + 1:] if not arg.startswith("-"))
     if first is not None:  # every command reads or writes JSON with orjson, which a Ctrl-C must not cut short
+        from kvprobe import dataclass_code
         from kvprobe.interrupts import import_whole
+
+        dataclass_code.install()  # (before the command's modules define their classes)
 
         import_whole("orjson")
     if sys.argv[1:2] == ["diff"]:  # answered before Typer loads (cli/fastdiff.py)
