@@ -39,7 +39,7 @@ def test_metadata_pins_nothing_only_this_project_can_install(wheel):
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert meta["Name"] == "kvprobe" and meta["Version"] == pyproject["version"]
     requires = meta.get_all("Requires-Dist")
-    assert len(requires) == 13 + 5 + 1  # the base dependencies, the engine extra and the cluster extra
+    assert len(requires) == 14 + 5 + 1  # the base dependencies, the engine extra and the cluster extra
     for req in requires:
         assert not re.search(r"[=<>~]=?\s*[\w.]+\+", req), f"local version label: {req}"  # e.g. ==2.13.0+cpu
         assert "platform_machine" not in req and "sys_platform" not in req, f"machine-specific pin: {req}"
