@@ -39,7 +39,7 @@ def _rules(tmp_path):
 def test_an_edited_rule_file_is_read_by_the_next_run(tmp_path):
     rules, cache = _rules(tmp_path), tmp_path / "cache"
     assert _predicted(rules, cache) == WRITTEN
-    assert len(list(cache.glob("*.marshal"))) == 1  # the parsed rules, kept
+    assert len(list(cache.glob("toml-*.marshal"))) == 1  # the parsed rules, kept
     assert _predicted(rules, cache) == WRITTEN  # read from the cache
     anthropic = rules / "anthropic.toml"
     text = anthropic.read_text(encoding="utf-8")
@@ -53,7 +53,7 @@ def test_an_edited_rule_file_is_read_by_the_next_run(tmp_path):
 def test_a_damaged_cache_is_parsed_again_and_replaced(tmp_path):
     rules, cache = _rules(tmp_path), tmp_path / "cache"
     assert _predicted(rules, cache) == WRITTEN
-    (kept,) = cache.glob("*.marshal")
+    (kept,) = cache.glob("toml-*.marshal")
     kept.write_bytes(b"\x00 not marshal data")
     assert _predicted(rules, cache) == WRITTEN
     assert kept.read_bytes() != b"\x00 not marshal data"
@@ -93,5 +93,5 @@ def test_two_readers_of_one_folder_keep_each_other_s_files_parsed(tmp_path, monk
     assert parsed == ["a.toml", "c.toml", "b.toml", "b.toml"]
     assert toml_cache.read_all([folder / "a.toml"], parse) == [{"value": 1}]  # still kept after that write
     assert parsed == ["a.toml", "c.toml", "b.toml", "b.toml"]
-    (cache_file,) = (tmp_path / "cache").glob("*.marshal")
+    (cache_file,) = (tmp_path / "cache").glob("toml-*.marshal")
     assert sorted(marshal.loads(cache_file.read_bytes())[2]) == ["a.toml", "b.toml"]  # c.toml's entry dropped
