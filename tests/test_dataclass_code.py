@@ -73,7 +73,7 @@ _RUN = ("import json, sys\n"
         "    from kvprobe import dataclass_code\n"
         "    dataclass_code.install()\n"
         "exec(compile(sys.stdin.read(), 'classes', 'exec'))\n"
-        "new = dataclass_code._new if sys.argv[1] == 'kept' else None\n"
+        "new = dataclass_code.compiled() if sys.argv[1] == 'kept' else None\n"
         "print(json.dumps({'seen': seen, 'compiled': new}))\n")
 
 
@@ -127,3 +127,20 @@ def test_the_command_line_keeps_its_classes_code(tmp_path):
     assert first.returncode == second.returncode == 0 and first.stdout == second.stdout
     assert json.loads(second.stdout)["first_change"]["token_position"] > 0
     assert kept.stat().st_mtime_ns == written  # nothing new compiled, nothing rewritten
+
+
+_EDITED = ("import sys\nfrom kvprobe import dataclass_code\ndataclass_code.install()\n"
+           "from dataclasses import dataclass\n"
+           "exec(f'@dataclass(frozen=True)\\nclass Edited:\\n    field_{sys.argv[1]}: int = 1\\n',"
+           " {'dataclass': dataclass, '__name__': 'edited'})\n")
+
+
+def test_a_class_edited_again_and_again_leaves_nothing_stale(tmp_path):
+    """A module's kept methods are the ones its classes made in the last run that compiled any: the file does not
+    grow with every edit of a class."""
+    env = {"PATH": "/usr/bin:/bin", "KVPROBE_CACHE_DIR": str(tmp_path)}
+    sizes = []
+    for edit in range(12):
+        subprocess.run([sys.executable, "-c", _EDITED, str(edit)], check=True, cwd=ROOT, env=env, timeout=60)
+        sizes.append(next(tmp_path.glob("dataclass-code-*.marshal")).stat().st_size)
+    assert max(sizes) - min(sizes) < 100  # the same methods but for a field's name (field_9 -> field_10)
