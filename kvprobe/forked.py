@@ -122,3 +122,125 @@ class Forked:
             except ChildProcessError:
                 pass
             self.pid = None
+
+
+class Channel:
+    """One end of a two-way channel to a forked child, over two pipes: the `send_bytes`, `recv_bytes` and `poll`
+    of multiprocessing's Connection, each message its length (8 bytes) and its bytes, without multiprocessing's
+    imports and its Pipe's (~20 ms before the report's helper could be forked, `analysis.helper`). A closed other
+    end is EOFError to a reader and BrokenPipeError to a writer, as with a Connection."""
+
+    __slots__ = ("_in", "_out", "_poller")
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        import select
+
+        self._in, self._out = read_fd, write_fd
+        self._poller = select.poll()
+        self._poller.register(read_fd, select.POLLIN)
+
+    @staticmethod
+    def pair() -> tuple[Channel, Channel]:
+        """Two connected ends (each inherited by a fork: each process closes the one it does not use)."""
+        down_read, down_write = os.pipe()
+        up_read, up_write = os.pipe()
+        return Channel(up_read, down_write), Channel(down_read, up_write)
+
+    def fileno(self) -> int:
+        return self._in
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Whether a message (or the other end's close) waits to be read, waiting up to `timeout` seconds."""
+        return bool(self._poller.poll(max(0, int(timeout * 1000))))
+
+    def send_bytes(self, data: bytes) -> None:
+        self._write_all(len(data).to_bytes(8, "little"))
+        self._write_all(data)
+
+    def recv_bytes(self) -> bytearray:
+        size = int.from_bytes(self._read_exactly(8), "little")
+        return self._read_exactly(size)
+
+    def close(self) -> None:
+        for fd in (self._in, self._out):
+            try:
+                os.close(fd)
+            except OSError:  # closed already
+                pass
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._out, view):]
+
+    def _read_exactly(self, size: int) -> bytearray:
+        buf = bytearray(size)
+        view, got = memoryview(buf), 0
+        while got < size:
+            read = os.readv(self._in, [view[got:]])
+            if not read:
+                raise EOFError("the other process closed its end")
+            got += read
+        return buf
+
+
+class Child:
+    """`fn(*args)` running in a forked child until it returns (then the child leaves by `os._exit`, 0; 1 where it
+    raised): what the report's helper needs of multiprocessing's Process (`is_alive`, `pid`, `exitcode`,
+    `terminate`, `kill`, `join`) without its imports. Raises OSError where no process can be forked."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._status: int | None = None
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            code = 1
+            try:
+                fn(*args)
+                code = 0
+            finally:
+                os._exit(code)
+        self.pid = pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while it runs; its exit status, or minus the signal that ended it (as multiprocessing says)."""
+        self._poll(block=False)
+        return None if self._status is None else os.waitstatus_to_exitcode(self._status)
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for it to end (at most `timeout` seconds), reaping it."""
+        if timeout is None:
+            self._poll(block=True)
+            return
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _signal(self, number: int) -> None:
+        if self.exitcode is None:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:  # ended meanwhile
+                pass
+
+    def _poll(self, block: bool) -> None:
+        if self._status is not None:
+            return
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: it has ended, how is not known
+            self._status = 0
+            return
+        if pid:
+            self._status = status

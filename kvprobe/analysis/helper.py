@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kvprobe.forked import end_with_parent
+from kvprobe.forked import Channel, Child, end_with_parent
 from kvprobe.tokenizers import EXACT_PROVIDER
 
 # Below this, the texts a report counts mostly fit the shipped table's budget (kvprobe.tokentable): no tokenizer
@@ -79,9 +79,7 @@ def take(paths: list[Path], counting: bool) -> Helper | None:
 
 
 def _forks() -> bool:
-    import multiprocessing
-
-    return "fork" in multiprocessing.get_all_start_methods()
+    return hasattr(os, "fork")  # (what multiprocessing's "fork" start method needs, asked without importing it)
 
 
 class Helper:
@@ -89,13 +87,21 @@ class Helper:
     `result`), then, when counting, count the texts sent to it (`send_texts`, `counts`)."""
 
     def __init__(self, guess_from: list[Path]) -> None:
-        import multiprocessing  # here, not at import: most reports never start a helper (~7 ms)
+        # Forked where the system forks (no re-import, the scratch file inherited), by `forked.Child` over a
+        # `forked.Channel`: multiprocessing's imports and its Pipe took ~20 ms before the fork. Elsewhere a
+        # process spawned by multiprocessing (imported here, not at import: most reports start no helper).
+        fork = _forks()
+        ctx = None
+        if fork:
+            self._done = _SharedInt()  # bytes the helper has parsed
+            self._conn, theirs = Channel.pair()
+        else:
+            import multiprocessing
 
-        fork = _forks()  # fork: no re-import, and the scratch file is inherited
-        ctx = multiprocessing.get_context("fork" if fork else "spawn")
-        self._done = _SharedInt() if fork else ctx.Value("q", 0, lock=False)  # bytes the helper has parsed
+            ctx = multiprocessing.get_context("spawn")
+            self._done = ctx.Value("q", 0, lock=False)
+            self._conn, theirs = ctx.Pipe()
         self._reported = 0
-        self._conn, theirs = ctx.Pipe()
         # Texts to count go through a file in memory (inherited through the fork), with a short notice down the
         # pipe: writing there never waits, while a pipe fills up (64 KB) long before the helper has loaded
         # its tokenizer and reads.
@@ -108,12 +114,13 @@ class Helper:
         self._read = _SharedInt() if fork else None  # of those, the bytes the helper has read
         self._end = 0  # the file's length
         self._unwanted = 0  # answers to pass over (`forgo_counts`)
-        # a forked helper closes its copy of this end, so that it sees the pipe end if this process dies
-        mine = self._conn.fileno() if fork else None
-        self._proc = ctx.Process(target=_main, daemon=True,
-                                 args=(theirs, mine, self._done, self._scratch, self._read,
-                                       [str(p) for p in guess_from]))
-        self._proc.start()
+        args = (theirs, self._conn if fork else None, self._done, self._scratch, self._read,
+                [str(p) for p in guess_from])
+        if ctx is None:
+            self._proc: Any = Child(_main, *args)
+        else:
+            self._proc = ctx.Process(target=_main, daemon=True, args=args)
+            self._proc.start()
         theirs.close()
 
     def alive(self) -> bool:
@@ -277,10 +284,10 @@ def _scratch_file() -> int:
 # ---------------------------------------------------------------- in the helper
 
 
-def _main(conn: Any, parent_end: int | None, done: Any, scratch: int | None, read: _SharedInt | None,
+def _main(conn: Any, parent_end: Any, done: Any, scratch: int | None, read: _SharedInt | None,
           guess_from: list[str]) -> None:
-    if parent_end is not None:
-        os.close(parent_end)
+    if parent_end is not None:  # forked: this process's copy of the other end closed, so that it sees the
+        parent_end.close()      # channel end if the other process dies
         end_with_parent()
     from kvprobe.nesting import allow_deep_json
 
