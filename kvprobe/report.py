@@ -24,6 +24,7 @@ from kvprobe.economics.tasks import Outcome, summarize_tasks
 from kvprobe.economics.tasks import overall as task_overall
 from kvprobe.pricing import PriceBook
 from kvprobe.request import RenderedRequest, render_request
+from kvprobe.tokenizers import expect_input
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 from kvprobe.trace.reader import RecordReader
 from kvprobe.trace.record import format_time
@@ -361,6 +362,8 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     notes: list[str] = []
     files = [Path(p) for p in paths]
     traces = records is None and _all_kvprobe_traces(files)  # (it reads each file's first line: once)
+    if traces:  # the tokenizer is chosen by the bytes to read (before the parse's helper is forked: the same one)
+        expect_input(sum(p.stat().st_size for p in files))
     split = traces and worth_splitting(files)
     source = records if records is not None or split else \
         _traces(files, stats, progress) if traces else _imported(files, progress, notes)

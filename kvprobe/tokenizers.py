@@ -31,7 +31,8 @@ _loaded: dict[str, object] = {}
 
 def expect_input(total_bytes: int) -> None:
     """Say how many bytes this process (and the processes it forks from now on) will read to count: from
-    `LARGE_INPUT_BYTES` on, an encoding loaded after this is quicktok's."""
+    `LARGE_INPUT_BYTES` on, an encoding loaded after this is quicktok's. Said by `report` for the traces it
+    reads (`report._build_report`) and by the parse's helper for the files it was given (`analysis.helper`)."""
     global _large_input
     _large_input = total_bytes >= LARGE_INPUT_BYTES
 

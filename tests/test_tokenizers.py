@@ -131,3 +131,21 @@ def test_a_report_is_the_same_whichever_tokenizer_counts(tmp_path, split):
     assert outputs["rs_bpe"] == outputs["quicktok"]
     report = json.loads(outputs["rs_bpe"])
     assert {r["provider"] for r in report["requests"]} == {"anthropic", "openai"}
+
+
+_REPORT_SIZED = ("import json, sys\nimport kvprobe.tokenizers\n"
+                 "kvprobe.tokenizers.LARGE_INPUT_BYTES = int(sys.argv.pop(1))\n" + _REPORT)
+
+
+@pytest.mark.parametrize(("large_from", "loaded"), [(10**9, ["rs_bpe"]), (1_000, ["quicktok"])])
+def test_a_report_picks_its_tokenizer_by_the_traces_size_in_one_process_too(tmp_path, large_from, loaded):
+    """Without the parse's helper (one core, or a trace under its size) the report's own process counts: with
+    the tokenizer the trace's bytes call for."""
+    from test_split_parse import _records, _write
+
+    trace = _write(tmp_path / "t.jsonl", _records(turns=4) + _review_session())
+    run = subprocess.run([sys.executable, "-c", _REPORT_SIZED, str(large_from), "report", str(trace), "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "KVPROBE_SPLIT_MIN_BYTES": "1000000000"})
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stderr.strip().splitlines()[-1]) == loaded

@@ -31,7 +31,6 @@ from kvprobe.analysis.split_piece import Piece, leading_flags, parse_range
 from kvprobe.errors import InputError
 from kvprobe.request.responses_chain import ResponseChain
 from kvprobe.tokens import count_block_text, count_elsewhere, count_from_table
-from kvprobe.tokenizers import expect_input
 from kvprobe.trace import ReadStats, TraceRecord, read_trace
 
 # From this much input, large files are cut in two and each process renders and counts its own part (the
@@ -74,9 +73,7 @@ def parse(paths: list[Path], store: BlockStore, stats_out: list[tuple[str, ReadS
     helper then ends, and its memory with it: its share and the share's pickles at 105,000 requests of a fleet,
     ~220 and 42 MB, where one pickle of the whole share held ~200 MB beside it, the run's high-water mark with
     this process's growing beside it)."""
-    total = sum(p.stat().st_size for p in paths)
-    expect_input(total)  # (before a helper is forked: it counts with the same implementation)
-    if keep_records or total < cut_min_bytes():
+    if keep_records or sum(p.stat().st_size for p in paths) < cut_min_bytes():
         return _read_all_count_there(paths, store, stats_out, progress, keep_records, meanwhile)
     cuts = {p: _cut(p, SHARE) for p in paths}
     jobs = [(str(p), cut, p.stat().st_size) for p, cut in cuts.items() if cut is not None]
