@@ -128,22 +128,30 @@ class Channel:
     """One end of a two-way channel to a forked child, over two pipes: the `send_bytes`, `recv_bytes` and `poll`
     of multiprocessing's Connection, each message its length (8 bytes) and its bytes, without multiprocessing's
     imports and its Pipe's (~20 ms before the report's helper could be forked, `analysis.helper`). A closed other
-    end is EOFError to a reader and BrokenPipeError to a writer, as with a Connection."""
+    end is EOFError to a reader and BrokenPipeError to a writer, as with a Connection.
 
-    __slots__ = ("_in", "_out", "_poller")
+    Each pipe holds `PIPE_BYTES` where the system lets it be sized (Linux; 64 KB otherwise). A writer whose
+    message does not fit waits for the reader, and says so every 0.1 s to `waiting` where one is given: the
+    report's helper stopped or dead is then found while this process writes to it, not only while it reads."""
+
+    __slots__ = ("_in", "_out", "_readable", "_writable")
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         import select
 
         self._in, self._out = read_fd, write_fd
-        self._poller = select.poll()
-        self._poller.register(read_fd, select.POLLIN)
+        self._readable, self._writable = select.poll(), select.poll()
+        self._readable.register(read_fd, select.POLLIN)
+        self._writable.register(write_fd, select.POLLOUT)
+        os.set_blocking(write_fd, False)
 
     @staticmethod
     def pair() -> tuple[Channel, Channel]:
         """Two connected ends (each inherited by a fork: each process closes the one it does not use)."""
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
+        for fd in (down_write, up_write):
+            _size_pipe(fd)
         return Channel(up_read, down_write), Channel(down_read, up_write)
 
     def fileno(self) -> int:
@@ -151,11 +159,12 @@ class Channel:
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Whether a message (or the other end's close) waits to be read, waiting up to `timeout` seconds."""
-        return bool(self._poller.poll(max(0, int(timeout * 1000))))
+        return bool(self._readable.poll(max(0, int(timeout * 1000))))
 
-    def send_bytes(self, data: bytes) -> None:
-        self._write_all(len(data).to_bytes(8, "little"))
-        self._write_all(data)
+    def send_bytes(self, data: bytes, waiting: Callable[[], None] | None = None) -> None:
+        """Send one message; `waiting()` is called every 0.1 s the reader takes no more of it (it may raise)."""
+        self._write_all(len(data).to_bytes(8, "little"), waiting)
+        self._write_all(data, waiting)
 
     def recv_bytes(self) -> bytearray:
         size = int.from_bytes(self._read_exactly(8), "little")
@@ -168,10 +177,14 @@ class Channel:
             except OSError:  # closed already
                 pass
 
-    def _write_all(self, data: bytes) -> None:
+    def _write_all(self, data: bytes, waiting: Callable[[], None] | None) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._out, view):]
+            try:
+                view = view[os.write(self._out, view):]
+            except BlockingIOError:  # the pipe is full: the reader has not taken what was written yet
+                if not self._writable.poll(100) and waiting is not None:
+                    waiting()
 
     def _read_exactly(self, size: int) -> bytearray:
         buf = bytearray(size)
@@ -184,13 +197,26 @@ class Channel:
         return buf
 
 
+PIPE_BYTES = 1 << 20  # Linux's default most an unprivileged process may size a pipe to (/proc/sys/fs/pipe-max-size)
+
+
+def _size_pipe(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or a lower limit: the system's size, 64 KB
+        pass
+
+
 class Child:
     """`fn(*args)` running in a forked child until it returns (then the child leaves by `os._exit`, 0; 1 where it
     raised): what the report's helper needs of multiprocessing's Process (`is_alive`, `pid`, `exitcode`,
     `terminate`, `kill`, `join`) without its imports. Raises OSError where no process can be forked."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._status: int | None = None
+        self._ended = False
+        self._code: int | None = None  # once ended: its exit status, None where it could not be known
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             code = 1
@@ -203,12 +229,14 @@ class Child:
 
     @property
     def exitcode(self) -> int | None:
-        """None while it runs; its exit status, or minus the signal that ended it (as multiprocessing says)."""
+        """None while it runs; its exit status, or minus the signal that ended it (as multiprocessing says); None
+        too where it was reaped elsewhere (SIGCHLD ignored), its status lost."""
         self._poll(block=False)
-        return None if self._status is None else os.waitstatus_to_exitcode(self._status)
+        return self._code
 
     def is_alive(self) -> bool:
-        return self.exitcode is None
+        self._poll(block=False)
+        return not self._ended
 
     def terminate(self) -> None:
         self._signal(signal.SIGTERM)
@@ -224,23 +252,23 @@ class Child:
         import time
 
         deadline = time.monotonic() + timeout
-        while self.exitcode is None and time.monotonic() < deadline:
+        while self.is_alive() and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def _signal(self, number: int) -> None:
-        if self.exitcode is None:
+        if self.is_alive():
             try:
                 os.kill(self.pid, number)
             except ProcessLookupError:  # ended meanwhile
                 pass
 
     def _poll(self, block: bool) -> None:
-        if self._status is not None:
+        if self._ended:
             return
         try:
             pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:  # reaped elsewhere: it has ended, how is not known
-            self._status = 0
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): it has ended, how is not known
+            self._ended = True
             return
         if pid:
-            self._status = status
+            self._ended, self._code = True, os.waitstatus_to_exitcode(status)

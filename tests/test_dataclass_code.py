@@ -3,6 +3,8 @@ makes them, the second run compiles none of their methods, and a damaged cache o
 from __future__ import annotations
 
 import json
+import marshal
+import random
 import subprocess
 import sys
 
@@ -69,6 +71,11 @@ seen.append(str(Point.__init__.__annotations__))
 '''
 
 _RUN = ("import json, sys\n"
+        "if len(sys.argv) > 2:  # no home folder to find\n"
+        "    import pathlib\n"
+        "    def home(cls):\n"
+        "        raise RuntimeError('Could not determine home directory')\n"
+        "    pathlib.Path.home = classmethod(home)\n"
         "if sys.argv[1] == 'kept':\n"
         "    from kvprobe import dataclass_code\n"
         "    dataclass_code.install()\n"
@@ -77,9 +84,10 @@ _RUN = ("import json, sys\n"
         "print(json.dumps({'seen': seen, 'compiled': new}))\n")
 
 
-def _classes(way: str, cache) -> dict:
-    run = subprocess.run([sys.executable, "-c", _RUN, way], input=CLASSES, capture_output=True, text=True,
-                         check=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", "KVPROBE_CACHE_DIR": str(cache)})
+def _classes(way: str, cache, homeless: bool = False) -> dict:
+    env = {"PATH": "/usr/bin:/bin"} if homeless else {"PATH": "/usr/bin:/bin", "KVPROBE_CACHE_DIR": str(cache)}
+    run = subprocess.run([sys.executable, "-c", _RUN, way, *(["homeless"] if homeless else [])], input=CLASSES,
+                         capture_output=True, text=True, check=True, cwd=ROOT, env=env)
     return json.loads(run.stdout)
 
 
@@ -99,14 +107,40 @@ def test_classes_behave_the_same_and_the_second_run_compiles_nothing(tmp_path):
 
 
 def test_a_damaged_cache_only_costs_the_compiling(tmp_path):
+    """Cut short, replaced, one to three bytes changed anywhere (which unmarshalled as they were could crash the
+    interpreter), an entry that holds no code: the classes are the same, compiled again, and the file mended."""
     plain = _classes("plain", tmp_path)
     _classes("kept", tmp_path)
     (kept,) = tmp_path.glob("dataclass-code-*.marshal")
-    for damage in (b"", b"\x00garbage", kept.read_bytes()[:100]):
+    whole = kept.read_bytes()
+    rng = random.Random(63)
+    damaged = [b"", b"\x00garbage", whole[:100]]
+    for _ in range(12):
+        data = bytearray(whole)
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(200, len(data))] ^= rng.randint(1, 255)  # past the header: inside an entry
+        damaged.append(bytes(data))
+    fmt, version, packed = marshal.loads(whole)
+    damaged.append(marshal.dumps((fmt, version, {module: 0 for module in packed})))
+    for damage in damaged:
         kept.write_bytes(damage)
         again = _classes("kept", tmp_path)
-        assert again["seen"] == plain["seen"] and again["compiled"] == 20
-    assert _classes("kept", tmp_path)["compiled"] == 0  # written again, whole
+        assert again["seen"] == plain["seen"] and again["compiled"] in (20, 0)
+        if damage in damaged[:3] or damage == damaged[-1]:
+            assert again["compiled"] == 20
+        assert _classes("kept", tmp_path)["compiled"] == 0  # written again, whole
+
+
+def test_a_cache_file_others_can_write_is_not_read(tmp_path):
+    _classes("kept", tmp_path)
+    (kept,) = tmp_path.glob("dataclass-code-*.marshal")
+    kept.chmod(0o666)
+    assert _classes("kept", tmp_path)["compiled"] == 20
+
+
+def test_no_home_folder_is_no_error(tmp_path):
+    """Where no home folder can be found (a user without one, HOME unset) nothing is kept: nothing fails."""
+    assert _classes("kept", tmp_path, homeless=True)["seen"] == _classes("plain", tmp_path)["seen"]
 
 
 def test_an_unwritable_cache_folder_is_no_error(tmp_path):

@@ -72,3 +72,22 @@ def test_the_childs_end_is_told_as_multiprocessing_tells_it():
 def _ended(child: Child) -> int | None:
     child.join(10)
     return child.exitcode
+
+
+def test_a_writer_whose_reader_takes_nothing_is_told_while_it_waits():
+    """A message larger than the pipe holds, to a reader that reads nothing (a stopped helper): the writer's
+    `waiting` is called every 0.1 s, and what it raises ends the write."""
+    mine, theirs = Channel.pair()
+    calls = []
+
+    def waiting() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 3:
+            raise BrokenPipeError("the reader is stopped")
+
+    start = time.monotonic()
+    with pytest.raises(BrokenPipeError, match="stopped"):
+        mine.send_bytes(os.urandom(3 << 20), waiting)
+    assert len(calls) == 3 and 0.25 < time.monotonic() - start < 5
+    mine.close()
+    theirs.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from kvprobe.analysis import helper, split_parse
 from kvprobe.analysis.skeleton import BlockStore, skeletons
 from kvprobe.trace import read_trace
@@ -143,7 +144,8 @@ def test_few_texts_are_counted_here_while_the_helper_still_loads(monkeypatch, tm
     seq = list(skeletons(read_trace(trace), seq_store))
     monkeypatch.setattr(tokens, "_LOADED", set())  # as in a fresh process: no tokenizer loaded, no table spent
     monkeypatch.setattr(tokens, "_spent", {})
-    monkeypatch.setattr(helper, "_preload", lambda paths: time.sleep(1.5))  # its tokenizer takes 1.5 s to load
+    # its tokenizer takes 1.5 s to load
+    monkeypatch.setattr(helper, "_preload", lambda paths, input_bytes: time.sleep(1.5))
     _way(monkeypatch, "count")
     start = time.monotonic()
     par, _ = split_parse.parse([trace], par_store, [])
@@ -304,7 +306,7 @@ def test_a_trace_whose_first_record_needs_another_tokenizer_than_the_rest(cli, m
 def test_the_helper_empties_its_scratch_file_once_everything_in_it_is_counted():
     """Memory stays flat in the trace's size: texts wait in the scratch file only until the helper reads them.
     (" hello" is one cl100k token, so a text of it repeated n times is n tokens.)"""
-    h = helper.Helper([])
+    h = helper.Helper([], [])
     try:
         h.start([], counting=True)
         first = pickle.dumps([(1, "cl100k_base", " hello" * 3000, ""), (2, "cl100k_base", " hello" * 5, " hello")])
@@ -323,7 +325,7 @@ def test_the_helper_empties_its_scratch_file_once_everything_in_it_is_counted():
 
 
 def test_a_helper_that_dies_is_named_at_once_not_at_the_end():
-    h = helper.Helper([])
+    h = helper.Helper([], [])
     try:
         h.start([], counting=True)
         assert h.pid is not None
@@ -405,7 +407,7 @@ def test_texts_counted_after_the_parse_are_counted_by_the_helper(tmp_path):
 def test_a_stopped_helper_is_named_not_waited_for(monkeypatch):
     """A helper stopped mid-count (SIGSTOP: a debugger, job control) is ended and named at once, where the
     parse waited for it for ever; the few texts counted after the parse are then counted here (None)."""
-    h = helper.Helper([])
+    h = helper.Helper([], [])
     try:
         h.start([], counting=True)
         h.send_texts(pickle.dumps([(1, "cl100k_base", " hello" * 3, "")]))
@@ -448,3 +450,26 @@ def test_the_helpers_share_taken_while_this_process_simulates_its_own_equals_one
     assert one_code == two_code == 0, one + two
     assert taken_during_lead == [True]  # once, and while this process simulated its share
     assert json.loads(two) == json.loads(one)
+
+
+def test_a_long_text_asked_of_the_helper_while_its_counts_wait_unread_does_not_hang(tmp_path):
+    """The parse ends while the helper still loads its tokenizer (quicktok: ~0.25 s), so its texts are counted here
+    and its counts are left to pass over; then the diagnoses ask it for a long text (a 75,000-character system
+    prompt changed at its end). Its counts (thousands of texts: more than a pipe holds) and that text were each
+    written while the other side wrote too, and both processes waited for ever."""
+    words = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
+    system = " ".join(words[i % 6] + str(i % 7) for i in range(11_000))[:75_000]
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i:x}"} for i in range(6_000)]
+    records = [{"id": f"r{k}", "session": "s", "provider": "openai", "started_at": f"2026-11-02T10:00:0{k}Z",
+                "request": {"model": "gpt-4o", "messages": [{"role": "system", "content": prompt}, *history]},
+                "response": {}} for k, prompt in enumerate((system, system[:-10] + "CHANGED!!!"))]
+    trace = _write(tmp_path / "t.jsonl", records)
+    outputs = {}
+    for way, split in (("one", "1000000000"), ("helper", "1")):
+        run = subprocess.run([sys.executable, "-m", "kvprobe", "report", str(trace), "--json"], capture_output=True,
+                             text=True, timeout=90, cwd=ROOT,
+                             env={**os.environ, "KVPROBE_TOKENIZER": "quicktok", "KVPROBE_SPLIT_MIN_BYTES": split})
+        assert run.returncode == 0, run.stderr
+        outputs[way] = run.stdout
+    assert outputs["helper"] == outputs["one"]
+    assert json.loads(outputs["one"])["requests"][1]["diagnoses"]

@@ -47,6 +47,42 @@ def _repository_strings() -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _contexts(cp: int) -> list[str]:
+    c = chr(cp)
+    return [f"{c}'s", f"a{c}b", f" {c}{c}1", f"'{c}", f"A{c}a", f"1{c}2", f"{c} x", f"x{c}\n", f"\t{c}A", c * 40]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_characters_unicode_17_added_are_counted_as_quicktok_counts_them(encoding):
+    """rs_bpe does not take them for letters (the example: U+088F, 5 tokens before 's where quicktok counts 4);
+    the fast-loading tokenizer hands a text holding one to quicktok, every other text to rs_bpe."""
+    from kvprobe.tokenizers import UNICODE_17_RANGES, _fast_load
+
+    raw, fast, reference = getattr(rs_bpe_openai, encoding)(), _fast_load(encoding), quicktok.get_encoding(encoding)
+    assert raw.count("\u088f's") == 5 and reference.count("\u088f's") == 4
+    # code points Unicode 17.0 added, the first and last of each run (written here, not read from the module)
+    added = [0x088F, 0x0C5C, 0x0CDC, 0x1ACF, 0x1AEB, 0xA7CE, 0xA7D2, 0xA7D4, 0xA7F1, 0x10940, 0x10959, 0x10EC5,
+             0x10EFA, 0x11B60, 0x11B67, 0x11DB0, 0x11DE9, 0x16EA0, 0x16ED3, 0x16FF2, 0x187F8, 0x18D09, 0x18D80,
+             0x18DF2, 0x1E6C0, 0x1E6FF, 0x2B73A, 0x2CEA2, 0x2CEAD, 0x323B0, 0x33479]
+    texts = [t for cp in added for t in _contexts(cp)]
+    texts += [t for a, b in UNICODE_17_RANGES for cp in range(a, b + 1) for t in _contexts(cp)]
+    texts += [f"long English text, then {chr(0x323B0)} once at its end" * 50, "ASCII only's", "é's naïve"]
+    assert [fast.count(t) for t in texts] == [reference.count(t) for t in texts]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_rs_bpe_differs_from_quicktok_only_on_the_listed_characters(encoding):
+    """Every code point, in contexts that tell a letter, a number, white space and a case apart (~20 s each)."""
+    from kvprobe.tokenizers import UNICODE_17_RANGES
+
+    raw, reference = getattr(rs_bpe_openai, encoding)(), quicktok.get_encoding(encoding)
+    listed = {cp for a, b in UNICODE_17_RANGES for cp in range(a, b + 1)}
+    differing = {cp for cp in range(0x80, 0x110000) if not 0xD800 <= cp <= 0xDFFF
+                 and any(raw.count(t) != reference.count(t) for t in _contexts(cp)[:9])}
+    assert differing <= listed and len(differing) > 4_000
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_rs_bpe_counts_what_quicktok_counts(encoding):
     texts = [*TEXTS, *LONG, *_class_edges(encoding), *_random_texts(3_000), *_repository_strings()]
@@ -76,14 +112,14 @@ _WHICH = ("import json, sys; from kvprobe import tokenizers as t; {setup}; found
 
 
 @pytest.mark.parametrize(("setup", "env", "module", "quicktok_loaded"), [
-    ("pass", None, "builtins", False),  # nothing said: a small input
-    ("t.expect_input(t.LARGE_INPUT_BYTES - 1)", None, "builtins", False),
+    ("pass", None, "kvprobe.tokenizers", False),  # nothing said: a small input
+    ("t.expect_input(t.LARGE_INPUT_BYTES - 1)", None, "kvprobe.tokenizers", False),
     ("t.expect_input(t.LARGE_INPUT_BYTES)", None, "quicktok._quicktok", True),
-    ("t.expect_input(t.LARGE_INPUT_BYTES)", {"KVPROBE_TOKENIZER": "rs_bpe"}, "builtins", False),
+    ("t.expect_input(t.LARGE_INPUT_BYTES)", {"KVPROBE_TOKENIZER": "rs_bpe"}, "kvprobe.tokenizers", False),
     ("pass", {"KVPROBE_TOKENIZER": "quicktok"}, "quicktok._quicktok", True),
 ])
 def test_the_input_size_picks_the_tokenizer(setup, env, module, quicktok_loaded):
-    """rs_bpe's tokenizer is a Rust class (module `builtins`); quicktok's is its extension's."""
+    """rs_bpe's tokenizer comes wrapped (`tokenizers._FastLoaded`); quicktok's is its extension's class."""
     got = _loaded_in_a_process(_WHICH.format(setup=setup, encoding="cl100k_base"), env)
     assert got == {"module": module, "quicktok": quicktok_loaded, "count": 2}
 

@@ -37,11 +37,10 @@ def prestart(paths: Iterable[str | Path]) -> None:
     if _prestarted is not None:
         return
     try:
-        large = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()
-                 and p.stat().st_size >= min_split_bytes()]
-        # (the sizes first: a small trace's report does not import multiprocessing to ask whether it forks)
+        traces = [p for p in map(Path, paths) if p.suffix in (".jsonl", ".ndjson") and p.is_file()]
+        large = [p for p in traces if p.stat().st_size >= min_split_bytes()]
         if large and _forks() and worth_splitting(large):
-            _prestarted = Helper(large)
+            _prestarted = Helper(large, traces)
     except OSError:  # no process to spare, or a file gone meanwhile: the parse decides again
         _prestarted = None
 
@@ -73,7 +72,7 @@ def take(paths: list[Path], counting: bool) -> Helper | None:
     if counting and not _forks():
         return None
     try:
-        return Helper(paths)
+        return Helper(paths, paths)
     except OSError:  # e.g. no more processes allowed: one process does it all
         return None
 
@@ -86,7 +85,9 @@ class Helper:
     """One process; given work once: parse the second part of each large file in input order (a piece each,
     `result`), then, when counting, count the texts sent to it (`send_texts`, `counts`)."""
 
-    def __init__(self, guess_from: list[Path]) -> None:
+    def __init__(self, guess_from: list[Path], inputs: list[Path]) -> None:
+        """guess_from: the files whose first record names the tokenizer to load; inputs: every file the report
+        reads, whose bytes choose the tokenizer's implementation as the report's own process chooses it."""
         # Forked where the system forks (no re-import, the scratch file inherited), by `forked.Child` over a
         # `forked.Channel`: multiprocessing's imports and its Pipe took ~20 ms before the fork. Elsewhere a
         # process spawned by multiprocessing (imported here, not at import: most reports start no helper).
@@ -115,7 +116,7 @@ class Helper:
         self._end = 0  # the file's length
         self._unwanted = 0  # answers to pass over (`forgo_counts`)
         args = (theirs, self._conn if fork else None, self._done, self._scratch, self._read,
-                [str(p) for p in guess_from])
+                [str(p) for p in guess_from], _bytes_of(inputs))
         if ctx is None:
             self._proc: Any = Child(_main, *args)
         else:
@@ -196,10 +197,12 @@ class Helper:
     def count(self, text: str, encoding: str) -> int | None:
         """One text's raw tokens, counted there after `counts`; None when the helper has ended."""
         try:
-            self._conn.send_bytes(pickle.dumps(("count", text, encoding), protocol=_PROTOCOL))
+            # the answers passed over are read first: the helper may be writing one (its counts: more than a
+            # pipe holds) while this process writes a long text to it, each waiting for the other to read
             while self._unwanted:
                 self._receive("counting tokens", None)
                 self._unwanted -= 1
+            self._send(("count", text, encoding), "counting a text")
             counted = self._receive("counting a text", None)
         except (OSError, EOFError, RuntimeError):  # ended or stuck: the caller counts it itself
             return None
@@ -207,10 +210,30 @@ class Helper:
 
     def _notify(self, message: tuple, what: str) -> None:
         try:
-            self._conn.send_bytes(pickle.dumps(message, protocol=_PROTOCOL))
+            self._send(message, what)
         except OSError:  # the helper has ended: say so now, with its traceback if it sent one
             self._receive(what, None)
             raise RuntimeError(self._ended(what)) from None
+
+    def _send(self, message: tuple, what: str) -> None:
+        """Write a message; where it waits on the helper to read (a forked helper's channel), a helper that has
+        ended, or is stopped or idle for the stall window, is killed and raises OSError as a closed pipe would."""
+        data = pickle.dumps(message, protocol=_PROTOCOL)
+        if not isinstance(self._conn, Channel):
+            self._conn.send_bytes(data)
+            return
+        from kvprobe.run.stall import StallWatch
+
+        watch = StallWatch()
+
+        def waiting() -> None:
+            if not self._proc.is_alive():
+                raise BrokenPipeError(f"the second process {what} ended")
+            if watch.stalled([self._proc.pid]):
+                self._proc.kill()
+                raise BrokenPipeError(f"the second process {what} was stopped, or used no CPU")
+
+        self._conn.send_bytes(data, waiting)
 
     def _receive(self, what: str, progress: Callable[[int], None] | None) -> Any:
         from kvprobe.run.stall import StallWatch
@@ -285,7 +308,7 @@ def _scratch_file() -> int:
 
 
 def _main(conn: Any, parent_end: Any, done: Any, scratch: int | None, read: _SharedInt | None,
-          guess_from: list[str]) -> None:
+          guess_from: list[str], input_bytes: int) -> None:
     if parent_end is not None:  # forked: this process's copy of the other end closed, so that it sees the
         parent_end.close()      # channel end if the other process dies
         end_with_parent()
@@ -293,7 +316,7 @@ def _main(conn: Any, parent_end: Any, done: Any, scratch: int | None, read: _Sha
 
     allow_deep_json()  # a spawned helper starts with Python's default limit
     try:
-        _preload(guess_from)
+        _preload(guess_from, input_bytes)
         try:
             _, jobs, counting = pickle.loads(conn.recv_bytes())
         except EOFError:  # never given work: the other process has ended
@@ -313,7 +336,7 @@ def _main(conn: Any, parent_end: Any, done: Any, scratch: int | None, read: _Sha
             pass
 
 
-def _preload(paths: list[str]) -> None:
+def _preload(paths: list[str], input_bytes: int) -> None:
     """Load the tokenizer the first record of the first file will be counted with, before any text arrives
     (a wrong guess costs only this process's time: the right one loads at its first text); then import what
     reading and counting take, while the other process reads on.
@@ -323,7 +346,7 @@ def _preload(paths: list[str]) -> None:
     (this process is forked before the other has imported orjson: ~20 ms of imports off the load's path)."""
     from kvprobe.tokenizers import ESTIMATE_ENCODING, expect_input, load
 
-    expect_input(_bytes_of(paths))
+    expect_input(input_bytes)
     try:
         named = _named_provider(paths[0]) if paths else None
         if named is not None and named != EXACT_PROVIDER:
@@ -340,11 +363,11 @@ def _preload(paths: list[str]) -> None:
     import kvprobe.analysis.split_piece  # noqa: F401 - what the work, once given, runs
 
 
-def _bytes_of(paths: list[str]) -> int:
+def _bytes_of(paths: list[Path]) -> int:
     total = 0
     for path in paths:
         try:
-            total += os.path.getsize(path)
+            total += path.stat().st_size
         except OSError:  # gone meanwhile: the parse reports it
             pass
     return total
