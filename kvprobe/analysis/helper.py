@@ -3,9 +3,9 @@ process is still importing and reading, then parses its share of the files or co
 this process sends it.
 
 The tokenizer's load (25-45 ms for rs_bpe, ~0.25 s for quicktok, which large inputs load: `kvprobe.tokenizers`)
-is the longest fixed cost of a report; `prestart`, called by the
-command line before it imports the analysis, starts the helper ~50 ms earlier than parsing could. This module
-imports little at its top for that reason: the helper imports what it needs after the fork, on its own core.
+is the longest fixed cost of a report; `prestart`, called by the command line before it imports the analysis,
+starts the helper ~50 ms earlier than parsing could. This module imports little at its top for that reason: the
+helper imports what it needs after the fork, on its own core.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class Helper:
             self._conn, theirs = ctx.Pipe()
         self._reported = 0
         # Texts to count go through a file in memory (inherited through the fork), with a short notice down the
-        # pipe: writing there never waits, while a pipe fills up (64 KB) long before the helper has loaded
+        # pipe: writing there never waits, while a pipe fills up (1 MiB) long before the helper has loaded
         # its tokenizer and reads.
         self._scratch = _scratch_file() if fork else None
         # Once the helper has read everything written, the file is emptied and written from its start again:
@@ -222,14 +222,16 @@ class Helper:
         if not isinstance(self._conn, Channel):
             self._conn.send_bytes(data)
             return
-        from kvprobe.run.stall import StallWatch
-
-        watch = StallWatch()
+        watches: list[Any] = []  # made at the first wait: most messages never wait
 
         def waiting() -> None:
+            if not watches:
+                from kvprobe.run.stall import StallWatch
+
+                watches.append(StallWatch())
             if not self._proc.is_alive():
                 raise BrokenPipeError(f"the second process {what} ended")
-            if watch.stalled([self._proc.pid]):
+            if watches[0].stalled([self._proc.pid]):
                 self._proc.kill()
                 raise BrokenPipeError(f"the second process {what} was stopped, or used no CPU")
 
