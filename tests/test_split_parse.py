@@ -473,3 +473,19 @@ def test_a_long_text_asked_of_the_helper_while_its_counts_wait_unread_does_not_h
         outputs[way] = run.stdout
     assert outputs["helper"] == outputs["one"]
     assert json.loads(outputs["one"])["requests"][1]["diagnoses"]
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_helper_stopped_when_the_report_closes_it_is_ended_not_waited_for(monkeypatch, fork):
+    """SIGTERM waits on a stopped process until it is continued: closing one (the report's end, with a debugger
+    or job control holding the helper) waited for ever. It is killed after a second's grace."""
+    monkeypatch.setattr(helper, "_forks", lambda: fork)
+    h = helper.Helper([], [])
+    pid = h.pid
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    h.close()
+    assert time.monotonic() - started < 5
+    assert not h.alive()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # ended and reaped

@@ -26,6 +26,7 @@ from kvprobe.tokenizers import EXACT_PROVIDER
 # nor costs there (1.3-11 MB: within 10 ms either way, stop 63).
 MIN_SPLIT_BYTES = 1_000_000
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+CLOSE_GRACE_S = 1.0  # how long a helper asked to end (SIGTERM) is given before it is killed
 _PEEK_BYTES = 4_000_000  # a first record longer than this is not read to guess the tokenizer
 _prestarted: Helper | None = None
 
@@ -267,8 +268,13 @@ class Helper:
         return f"the second process {what} ended ({how})"
 
     def close(self) -> None:
+        """End the helper (asked, then killed after a second: a stopped process never acts on SIGTERM, and
+        joining it without a limit waited for ever) and close what this process holds of it."""
         if self._proc.is_alive():
             self._proc.terminate()
+            self._proc.join(CLOSE_GRACE_S)
+            if self._proc.is_alive():
+                self._proc.kill()
         self._proc.join()
         self._conn.close()
         if self._scratch is not None:
