@@ -9,7 +9,7 @@ from typing import Any
 
 from kvprobe.analysis import split_parse
 from kvprobe.analysis.agent_advice import advise as advise_agents, uncached_notes
-from kvprobe.analysis.helper import worth_splitting
+from kvprobe.analysis.helper import input_bytes, worth_splitting
 from kvprobe.analysis.costing import miss_cost, price_results
 from kvprobe.analysis.diagnosis import advice_for
 from kvprobe.analysis.diagnose import diagnose
@@ -363,7 +363,7 @@ def _build_report(paths: list[str | Path], *, filters: Filters | None, prices: P
     files = [Path(p) for p in paths]
     traces = records is None and _all_kvprobe_traces(files)  # (it reads each file's first line: once)
     if traces:  # the tokenizer is chosen by the bytes to read (before the parse's helper is forked: the same one)
-        expect_input(sum(p.stat().st_size for p in files))
+        expect_input(input_bytes(files))
     split = traces and worth_splitting(files)
     source = records if records is not None or split else \
         _traces(files, stats, progress) if traces else _imported(files, progress, notes)

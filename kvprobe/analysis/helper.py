@@ -117,7 +117,7 @@ class Helper:
         self._end = 0  # the file's length
         self._unwanted = 0  # answers to pass over (`forgo_counts`)
         args = (theirs, self._conn if fork else None, self._done, self._scratch, self._read,
-                [str(p) for p in guess_from], _bytes_of(inputs))
+                [str(p) for p in guess_from], input_bytes(inputs))
         if ctx is None:
             self._proc: Any = Child(_main, *args)
         else:
@@ -371,7 +371,9 @@ def _preload(paths: list[str], input_bytes: int) -> None:
     import kvprobe.analysis.split_piece  # noqa: F401 - what the work, once given, runs
 
 
-def _bytes_of(paths: list[Path]) -> int:
+def input_bytes(paths: list[Path]) -> int:
+    """The bytes of the files a report reads, which choose its tokenizer (`tokenizers.expect_input`): the same
+    figure in the report's process and in its helper."""
     total = 0
     for path in paths:
         try:
