@@ -2,7 +2,7 @@
 
 This module imports little at its top: the report's early helper process (`analysis.helper`) imports it
 before the command line has imported anything else. A fork inherits everything this process holds (a parsed
-log, a pricer) without pickling it; the executor seam's local pool (`kvprobe.run.pool`) forks its workers, and
+log, a pricer) without pickling it; the executor seam's forked workers (`kvprobe.run.forks`) are forked, and
 `Forked` runs one call in a child (the importers' parallel read).
 """
 from __future__ import annotations
@@ -18,8 +18,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 # Below this many requests a stage takes milliseconds: the fork, and the child's first writes to the memory it
-# shares with this process (copied on write), cost about what running beside this process saves.
-MIN_REQUESTS = 1_000
+# shares with this process (copied on write), cost about what running beside this process saves. Measured
+# with the seam's forked workers (`kvprobe.run.forks`), 11 interleaved runs each, one process / two: fleets of
+# 33 requests 0.291 / 0.313 s, 63 0.364 / 0.367 s, 111 0.466 / 0.454 s, 158 0.565 / 0.519 s, 315 0.877 /
+# 0.759 s (1,000 when the standard pool's start, ~64 ms under a busy caller, was the cost: stop 64).
+MIN_REQUESTS = 100
 
 
 def worth_forking(requests: int) -> bool:

@@ -1,6 +1,6 @@
-"""The executor seam (`kvprobe.run`): the same results in unit order from the in-process backend and the local
-pool, a unit that raises raised in the caller with the unit named, and a worker that dies or stops costs time,
-not answers.
+"""The executor seam (`kvprobe.run`): the same results in unit order from the in-process backend and both local
+ones (the standard pool, and the forked workers used where the system forks), a unit that raises raised in the
+caller with the unit named, and a worker that dies or stops costs time, not answers.
 
 Unit functions are top-level here, as a stage's are: the pool's workers are forked from this process and find
 them by name. Each worker that must fail leaves a file behind first, so that it fails once and the run again
@@ -18,6 +18,7 @@ import pytest
 
 from kvprobe.cpus import usable_cpus
 from kvprobe.run import InProcess
+from kvprobe.run.forks import ForkPool
 from kvprobe.run.pool import LocalPool
 
 UNITS = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -68,6 +69,14 @@ def dies_every_time_in_a_worker(shared: int, unit: int) -> int:
     return unit * unit + shared
 
 
+def records_pid(shared: Path, unit: int) -> int:
+    import time
+
+    (shared / f"{unit}-{os.getpid()}").touch()
+    time.sleep(0.002)  # (long enough that the caller and the worker both get units)
+    return unit * 2
+
+
 class Hung(BaseException):
     """Past any `except Exception` or `except OSError` of the code that waits."""
 
@@ -83,34 +92,73 @@ def deadline():
     signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.parametrize("executor", [InProcess(), LocalPool(1), LocalPool(2), LocalPool(3)],
-                         ids=["in-process", "pool of 1", "pool of 2", "pool of 3"])
+LOCAL = [LocalPool, ForkPool]
+
+
+@pytest.mark.parametrize("executor", [InProcess(), *(kind(n) for kind in LOCAL for n in (1, 2, 3))],
+                         ids=["in-process", *(f"{kind.name} {n}" for kind in LOCAL for n in (1, 2, 3))])
 def test_results_come_back_in_unit_order(executor):
     assert executor.start(square_plus, UNITS, shared=SHARED).results() == EXPECTED
 
 
-@pytest.mark.parametrize("executor", [InProcess(), LocalPool(2)], ids=lambda e: e.name)
+@pytest.mark.parametrize("executor", [InProcess(), LocalPool(2), ForkPool(2)], ids=lambda e: e.name)
 def test_a_unit_that_raises_raises_in_the_caller_naming_it(executor):
     with pytest.raises(ValueError, match="four is not allowed") as caught:
         executor.start(raises_on_four, UNITS, shared=SHARED).results()
     assert "in unit 2 of 8 (4)" in caught.value.__notes__
 
 
-def test_a_worker_that_dies_costs_time_not_answers(tmp_path):
-    assert LocalPool(2).start(dies_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+@pytest.mark.parametrize("kind", LOCAL, ids=lambda k: k.name)
+def test_a_worker_that_dies_costs_time_not_answers(kind, tmp_path):
+    assert kind(2).start(dies_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
     assert (tmp_path / "3").exists(), "a worker did die on unit 3"
 
 
-def test_a_unit_that_kills_every_worker_is_computed_in_the_caller():
-    assert LocalPool(2).start(dies_every_time_in_a_worker, UNITS, shared=SHARED).results() == EXPECTED
+@pytest.mark.parametrize("kind", LOCAL, ids=lambda k: k.name)
+def test_a_unit_that_kills_every_worker_is_computed_in_the_caller(kind):
+    assert kind(2).start(dies_every_time_in_a_worker, UNITS, shared=SHARED).results() == EXPECTED
 
 
-def test_a_stopped_worker_costs_time_not_answers(tmp_path, deadline):
-    before = {p.pid for p in multiprocessing.active_children()}
-    assert LocalPool(2).start(stops_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
+def _children() -> set[int]:
+    """This process's child processes, whatever forked them (/proc: the pids whose parent is this one)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid():
+            out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.parametrize("kind", LOCAL, ids=lambda k: k.name)
+def test_a_stopped_worker_costs_time_not_answers(kind, tmp_path, deadline):
+    before = _children() | {p.pid for p in multiprocessing.active_children()}
+    assert kind(2).start(stops_on_three, UNITS, shared=(SHARED, tmp_path)).results() == EXPECTED
     assert (tmp_path / "3").exists(), "a worker did stop on unit 3"
-    left = {p.pid for p in multiprocessing.active_children()} - before
+    left = (_children() | {p.pid for p in multiprocessing.active_children()}) - before
     assert left == set(), "no stopped worker is left behind"
+
+
+def test_forked_workers_share_the_units_with_the_caller(tmp_path):
+    """Where the system forks, the caller computes too (from the end of the list) while the workers take units
+    from its front: every unit's process is recorded, each unit computed, and once (twice at most for the one
+    unit where the two meet, should both claim it at the same instant)."""
+    units = list(range(40))
+    got = ForkPool(1).start(records_pid, units, shared=tmp_path).results()
+    assert got == [u * 2 for u in units]
+    marks = sorted(tmp_path.iterdir())
+    by_unit = {int(m.name.split("-")[0]) for m in marks}
+    assert by_unit == set(units) and len(marks) <= len(units) + 1
+    pids = {m.name.split("-")[1] for m in marks}
+    assert str(os.getpid()) in pids and len(pids) == 2, "both the worker and the caller computed"
+    assert int(next(m for m in marks if m.name.startswith("0-")).name.split("-")[1]) != os.getpid()
+
+
+def test_more_units_than_the_queue_holds_are_all_computed():
+    units = list(range(300_000))  # 1.2 MB of indices: more than a pipe holds; the rest are the caller's
+    assert ForkPool(2).start(square_plus, units, shared=1).results() == [u * u + 1 for u in units]
 
 
 @pytest.mark.parametrize(("wanted", "resident_kb", "available_kb", "workers"), [
@@ -169,9 +217,9 @@ def test_a_stage_runs_here_when_no_worker_fits(monkeypatch):
     assert isinstance(run_module.current(parallel=True), InProcess)
     monkeypatch.setattr(room, "_kb", lambda path, field: 500_000 if field == "VmRSS:" else 8_000_000)
     executor = run_module.current(parallel=True)
-    assert isinstance(executor, LocalPool) and executor.workers == 3
+    assert isinstance(executor, ForkPool) and executor.workers == 3
     monkeypatch.setenv("KVPROBE_MEMORY_MB", "1024")  # 500 MB and a copy fit in 1 GiB; a second copy does not
     executor = run_module.current(parallel=True)
-    assert isinstance(executor, LocalPool) and executor.workers == 1
+    assert isinstance(executor, ForkPool) and executor.workers == 1
     monkeypatch.setenv("KVPROBE_MEMORY_MB", "900")
     assert isinstance(run_module.current(parallel=True), InProcess)

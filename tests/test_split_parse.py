@@ -156,7 +156,9 @@ def test_few_texts_are_counted_here_while_the_helper_still_loads(monkeypatch, tm
             [[seq_store.raw[b.cache_key] for b in s.request.blocks] for s in seq]
         [lent] = split_parse._lent
         text = " ".join(f"module{i} returned {i * 7} rows" for i in range(40_000))  # past any table's budget
-        assert lent.count(text, "cl100k_base") == tokens._encoding("cl100k_base").count(text)
+        short = "a moved span"
+        assert lent.count([text, short], "cl100k_base") == [tokens._encoding("cl100k_base").count(t)
+                                                            for t in (text, short)]
     finally:
         split_parse.end_counting()
 
@@ -416,7 +418,7 @@ def test_a_stopped_helper_is_named_not_waited_for(monkeypatch):
         with pytest.raises(RuntimeError, match=r"second process counting tokens ended .*it was stopped"):
             h.counts()
         assert time.monotonic() - started < 10
-        assert h.count(" hello", "cl100k_base") is None  # ended: the caller counts it itself
+        assert h.count([" hello"], "cl100k_base") is None  # ended: the caller counts it itself
     finally:
         h.close()
 

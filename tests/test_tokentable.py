@@ -212,3 +212,26 @@ def test_patterns_narrowed_to_each_texts_characters_count_what_the_tokenizer_cou
     wrong = [(t, table.count(t), ref.count(t)) for t in texts if table.count(t) != ref.count(t)]
     assert not wrong, wrong[:5]
     assert table._unicode is None  # (no text was split by the whole pattern)
+
+
+def test_texts_counted_elsewhere_travel_together(monkeypatch):
+    """`tokens.count_texts` where another process counts for this one (the report's helper, after the parse):
+    the long texts go in one round trip, the short ones are counted from the table here, and every count is
+    the tokenizer's; an answer of None (the helper ended) has this process count them itself."""
+    from kvprobe import tokens
+
+    monkeypatch.setattr(tokens, "_LOADED", set())
+    monkeypatch.setattr(tokens, "_spent", {})
+    trips: list[list[str]] = []
+
+    def elsewhere(texts: list[str], encoding: str) -> list[int]:
+        trips.append(list(texts))
+        return [reference(encoding).count(t) for t in texts]
+    monkeypatch.setattr(tokens, "_elsewhere", elsewhere)
+    long_a, long_b = "x = 1\n" * 400, "The quick brown fox. " * 100  # 2,400 and 2,100 characters
+    texts = [long_a, "short one", "", long_b, "don't stop"]
+    assert tokens.count_texts(texts, "cl100k_base") == [reference("cl100k_base").count(t) for t in texts]
+    assert trips == [[long_a, long_b]]
+    monkeypatch.setattr(tokens, "_elsewhere", lambda texts, encoding: None)
+    assert tokens.count_texts([long_a], "cl100k_base") == [reference("cl100k_base").count(long_a)]
+    assert tokens._elsewhere is None  # it is not asked again

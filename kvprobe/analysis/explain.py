@@ -9,7 +9,7 @@ from kvprobe.analysis.diagnosis import Diagnosis
 from kvprobe.changes import describe_change
 from kvprobe.request import RenderedRequest
 from kvprobe.sim.positions import cumulative_tokens
-from kvprobe.tokens import count_text
+from kvprobe.tokens import count_texts
 from kvprobe.wording import show
 
 if TYPE_CHECKING:
@@ -73,9 +73,9 @@ def _prefix_change(prev: "RequestResult", result: "RequestResult", reread: Rerea
     if full_a is not None and full_b is not None and i < len(full_b.blocks) and i < len(full_a.blocks):
         ta, tb = full_a.blocks[i], full_b.blocks[i]
         offset = len(os.path.commonprefix([ta.text, tb.text])) if ta.kind == tb.kind and ta.meta == tb.meta else 0
-        raw_all = count_text(tb.text)
+        raw_all, raw_head = count_texts([tb.text, tb.text[:offset]])  # (one round trip where counted elsewhere)
         if raw_all and i < len(b.blocks):
-            diag.token_position = before + round(b.blocks[i].tokens * count_text(tb.text[:offset]) / raw_all)
+            diag.token_position = before + round(b.blocks[i].tokens * raw_head / raw_all)
         diag.char_offset = offset
         diag.detail = describe_change(full_a.blocks, full_b.blocks, i, offset) + f" (since {prev.sk.id})"
     if _new_conversation(a, b, i):

@@ -9,6 +9,7 @@ this process.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,11 +29,16 @@ def current(parallel: bool) -> Executor:
     if chosen is not None:
         return chosen
     if parallel and usable_cpus() >= 2:
-        from kvprobe.run.pool import LocalPool
         from kvprobe.run.room import workers_with_room
 
         workers = workers_with_room(usable_cpus() - 1)  # the caller computes too
+        if workers and hasattr(os, "fork"):
+            from kvprobe.run.forks import ForkPool
+
+            return ForkPool(workers)
         if workers:
+            from kvprobe.run.pool import LocalPool
+
             return LocalPool(workers)
     return InProcess()
 

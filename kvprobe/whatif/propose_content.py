@@ -11,7 +11,7 @@ from kvprobe.analysis.skeleton import Skeleton
 from kvprobe.request.content import split_part
 from kvprobe.request.model import Block, IdentityParam, canonical_json, level_rank
 from kvprobe.request.paths import text_at as body_text_at
-from kvprobe.tokens import count_text
+from kvprobe.tokens import count_text, count_texts
 from kvprobe.trace import TraceRecord
 from kvprobe.whatif.edits import append_after_last_breakpoint, block_at, copy_record
 from kvprobe.whatif.policies import Evidence, Policy, Records, Skeletons, map_records, map_skeletons, origin
@@ -160,19 +160,19 @@ class _SpanMove:
             block = sk.request.blocks[v.index[sk.order]]  # type: ignore[union-attr]
             blocks.setdefault(block.body_hash, block)
         self.parts: dict[int, _Parts] = {}  # body hash -> its parts
-        for body in bodies:
-            split = template.split(v.texts[body])
-            if split is not None:
-                old = blocks[body]
-                # the stable part's content as the parse renders it: a tool's whole definition, a text part's text
-                # beside its other fields (the skeleton's block keeps neither)
-                if v.path.startswith("tools"):
-                    stable, meta = canonical_json({**v.fields[body], "description": split.stable}), ""
-                else:
-                    stable, meta = split.stable, split_part({**v.fields[body], "text": split.stable}, "text")[1]
-                self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, meta),
-                                          body_hash_of(split.moved, "text", "user"),
-                                          count_text(split.stable), count_text(split.moved))
+        splits = [(body, split) for body in bodies if (split := template.split(v.texts[body])) is not None]
+        # (counted together: one round trip to the process that counts, `tokens.count_texts`)
+        counts = count_texts([text for _, split in splits for text in (split.stable, split.moved)])
+        for k, (body, split) in enumerate(splits):
+            old = blocks[body]
+            # the stable part's content as the parse renders it: a tool's whole definition, a text part's text
+            # beside its other fields (the skeleton's block keeps neither)
+            if v.path.startswith("tools"):
+                stable, meta = canonical_json({**v.fields[body], "description": split.stable}), ""
+            else:
+                stable, meta = split.stable, split_part({**v.fields[body], "text": split.stable}, "text")[1]
+            self.parts[body] = _Parts(body_hash_of(stable, old.kind, old.role, meta),
+                                      body_hash_of(split.moved, "text", "user"), counts[2 * k], counts[2 * k + 1])
         self.chainer = Chainer()
         self.variant = ("span", v.path, id(self))
         self.templates: dict[tuple[str, bool], Block] = {}  # the moved part's block, by where it goes

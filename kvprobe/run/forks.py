@@ -1,0 +1,279 @@
+"""The local backend where the system forks: worker processes forked by `os.fork` when the map starts, each
+claiming units from the front of the list, the caller taking them from the back while it waits, answers back
+through one pipe per worker. The same contract as the standard pool (`pool.LocalPool`, which runs where there
+is no fork): results in unit order, a unit that raises raised in the caller, a worker that dies or stalls
+costing time, not answers.
+
+Why not the standard pool here: its workers are started, fed and read by two threads of this process, and
+while this process computes (the report diagnoses and prices the sets others start from while the pool prices
+the rest) every hand-off between those threads and the computing one waits for the interpreter's lock. On a
+315-request fleet the pool's one worker started its first unit 64 ms after the map began, and the what-if
+was no faster on two processes than on one; a forked worker starts computing in ~2 ms (docs/scale.md).
+
+How units are shared without a lock: every index is written to a pipe the workers read 4 bytes at a time (a
+read that small is atomic, so no two workers get one index), and a shared byte per unit says who claimed it
+(`_FREE`, `_WORKER`, `_CALLER`). The caller claims from the back; a worker skips a unit the caller claimed. Where
+both claim the same unit at the same instant, both compute it: the answers are the same (a unit is a pure
+function of its input), and the first one in is kept. Each worker's first unit is reserved for it before the
+fork, so a worker always has work.
+
+What travels back: per unit, its index, whether it returned, and its result or exception, pickled, each
+framed by its length. The caller reads without blocking (a worker stopped mid-message never blocks it); a
+worker that ends with units claimed and unanswered has died: those are computed here.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import select
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from kvprobe.forked import end_with_parent
+from kvprobe.run.base import Unit, named
+from kvprobe.run.stall import StallWatch
+
+POLL_S = 0.2  # how long the caller waits for an answer before it looks at the workers' state
+_FREE, _WORKER, _CALLER = 0, 1, 2
+_INDEX = 4  # bytes per unit index in the queue: an atomic pipe read (PIPE_BUF is at least 512)
+_LENGTH = 8  # bytes of each answer's length
+_CHUNK = 512  # bytes of indices written at once: POSIX's least PIPE_BUF, so each write is whole or refused
+_PIPE_BYTES = 1 << 20  # sized so that a worker rarely waits for the caller to read (Linux; 64 KB elsewhere)
+
+
+class ForkPool:
+    name = "forked workers"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+
+    def start(self, fn: Unit, units: Sequence[Any], shared: Any = None) -> _ForkRun:
+        return _ForkRun(self.workers, fn, units, shared)
+
+
+class _ForkRun:
+    def __init__(self, workers: int, fn: Unit, units: Sequence[Any], shared: Any) -> None:
+        self._fn, self._units, self._shared = fn, units, shared
+        n = len(units)
+        self._out: list[Any] = [None] * n
+        self._done = bytearray(n)  # 1 where a result is in `_out`
+        self._left = n
+        self._claims = mmap.mmap(-1, max(n, 1))  # anonymous and shared: the workers see the caller's claims
+        self._workers: dict[int, _Worker] = {}  # by pid, while it runs
+        self._failure: tuple[BaseException, int] | None = None
+        if n:
+            self._fork(min(workers, n))
+
+    def _fork(self, count: int) -> None:
+        read, write = os.pipe()
+        _size(write)
+        os.set_blocking(write, False)
+        queued = b"".join(k.to_bytes(_INDEX, "little") for k in range(count, len(self._units)))
+        for at in range(0, len(queued), _CHUNK):  # (the first `count` units are the workers' first ones)
+            try:
+                os.write(write, queued[at:at + _CHUNK])  # all of it or nothing: at most PIPE_BUF bytes
+            except BlockingIOError:  # more units than the pipe holds: the rest are the caller's, from the back
+                break
+        os.close(write)  # an empty queue then reads as its end
+        for k in range(count):
+            self._claims[k] = _WORKER
+            try:
+                worker = _Worker.fork(self, read, first=k)
+            except OSError:  # no process to spare: what is not claimed is computed here
+                self._claims[k] = _FREE
+                break
+            self._workers[worker.pid] = worker
+        os.close(read)
+
+    # -- in a worker -------------------------------------------------------------------------------------
+    def _serve(self, queue: int, answers: int, first: int) -> None:
+        """A worker's life: its first unit, then each one the queue gives it that the caller has not claimed."""
+        end_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # ^C ends the whole group: no traceback from each worker
+        self._answer(answers, first)
+        while len(got := os.read(queue, _INDEX)) == _INDEX:
+            i = int.from_bytes(got, "little")
+            if self._claims[i] == _FREE:
+                self._claims[i] = _WORKER
+                self._answer(answers, i)
+
+    def _answer(self, answers: int, i: int) -> None:
+        try:
+            answer: tuple[int, bool, Any] = (i, True, self._fn(self._shared, self._units[i]))
+        except Exception as exc:  # noqa: BLE001 - raised again in the caller
+            answer = (i, False, exc)
+        try:
+            data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - an answer that cannot travel: raised in the caller
+            data = pickle.dumps((i, False, RuntimeError(f"a worker's answer could not be sent: {exc}")))
+        view = memoryview(len(data).to_bytes(_LENGTH, "little") + data)
+        while view:
+            view = view[os.write(answers, view):]
+
+    # -- in the caller -----------------------------------------------------------------------------------
+    def results(self) -> list[Any]:
+        try:
+            watch = StallWatch()
+            back = len(self._units)
+            while self._left:
+                if self._read_answers(0):
+                    watch.progressed()
+                back = self._claim_from(back - 1)
+                if back >= 0:
+                    self._compute(back)
+                    watch.progressed()
+                    continue
+                if not self._workers:
+                    break
+                if self._read_answers(POLL_S):
+                    watch.progressed()
+                elif watch.stalled(list(self._workers)):
+                    self._stop_workers()  # their claimed units get no answer: computed below
+            for i in range(len(self._units)):  # claimed by a worker that ended without answering
+                if not self._done[i]:
+                    self._compute(i)
+        finally:
+            self.close()
+        return self._out
+
+    def _claim_from(self, i: int) -> int:
+        """The last unit at or before `i` nobody has claimed, now the caller's (-1: none)."""
+        claims = self._claims
+        while i >= 0 and claims[i] != _FREE:
+            i -= 1
+        if i >= 0:
+            claims[i] = _CALLER
+        return i
+
+    def _compute(self, i: int) -> None:
+        if self._done[i]:
+            return
+        try:
+            value = self._fn(self._shared, self._units[i])
+        except Exception as exc:
+            raise named(exc, i, self._units)
+        self._keep(i, value)
+
+    def _keep(self, i: int, value: Any) -> None:
+        if not self._done[i]:  # (both computed it: the answers are the same)
+            self._out[i], self._done[i] = value, 1
+            self._left -= 1
+
+    def _read_answers(self, timeout: float) -> bool:
+        """Take what the workers have sent (waiting up to `timeout` for anything); whether any answer came."""
+        if not self._workers:
+            return False
+        poller = select.poll()
+        for worker in self._workers.values():
+            poller.register(worker.answers, select.POLLIN)
+        came = False
+        by_fd = {w.answers: w for w in self._workers.values()}
+        for fd, _ in poller.poll(int(timeout * 1000)):
+            worker = by_fd[fd]
+            ended = worker.take()
+            for i, ok, value in worker.messages():
+                came = True
+                if not ok:
+                    raise named(value, i, self._units)
+                self._keep(i, value)
+            if ended:
+                self._end(worker)
+        return came
+
+    def _end(self, worker: _Worker) -> None:
+        del self._workers[worker.pid]
+        worker.reap()
+
+    def _stop_workers(self) -> None:
+        for worker in list(self._workers.values()):
+            worker.kill()
+            self._end(worker)
+
+    def close(self) -> None:
+        self._stop_workers()
+        if not self._claims.closed:
+            self._claims.close()
+
+
+class _Worker:
+    """A forked worker as the caller sees it: its pid and the read end of its answers, with what was read of
+    them not yet a whole answer."""
+
+    __slots__ = ("pid", "answers", "_buf")
+
+    def __init__(self, pid: int, answers: int) -> None:
+        self.pid, self.answers, self._buf = pid, answers, bytearray()
+
+    @staticmethod
+    def fork(run: _ForkRun, queue: int, first: int) -> _Worker:
+        read, write = os.pipe()
+        _size(write)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            raise
+        if pid == 0:  # the worker: never returns into the caller's code
+            code = 1
+            try:
+                os.close(read)
+                for other in run._workers.values():  # (its siblings' pipes are not its to hold open)
+                    os.close(other.answers)
+                run._serve(queue, write, first)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        os.set_blocking(read, False)
+        return _Worker(pid, read)
+
+    def take(self) -> bool:
+        """Read what the pipe holds now; True once the worker has closed it (ended)."""
+        while True:
+            try:
+                data = os.read(self.answers, _PIPE_BYTES)
+            except BlockingIOError:
+                return False
+            if not data:
+                return True
+            self._buf += data
+
+    def messages(self) -> list[tuple[int, bool, Any]]:
+        """The whole answers read so far (a partial one stays until the rest comes)."""
+        out, buf, at = [], self._buf, 0
+        while len(buf) - at >= _LENGTH:
+            size = int.from_bytes(buf[at:at + _LENGTH], "little")
+            if len(buf) - at - _LENGTH < size:
+                break
+            out.append(pickle.loads(buf[at + _LENGTH:at + _LENGTH + size]))
+            at += _LENGTH + size
+        del buf[:at]
+        return out
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def reap(self) -> None:
+        try:
+            os.close(self.answers)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped elsewhere
+            pass
+
+
+def _size(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or a lower limit: the system's size
+        pass
