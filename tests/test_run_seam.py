@@ -223,3 +223,43 @@ def test_a_stage_runs_here_when_no_worker_fits(monkeypatch):
     assert isinstance(executor, ForkPool) and executor.workers == 1
     monkeypatch.setenv("KVPROBE_MEMORY_MB", "900")
     assert isinstance(run_module.current(parallel=True), InProcess)
+
+
+WORKERS_LEFT = """
+import os, sys, time
+from kvprobe.run.forks import ForkPool
+
+def slow(shared, unit):
+    print(os.getpid(), flush=True)  # each worker's pid, as it takes a unit
+    time.sleep(0.5)
+    return unit
+
+run = ForkPool(2).start(slow, list(range(400)))  # 100 s of work: far past the wait below
+time.sleep(0.3)
+os._exit(0)  # the caller dies (killed, out of memory) with units left: nobody reads the workers' answers
+"""
+
+
+def test_workers_end_soon_after_their_caller_dies(tmp_path):
+    """A caller that dies mid-run leaves no worker computing for long: each ends on writing its next answer."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "caller.py"
+    script.write_text(WORKERS_LEFT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
+    pids = {int(p) for p in done.stdout.split()}
+    assert len(pids) == 2, done.stderr
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"

@@ -1,5 +1,6 @@
-"""The report on two cores: policy prices on the local pool (`kvprobe.run`) while this process diagnoses give
-the report one process computes alone, to the byte, and a worker that dies, fails or stops costs only time.
+"""The report on two cores: policy prices on the seam's forked workers (`kvprobe.run`) while this process
+diagnoses, and the fixed log's totals simulated there while this process builds the rest of the report, give
+the report one process computes alone, to the byte; a worker that dies, fails or stops costs only time.
 
 The fleet is test_fleet_policies' first (40 sessions, three breakers, hand figures there); the threshold that
 keeps small logs in one process is lowered so that this one forks.
@@ -71,16 +72,19 @@ def test_forked_stages_give_the_same_report(records, one_process, forks):
     assert all(_reaped(pid) for pid in forks)
 
 
-def test_a_worker_that_dies_changes_nothing(records, one_process, forks, monkeypatch):
+def test_a_worker_that_dies_changes_nothing(records, one_process, forks, monkeypatch, tmp_path):
     parent = os.getpid()
-    real_summarize = parallel.summarize
+    real_summary_of = parallel.summary_of
+    died = tmp_path / "died"
 
-    def dies_in_child(pricer, policies):
+    def dies_in_child(pricer, priced):
         if os.getpid() != parent:
-            os._exit(3)  # killed in the middle of its share: its sets are priced here
-        return real_summarize(pricer, policies)
-    monkeypatch.setattr(parallel, "summarize", dies_in_child)
+            died.touch()
+            os._exit(3)  # killed in the middle of its share: its policies are priced here
+        return real_summary_of(pricer, priced)
+    monkeypatch.setattr(parallel, "summary_of", dies_in_child)
     assert _report_json(records) == one_process
+    assert died.exists(), "a worker did die"
     assert len(forks) >= 1 and all(_reaped(pid) for pid in forks)
 
 
@@ -116,18 +120,46 @@ def deadline():
     signal.signal(signal.SIGALRM, previous)
 
 
-def test_a_stopped_child_costs_time_not_the_report(records, one_process, forks, monkeypatch, deadline):
+def test_a_stopped_child_costs_time_not_the_report(records, one_process, forks, monkeypatch, deadline, tmp_path):
     """SIGSTOP on the workers that price: the report completes, computed here, and equals the one-process one;
     no stopped process is left behind."""
     parent = os.getpid()
-    real_summarize = parallel.summarize
+    real_summary_of = parallel.summary_of
+    stopped_once = tmp_path / "stopped"
 
     def stops_in_child(real):
         def stopped(*args):
             if os.getpid() != parent:
+                stopped_once.touch()
                 os.kill(os.getpid(), signal.SIGSTOP)
             return real(*args)
         return stopped
-    monkeypatch.setattr(parallel, "summarize", stops_in_child(real_summarize))
+    monkeypatch.setattr(parallel, "summary_of", stops_in_child(real_summary_of))
     assert _report_json(records) == one_process
+    assert stopped_once.exists(), "a worker was stopped"
     assert len(forks) >= 1 and all(_reaped(pid) for pid in forks)
+
+
+def test_the_fixed_totals_are_simulated_beside_the_rest_of_the_report(records, one_process, forks, monkeypatch,
+                                                                      tmp_path):
+    """With fixes chosen, the log with all of them applied is simulated by a worker while this process builds
+    the rest of the report (attribution, bill, tasks): the report is the one-process one, to the byte; a worker
+    that dies there costs time (the totals are made here)."""
+    parent, made = os.getpid(), tmp_path / "made"
+    real = report_module._fixed_totals
+
+    def recorded(what_if):
+        (made / str(os.getpid())).touch()
+        return real(what_if)
+    made.mkdir()
+    monkeypatch.setattr(report_module, "_fixed_totals", recorded)
+    assert _report_json(records) == one_process
+    assert [int(p.name) for p in made.iterdir()] != [parent], "made by a worker"
+
+    def dies(what_if):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(what_if)
+    monkeypatch.setattr(report_module, "_fixed_totals", dies)
+    assert _report_json(records) == one_process
+    assert all(_reaped(pid) for pid in forks)

@@ -22,11 +22,13 @@ __all__ = ["Executor", "InProcess", "Pending", "connect", "current", "using"]
 _chosen: ContextVar[Executor | None] = ContextVar("kvprobe_executor", default=None)
 
 
-def current(parallel: bool) -> Executor:
+def current(parallel: bool, cluster: bool = True) -> Executor:
     """The executor a stage maps its units with. parallel: the stage's work is large enough that processes
-    pay for their start (a cluster set by `using` is used whatever the size: the caller asked for it)."""
+    pay for their start (a cluster set by `using` is used whatever the size: the caller asked for it).
+    cluster: False for a stage whose shared value is too large to send for what it computes: it runs on this
+    machine even where a cluster was chosen."""
     chosen = _chosen.get()
-    if chosen is not None:
+    if chosen is not None and (cluster or not getattr(chosen, "remote", False)):
         return chosen
     if parallel and usable_cpus() >= 2:
         from kvprobe.run.room import workers_with_room

@@ -31,6 +31,7 @@ class ClusterUnavailable(Exception):
 
 class DaskCluster:
     name = "dask cluster"
+    remote = True  # (its units' shared value travels: `current(cluster=False)` stages stay on this machine)
 
     def __init__(self, address: str) -> None:
         try:

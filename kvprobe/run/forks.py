@@ -31,7 +31,6 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from kvprobe.forked import end_with_parent
 from kvprobe.run.base import Unit, named
 from kvprobe.run.stall import StallWatch
 
@@ -90,7 +89,8 @@ class _ForkRun:
     # -- in a worker -------------------------------------------------------------------------------------
     def _serve(self, queue: int, answers: int, first: int) -> None:
         """A worker's life: its first unit, then each one the queue gives it that the caller has not claimed."""
-        end_with_parent()
+        # (no `forked.end_with_parent`: its ctypes import was ~11 ms of each worker's start; a worker whose
+        # caller died fails on writing its next answer, the pipe's reader gone, and ends there)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # ^C ends the whole group: no traceback from each worker
         self._answer(answers, first)
         while len(got := os.read(queue, _INDEX)) == _INDEX:

@@ -37,7 +37,7 @@ from kvprobe.trace import TraceRecord
 from kvprobe.usage import normalize_usage
 from kvprobe.analysis.texts import TextSource
 from kvprobe.whatif.domains import add_spans, domains_of
-from kvprobe.whatif.parallel import Summary, price_sets, summary_of
+from kvprobe.whatif.parallel import Summary, price_chains, price_sets
 from kvprobe.whatif.reshape import held_memos
 from kvprobe.whatif.policies import APPLY_ORDER, Evidence, Instance, Policy
 from kvprobe.whatif.propose_content import propose_params, propose_spans, propose_tools
@@ -359,6 +359,23 @@ class Pricer:
         sub = [sk for sk in sks if sk.session in reached] if len(reached) < len(self.base_sessions) else sks
         return self._priced(tally(self.replay(sub)), reached, edited, sks)
 
+    def price_chain(self, chain: list[Policy]) -> list[Priced]:
+        """The first policy priced alone (or on top of what it requires, `marginal`), and each next one, which
+        requires exactly the first, on top of it: in one streamed pass where it can be (`price_family`), else
+        from the first one's edited log, kept while the others are priced. What is kept is let go after."""
+        head, tops = chain[0], chain[1:]
+        try:
+            family = self.price_family([head], tops) if tops and not head.requires else None
+            if family is not None:
+                return [family[0], *family[1]]
+            first = self.marginal(head) if head.requires else self.price([head])
+            if tops:
+                self.kept[(id(head),)] = first
+            return [first, *(self.marginal(top) for top in tops)]
+        finally:
+            self.kept.clear()
+            self.reshaped.clear()
+
     def marginal(self, policy: Policy) -> Priced:
         """What a policy adds on top of the ones it requires (the baseline of its instances is theirs)."""
         key = tuple(id(p) for p in policy.requires)
@@ -410,42 +427,30 @@ class Pricer:
 
 def _price_each(pricer: Pricer, proposed: list[Policy], required: set[tuple[int, ...]],
                 beside: Callable[[], None] | None = None) -> dict[int, Summary]:
-    """Each policy priced alone (on top of the ones it requires). The ones others start from, and those on top
-    of them, are priced here; the rest go to the executor's workers when the log is large enough (`parallel`),
-    and `beside` (the caller's own work: the report's diagnoses) runs here meanwhile."""
-    independent = [p for p in proposed if not p.requires and (id(p),) not in required]
+    """Each policy priced alone (on top of the ones it requires), a chain at a time (`_chains`), on the executor's
+    workers when the log is large enough (`parallel`); `beside` (the caller's own work: the report's diagnoses)
+    runs here meanwhile, then this process takes chains from the end of the list."""
+    chains = _chains(proposed, required)
     summaries: dict[int, Summary] = {}
-
-    def here() -> None:  # this process's share while the workers price: sets others start from, and `beside`
-        for policy in proposed:
-            if id(policy) in summaries:
-                continue
-            if (id(policy),) in required:  # with the policies on top of it alone, in one pass where it can be
-                on_top = [p for p in proposed if len(p.requires) == 1 and p.requires[0] is policy
-                          and id(p) not in summaries]
-                family = pricer.price_family([policy], on_top) if on_top else None
-                if family is not None:
-                    under, tops = family
-                    summaries[id(policy)] = summary_of(pricer, under)
-                    pricer.kept[(id(policy),)] = under
-                    for top, priced in zip(on_top, tops):
-                        summaries[id(top)] = summary_of(pricer, priced)
-                    continue
-            if policy.requires or (id(policy),) in required:
-                p = pricer.price([policy]) if not policy.requires else pricer.marginal(policy)
-                summaries[id(policy)] = summary_of(pricer, p)
-                if (id(policy),) in required:
-                    pricer.kept[(id(policy),)] = p
-        pricer.kept.clear()  # every marginal price is made
-        # and with them every pricing that starts from a kept edited log: held while the other policies
-        # are priced, one was ~2 KB a request of a fleet (a subset `_choose` prices edits the log again)
-        pricer.keep_reshaped = set()
-        pricer.reshaped.clear()
-        if beside is not None:
-            beside()
-    for policy, s in zip(independent, price_sets(pricer, [[p] for p in independent], here)):
-        summaries[id(policy)] = s
+    for chain, got in zip(chains, price_chains(pricer, chains, beside)):
+        for policy, s in zip(chain, got):
+            summaries[id(policy)] = s
+    # every marginal price is made, and with them every pricing that starts from a kept edited log: held while
+    # other sets are priced, one was ~2 KB a request of a fleet (a subset `_choose` prices edits the log again)
+    pricer.keep_reshaped = set()
+    pricer.kept.clear()
+    pricer.reshaped.clear()
     return summaries
+
+
+def _chains(proposed: list[Policy], required: set[tuple[int, ...]]) -> list[list[Policy]]:
+    """The pricing units: each policy others require with those on top of it alone (its edited log made once
+    for them all: `Pricer.price_chain`), first, as the longest; then each other policy by itself."""
+    heads = [p for p in proposed if (id(p),) in required]
+    chains = [[head, *(p for p in proposed if len(p.requires) == 1 and p.requires[0] is head)] for head in heads]
+    chains.sort(key=len, reverse=True)  # (a stable sort: proposal order among equals)
+    taken = {id(p) for chain in chains for p in chain}
+    return chains + [[p] for p in proposed if id(p) not in taken]
 
 
 def _pays(p: Priced | Summary) -> bool:
