@@ -263,3 +263,90 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+class NeedsTwo(Exception):
+    """Pickles, but cannot be made again from what it pickles (its constructor wants two arguments)."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(what)
+        self.code = code
+
+
+class HoldsALock(Exception):
+    def __init__(self, what: str) -> None:
+        import threading
+
+        super().__init__(what)
+        self.lock = threading.Lock()  # cannot be pickled
+
+
+def raises_oddly(shared: type, unit: int) -> int:
+    if unit == 3:
+        raise NeedsTwo("unit three failed for a reason", 2) if shared is NeedsTwo else HoldsALock("the real reason")
+    return unit
+
+
+def unpicklable_on_three(shared: None, unit: int) -> object:
+    import threading
+
+    return threading.Lock() if unit == 3 and os.getpid() != PARENT else unit
+
+
+@pytest.mark.parametrize("kind", [NeedsTwo, HoldsALock])
+def test_an_exception_that_cannot_travel_is_raised_as_in_one_process(kind):
+    """A worker's exception that cannot be pickled, or made again from its pickle, is raised by the caller's own
+    run of the unit: its type and message, the unit named (not a TypeError from unpickling)."""
+    with pytest.raises(kind) as caught:
+        ForkPool(2).start(raises_oddly, UNITS, shared=kind).results()
+    assert "in unit 0 of 8 (3)" in caught.value.__notes__
+
+
+def test_a_result_that_cannot_travel_is_computed_in_the_caller():
+    got = ForkPool(2).start(unpicklable_on_three, UNITS).results()
+    assert got == UNITS  # unit 3 computed here, where it returns the unit
+
+
+def test_a_workers_exception_says_where_it_was_raised():
+    with pytest.raises(ValueError) as caught:
+        ForkPool(2).start(raises_on_four, [4, 1, 1, 1, 1, 1, 1, 1], shared=SHARED).results()
+    notes = "\n".join(caught.value.__notes__)
+    assert "in unit 0 of 8 (4)" in notes
+    assert "in a forked worker" in notes and "raises_on_four" in notes  # the worker's traceback, to the line
+
+
+def forks_a_sleeper_then_dies(shared: None, unit: int) -> int:
+    if unit == 3 and os.getpid() != PARENT:
+        if os.fork() == 0:  # a process of the unit's own, holding the worker's pipe open
+            import time
+
+            time.sleep(20)
+            os._exit(0)
+        os._exit(9)
+    return unit
+
+
+def test_a_worker_that_dies_while_its_pipe_stays_open_costs_no_wait():
+    """The worker's pipe is held open by a process it started: its end is seen by the worker's exit, not by the
+    pipe's (which would come after 20 s, or the stall window)."""
+    import time
+
+    start = time.monotonic()
+    assert ForkPool(2).start(forks_a_sleeper_then_dies, UNITS).results() == UNITS
+    assert time.monotonic() - start < 5
+
+
+def test_a_stage_kept_off_the_cluster_runs_in_this_process():
+    """`current(cluster=False)` where a cluster was chosen: this process (no fork beside the cluster client's
+    threads); every other stage still gets the cluster."""
+    import kvprobe.run as run_module
+
+    class Remote:
+        name, remote = "a cluster", True
+    cluster = Remote()
+    with run_module.using(cluster):
+        assert run_module.current(parallel=True) is cluster
+        assert isinstance(run_module.current(parallel=True, cluster=False), InProcess)
+    pool = ForkPool(1)
+    with run_module.using(pool):  # a local executor chosen is kept for either kind of stage
+        assert run_module.current(parallel=True, cluster=False) is pool

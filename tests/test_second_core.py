@@ -37,7 +37,17 @@ def records():
 
 @pytest.fixture(scope="module")
 def one_process(records) -> str:
-    return _report_json(records)
+    """The report one process makes alone (no fork at any size: the reference the forked runs must equal)."""
+    real_fork = os.fork
+
+    def no_fork() -> int:
+        raise AssertionError("the reference report forked")
+    os.fork = no_fork
+    saved, forked.MIN_REQUESTS = forked.MIN_REQUESTS, 10**9
+    try:
+        return _report_json(records)
+    finally:
+        os.fork, forked.MIN_REQUESTS = real_fork, saved
 
 
 @pytest.fixture
@@ -156,10 +166,14 @@ def test_the_fixed_totals_are_simulated_beside_the_rest_of_the_report(records, o
     assert _report_json(records) == one_process
     assert [int(p.name) for p in made.iterdir()] != [parent], "made by a worker"
 
+    died = tmp_path / "died"
+
     def dies(what_if):
         if os.getpid() != parent:
+            died.touch()
             os._exit(3)
         return real(what_if)
     monkeypatch.setattr(report_module, "_fixed_totals", dies)
     assert _report_json(records) == one_process
+    assert died.exists(), "the worker did die"
     assert all(_reaped(pid) for pid in forks)

@@ -25,11 +25,12 @@ _chosen: ContextVar[Executor | None] = ContextVar("kvprobe_executor", default=No
 def current(parallel: bool, cluster: bool = True) -> Executor:
     """The executor a stage maps its units with. parallel: the stage's work is large enough that processes
     pay for their start (a cluster set by `using` is used whatever the size: the caller asked for it).
-    cluster: False for a stage whose shared value is too large to send for what it computes: it runs on this
-    machine even where a cluster was chosen."""
+    cluster: False for a stage whose shared value is too large to send for what it computes: where a cluster
+    was chosen it runs in this process (not forked: the cluster's client runs threads here, and a fork of a
+    process with threads may deadlock in the child)."""
     chosen = _chosen.get()
-    if chosen is not None and (cluster or not getattr(chosen, "remote", False)):
-        return chosen
+    if chosen is not None:
+        return chosen if cluster or not getattr(chosen, "remote", False) else InProcess()
     if parallel and usable_cpus() >= 2:
         from kvprobe.run.room import workers_with_room
 

@@ -101,14 +101,17 @@ class _ForkRun:
 
     def _answer(self, answers: int, i: int) -> None:
         try:
-            answer: tuple[int, bool, Any] = (i, True, self._fn(self._shared, self._units[i]))
-        except Exception as exc:  # noqa: BLE001 - raised again in the caller
-            answer = (i, False, exc)
+            answer: tuple[bool, Any] = (True, self._fn(self._shared, self._units[i]))
+        except Exception as exc:  # noqa: BLE001 - raised again in the caller, where it happened said
+            import traceback
+
+            exc.add_note("in a forked worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
+            answer = (False, exc)
         try:
             data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - an answer that cannot travel: raised in the caller
-            data = pickle.dumps((i, False, RuntimeError(f"a worker's answer could not be sent: {exc}")))
-        view = memoryview(len(data).to_bytes(_LENGTH, "little") + data)
+        except Exception:  # noqa: BLE001 - an answer that cannot travel: the caller computes the unit itself
+            data = b""
+        view = memoryview(len(data).to_bytes(_LENGTH, "little") + i.to_bytes(_INDEX, "little") + data)
         while view:
             view = view[os.write(answers, view):]
 
@@ -173,12 +176,22 @@ class _ForkRun:
         for fd, _ in poller.poll(int(timeout * 1000)):
             worker = by_fd[fd]
             ended = worker.take()
-            for i, ok, value in worker.messages():
+            for i, answer in worker.messages():
                 came = True
-                if not ok:
-                    raise named(value, i, self._units)
-                self._keep(i, value)
+                if answer is None:  # sent or read back it could not be: computed here, as in one process
+                    self._compute(i)
+                    continue
+                if not answer[0]:
+                    raise named(answer[1], i, self._units)
+                self._keep(i, answer[1])
             if ended:
+                self._end(worker)
+        if not came:  # a worker that has ended while its pipe stays open (a process it started holds it)
+            for worker in [w for w in self._workers.values() if w.exited()]:
+                worker.take()
+                for i, answer in worker.messages():
+                    if answer is not None and answer[0]:
+                        self._keep(i, answer[1])
                 self._end(worker)
         return came
 
@@ -241,17 +254,31 @@ class _Worker:
                 return True
             self._buf += data
 
-    def messages(self) -> list[tuple[int, bool, Any]]:
-        """The whole answers read so far (a partial one stays until the rest comes)."""
-        out, buf, at = [], self._buf, 0
-        while len(buf) - at >= _LENGTH:
+    def messages(self) -> list[tuple[int, tuple[bool, Any] | None]]:
+        """The whole answers read so far, each (unit, (returned, value)), or (unit, None) for one that could
+        not be sent or read back (a partial one stays until the rest comes)."""
+        out: list[tuple[int, tuple[bool, Any] | None]] = []
+        buf, at, head = self._buf, 0, _LENGTH + _INDEX
+        while len(buf) - at >= head:
             size = int.from_bytes(buf[at:at + _LENGTH], "little")
-            if len(buf) - at - _LENGTH < size:
+            if len(buf) - at - head < size:
                 break
-            out.append(pickle.loads(buf[at + _LENGTH:at + _LENGTH + size]))
-            at += _LENGTH + size
+            i = int.from_bytes(buf[at + _LENGTH:at + head], "little")
+            try:
+                answer = pickle.loads(buf[at + head:at + head + size]) if size else None
+            except Exception:  # noqa: BLE001 - pickled, but its type cannot be made again from it
+                answer = None
+            out.append((i, answer))
+            at += head + size
         del buf[:at]
         return out
+
+    def exited(self) -> bool:
+        """Whether the process has ended (it is then reaped by `reap`, its status kept by the system till then)."""
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except (ChildProcessError, AttributeError):  # reaped elsewhere; no waitid (not POSIX)
+            return False
 
     def kill(self) -> None:
         try:
