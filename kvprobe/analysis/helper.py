@@ -9,6 +9,7 @@ helper imports what it needs after the fork, on its own core.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 from collections.abc import Callable, Iterable
@@ -278,10 +279,36 @@ class Helper:
             if self._proc.is_alive():
                 self._proc.kill()
         self._proc.join()
+        self._release()
+
+    def dismiss(self) -> None:
+        """End a helper whose work is all done, without waiting for its end (`close` waited ~13 ms at the end
+        of a 315-request fleet's report, polling while the process went): killed (it holds nothing to save),
+        and reaped by the next `reap_dismissed`, at the latest when this process exits."""
+        self._proc.kill()
+        _dismissed.append(self._proc)
+        self._release()
+
+    def _release(self) -> None:
         self._conn.close()
         if self._scratch is not None:
             os.close(self._scratch)
             self._scratch = None
+
+
+_dismissed: list[Any] = []  # helpers killed and not reaped yet (`Helper.dismiss`)
+
+
+def reap_dismissed(wait: bool = False) -> None:
+    """Reap the dismissed helpers that have ended (all of them, waiting, with `wait`)."""
+    for proc in list(_dismissed):
+        if wait:
+            proc.join()
+        if wait or not proc.is_alive():  # (is_alive reaps one that has ended)
+            _dismissed.remove(proc)
+
+
+atexit.register(reap_dismissed, True)  # (a process that leaves by os._exit leaves them to the system)
 
 
 class _SharedInt:

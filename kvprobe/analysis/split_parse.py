@@ -25,7 +25,7 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from kvprobe.analysis.helper import Helper, min_split_bytes, take
+from kvprobe.analysis.helper import Helper, min_split_bytes, reap_dismissed, take
 from kvprobe.analysis.skeleton import READABLE_EPSILON, BlockStore, Skeleton, skeletons
 from kvprobe.analysis.split_piece import Piece, leading_flags, parse_range
 from kvprobe.errors import InputError
@@ -161,10 +161,12 @@ def _lend(helper: Helper) -> None:
 
 
 def end_counting() -> None:
-    """End the helper that counts texts for this process after a parse (called when the report is built)."""
+    """End the helper that counts texts for this process after a parse (called when the report is built): its
+    work is done, so it is not waited for (`Helper.dismiss`)."""
     count_elsewhere(None)
+    reap_dismissed()
     while _lent:
-        _lent.pop().close()
+        _lent.pop().dismiss()
 
 
 class _TextsToCount:
