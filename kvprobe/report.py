@@ -516,14 +516,13 @@ def _with_fixed_totals(what_if: Any, rest: Callable[[], Report], requests: int) 
     if isinstance(executor, run.InProcess):
         fixed = _fixed_totals(what_if)
         return rest(), fixed
-    made: list[Report] = []
     pending = executor.start(_fixed_unit, [0], shared=what_if)
     try:
-        made.append(rest())
+        rep = rest()
         [fixed] = pending.results()
     finally:
         pending.close()
-    return made[0], fixed
+    return rep, fixed
 
 
 def _add_fixes(rep: Report, what_if: Any, fixed: dict | None) -> None:

@@ -83,6 +83,10 @@ def count_from_table(text: str, meta: str, encoding: str) -> int | None:
 
 
 def count_text(text: str, encoding: str = ESTIMATE_ENCODING) -> int:
+    if not text:
+        return 0
+    if encoding in _LOADED:  # (every new block of a parse that loaded its tokenizer: no list made per text)
+        return _encoding(encoding).count(text)
     return count_texts([text], encoding)[0]
 
 

@@ -171,29 +171,30 @@ class _ForkRun:
         poller = select.poll()
         for worker in self._workers.values():
             poller.register(worker.answers, select.POLLIN)
-        came = False
         by_fd = {w.answers: w for w in self._workers.values()}
+        came = False
         for fd, _ in poller.poll(int(timeout * 1000)):
-            worker = by_fd[fd]
-            ended = worker.take()
-            for i, answer in worker.messages():
-                came = True
-                if answer is None:  # sent or read back it could not be: computed here, as in one process
-                    self._compute(i)
-                    continue
-                if not answer[0]:
-                    raise named(answer[1], i, self._units)
-                self._keep(i, answer[1])
-            if ended:
-                self._end(worker)
+            came = self._drain(by_fd[fd], ended=False) or came
         if not came:  # a worker that has ended while its pipe stays open (a process it started holds it)
             for worker in [w for w in self._workers.values() if w.exited()]:
-                worker.take()
-                for i, answer in worker.messages():
-                    if answer is not None and answer[0]:
-                        self._keep(i, answer[1])
-                self._end(worker)
+                came = self._drain(worker, ended=True) or came
         return came
+
+    def _drain(self, worker: _Worker, ended: bool) -> bool:
+        """Take the worker's answers read so far (ending it once its pipe, or the worker, has ended); whether
+        any came."""
+        ended = worker.take() or ended
+        messages = worker.messages()
+        for i, answer in messages:
+            if answer is None:  # sent or read back it could not be: computed here, as in one process
+                self._compute(i)
+            elif not answer[0]:
+                raise named(answer[1], i, self._units)
+            else:
+                self._keep(i, answer[1])
+        if ended:
+            self._end(worker)
+        return bool(messages)
 
     def _end(self, worker: _Worker) -> None:
         del self._workers[worker.pid]
