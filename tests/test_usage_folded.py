@@ -89,29 +89,38 @@ def test_a_child_s_sum_is_what_one_process_adds_up(cli, tmp_path, monkeypatch, a
     assert {r["day"]: r["requests"] for r in one["by_day"]} == {"2026-09-07": 3, "2026-09-08": 2}
     for workers in ("2", "3"):
         assert _usage(cli, folder, workers) == one, workers
-    # the child's sum stood in for its rows, unless one of them was a request of this process's run
-    assert bool(taken) is not across
-    if not across:
-        assert {Path(s.path).name for f in taken for s in f.stats} >= {"s2.jsonl", "s3.jsonl"}
+    # each unit's sum stood in for its rows, unless one of them was a request of an earlier unit: s1 is a
+    # unit alone (the larger part of the bytes), whose request 2 s2 repeats when `across`
+    summed = {Path(s.path).name for f in taken for s in f.stats}
+    assert "s1.jsonl" in summed
+    assert ({"s2.jsonl", "s3.jsonl"} <= summed) is not across
+    assert "s2.jsonl" not in summed or not across
 
 
-def test_the_runs_split_with_this_process_reading_more():
-    """Where children sum their rows, the first run (this process's) is FOLDING_FIRST times each other's."""
+def test_the_units_are_contiguous_runs_of_about_equal_size():
+    """A parallel read's units: runs of files in order, of about equal bytes; as many as UNITS_PER_PROCESS
+    per process where there are files enough, none under UNIT_BYTES where the files allow."""
     files = [(Path(f"/nonexistent/{k}"), "claude_code") for k in range(10)]
+    sizes = {f"/nonexistent/{k}": size for k, size in enumerate([100, 100, 100, 100, 100, 300, 50, 50, 50, 50])}
 
     class Sized:
         def __init__(self, size: int) -> None:
             self.st_size = size
 
-    def runs(first: float) -> list[int]:
-        original = Path.stat
-        try:
-            Path.stat = lambda self, **kw: Sized(100)  # type: ignore[method-assign]
-            return [len(r) for r in loading._batches(files, 2, first)]
-        finally:
-            Path.stat = original  # type: ignore[method-assign]
-    assert runs(1.0) == [5, 5]
-    assert runs(1.5) == [6, 4]  # 1,000 bytes as 1.5 : 1, the first run taking files until it holds 600
+    original = Path.stat
+    try:
+        Path.stat = lambda self, **kw: Sized(sizes[str(self)])  # type: ignore[method-assign]
+        # 1,000 bytes in 4 runs: each takes files until it holds 250 (the 300-byte file is a run alone)
+        assert [[int(Path(p).name) for p, _ in run] for run in loading._batches(files, 4)] == \
+            [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+        assert [len(r) for r in loading._batches(files, 2)] == [5, 5]
+        assert loading._unit_count(files, 2) == 2  # 1,000 bytes: under UNIT_BYTES a unit, one per process
+        sizes.update((name, 10 * loading.UNIT_BYTES) for name in sizes)
+        assert loading._unit_count(files, 2) == 10  # one unit a file: no unit of half a file
+        sizes.update((name, 10 * loading.UNIT_BYTES) for name in sizes)
+        assert loading._unit_count(files * 10, 2) == 2 * loading.UNITS_PER_PROCESS
+    finally:
+        Path.stat = original  # type: ignore[method-assign]
 
 
 def test_a_child_s_own_duplicates_are_counted_as_when_its_rows_travel(tmp_path):

@@ -66,6 +66,41 @@ def test_a_second_run_reads_no_unchanged_file_and_answers_the_same(cache, tmp_pa
     assert report.kept == 0 and unkept == first
 
 
+def _usage_on(folder: Path, workers: int) -> tuple[dict, ImportReport]:
+    report = ImportReport()
+    summary = collect([str(folder)], report, fmt=None, price_file=None, workers=workers, zone=zone_of("UTC"),
+                      since=None, until=None, keep_rows=True)
+    return {**summary.to_json(), "import": report.to_json()}, report
+
+
+def test_read_on_two_processes_the_rows_are_kept_as_one_pack_and_kept_files_meet_those_read_again(
+        cache, tmp_path, monkeypatch):
+    """The files are read in units by a forked worker and this process; the rows the worker read travel back
+    with its answer and the run keeps them all in one pack. Touched later, two of them are read again on two
+    processes (what the cache lacks, `_read_missing`) and meet the one kept: the answer stays the one-process
+    answer (3 requests; b's copy of req_a2 a duplicate)."""
+    from kvprobe.importers import loading
+
+    folder = _folder(tmp_path)
+    c = ClaudeTranscript("c")
+    c.turn(900, "req_c1", read=3_000, write=0, fresh=40, output=8)
+    c.write(folder / "-home-me-shop" / "c.jsonl")
+    alone, _ = _usage(folder, keep=False)
+    assert alone["totals"]["requests"] == 4 and alone["totals"]["fresh_input_tokens"] == 10 + 20 + 30 + 40
+    first, report = _usage_on(folder, workers=2)
+    assert report.kept == 0 and first == alone
+    assert len(list(cache.rglob("*.pack"))) == 1
+    again, report = _usage_on(folder, workers=2)
+    assert report.kept == 3 and again == alone  # every file's rows kept, the worker's included
+    for name in ("b.jsonl", "c.jsonl"):
+        os.utime(folder / "-home-me-shop" / name, ns=(10**18, 10**18))
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES_REDUCED", 0)  # (these few bytes read on two processes)
+    touched, report = _usage_on(folder, workers=2)
+    assert report.kept == 1 and touched == alone
+    last, report = _usage_on(folder, workers=2)
+    assert report.kept == 3 and last == alone
+
+
 def test_a_file_that_grew_is_read_again_and_the_others_are_not(cache, tmp_path):
     folder = _folder(tmp_path)
     _usage(folder)

@@ -28,7 +28,8 @@ IMPORTERS: dict[str, ModuleType] = {m.NAME: m for m in (har, claude_code, codex,
                                                          openhands, vibe, otel, litellm, kimi_cli, copilot_cli)}
 FORMATS = ("kvprobe", *IMPORTERS)
 _SUFFIXES = (".jsonl", ".json", ".har", ".ndjson")
-_WHOLE_FORMATS = (har.NAME, opencode.NAME, cline.NAME, openhands.NAME)  # read as one document whatever their first line looks like
+# read as one document whatever their first line looks like
+_WHOLE_FORMATS = (har.NAME, opencode.NAME, cline.NAME, openhands.NAME)
 # a broken whole-file document is given to its importer only where that importer counts it as a skip (an
 # OpenCode message file cut short); a broken HAR is said by _broken_har; any other is "no known format"
 _COUNTS_BROKEN = (opencode.NAME, gemini_cli.NAME, claude_code.NAME, cline.NAME, openhands.NAME)
@@ -38,7 +39,8 @@ _HISTORY_OPTIONAL = (claude_code.NAME, codex.NAME)
 FORMAT_NAMES = {"har": "a HAR recording", "claude_code": "a Claude Code transcript", "codex": "a Codex rollout",
                 "gemini_cli": "a Gemini CLI session", "qwen_code": "a Qwen Code session",
                 "opencode": "an OpenCode session", "cline": "a Cline task log",
-                "openhands": "an OpenHands conversation", "vibe": "a Mistral Vibe session", "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
+                "openhands": "an OpenHands conversation", "vibe": "a Mistral Vibe session",
+                "otel": "OpenTelemetry spans", "litellm": "a LiteLLM log",
                 "kimi_cli": "a Kimi CLI session", "copilot_cli": "a Copilot CLI OpenTelemetry export"}
 
 
@@ -195,32 +197,43 @@ def _valid_usage(records: Iterator[TraceRecord], stats: SourceStats) -> Iterator
 
 
 class Folded:
-    """A child's run summed where it was read (`load_any`'s `fold`), with what taking the sum in the place of its
-    rows needs: the ids of the rows summed (a duplicate of an earlier run's row makes the parent read `rows`
-    instead), its provisional rows (settled once every file is read), and each file's stats and duplicates
-    within the run. `rows` is the run as `_read_batch` returns it, pickled: unpickled only when needed."""
+    """A unit's rows summed where they were read (`load_any`'s `fold`), with what taking the sum in the place
+    of its rows needs: the ids of the rows summed (a duplicate of an earlier unit's row makes the caller meet
+    the rows instead), its provisional rows (settled once every file is read), and each file's stats and
+    duplicates within the unit. `rows` is the unit as `_read_batch` returns it: pickled when the sum travels
+    from a worker (unpickled only when needed, `batch`), as it is where this process read the unit."""
 
     __slots__ = ("partial", "ids", "provisional", "stats", "duplicates", "rows")
 
     def __init__(self, partial: Any, ids: list[str], provisional: list[tuple[int, Any]], stats: list[SourceStats],
-                 duplicates: list[int], rows: bytes) -> None:
+                 duplicates: list[int], rows: Any) -> None:
         self.partial, self.ids, self.provisional = partial, ids, provisional
         self.stats, self.duplicates, self.rows = stats, duplicates, rows
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        import pickle
+
+        rows = self.rows if isinstance(self.rows, bytes) else pickle.dumps(self.rows, pickle.HIGHEST_PROTOCOL)
+        return Folded, (self.partial, self.ids, self.provisional, self.stats, self.duplicates, rows)
+
+    def batch(self) -> list[tuple[SourceStats, list[Any], type | None]]:
+        import pickle
+
+        return pickle.loads(self.rows) if isinstance(self.rows, bytes) else self.rows
+
 
 def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any],
-                history: bool, fold: Callable[[], Any], cache: RowCache | None = None) -> Folded:
-    """`_read_batch` in a child, its rows summed here (`fold`): the parent, which reads a run of its own
-    meanwhile and finishes later, then adds one sum instead of each row (203 MB of Claude Code logs: ~24 ms)."""
-    import pickle
-
+                history: bool, fold: Callable[[], Any], cache: RowCache | None = None,
+                progress: Progress | None = None) -> Folded:
+    """`_read_batch`, its rows summed here (`fold`): the caller, which meets every unit's rows in file order,
+    then adds one sum instead of each row (203 MB of Claude Code logs: ~24 ms)."""
     out = []
     sums, seen = fold(), set()
     ids: list[str] = []
     provisional: list[tuple[int, Any]] = []
     duplicates: list[int] = []
     kept: list[Any] = []
-    for k, (stats, rows) in enumerate(_read_rows(batch, strict, reduce, history, cache)):
+    for k, (stats, rows) in enumerate(_read_rows(batch, strict, reduce, history, cache, progress)):
         out.append(_travelling(stats, rows))
         twice = 0
         for row in rows:
@@ -236,36 +249,31 @@ def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[Tr
             kept.append(row)
         duplicates.append(twice)
     sums.add(kept)
-    if cache is not None:
-        cache.flush(parent=False)
-    return Folded(sums.partial(), ids, provisional, [stats for stats, _, _ in out], duplicates,
-                  pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
+    return Folded(sums.partial(), ids, provisional, [stats for stats, _, _ in out], duplicates, out)
 
 
 def _read_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None = None,
-                history: bool = True, cache: RowCache | None = None
+                history: bool = True, cache: RowCache | None = None, progress: Progress | None = None
                 ) -> list[tuple[SourceStats, list[Any], type | None]]:
     """Worker side of a parallel load: every file of one batch, with its own stats; each record passed
     through `reduce` here, when given (what travels back is then only what the caller needs). Named tuples
     travel as plain tuples with their class beside them: pickle rebuilds a named tuple through a Python-level
     `__new__`, which made unpickling 100k of them ~4x slower than plain tuples in the parent."""
-    out = [_travelling(stats, rows) for stats, rows in _read_rows(batch, strict, reduce, history, cache)]
-    if cache is not None:
-        cache.flush(parent=False)
-    return out
+    return [_travelling(stats, rows) for stats, rows in _read_rows(batch, strict, reduce, history, cache, progress)]
 
 
 def _read_rows(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[TraceRecord], Any] | None,
-               history: bool, cache: RowCache | None = None) -> Iterator[tuple[SourceStats, list[Any]]]:
+               history: bool, cache: RowCache | None = None, progress: Progress | None = None
+               ) -> Iterator[tuple[SourceStats, list[Any]]]:
     """Each file of a batch with its stats and its records (through `reduce`, when given); with `cache`, each
     file it keeps is read alone and kept (`_kept_rows`)."""
     seen: set[str] = set()
     for name, kind in batch:
         if cache is not None:
-            yield _kept_rows(Path(name), kind, strict, reduce, history, cache, None, seen)
+            yield _kept_rows(Path(name), kind, strict, reduce, history, cache, progress, seen)
             continue
         stats = SourceStats(name, kind)
-        yield stats, list(_rows_of(Path(name), kind, stats, seen, None, strict, history, reduce))
+        yield stats, list(_rows_of(Path(name), kind, stats, seen, progress, strict, history, reduce))
 
 
 def _kept_rows(path: Path, kind: str, strict: bool, reduce: Callable[[TraceRecord], Any] | None, history: bool,
@@ -373,17 +381,16 @@ def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
     return har.NAME
 
 
-def _batches(files: list[tuple[Path, str]], parts: int, first: float = 1.0) -> list[list[tuple[str, str]]]:
-    """Contiguous runs of files of about equal size (order kept, so output order is stable); the first run,
-    this process's, `first` times the size of each other."""
+def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:
+    """Contiguous runs of files of about equal size (order kept, so output order is stable)."""
     sizes = [log_bytes(p) for p, _ in files]
-    target = max(sum(sizes) / (parts - 1 + first), 1)
+    target = max(sum(sizes) / parts, 1)
     batches: list[list[tuple[str, str]]] = [[]]
-    filled, wanted = 0.0, target * first
+    filled = 0.0
     for (path, kind), size in zip(files, sizes):
-        if filled >= wanted and batches[-1]:
+        if filled >= target and batches[-1]:
             batches.append([])
-            filled, wanted = 0.0, target
+            filled = 0.0
         batches[-1].append((str(path), kind))
         filled += size
     return batches
@@ -453,59 +460,78 @@ def _dedupe(stats: SourceStats, records: Iterable[Any], seen: set[str]) -> Itera
         yield stats, record
 
 
+class _Reading:
+    """What every unit of a parallel read shares (`_read_unit`): how to read, and this process's id, so that
+    only the units this process reads itself report progress as they go (a worker's bytes are counted when its
+    answers come back)."""
+
+    __slots__ = ("strict", "reduce", "history", "fold", "cache", "progress", "pid")
+
+    def __init__(self, strict: bool, reduce: Callable[[TraceRecord], Any] | None, history: bool,
+                 fold: Callable[[], Any] | None, cache: RowCache | None, progress: Progress | None) -> None:
+        self.strict, self.reduce, self.history, self.fold, self.cache = strict, reduce, history, fold, cache
+        self.progress, self.pid = progress, os.getpid()
+
+
+def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[bool, Any, dict[Any, Any] | None]:
+    """One unit of a parallel read: (read by this process, its files' rows or, with `fold`, their sum, the
+    cache entries a worker made of them). A worker's entries travel to this process, which writes every
+    entry of the run as one pack (`_keep_entries`): a pack a unit would be dozens a run."""
+    here = os.getpid() == job.pid
+    progress = job.progress if here else None
+    if job.fold is not None and job.reduce is not None:
+        result = _fold_batch(batch, job.strict, job.reduce, job.history, job.fold, job.cache, progress)
+    else:
+        result = _read_batch(batch, job.strict, job.reduce, job.history, job.cache, progress)
+    entries = None
+    if job.cache is not None and not here:
+        entries, job.cache.fresh = job.cache.fresh, {}
+    return here, result, entries
+
+
+def _keep_entries(cache: RowCache | None, entries: dict[Any, Any] | None) -> None:
+    if cache is not None and entries:
+        cache.fresh.update(entries)
+
+
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
                    strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
                    fold: Callable[[], Any] | None = None, cache: RowCache | None = None
                    ) -> Iterator[tuple[SourceStats | None, Any]]:
-    """The files in `workers` runs of about equal size, in order: a forked child reads each run after the first
-    in one go while this process reads the first (`forked.Forked`; a standard process pool did the same work
-    16-26 ms later on a 203 MB folder, its imports and start, and no sooner on 1 GB). A child that dies costs
-    time, not answers: its run is read here."""
-    from kvprobe.forked import ChildLost, Forked
+    """The files in contiguous units of about equal size (`_unit_count`), read by `workers - 1` forked workers
+    taking units from the front while this process takes them from the back (`run.forks.ForkPool`), then met
+    in file order. Whichever process reads faster reads more: a fixed share each (this process's run, and a
+    child's) left one waiting ~0.1 s of 0.9 s for the other on a 202 MB folder. A worker that dies or stalls
+    costs time, not answers: its units are read here."""
+    from kvprobe.run.forks import ForkPool
 
-    runs = _batches(files, workers, FOLDING_FIRST if fold and reduce else 1.0) if hasattr(os, "fork") else \
-        [[(str(p), kind) for p, kind in files]]
-    children: list[tuple[list[tuple[str, str]], Forked | None]] = []
+    units = _batches(files, _unit_count(files, workers))
+    pending = ForkPool(workers - 1).start(_read_unit, units, _Reading(strict, reduce, history, fold, cache,
+                                                                      progress))
     try:
-        for run in runs[1:]:
-            try:
-                children.append((run, Forked(_fold_batch, run, strict, reduce, history, fold, cache)
-                                 if fold and reduce else Forked(_read_batch, run, strict, reduce, history, cache)))
-            except OSError:  # no process to spare: read here, after this process's own run
-                children.append((run, None))
-        seen: set[str] = set()
-        own_seen: set[str] = set()  # (the children are at work from here on)
-        for name, kind in runs[0]:
-            if cache is not None:
-                stats, rows = _kept_rows(Path(name), kind, strict, reduce, history, cache, progress, own_seen)
-                report.sources.append(stats)
-                yield from _dedupe(stats, rows, seen)
+        answers = pending.results()
+    finally:
+        pending.close()
+    seen: set[str] = set()
+    for here, result, entries in answers:
+        _keep_entries(cache, entries)
+        if isinstance(result, Folded):
+            if not any(i in seen for i in result.ids):  # no row of an earlier unit again: the sum stands
+                yield from _take_folded(result, report, seen, None if here else progress)
                 continue
-            stats = SourceStats(name, kind)
+            result = result.batch()  # (the rows, read one by one as without `fold`)
+        for stats, records, row_class in result:
             report.sources.append(stats)
-            yield from _dedupe(stats, _rows_of(Path(name), kind, stats, own_seen, progress, strict, history, reduce),
-                               seen)
-        for run, child in children:
-            try:
-                result = child.result() if child is not None else _read_batch(run, strict, reduce, history, cache)
-            except ChildLost:
-                result = _read_batch(run, strict, reduce, history, cache)
-            if isinstance(result, Folded):
-                if not any(i in seen for i in result.ids):  # no row of an earlier run again: the sum stands
-                    yield from _take_folded(result, report, seen, progress)
-                    continue
-                import pickle
+            yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
+            if progress is not None and not here:
+                progress(log_bytes(Path(stats.path)))
 
-                result = pickle.loads(result.rows)  # (the rows, read one by one as without `fold`)
-            for stats, records, row_class in result:
-                report.sources.append(stats)
-                yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
-                if progress is not None:
-                    progress(log_bytes(Path(stats.path)))
-    finally:  # an error here (or the caller stopping early) leaves no child behind
-        for _, child in children:
-            if child is not None:
-                child.close()
+
+def _unit_count(files: list[tuple[Path, str]], workers: int) -> int:
+    """Units for a parallel read: enough that the processes end close together (UNITS_PER_PROCESS each), none
+    under UNIT_BYTES where the files allow (each unit is one sum, or one message, to meet)."""
+    total = sum(log_bytes(path) for path, _ in files)
+    return max(workers, min(len(files), UNITS_PER_PROCESS * workers, total // UNIT_BYTES))
 
 
 def _take_folded(folded: Folded, report: ImportReport, seen: set[str], progress: Progress | None
@@ -564,7 +590,7 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     kept = _kept(files, cache) if cache is not None else None
     if kept:  # rows kept from an earlier run: the other files read, then all met in file order
         settled = _settle(_load_kept(files, kept, workers, report, progress, strict_traces, reduce, history, cache))
-    elif workers > 1 and len(files) > 1:
+    elif workers > 1 and len(files) > 1 and hasattr(os, "fork"):
         settled = _settle(_load_parallel(files, workers, report, progress, strict_traces, reduce, history, fold,
                                          cache))
     elif kept is not None:  # (nothing kept yet: each file read here, and kept)
@@ -613,42 +639,33 @@ def _load_kept(files: list[tuple[Path, str]], kept: dict[int, tuple[SourceStats,
 def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bool,
                   reduce: Callable[[TraceRecord], Any] | None, history: bool, cache: RowCache,
                   progress: Progress | None) -> dict[int, tuple[SourceStats, list[Any]]]:
-    """The files the cache lacks, read ahead where they are enough bytes for several processes (children read
-    a run each while this process reads the first): {place in the files: (stats, rows)}. Those left out
-    (fewer bytes, a child lost) are read by `_load_kept` in file order."""
+    """The files the cache lacks, read ahead in units (`_load_parallel`'s) where they are enough bytes for
+    several processes: {place in the files: (stats, rows)}. Those left out (fewer bytes) are read by
+    `_load_kept` in file order."""
     if workers < 2 or len(missing) < 2 or not hasattr(os, "fork"):
         return {}
     workers = min(workers, _auto_workers([path for _, path, _ in missing], reduced=True))
     if workers < 2:
         return {}
-    from kvprobe.forked import ChildLost, Forked
+    from kvprobe.run.forks import ForkPool
 
     places = {str(path): at for at, path, _ in missing}
-    runs = _batches([(path, kind) for _, path, kind in missing], workers)
-    children = []
-    read: dict[int, tuple[SourceStats, list[Any]]] = {}
-    own_seen: set[str] = set()
+    files = [(path, kind) for _, path, kind in missing]
+    units = _batches(files, _unit_count(files, workers))
+    pending = ForkPool(workers - 1).start(_read_unit, units, _Reading(strict, reduce, history, None, cache,
+                                                                      progress))
     try:
-        for run in runs[1:]:
-            try:
-                children.append(Forked(_read_batch, run, strict, reduce, history, cache))
-            except OSError:
-                pass  # (read in file order by `_load_kept`)
-        for name, kind in runs[0]:
-            read[places[name]] = _kept_rows(Path(name), kind, strict, reduce, history, cache, progress, own_seen)
-        for child in children:
-            try:
-                result = child.result()
-            except ChildLost:
-                continue  # (read by `_load_kept`)
-            for stats, rows, row_class in result:
-                read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))
-                if progress is not None:
-                    progress(log_bytes(Path(stats.path)))
-        return read
+        answers = pending.results()
     finally:
-        for child in children:
-            child.close()
+        pending.close()
+    read: dict[int, tuple[SourceStats, list[Any]]] = {}
+    for here, result, entries in answers:
+        _keep_entries(cache, entries)
+        for stats, rows, row_class in result:
+            read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))
+            if progress is not None and not here:
+                progress(log_bytes(Path(stats.path)))
+    return read
 
 
 def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progress: Progress | None,
@@ -673,9 +690,11 @@ def _load_sequential(files: list[tuple[Path, str]], report: ImportReport, progre
 # records (`import`: bodies, rebuilt histories) from 64 MB; a `reduce`'s small rows (`usage`) from 12 MB (Claude
 # Code folders, 12 interleaved runs each, one process / two: 5 MB 0.067 / 0.072 s, 10 MB 0.079 / 0.078 s,
 # 14 MB 0.087 / 0.085 s, 21 MB 0.102 / 0.089 s)
-# Where children sum their rows (`fold`), this process sums only theirs, once: it reads a larger run than each
-# child, which sums and packs its rows after reading them
-FOLDING_FIRST = 1.08
+# A parallel read's units (`_unit_count`): per process, so that the last ones to end end close together (a unit
+# of a 202 MB folder read on two processes, ~6 MB, takes ~35 ms); at least this many bytes each, where the
+# files allow: each unit is a sum or a message to meet
+UNITS_PER_PROCESS = 16
+UNIT_BYTES = 2 << 20
 PARALLEL_MIN_BYTES = 64 << 20
 PARALLEL_MIN_BYTES_REDUCED = 12 << 20
 
