@@ -156,6 +156,36 @@ def test_forked_workers_share_the_units_with_the_caller(tmp_path):
     assert int(next(m for m in marks if m.name.startswith("0-")).name.split("-")[1]) != os.getpid()
 
 
+def large_answer(shared: float, unit: int) -> tuple[int, float, bytes]:
+    """Who computed the unit and when, and 3 MB (more than a pipe holds); the caller's units take `shared` s."""
+    if os.getpid() == PARENT:
+        import time
+
+        time.sleep(shared)
+    return os.getpid(), time_now(), bytes([unit]) * (3 << 20)
+
+
+def time_now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def test_a_worker_keeps_computing_while_its_answers_wait_for_the_caller():
+    """Answers larger than the pipe: the worker keeps them and goes on to its next unit instead of waiting
+    for the caller, which reads its pipe only between the units it computes itself (here one slow unit)."""
+    import time
+
+    units = list(range(6))
+    began = time.monotonic()
+    got = ForkPool(1).start(large_answer, units, shared=2.0).results()
+    assert [answer[2][:1] for answer in got] == [bytes([u]) for u in units]
+    assert all(len(answer[2]) == 3 << 20 for answer in got)
+    # the caller took the last unit; the worker computed the others during its 2 s, not one per 2 s
+    workers = [computed for pid, computed, _ in got if pid != PARENT]
+    assert len(workers) >= 4 and all(computed < began + 2.0 for computed in workers)
+
+
 def test_more_units_than_the_queue_holds_are_all_computed():
     units = list(range(300_000))  # 1.2 MB of indices: more than a pipe holds; the rest are the caller's
     assert ForkPool(2).start(square_plus, units, shared=1).results() == [u * u + 1 for u in units]

@@ -28,6 +28,7 @@ import os
 import pickle
 import select
 import signal
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,14 +93,18 @@ class _ForkRun:
         # (no `forked.end_with_parent`: its ctypes import was ~11 ms of each worker's start; a worker whose
         # caller died fails on writing its next answer, the pipe's reader gone, and ends there)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # ^C ends the whole group: no traceback from each worker
-        self._answer(answers, first)
+        out = _Outbox(answers)
+        out.send(self._answer(first))
         while len(got := os.read(queue, _INDEX)) == _INDEX:
             i = int.from_bytes(got, "little")
             if self._claims[i] == _FREE:
                 self._claims[i] = _WORKER
-                self._answer(answers, i)
+                out.send(self._answer(i))
+        out.flush(wait=True)
 
-    def _answer(self, answers: int, i: int) -> None:
+    def _answer(self, i: int) -> bytes:
+        """Unit `i`'s answer as it travels: its length, its index, and whether it returned with what it
+        returned or raised, pickled (nothing where that cannot be pickled: the caller computes it itself)."""
         try:
             answer: tuple[bool, Any] = (True, self._fn(self._shared, self._units[i]))
         except Exception as exc:  # noqa: BLE001 - raised again in the caller, where it happened said
@@ -111,9 +116,7 @@ class _ForkRun:
             data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an answer that cannot travel: the caller computes the unit itself
             data = b""
-        view = memoryview(len(data).to_bytes(_LENGTH, "little") + i.to_bytes(_INDEX, "little") + data)
-        while view:
-            view = view[os.write(answers, view):]
+        return len(data).to_bytes(_LENGTH, "little") + i.to_bytes(_INDEX, "little") + data
 
     # -- in the caller -----------------------------------------------------------------------------------
     def results(self) -> list[Any]:
@@ -209,6 +212,38 @@ class _ForkRun:
         self._stop_workers()
         if not self._claims.closed:
             self._claims.close()
+
+
+class _Outbox:
+    """A worker's answers on their way: written as far as the pipe takes them without waiting, the rest kept
+    here while the worker computes its next unit. The caller reads its pipe only between the units it
+    computes itself: a worker that waited for it to make room (answers larger than the pipe, whole records
+    of an `import`) sat idle for most of each of the caller's units."""
+
+    __slots__ = ("fd", "parts")
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd, self.parts = fd, deque[memoryview]()
+
+    def send(self, data: bytes) -> None:
+        self.parts.append(memoryview(data))
+        self.flush(wait=False)
+
+    def flush(self, wait: bool) -> None:
+        """Write what the pipe takes now; `wait`: all of it, waiting for the caller to read."""
+        if wait:
+            os.set_blocking(self.fd, True)
+        parts = self.parts
+        while parts:
+            try:
+                n = os.write(self.fd, parts[0])
+            except BlockingIOError:
+                return
+            if n == len(parts[0]):
+                parts.popleft()
+            else:
+                parts[0] = parts[0][n:]
 
 
 class _Worker:
