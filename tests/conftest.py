@@ -18,10 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 _OWN_CACHE = pytest.StashKey[str]()  # the cache folder this run made (none when the caller named one)
 
 
+_RUN_CACHE = "KVPROBE_TEST_RUN_CACHE"  # the folder a run made, as its xdist workers inherit it
+
+
 def pytest_configure(config):
-    # the price-dataset cache (kvprobe.pricing) goes to a folder of this run, not the user's ~/.cache
-    if "KVPROBE_CACHE_DIR" not in os.environ:
+    # the price-dataset cache (kvprobe.pricing) goes to a folder of this run, not the user's ~/.cache; each
+    # xdist worker gets one of its own (what one test keeps or counts there is not another's at that instant)
+    inherited = os.environ.get("KVPROBE_CACHE_DIR")
+    if inherited is None or (inherited == os.environ.get(_RUN_CACHE) and os.environ.get("PYTEST_XDIST_WORKER")):
         config.stash[_OWN_CACHE] = os.environ["KVPROBE_CACHE_DIR"] = tempfile.mkdtemp(prefix="kvprobe-test-cache-")
+        if inherited is None:
+            os.environ[_RUN_CACHE] = os.environ["KVPROBE_CACHE_DIR"]
 
 
 def pytest_unconfigure(config):
@@ -35,6 +42,8 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
         if os.environ.get("KVPROBE_CACHE_DIR") == folder:
             del os.environ["KVPROBE_CACHE_DIR"]
+        if os.environ.get(_RUN_CACHE) == folder:
+            del os.environ[_RUN_CACHE]
 
 
 @pytest.fixture

@@ -84,7 +84,11 @@ def test_the_usage_table_off_a_terminal_loads_neither_typer_nor_rich_and_is_the_
 
     from kvprobe.cli import build_app
 
+    from kvprobe.cli import console
+
     monkeypatch.setenv("COLUMNS", columns)
+    for made in (console.out, console.err):  # (a console made while COLUMNS was set keeps that width, and
+        monkeypatch.setattr(made, "_width", int(columns))  # pytest's readline sets it in an xdist worker)
     monkeypatch.setenv("KVPROBE_CACHE_DIR", str(tmp_path / "full"))
     full = CliRunner().invoke(build_app(), ["usage", *map(str, args), "--no-cache"])
     assert full.exit_code == 0, full.output
