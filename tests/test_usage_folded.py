@@ -146,3 +146,25 @@ def test_a_child_s_own_duplicates_are_counted_as_when_its_rows_travel(tmp_path):
     s3 = next(s for s in summed_report["sources"] if s["path"].endswith("s3.jsonl"))
     assert (s3["records"], s3["duplicates"]) == (1, 1)
     assert (summed, summed_report) == read(fold=False)
+
+
+@pytest.mark.parametrize("fold", [True, False], ids=["sums", "rows"])
+def test_every_byte_read_in_parallel_is_said_to_the_progress_once(tmp_path, fold):
+    """The bar of a parallel read reaches the folder's size, not more: a unit this process reads says its bytes
+    as it reads them, a worker's when its answer arrives (each file once, whichever process read it)."""
+    from kvprobe.importers import ImportReport, load_any
+    from kvprobe.importers.summary import UsageSums, summarize, usage_row
+    from kvprobe.pricing import PriceBook
+
+    folder = _logs(tmp_path, across=False)
+    for k in range(8):  # more files: several units for each process
+        _write(folder / "-home-me-web" / f"t{k}.jsonl",
+               [_assistant(f"2026-09-09T0{k}:00:02.000Z", f"t{k}", "u0", 10 + k, *R[1])])
+    total = sum(p.stat().st_size for p in folder.rglob("*.jsonl"))
+    said: list[int] = []
+    book = PriceBook()
+    rows = load_any([folder], report=ImportReport(), workers=3, reduce=usage_row, history=False,
+                    progress=said.append, fold=(lambda: UsageSums(book)) if fold else None)
+    totals = summarize(rows, book=book).to_json()["totals"]
+    assert totals["requests"] == 5 + 8
+    assert sum(said) == total

@@ -473,9 +473,9 @@ class _Reading:
         self.progress, self.pid = progress, os.getpid()
 
 
-def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[bool, Any, dict[Any, Any] | None]:
-    """One unit of a parallel read: (read by this process, its files' rows or, with `fold`, their sum, the
-    cache entries a worker made of them). A worker's entries travel to this process, which writes every
+def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[Any, dict[Any, Any] | None]:
+    """One unit of a parallel read: (its files' rows or, with `fold`, their sum; the cache entries a worker
+    made of them). A worker's entries travel to this process, which writes every
     entry of the run as one pack (`_keep_entries`): a pack a unit would be dozens a run."""
     here = os.getpid() == job.pid
     progress = job.progress if here else None
@@ -486,7 +486,7 @@ def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[bool, Any, 
     entries = None
     if job.cache is not None and not here:
         entries, job.cache.fresh = job.cache.fresh, {}
-    return here, result, entries
+    return result, entries
 
 
 def _keep_entries(cache: RowCache | None, entries: dict[Any, Any] | None) -> None:
@@ -503,28 +503,35 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     in file order. Whichever process reads faster reads more: a fixed share each (this process's run, and a
     child's) left one waiting ~0.1 s of 0.9 s for the other on a 202 MB folder. A worker that dies or stalls
     costs time, not answers: its units are read here."""
-    from kvprobe.run.forks import ForkPool
-
     units = _batches(files, _unit_count(files, workers))
-    pending = ForkPool(workers - 1).start(_read_unit, units, _Reading(strict, reduce, history, fold, cache,
-                                                                      progress))
-    try:
-        answers = pending.results()
-    finally:
-        pending.close()
+    answers = _units_read(units, workers, _Reading(strict, reduce, history, fold, cache, progress), progress)
     seen: set[str] = set()
-    for here, result, entries in answers:
+    for result, entries in answers:
         _keep_entries(cache, entries)
         if isinstance(result, Folded):
             if not any(i in seen for i in result.ids):  # no row of an earlier unit again: the sum stands
-                yield from _take_folded(result, report, seen, None if here else progress)
+                yield from _take_folded(result, report, seen)
                 continue
             result = result.batch()  # (the rows, read one by one as without `fold`)
         for stats, records, row_class in result:
             report.sources.append(stats)
             yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
-            if progress is not None and not here:
-                progress(log_bytes(Path(stats.path)))
+
+
+def _units_read(units: list[list[tuple[str, str]]], workers: int, job: _Reading, progress: Progress | None
+                ) -> list[tuple[Any, dict[Any, Any] | None]]:
+    """Every unit's answer (`_read_unit`), by `workers - 1` forked workers and this process. The progress of a
+    unit this process reads is said as it reads; a worker's, as its answer arrives."""
+    from kvprobe.run.forks import ForkPool
+
+    def arrived(i: int, _: Any) -> None:
+        if progress is not None:
+            progress(sum(log_bytes(Path(name)) for name, _ in units[i]))
+    pending = ForkPool(workers - 1).start(_read_unit, units, job, arrived=arrived)
+    try:
+        return pending.results()
+    finally:
+        pending.close()
 
 
 def _unit_count(files: list[tuple[Path, str]], workers: int) -> int:
@@ -534,15 +541,12 @@ def _unit_count(files: list[tuple[Path, str]], workers: int) -> int:
     return max(workers, min(len(files), UNITS_PER_PROCESS * workers, total // UNIT_BYTES))
 
 
-def _take_folded(folded: Folded, report: ImportReport, seen: set[str], progress: Progress | None
-                 ) -> Iterator[tuple[SourceStats | None, Any]]:
-    """A child's sum in the place of its rows, counted as `_dedupe` would have counted them one by one."""
+def _take_folded(folded: Folded, report: ImportReport, seen: set[str]) -> Iterator[tuple[SourceStats | None, Any]]:
+    """A unit's sum in the place of its rows, counted as `_dedupe` would have counted them one by one."""
     for stats, twice in zip(folded.stats, folded.duplicates):
         stats.duplicates += twice
         stats.records -= twice
         report.sources.append(stats)
-        if progress is not None:
-            progress(log_bytes(Path(stats.path)))
     seen.update(folded.ids)
     for k, row in folded.provisional:
         yield folded.stats[k], row
@@ -647,24 +651,15 @@ def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bo
     workers = min(workers, _auto_workers([path for _, path, _ in missing], reduced=True))
     if workers < 2:
         return {}
-    from kvprobe.run.forks import ForkPool
-
     places = {str(path): at for at, path, _ in missing}
     files = [(path, kind) for _, path, kind in missing]
     units = _batches(files, _unit_count(files, workers))
-    pending = ForkPool(workers - 1).start(_read_unit, units, _Reading(strict, reduce, history, None, cache,
-                                                                      progress))
-    try:
-        answers = pending.results()
-    finally:
-        pending.close()
+    answers = _units_read(units, workers, _Reading(strict, reduce, history, None, cache, progress), progress)
     read: dict[int, tuple[SourceStats, list[Any]]] = {}
-    for here, result, entries in answers:
+    for result, entries in answers:
         _keep_entries(cache, entries)
         for stats, rows, row_class in result:
             read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))
-            if progress is not None and not here:
-                progress(log_bytes(Path(stats.path)))
     return read
 
 

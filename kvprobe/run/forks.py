@@ -29,7 +29,7 @@ import pickle
 import select
 import signal
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvprobe.run.base import Unit, named
@@ -49,13 +49,17 @@ class ForkPool:
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
 
-    def start(self, fn: Unit, units: Sequence[Any], shared: Any = None) -> _ForkRun:
-        return _ForkRun(self.workers, fn, units, shared)
+    def start(self, fn: Unit, units: Sequence[Any], shared: Any = None,
+              arrived: Callable[[int, Any], None] | None = None) -> _ForkRun:
+        """`arrived(unit, result)`, where given, is called in the caller as each worker's result is taken (a
+        stage's progress: the caller's own units can say theirs as they are computed)."""
+        return _ForkRun(self.workers, fn, units, shared, arrived)
 
 
 class _ForkRun:
-    def __init__(self, workers: int, fn: Unit, units: Sequence[Any], shared: Any) -> None:
-        self._fn, self._units, self._shared = fn, units, shared
+    def __init__(self, workers: int, fn: Unit, units: Sequence[Any], shared: Any,
+                 arrived: Callable[[int, Any], None] | None = None) -> None:
+        self._fn, self._units, self._shared, self._arrived = fn, units, shared, arrived
         n = len(units)
         self._out: list[Any] = [None] * n
         self._done = bytearray(n)  # 1 where a result is in `_out`
@@ -194,7 +198,10 @@ class _ForkRun:
             elif not answer[0]:
                 raise named(answer[1], i, self._units)
             else:
+                kept = not self._done[i]
                 self._keep(i, answer[1])
+                if kept and self._arrived is not None:
+                    self._arrived(i, answer[1])
         if ended:
             self._end(worker)
         return bool(messages)
