@@ -337,6 +337,23 @@ def test_an_error_in_the_other_process_s_files_is_raised_here_naming_its_file_an
     assert info.value.file == str(logs / "d.jsonl") and info.value.line == 3
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
+def test_the_first_bad_file_in_file_order_is_named_however_many_processes_read(tmp_path, workers):
+    """Two bad files, the first in file order read by a worker and the later by this process (or the other
+    way round): the error names the first one, as one process reading them in order does."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    good = '{"kvprobe": 1, "id": "%s", "response": {"usage": {"input_tokens": 5}}}\n'
+    for k in range(1, 9):
+        lines = [good % f"t{k}-{i}" for i in range(9)]
+        if k in (1, 6):
+            lines[4 if k == 1 else 6] = '{"kvprobe": 1, "id": 7}\n'  # t1.jsonl line 5, t6.jsonl line 7
+        (logs / f"t{k}.jsonl").write_text("".join(lines))
+    with pytest.raises(InputError) as info:
+        _load(logs, strict_traces=True, workers=workers)
+    assert (Path(info.value.file).name, info.value.line) == ("t1.jsonl", 5)
+
+
 def test_a_child_that_dies_costs_time_not_answers(tmp_path, monkeypatch):
     """A child killed mid-read (out of memory, a signal) leaves its files to this process: the same records
     and counts as one process reading them all."""

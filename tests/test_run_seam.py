@@ -260,7 +260,8 @@ import os, sys, time
 from kvprobe.run.forks import ForkPool
 
 def slow(shared, unit):
-    print(os.getpid(), flush=True)  # each worker's pid, as it takes a unit
+    os.write(1, f"{os.getpid()}\\n".encode())  # each worker's pid, as it takes a unit (one write: two workers'
+    # lines do not interleave, as print's may where PYTHONUNBUFFERED writes the pid and the newline apart)
     time.sleep(0.5)
     return unit
 

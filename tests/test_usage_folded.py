@@ -110,10 +110,17 @@ def test_the_units_are_contiguous_runs_of_about_equal_size():
     original = Path.stat
     try:
         Path.stat = lambda self, **kw: Sized(sizes[str(self)])  # type: ignore[method-assign]
-        # 1,000 bytes in 4 runs: each takes files until it holds 250 (the 300-byte file is a run alone)
+        # 1,000 bytes in 4 parts of 250: each file goes where its middle byte is (50, 150 | 250, 350, 450 |
+        # 650 | 825, 875, 925, 975)
         assert [[int(Path(p).name) for p, _ in run] for run in loading._batches(files, 4)] == \
-            [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+            [[0, 1], [2, 3, 4], [5], [6, 7, 8, 9]]
         assert [len(r) for r in loading._batches(files, 2)] == [5, 5]
+        # a file larger than a part is a run alone, the small files before it not taken along: 1,009 bytes in
+        # parts of 252.25, the small ones' middles at 0.5-3.5 (part 0), the large one's at 504 (part 1), the
+        # ones after it from 1,004.5 (part 3)
+        sizes.update({f"/nonexistent/{k}": 1 for k in range(10)}, **{"/nonexistent/4": 1_000})
+        assert [[int(Path(p).name) for p, _ in run] for run in loading._batches(files, 4)] == \
+            [[0, 1, 2, 3], [4], [5, 6, 7, 8, 9]]
         assert loading._unit_count(files, 2) == 2  # 1,000 bytes: under UNIT_BYTES a unit, one per process
         sizes.update((name, 10 * loading.UNIT_BYTES) for name in sizes)
         assert loading._unit_count(files, 2) == 10  # one unit a file: no unit of half a file

@@ -382,17 +382,20 @@ def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
 
 
 def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:
-    """Contiguous runs of files of about equal size (order kept, so output order is stable)."""
+    """Contiguous runs of files of about equal size (order kept, so output order is stable): each file goes to
+    the part its middle byte falls in, so a file larger than a part is a run of its own instead of taking the
+    small files before it along (up to `parts` runs, fewer where a file spans several)."""
     sizes = [log_bytes(p) for p, _ in files]
     target = max(sum(sizes) / parts, 1)
-    batches: list[list[tuple[str, str]]] = [[]]
-    filled = 0.0
+    batches: list[list[tuple[str, str]]] = []
+    at, last = 0, -1
     for (path, kind), size in zip(files, sizes):
-        if filled >= target and batches[-1]:
+        part = min(int((at + size / 2) // target), parts - 1)
+        if part != last:
             batches.append([])
-            filled = 0.0
+            last = part
         batches[-1].append((str(path), kind))
-        filled += size
+        at += size
     return batches
 
 
@@ -402,7 +405,7 @@ def _settle(pairs: Iterator[tuple[SourceStats, TraceRecord]]) -> Iterator[TraceR
     seen: set[str] = set()
     held: dict[str, tuple[SourceStats, TraceRecord]] = {}
     for stats, record in pairs:
-        if record.__class__ is Folded:  # a child's sum: its rows are known, none provisional
+        if record.__class__ is Folded:  # a unit's sum: its rows are known, none provisional
             seen.update(record.ids)
             yield record.partial
             continue
@@ -474,15 +477,24 @@ class _Reading:
 
 
 def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[Any, dict[Any, Any] | None]:
-    """One unit of a parallel read: (its files' rows or, with `fold`, their sum; the cache entries a worker
-    made of them). A worker's entries travel to this process, which writes every
-    entry of the run as one pack (`_keep_entries`): a pack a unit would be dozens a run."""
+    """One unit of a parallel read: (its files' rows or, with `fold`, their sum, or the exception reading them
+    raised; the cache entries a worker made of them). An exception is raised where the units meet, in file
+    order (`_raised`): the first bad file is the one named, as in one process, whichever unit failed first.
+    A worker's entries travel to this process, which writes every entry of the run as one pack
+    (`_keep_entries`): a pack a unit would be dozens a run."""
     here = os.getpid() == job.pid
     progress = job.progress if here else None
-    if job.fold is not None and job.reduce is not None:
-        result = _fold_batch(batch, job.strict, job.reduce, job.history, job.fold, job.cache, progress)
-    else:
-        result = _read_batch(batch, job.strict, job.reduce, job.history, job.cache, progress)
+    try:
+        if job.fold is not None and job.reduce is not None:
+            result = _fold_batch(batch, job.strict, job.reduce, job.history, job.fold, job.cache, progress)
+        else:
+            result = _read_batch(batch, job.strict, job.reduce, job.history, job.cache, progress)
+    except Exception as exc:  # noqa: BLE001 - raised where the units meet (`_raised`)
+        if not here:
+            import traceback
+
+            exc.add_note("in a forked worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
+        result = exc
     entries = None
     if job.cache is not None and not here:
         entries, job.cache.fresh = job.cache.fresh, {}
@@ -494,19 +506,26 @@ def _keep_entries(cache: RowCache | None, entries: dict[Any, Any] | None) -> Non
         cache.fresh.update(entries)
 
 
+def _raised(result: Any) -> None:
+    """What reading a unit raised, raised here (in file order, as the units meet)."""
+    if isinstance(result, BaseException):
+        raise result
+
+
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
                    strict: bool, reduce: Callable[[TraceRecord], Any] | None = None, history: bool = True,
                    fold: Callable[[], Any] | None = None, cache: RowCache | None = None
                    ) -> Iterator[tuple[SourceStats | None, Any]]:
     """The files in contiguous units of about equal size (`_unit_count`), read by `workers - 1` forked workers
     taking units from the front while this process takes them from the back (`run.forks.ForkPool`), then met
-    in file order. Whichever process reads faster reads more: a fixed share each (this process's run, and a
-    child's) left one waiting ~0.1 s of 0.9 s for the other on a 202 MB folder. A worker that dies or stalls
-    costs time, not answers: its units are read here."""
+    in file order. Whichever process reads faster reads more: a fixed share each (this process's run and a
+    forked child's, before) left one waiting ~0.1 s of 0.9 s for the other on a 202 MB folder. A worker that
+    dies or stalls costs time, not answers: its units are read here."""
     units = _batches(files, _unit_count(files, workers))
     answers = _units_read(units, workers, _Reading(strict, reduce, history, fold, cache, progress), progress)
     seen: set[str] = set()
     for result, entries in answers:
+        _raised(result)
         _keep_entries(cache, entries)
         if isinstance(result, Folded):
             if not any(i in seen for i in result.ids):  # no row of an earlier unit again: the sum stands
@@ -568,8 +587,8 @@ def load_any(paths: str | Path | Iterable[str | Path], *, fmt: str | None = None
     from 12 MB with a `reduce`. `reduce` (a module-level function, with `id` and `via` on what it returns)
     maps each record where it is read: the caller gets its results instead of records. `fold` (with `reduce`,
     where files are read in several processes): `fold()` is an empty sum (`.add(rows)`, `.partial()`) that each
-    child adds its rows to; the caller gets the child's `partial()` in the place of its rows, unless one of them
-    is a request an earlier run read too (then the rows, as without `fold`). `history=False`
+    unit of files adds its rows to; the caller gets the unit's `partial()` in the place of its rows, unless one
+    of them is a request an earlier unit read too (then the rows, as without `fold`). `history=False`
     leaves out each request's rebuilt message list and the events before it (`extra["history"]` and
     `extra["events"]`, Claude Code's): faster where only usage is read. `cache` (with `reduce`: the rows it
     makes): each file's rows kept between runs (`importers.row_cache`), a file unchanged since not read again.
@@ -657,6 +676,7 @@ def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bo
     answers = _units_read(units, workers, _Reading(strict, reduce, history, None, cache, progress), progress)
     read: dict[int, tuple[SourceStats, list[Any]]] = {}
     for result, entries in answers:
+        _raised(result)
         _keep_entries(cache, entries)
         for stats, rows, row_class in result:
             read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))

@@ -59,9 +59,10 @@ def enabled() -> bool:
 
 class RowCache:
     """The entries kept for one set of roots (the paths `usage` was given) by one code version: `get` a file's
-    kept rows, `put` those just read, `flush` them. Entries travel in packs, one written by each process
-    that read files (a run writes one or two files, not one a log); a pack's entries replace older ones, and
-    from `PACKS` packs on the parent writes what this run used as one pack and removes those it read.
+    kept rows, `put` those just read, `flush` them. Entries travel in packs, one written by each run that
+    read files (the entries its forked workers made travel back to it: one file a run, not one a log); a
+    pack's entries replace older ones, and from `PACKS` packs a run writes what it used as one pack and removes
+    those it read.
     `row_class`: the named tuple the rows are (what `load_any`'s `reduce` makes)."""
 
     __slots__ = ("folder", "row_class", "kept", "packs", "fresh", "used")
@@ -109,16 +110,15 @@ class RowCache:
                        for k, v in ((k, getattr(stats, k)) for k in _STATS[2:]))
         self.fresh[(str(path), kind)] = (stamp, counts, [tuple(r) for r in rows])
 
-    def flush(self, parent: bool = True) -> None:
-        """Write the entries this process read as a pack; in the parent, once packs pile up, what this run
-        used as one pack in the place of those it read (entries of files no longer given are let go)."""
+    def flush(self) -> None:
+        """Write the entries this run read as a pack; once packs pile up, what this run used as one pack in the
+        place of those it read (entries of files no longer given are let go)."""
         entries = dict(self.fresh)
-        merge = parent and len(self.packs) + 1 >= PACKS
+        merge = len(self.packs) + 1 >= PACKS
         if merge:
             entries = {key: self.kept[key] for key in self.used} | entries
-        if parent:
-            _touch(self.folder, self.folder.parent)  # (in use: see _let_go)
-            _let_go(self.folder)
+        _touch(self.folder, self.folder.parent)  # (in use: see _let_go)
+        _let_go(self.folder)
         if not entries:
             return
         try:
@@ -137,7 +137,7 @@ class RowCache:
         self.fresh = {}
 
 
-PACKS = 4  # packs in a folder from which the parent writes one in their place
+PACKS = 4  # packs in a folder from which a run writes one in their place
 STALE_S = 7 * 86400  # what was kept for other paths or by another code version, untouched this long, goes
 
 
