@@ -200,8 +200,9 @@ class Folded:
     """A unit's rows summed where they were read (`load_any`'s `fold`), with what taking the sum in the place
     of its rows needs: the ids of the rows summed (a duplicate of an earlier unit's row makes the caller meet
     the rows instead), its provisional rows (settled once every file is read), and each file's stats and
-    duplicates within the unit. `rows` is the unit as `_read_batch` returns it: pickled when the sum travels
-    from a worker (unpickled only when needed, `batch`), as it is where this process read the unit."""
+    duplicates within the unit. `rows` is the unit as `_read_batch` returns it (each file's stats, rows and
+    row class), made to travel and pickled only when the sum travels from a worker (unpickled only when
+    needed, `batch`); where this process read the unit, the rows as they were read."""
 
     __slots__ = ("partial", "ids", "provisional", "stats", "duplicates", "rows")
 
@@ -213,7 +214,8 @@ class Folded:
     def __reduce__(self) -> tuple[Any, ...]:
         import pickle
 
-        rows = self.rows if isinstance(self.rows, bytes) else pickle.dumps(self.rows, pickle.HIGHEST_PROTOCOL)
+        rows = self.rows if isinstance(self.rows, bytes) else \
+            pickle.dumps([_travelling(stats, rows) for stats, rows, _ in self.rows], pickle.HIGHEST_PROTOCOL)
         return Folded, (self.partial, self.ids, self.provisional, self.stats, self.duplicates, rows)
 
     def batch(self) -> list[tuple[SourceStats, list[Any], type | None]]:
@@ -234,7 +236,7 @@ def _fold_batch(batch: list[tuple[str, str]], strict: bool, reduce: Callable[[Tr
     duplicates: list[int] = []
     kept: list[Any] = []
     for k, (stats, rows) in enumerate(_read_rows(batch, strict, reduce, history, cache, progress)):
-        out.append(_travelling(stats, rows))
+        out.append((stats, rows, None))  # (made to travel only if it does: `Folded.__reduce__`)
         twice = 0
         for row in rows:
             if row.via == claude_code.VIA_PROGRESS:
@@ -381,11 +383,13 @@ def _broken_har(path: Path, named: bool, report: ImportReport) -> str | None:
     return har.NAME
 
 
-def _batches(files: list[tuple[Path, str]], parts: int) -> list[list[tuple[str, str]]]:
+def _batches(files: list[tuple[Path, str]], parts: int, sizes: list[int] | None = None
+             ) -> list[list[tuple[str, str]]]:
     """Contiguous runs of files of about equal size (order kept, so output order is stable): each file goes to
     the part its middle byte falls in, so a file larger than a part is a run of its own instead of taking the
-    small files before it along (up to `parts` runs, fewer where a file spans several)."""
-    sizes = [log_bytes(p) for p, _ in files]
+    small files before it along (up to `parts` runs, fewer where a file spans several). `sizes`: the files'
+    sizes, where known."""
+    sizes = sizes if sizes is not None else [log_bytes(p) for p, _ in files]
     target = max(sum(sizes) / parts, 1)
     batches: list[list[tuple[str, str]]] = []
     at, last = 0, -1
@@ -479,9 +483,9 @@ class _Reading:
 def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[Any, dict[Any, Any] | None]:
     """One unit of a parallel read: (its files' rows or, with `fold`, their sum, or the exception reading them
     raised; the cache entries a worker made of them). An exception is raised where the units meet, in file
-    order (`_raised`): the first bad file is the one named, as in one process, whichever unit failed first.
-    A worker's entries travel to this process, which writes every entry of the run as one pack
-    (`_keep_entries`): a pack a unit would be dozens a run."""
+    order (`_units_read`): the first bad file is the one named, as in one process, whichever unit failed first.
+    A worker's entries travel to this process, which writes every entry of the run as one pack: a pack a
+    unit would be dozens a run."""
     here = os.getpid() == job.pid
     progress = job.progress if here else None
     try:
@@ -489,27 +493,16 @@ def _read_unit(job: _Reading, batch: list[tuple[str, str]]) -> tuple[Any, dict[A
             result = _fold_batch(batch, job.strict, job.reduce, job.history, job.fold, job.cache, progress)
         else:
             result = _read_batch(batch, job.strict, job.reduce, job.history, job.cache, progress)
-    except Exception as exc:  # noqa: BLE001 - raised where the units meet (`_raised`)
+    except Exception as exc:  # noqa: BLE001 - raised where the units meet (`_units_read`)
         if not here:
-            import traceback
+            from kvprobe.run.forks import with_worker_traceback
 
-            exc.add_note("in a forked worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
+            with_worker_traceback(exc)
         result = exc
     entries = None
     if job.cache is not None and not here:
         entries, job.cache.fresh = job.cache.fresh, {}
     return result, entries
-
-
-def _keep_entries(cache: RowCache | None, entries: dict[Any, Any] | None) -> None:
-    if cache is not None and entries:
-        cache.fresh.update(entries)
-
-
-def _raised(result: Any) -> None:
-    """What reading a unit raised, raised here (in file order, as the units meet)."""
-    if isinstance(result, BaseException):
-        raise result
 
 
 def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportReport, progress: Progress | None,
@@ -521,12 +514,8 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
     in file order. Whichever process reads faster reads more: a fixed share each (this process's run and a
     forked child's, before) left one waiting ~0.1 s of 0.9 s for the other on a 202 MB folder. A worker that
     dies or stalls costs time, not answers: its units are read here."""
-    units = _batches(files, _unit_count(files, workers))
-    answers = _units_read(units, workers, _Reading(strict, reduce, history, fold, cache, progress), progress)
     seen: set[str] = set()
-    for result, entries in answers:
-        _raised(result)
-        _keep_entries(cache, entries)
+    for result in _units_read(files, workers, _Reading(strict, reduce, history, fold, cache, progress)):
         if isinstance(result, Folded):
             if not any(i in seen for i in result.ids):  # no row of an earlier unit again: the sum stands
                 yield from _take_folded(result, report, seen)
@@ -537,26 +526,38 @@ def _load_parallel(files: list[tuple[Path, str]], workers: int, report: ImportRe
             yield from _dedupe(stats, records if row_class is None else map(row_class._make, records), seen)
 
 
-def _units_read(units: list[list[tuple[str, str]]], workers: int, job: _Reading, progress: Progress | None
-                ) -> list[tuple[Any, dict[Any, Any] | None]]:
-    """Every unit's answer (`_read_unit`), by `workers - 1` forked workers and this process. The progress of a
-    unit this process reads is said as it reads; a worker's, as its answer arrives."""
+def _units_read(files: list[tuple[Path, str]], workers: int, job: _Reading) -> list[Any]:
+    """Every unit's result (`_read_unit`, units of `_batches`), in file order, read by `workers - 1` forked
+    workers and this process; the first unit's exception in file order raised; a worker's cache entries added
+    to the run's. The progress of a unit this process reads is said as it reads; a worker's, as its answer
+    arrives."""
     from kvprobe.run.forks import ForkPool
 
+    sizes = [log_bytes(path) for path, _ in files]  # (once: the units, their count and the progress use them)
+    units = _batches(files, _unit_count(files, workers, sizes), sizes)
+    size_of = {str(path): size for (path, _), size in zip(files, sizes)}
+
     def arrived(i: int, _: Any) -> None:
-        if progress is not None:
-            progress(sum(log_bytes(Path(name)) for name, _ in units[i]))
+        if job.progress is not None:
+            job.progress(sum(size_of[name] for name, _ in units[i]))
     pending = ForkPool(workers - 1).start(_read_unit, units, job, arrived=arrived)
     try:
-        return pending.results()
+        answers = pending.results()
     finally:
         pending.close()
+    for result, entries in answers:
+        if isinstance(result, BaseException):
+            raise result
+        if job.cache is not None and entries:
+            job.cache.fresh.update(entries)
+    return [result for result, _ in answers]
 
 
-def _unit_count(files: list[tuple[Path, str]], workers: int) -> int:
+def _unit_count(files: list[tuple[Path, str]], workers: int, sizes: list[int] | None = None) -> int:
     """Units for a parallel read: enough that the processes end close together (UNITS_PER_PROCESS each), none
-    under UNIT_BYTES where the files allow (each unit is one sum, or one message, to meet)."""
-    total = sum(log_bytes(path) for path, _ in files)
+    under UNIT_BYTES where the files allow (each unit is one sum, or one message, to meet). `sizes`: the
+    files' sizes, where known."""
+    total = sum(sizes if sizes is not None else (log_bytes(path) for path, _ in files))
     return max(workers, min(len(files), UNITS_PER_PROCESS * workers, total // UNIT_BYTES))
 
 
@@ -672,12 +673,8 @@ def _read_missing(missing: list[tuple[int, Path, str]], workers: int, strict: bo
         return {}
     places = {str(path): at for at, path, _ in missing}
     files = [(path, kind) for _, path, kind in missing]
-    units = _batches(files, _unit_count(files, workers))
-    answers = _units_read(units, workers, _Reading(strict, reduce, history, None, cache, progress), progress)
     read: dict[int, tuple[SourceStats, list[Any]]] = {}
-    for result, entries in answers:
-        _raised(result)
-        _keep_entries(cache, entries)
+    for result in _units_read(files, workers, _Reading(strict, reduce, history, None, cache, progress)):
         for stats, rows, row_class in result:
             read[places[stats.path]] = (stats, rows if row_class is None else list(map(row_class._make, rows)))
     return read

@@ -112,10 +112,7 @@ class _ForkRun:
         try:
             answer: tuple[bool, Any] = (True, self._fn(self._shared, self._units[i]))
         except Exception as exc:  # noqa: BLE001 - raised again in the caller, where it happened said
-            import traceback
-
-            exc.add_note("in a forked worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
-            answer = (False, exc)
+            answer = (False, with_worker_traceback(exc))
         try:
             data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an answer that cannot travel: the caller computes the unit itself
@@ -219,6 +216,14 @@ class _ForkRun:
         self._stop_workers()
         if not self._claims.closed:
             self._claims.close()
+
+
+def with_worker_traceback(exc: BaseException) -> BaseException:
+    """The exception with its traceback in this worker as a note (the traceback itself does not travel)."""
+    import traceback
+
+    exc.add_note("in a forked worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    return exc
 
 
 class _Outbox:
